@@ -1,0 +1,56 @@
+# sglang-deploy: `make demo` (sandbox nodes + deploy + verify) and `make test`.
+# INVENTORY selects the hosts (default: the local sandbox); NODES the sandbox size.
+
+PYTHON    ?= python3
+INVENTORY ?= inventory/sandbox.py
+NODES     ?= 1
+PYINFRA   ?= $(PYTHON) -m pyinfra
+PYTEST    ?= $(PYTHON) -m pytest
+WHEELS    := build/wheels
+
+.PHONY: help setup wheels sandbox sandbox-down deploy verify demo test test-unit test-e2e clean
+
+help:
+	@echo "make demo          sandbox nodes + deploy + verify (first run builds the node image)"
+	@echo "make test          unit tests, then end-to-end tests on fresh sandbox nodes"
+	@echo "make deploy        pyinfra \$$INVENTORY deploy.py   (INVENTORY=inventory/gpu.py for real nodes)"
+	@echo "make verify        testinfra checks against \$$INVENTORY"
+	@echo "make sandbox       boot NODES sandbox nodes; make sandbox-down stops them"
+
+setup:
+	$(PYTHON) -m pip install --quiet -r requirements.txt
+
+# The SGLang stand-in the sandbox profile installs, as a wheel uploaded to the nodes.
+wheels:
+	rm -rf $(WHEELS) engine-standin/build
+	$(PYTHON) -m pip wheel --quiet --no-deps --no-build-isolation engine-standin -w $(WHEELS)
+
+sandbox:
+	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES)
+
+sandbox-down:
+	$(PYTHON) sandbox/sandbox.py down
+
+deploy: wheels
+	$(PYINFRA) -y $(INVENTORY) deploy.py
+
+verify:
+	$(PYTEST) -p no:cacheprovider tests/host --inventory $(INVENTORY) -q
+
+demo: setup sandbox deploy verify
+	@$(PYTHON) -m sglang_deploy.summary $(INVENTORY)
+
+test-unit:
+	$(PYTEST) tests/unit -q
+
+# End-to-end on fresh sandbox nodes, torn down even when a test fails.
+test-e2e: wheels
+	$(MAKE) sandbox NODES=2
+	status=0; $(PYTEST) -m e2e tests/e2e -q || status=$$?; \
+	  $(MAKE) sandbox-down; \
+	  if [ $$status -eq 5 ]; then echo "no end-to-end test selected"; fi; exit $$status
+
+test: setup test-unit test-e2e
+
+clean:
+	rm -rf build engine-standin/build .pytest_cache

@@ -1,0 +1,20 @@
+"""Deploy defaults for every host, in one place.
+
+Any of these can be set per host (inventory/hosts.yml, the sandbox inventory) or for a run
+(`pyinfra ... --data profile=eagle3-2step`). What the server runs is not here: that is the
+profile's job (profiles/*.yml; profile defaults live in sglang_deploy/profile.py).
+"""
+
+# -- What to serve ---------------------------------------------------------------------------
+# The profile: a name under profiles/ or a path to a profile file.
+profile = "baseline"
+# Mapping deep-merged over the profile for this host, e.g. {"service": {"port": 30001}}.
+profile_overrides = {}
+
+# -- Where things go on the node -------------------------------------------------------------
+# On-node scripts (gate, restart, worker check) and uploaded wheels.
+sglang_deploy_dir = "/opt/sglang-deploy"
+# Env files (root, 0700 directory, 0600 files): /etc/sglang/<service>.env
+env_dir = "/etc/sglang"
+# systemd units: /etc/systemd/system/<service>.service
+unit_dir = "/etc/systemd/system"

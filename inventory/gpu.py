@@ -1,0 +1,10 @@
+"""Real GPU nodes, from inventory/hosts.yml (or the file $SGLANG_DEPLOY_HOSTS names).
+
+The file's format is documented in inventory/hosts.example.yml.
+"""
+
+from sglang_deploy.inventory import gpu_hosts
+from sglang_deploy.cli import exit_on_deploy_error
+
+with exit_on_deploy_error():
+    gpu = gpu_hosts()

@@ -1,0 +1,20 @@
+"""How our entry points fail: one line naming what went wrong, exit status 1, no traceback."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+from .errors import DeployError
+
+EXIT_DEPLOY_ERROR = 1
+
+
+@contextmanager
+def exit_on_deploy_error():
+    """Turn a DeployError into `sglang-deploy: <message>` on stderr and exit status 1."""
+    try:
+        yield
+    except DeployError as exc:
+        print(f"sglang-deploy: {exc}", file=sys.stderr)
+        sys.exit(EXIT_DEPLOY_ERROR)

@@ -1,0 +1,129 @@
+"""pyinfra facts about an SGLang node: what the venv holds, where its interpreter loads start-up
+hooks from, the unit's state, whether the server answers, and what its workers carry."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from pyinfra.api import FactBase
+
+# Run by the node's interpreters: standard library only, one JSON line out.
+_DISTRIBUTIONS_PY = (
+    "import importlib.metadata as m, json; "
+    "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+)
+_STARTUP_PY = (
+    "import importlib.util, json, site, sys, sysconfig; "
+    "spec = importlib.util.find_spec('sitecustomize'); "
+    "print(json.dumps({'purelib': sysconfig.get_path('purelib'), "
+    "'site_dirs': site.getsitepackages(), "
+    "'sitecustomize': spec.origin if spec else None, "
+    "'version': '%d.%d' % sys.version_info[:2]}))"
+)
+_SERVING_PY = """
+import json, sys, urllib.request
+base, name = sys.argv[1], sys.argv[2]
+def get(path):
+    try:
+        with urllib.request.urlopen(base + path, timeout=3) as r:
+            return r.status, r.read()
+    except OSError as e:
+        return getattr(e, 'code', None), b''
+health, _ = get('/health')
+code, body = get('/v1/models')
+try:
+    models = [m['id'] for m in json.loads(body)['data']] if code == 200 else []
+except ValueError:
+    models = []
+print(json.dumps({'health': health, 'models': models, 'ready': health == 200 and name in models}))
+"""
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503 normalisation, so `Flashinfer_Python` and `flashinfer-python` compare equal."""
+    return "-".join(name.replace("_", "-").replace(".", "-").lower().split("-"))
+
+
+def _json_line(output):
+    text = "\n".join(output).strip()
+    return json.loads(text.splitlines()[-1]) if text else None
+
+
+class InstalledDistributions(FactBase):
+    """
+    Distributions installed in a venv, as ``{canonical name: version}``; ``None`` if the venv
+    has no interpreter yet.
+    """
+
+    def command(self, venv):
+        python = shlex.quote(f"{venv}/bin/python")
+        return f"! test -x {python} || {python} -c {shlex.quote(_DISTRIBUTIONS_PY)}"
+
+    def process(self, output):
+        found = _json_line(output)
+        if found is None:
+            return None
+        return {canonical_name(name): version for name, version in found.items()}
+
+
+class InterpreterStartup(FactBase):
+    """
+    Where an interpreter really loads start-up code from: ``purelib`` and ``site_dirs`` (the
+    directories whose ``.pth`` files run at start-up) and the ``sitecustomize`` module it would
+    import (on Debian, the distro's own, which shadows any in a venv). ``None`` if the
+    interpreter does not exist yet.
+    """
+
+    def command(self, python):
+        python = shlex.quote(python)
+        return f"! test -x {python} || {python} -c {shlex.quote(_STARTUP_PY)}"
+
+    def process(self, output):
+        return _json_line(output)
+
+
+class UnitState(FactBase):
+    """
+    A systemd unit's state from ``systemctl show``: ``LoadState``, ``ActiveState``,
+    ``SubState``, ``UnitFileState``, ``MainPID``, ``NRestarts``, ``ExecMainStartTimestamp``.
+    """
+
+    PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "MainPID",
+                  "NRestarts", "ExecMainStartTimestamp")
+
+    def command(self, unit):
+        props = ",".join(self.PROPERTIES)
+        return f"systemctl show -p {props} {shlex.quote(unit)}"
+
+    def process(self, output):
+        return dict(line.split("=", 1) for line in output if "=" in line)
+
+
+class Serving(FactBase):
+    """
+    Whether the server on ``port`` serves ``served_name``: ``/health`` status, the model ids of
+    ``/v1/models`` and ``ready`` (health 200 and the name listed).
+    """
+
+    def command(self, port, served_name):
+        args = f"http://127.0.0.1:{int(port)} {shlex.quote(served_name)}"
+        return f"python3 -c {shlex.quote(_SERVING_PY)} {args}"
+
+    def process(self, output):
+        return _json_line(output)
+
+
+class WorkerEnvironment(FactBase):
+    """
+    The environment check of every scheduler process of a unit (``workers.py --json`` run on
+    the node): ``None`` when the on-node scripts are not installed yet.
+    """
+
+    def command(self, scripts_dir, unit, expect):
+        script = shlex.quote(f"{scripts_dir}/workers.py")
+        return (f"! test -f {script} || python3 {script} --json --unit {shlex.quote(unit)} "
+                f"--expect-json {shlex.quote(json.dumps(expect, sort_keys=True))} || true")
+
+    def process(self, output):
+        return _json_line(output)

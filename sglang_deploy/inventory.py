@@ -1,0 +1,114 @@
+"""Hosts for pyinfra inventories and testinfra, from one place.
+
+Two sources, one shape: a list of ``(name, data)`` pairs where ``data`` holds pyinfra's
+``ssh_*`` keys plus ``profile`` / ``profile_overrides``:
+
+- ``gpu_hosts()`` reads the operator's hosts file (``inventory/hosts.yml`` or
+  ``$SGLANG_DEPLOY_HOSTS``), documented in ``inventory/hosts.example.yml``;
+- ``sandbox_hosts()`` reads the state the sandbox tool writes (``.sandbox/state.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import DeployError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+HOSTS_FILE_VAR = "SGLANG_DEPLOY_HOSTS"
+DEFAULT_HOSTS_FILE = REPO_ROOT / "inventory" / "hosts.yml"
+SANDBOX_STATE_FILE = REPO_ROOT / ".sandbox" / "state.json"
+SANDBOX_PROFILE = "sandbox"
+# Per-node profiles for the sandbox, e.g. "node1=sandbox,node2=sandbox-eagle3".
+SANDBOX_PROFILES_VAR = "SGLANG_DEPLOY_SANDBOX_PROFILES"
+
+
+class HostEntry(BaseModel):
+    """One host of the hosts file; every key optional except where defaults lack it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ssh_hostname: Optional[str] = None
+    ssh_user: Optional[str] = None
+    ssh_port: Optional[int] = Field(default=None, ge=1, le=65535)
+    ssh_key: Optional[str] = None
+    profile: Optional[str] = None
+    profile_overrides: dict[str, Any] = Field(default_factory=dict)
+
+
+class HostsFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    defaults: HostEntry = Field(default_factory=HostEntry)
+    hosts: dict[str, Optional[HostEntry]]
+
+
+def hosts_file_path() -> Path:
+    return Path(os.environ.get(HOSTS_FILE_VAR) or DEFAULT_HOSTS_FILE)
+
+
+def gpu_hosts(path: Optional[Path] = None) -> list[tuple[str, dict]]:
+    """Hosts from the operator's hosts file; DeployError (no traceback) when unusable."""
+    path = Path(path or hosts_file_path())
+    if not path.is_file():
+        raise DeployError(
+            f"hosts file {path} not found: copy inventory/hosts.example.yml to "
+            f"inventory/hosts.yml, or point ${HOSTS_FILE_VAR} at yours"
+        )
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+        parsed = HostsFile.model_validate(raw)
+    except yaml.YAMLError as exc:
+        raise DeployError(f"{path}: not valid YAML: {exc}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise DeployError(f"{path}: {where}: {first['msg']}") from None
+    if not parsed.hosts:
+        raise DeployError(f"{path}: no hosts listed under 'hosts:'")
+    defaults = parsed.defaults.model_dump(exclude_none=True, exclude_defaults=True)
+    hosts = []
+    for name, entry in parsed.hosts.items():
+        data = {**defaults, **(entry.model_dump(exclude_none=True, exclude_defaults=True) if entry else {})}
+        data.setdefault("ssh_hostname", name)
+        hosts.append((name, data))
+    return hosts
+
+
+def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict]]:
+    """Sandbox nodes as pyinfra hosts; each serves on its own port (shared network)."""
+    if not state_file.is_file():
+        raise DeployError(f"no sandbox nodes: {state_file} is missing (run `make sandbox`)")
+    state = json.loads(state_file.read_text())
+    chosen = _profile_choices(os.environ.get(SANDBOX_PROFILES_VAR, ""))
+    hosts = []
+    for node in state["nodes"]:
+        hosts.append((node["name"], {
+            "ssh_hostname": node["ssh_host"],
+            "ssh_port": node["ssh_port"],
+            "ssh_user": node["ssh_user"],
+            "ssh_key": state["key"],
+            # Throwaway nodes get new host keys on every rebuild.
+            "ssh_strict_host_key_checking": "off",
+            "ssh_known_hosts_file": "/dev/null",
+            "profile": chosen.get(node["name"], SANDBOX_PROFILE),
+            "profile_overrides": {"service": {"port": node["server_port"]}},
+        }))
+    return hosts
+
+
+def _profile_choices(spec: str) -> dict[str, str]:
+    """Parse "node1=a,node2=b" into {"node1": "a", "node2": "b"}."""
+    choices = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, sep, profile = item.partition("=")
+        if not sep or not name or not profile:
+            raise DeployError(f"${SANDBOX_PROFILES_VAR}: expected NODE=PROFILE, got {item!r}")
+        choices[name] = profile
+    return choices

@@ -1,0 +1,267 @@
+"""pyinfra operations for an SGLang node.
+
+Each operation yields commands only when the node differs from what is asked, and calls
+``host.noop`` otherwise, so a re-run with nothing changed reports no changes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import shlex
+from io import StringIO
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.api.command import FileUploadCommand
+from pyinfra.facts.files import File, FileContents, Sha1File
+from pyinfra.operations import files
+
+from .facts import (InstalledDistributions, InterpreterStartup, Serving, UnitState,
+                    WorkerEnvironment, canonical_name)
+from .node import status
+
+HOOK_MODULE = "sglang_deploy_env.py"
+HOOK_PTH = "sglang_deploy_env.pth"
+
+
+# -- Engine ----------------------------------------------------------------------------------
+
+@operation()
+def engine(venv, python, packages, wheels_dir=None):
+    """
+    Create ``venv`` and install exactly the pinned ``packages`` where they differ.
+
+    + venv: path of the virtual environment
+    + python: interpreter that creates it
+    + packages: exact pins, ``name==version``
+    + wheels_dir: remote directory of uploaded wheels; when given pip installs from it alone
+    """
+    installed = host.get_fact(InstalledDistributions, venv=venv)
+    if installed is None:
+        yield f"{shlex.quote(python)} -m venv {shlex.quote(venv)}"
+        installed = {}
+    differing = [pin for pin in packages if _pin_differs(pin, installed)]
+    if not differing:
+        host.noop(f"{venv} holds {', '.join(packages)}")
+        return
+    source = f"--no-index --find-links {shlex.quote(wheels_dir)} " if wheels_dir else ""
+    pins = " ".join(shlex.quote(pin) for pin in differing)
+    yield (f"{shlex.quote(venv)}/bin/pip install --no-input --disable-pip-version-check "
+           f"{source}{pins}")
+
+
+def _pin_differs(pin, installed):
+    name, _, version = pin.partition("==")
+    return installed.get(canonical_name(name)) != version
+
+
+# -- Files -----------------------------------------------------------------------------------
+
+@operation()
+def secret_file(dest, content, secret_values=(), mode="0600"):
+    """
+    Upload ``content`` to ``dest`` (root-owned, ``mode``), never showing secrets: the upload's
+    temporary file lives beside ``dest`` and ``--diff`` shows secret values as ``***``.
+
+    + dest: remote path; its directory must exist and be private
+    + content: the file's text
+    + secret_values: strings to hide in diffs
+    + mode: file mode
+    """
+    remote_sha1 = host.get_fact(Sha1File, path=dest)
+    if remote_sha1 == hashlib.sha1(content.encode()).hexdigest():
+        remote = host.get_fact(File, path=dest) or {}
+        if remote.get("mode") != int(mode, 8) or remote.get("user") != "root":
+            yield f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}"
+        else:
+            host.noop(f"{dest} is up to date")
+        return
+    _log_redacted_diff(dest, content, secret_values)
+    directory = dest.rsplit("/", 1)[0]
+    yield FileUploadCommand(
+        StringIO(content), dest,
+        remote_temp_filename=host.get_temp_filename(dest, temp_directory=directory),
+    )
+    yield f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}"
+
+
+def _log_redacted_diff(dest, content, secret_values):
+    from pyinfra.context import state
+
+    if not state.config.DIFF:
+        return
+    current = host.get_fact(FileContents, path=dest)
+    redact = _redactor(secret_values)
+    before = [redact(line) + "\n" for line in (current or [])]
+    after = [redact(line) + "\n" for line in content.splitlines()]
+    note = " (secrets shown as ***)" if secret_values else ""
+    host.log(f"Will write {dest}{note}", logger.info)
+    for line in difflib.unified_diff(before, after, "remote", "desired", n=1):
+        logger.info("  %s", line.rstrip("\n"))
+
+
+def _redactor(secret_values):
+    secrets = [value for value in secret_values if value]
+
+    def redact(line):
+        for value in secrets:
+            line = line.replace(value, "***")
+        return line
+    return redact
+
+
+@operation()
+def startup_hook(python, module_text, pth_text):
+    """
+    Install the environment hook where ``python`` really runs start-up code: a module plus a
+    ``.pth`` that imports it, in a directory the interpreter processes ``.pth`` files from.
+    A ``.pth`` cannot be shadowed the way a venv's ``sitecustomize.py`` is on Debian.
+
+    + python: the interpreter whose start-up gets the hook (the venv's, or the system's)
+    + module_text: the hook module's source
+    + pth_text: the ``.pth`` line that imports it
+    """
+    startup = host.get_fact(InterpreterStartup, python=python)
+    if startup is None:
+        host.noop(f"{python} does not exist yet (a dry run before the engine step)")
+        return
+    directory = pth_directory(startup)
+    yield from files.put._inner(src=StringIO(module_text), dest=f"{directory}/{HOOK_MODULE}",
+                                mode="0644")
+    yield from files.put._inner(src=StringIO(pth_text), dest=f"{directory}/{HOOK_PTH}",
+                                mode="0644")
+
+
+def pth_directory(startup):
+    """The site directory for our ``.pth``: the purelib one if the interpreter processes it."""
+    if startup["purelib"] in startup["site_dirs"]:
+        return startup["purelib"]
+    return startup["site_dirs"][0]
+
+
+# -- systemd unit ----------------------------------------------------------------------------
+
+@operation()
+def unit_file(unit, content, unit_dir="/etc/systemd/system", staging_dir="/run/sglang-deploy"):
+    """
+    Install a unit file once ``systemd-analyze verify`` accepted it, then daemon-reload; a
+    rejected unit never replaces the one a running server came from.
+
+    + unit: unit name, e.g. ``sglang.service``
+    + content: the unit file's text
+    + unit_dir: where units are installed
+    + staging_dir: where the candidate is verified (its file name must be the unit's)
+    """
+    dest = f"{unit_dir}/{unit}"
+    if host.get_fact(Sha1File, path=dest) == hashlib.sha1(content.encode()).hexdigest():
+        host.noop(f"{dest} is up to date")
+        return
+    _log_redacted_diff(dest, content, ())
+    staged = f"{staging_dir}/{unit}"
+    yield f"mkdir -p {shlex.quote(staging_dir)}"
+    yield FileUploadCommand(StringIO(content), staged,
+                            remote_temp_filename=host.get_temp_filename(staged))
+    yield f"systemd-analyze verify {shlex.quote(staged)}"
+    yield f"install -m 0644 -o root -g root {shlex.quote(staged)} {shlex.quote(dest)}"
+    yield "systemctl daemon-reload"
+
+
+# -- Service ---------------------------------------------------------------------------------
+
+class NodeScripts:
+    """Command lines of our on-node scripts (sglang_deploy/node/, uploaded to ``directory``)."""
+
+    def __init__(self, directory, unit, profile):
+        self.directory = directory
+        self.unit = unit
+        self.profile = profile
+
+    def _run(self, script, *args):
+        quoted = " ".join(shlex.quote(str(arg)) for arg in args)
+        return f"python3 {shlex.quote(self.directory)}/{script} {quoted}"
+
+    def restart(self):
+        service = self.profile.service
+        return self._run("restart.py", "--unit", self.unit, "--port", service.port,
+                         "--stop-timeout", service.timeout_stop_sec)
+
+    def start(self):
+        return f"systemctl start {shlex.quote(self.unit)}"
+
+    def gate(self):
+        readiness, service = self.profile.readiness, self.profile.service
+        return self._run("gate.py", "--unit", self.unit, "--port", service.port,
+                         "--served-name", self.profile.model.served_name,
+                         "--timeout", readiness.timeout_s,
+                         "--interval", readiness.poll_interval_s,
+                         "--progress-every", readiness.progress_every_s)
+
+    def workers(self):
+        expect = json.dumps(self.profile.hook_vars(), sort_keys=True)
+        return self._run("workers.py", "--unit", self.unit, "--expect-json", expect)
+
+
+def _run_steps(state, host, steps):
+    """Run (what, command) steps in order, streaming their output; stop at the first failure
+    with one line saying what failed, on which host and why (the script's own cause line)."""
+    for what, command in steps:
+        ok, output = host.run_shell_command(StringCommand(command), print_output=True)
+        if not ok:
+            cause = status.describe(output.stdout_lines + output.stderr_lines)
+            host.log_styled(f"{what} failed: {cause}", fg="red", log_func=logger.error)
+            return False
+    return True
+
+
+@operation(is_idempotent=False)
+def restarted(scripts):
+    """
+    Restart the server and hold the deploy until it serves: stop and wait for the old
+    processes, port and GPU memory to be released; start; readiness gate; worker environment.
+
+    + scripts: ``NodeScripts`` for this node
+    """
+    yield FunctionCommand(_run_steps, ([
+        ("restart", scripts.restart()),
+        ("readiness gate", scripts.gate()),
+        ("worker environment check", scripts.workers()),
+    ],), {})
+
+
+@operation()
+def serving(scripts):
+    """
+    Ensure the unit is enabled and serving without touching a server that already serves:
+    start and gate it when it is not active, gate it when it is active but not ready, and
+    check that every scheduler carries the profile's environment.
+
+    + scripts: ``NodeScripts`` for this node
+    """
+    unit, profile = scripts.unit, scripts.profile
+    unit_state = host.get_fact(UnitState, unit=unit)
+    if unit_state.get("UnitFileState") != "enabled":
+        yield f"systemctl enable {shlex.quote(unit)}"
+    if unit_state.get("ActiveState") not in ("active", "activating"):
+        yield FunctionCommand(_run_steps, ([
+            ("start", scripts.start()),
+            ("readiness gate", scripts.gate()),
+            ("worker environment check", scripts.workers()),
+        ],), {})
+        return
+    serving_now = host.get_fact(Serving, port=profile.service.port,
+                                served_name=profile.model.served_name)
+    if not (serving_now and serving_now["ready"]):
+        yield FunctionCommand(_run_steps, ([
+            ("readiness gate", scripts.gate()),
+            ("worker environment check", scripts.workers()),
+        ],), {})
+        return
+    report = host.get_fact(WorkerEnvironment, scripts_dir=scripts.directory, unit=unit,
+                           expect=profile.hook_vars())
+    if not report or not report.get("ok"):
+        yield FunctionCommand(_run_steps, ([("worker environment check", scripts.workers())],), {})
+        return
+    host.noop(f"{unit} serves {profile.model.served_name}; "
+              f"{len(report['workers'])} schedulers carry the profile's environment")

@@ -1,0 +1,86 @@
+"""Everything one host's deploy needs, computed on the controller from host data + profile."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import DeployError
+from .inventory import REPO_ROOT
+from .operations import NodeScripts
+from .profile import Profile, load_profile
+from .render import render_env_file, render_hook_module, render_hook_pth, render_unit
+
+NODE_SCRIPTS_DIR = Path(__file__).resolve().parent / "node"
+
+
+@dataclass
+class NodePlan:
+    profile: Profile
+    unit: str
+    unit_text: str
+    env_path: str
+    env_text: str
+    secret_values: list
+    hook_module: str
+    hook_pth: str
+    hook_python: str
+    deploy_dir: str
+    env_dir: str
+    unit_dir: str
+    wheels: list
+    scripts: NodeScripts
+
+    @property
+    def wheels_dir(self):
+        return f"{self.deploy_dir}/wheels" if self.wheels else None
+
+    @property
+    def node_scripts(self):
+        """(local path, remote path) of every on-node script."""
+        return [(path, f"{self.deploy_dir}/node/{path.name}")
+                for path in sorted(NODE_SCRIPTS_DIR.glob("*.py")) if path.name != "__init__.py"]
+
+
+def plan_for(data, operator_env=None) -> NodePlan:
+    """The plan for a host whose data is ``data`` (pyinfra host.data or a plain mapping)."""
+    operator_env = os.environ if operator_env is None else operator_env
+    profile = load_profile(_get(data, "profile"), overrides=_get(data, "profile_overrides") or None)
+    service = profile.service.name
+    unit = f"{service}.service"
+    deploy_dir = _get(data, "sglang_deploy_dir")
+    env_dir = _get(data, "env_dir")
+    secrets = profile.env_file_vars(operator_env)
+    venv_python = f"{profile.engine.venv}/bin/python"
+    return NodePlan(
+        profile=profile,
+        unit=unit,
+        unit_text=render_unit(profile),
+        env_path=f"{env_dir}/{service}.env",
+        env_text=render_env_file(profile, operator_env),
+        secret_values=[secrets[name] for name in profile.secrets if name in secrets],
+        hook_module=render_hook_module(profile),
+        hook_pth=render_hook_pth(profile),
+        hook_python=profile.engine.python if profile.hook.system_wide else venv_python,
+        deploy_dir=deploy_dir,
+        env_dir=env_dir,
+        unit_dir=_get(data, "unit_dir"),
+        wheels=_wheel_files(profile.engine.find_links),
+        scripts=NodeScripts(f"{deploy_dir}/node", unit, profile),
+    )
+
+
+def _get(data, key):
+    return data.get(key) if hasattr(data, "get") else getattr(data, key)
+
+
+def _wheel_files(find_links):
+    wheels = []
+    for entry in find_links:
+        path = Path(entry) if Path(entry).is_absolute() else REPO_ROOT / entry
+        found = sorted(path.glob("*.whl")) if path.is_dir() else [path] if path.is_file() else []
+        if not found:
+            raise DeployError(f"engine.find_links: no wheel at {path} (run `make wheels`)")
+        wheels.extend(found)
+    return wheels
