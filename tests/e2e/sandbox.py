@@ -1,0 +1,86 @@
+"""Driving deploys against the sandbox nodes from tests: run pyinfra, read its results table,
+read a unit's state over SSH."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STATE_FILE = REPO_ROOT / ".sandbox" / "state.json"
+TOTALS = re.compile(r"Grand total\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)")
+
+
+def nodes():
+    if not STATE_FILE.is_file():
+        raise RuntimeError(f"{STATE_FILE} missing: boot nodes with `make sandbox NODES=2` first")
+    state = json.loads(STATE_FILE.read_text())
+    return state["key"], {node["name"]: node for node in state["nodes"]}
+
+
+@dataclass
+class DeployRun:
+    returncode: int
+    output: str
+    seconds: float
+
+    def _total(self, column):
+        match = TOTALS.search(self.output)
+        assert match, f"no results table in pyinfra output:\n{self.output[-3000:]}"
+        value = match.group(column)
+        return 0 if value == "-" else int(value)
+
+    @property
+    def changed(self):
+        return self._total(2)
+
+    @property
+    def errors(self):
+        return self._total(3)
+
+
+def deploy(profiles: dict, limit=None, extra_env=None, args=()) -> DeployRun:
+    """Run `pyinfra inventory/sandbox.py deploy.py` with a profile per node."""
+    env = {**os.environ, **(extra_env or {}),
+           "SGLANG_DEPLOY_SANDBOX_PROFILES": ",".join(f"{n}={p}" for n, p in profiles.items())}
+    command = [sys.executable, "-m", "pyinfra", "-y", "inventory/sandbox.py", "deploy.py", *args]
+    if limit:
+        command += ["--limit", limit]
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    return DeployRun(done.returncode, done.stdout + done.stderr, time.monotonic() - started)
+
+
+def ssh(node_name, command) -> str:
+    key, all_nodes = nodes()
+    node = all_nodes[node_name]
+    done = subprocess.run(
+        ["ssh", "-i", key, "-p", str(node["ssh_port"]), "-o", "StrictHostKeyChecking=no",
+         "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
+         f"{node['ssh_user']}@{node['ssh_host']}", command],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"{node_name}: {command}: {done.stderr}"
+    return done.stdout
+
+
+def unit_start(node_name, unit="sglang.service"):
+    """(MainPID, ExecMainStartTimestampMonotonic, NRestarts): changes whenever it restarts."""
+    out = ssh(node_name, f"systemctl show -p MainPID,ExecMainStartTimestampMonotonic,NRestarts {unit}")
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return props["MainPID"], props["ExecMainStartTimestampMonotonic"], props["NRestarts"]
+
+
+def verify(profiles: dict) -> subprocess.CompletedProcess:
+    """`make verify` against the sandbox with the same per-node profiles."""
+    env = {**os.environ,
+           "SGLANG_DEPLOY_SANDBOX_PROFILES": ",".join(f"{n}={p}" for n, p in profiles.items())}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/host",
+                           "--inventory", "inventory/sandbox.py", "-q"],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -1,0 +1,103 @@
+"""Molecule-style scenario on two sandbox nodes, in order: converge (two profiles in one run)
+→ idempotent re-run → verify → one NCCL value changed → a comment changed → a crashing start.
+"""
+
+import textwrap
+import time
+
+import pytest
+
+from .sandbox import REPO_ROOT, deploy, ssh, unit_start, verify
+
+pytestmark = pytest.mark.e2e
+
+PROFILES = {"node1": "sandbox", "node2": "sandbox-eagle3"}
+
+
+@pytest.fixture(scope="module")
+def converged():
+    run = deploy(PROFILES)
+    assert run.returncode == 0, run.output[-5000:]
+    print(f"first converge of 2 nodes: {run.seconds:.1f}s")
+    return run
+
+
+def write_profile(tmp_path, name, body):
+    path = tmp_path / f"{name}.yml"
+    path.write_text(textwrap.dedent(body).format(profiles=REPO_ROOT / "profiles"))
+    return str(path)
+
+
+def test_converge_two_profiles_in_one_run(converged):
+    assert converged.changed > 0
+    assert "speculative-algorithm" in ssh("node2", "cat /etc/systemd/system/sglang.service")
+    assert "speculative-algorithm" not in ssh("node1", "cat /etc/systemd/system/sglang.service")
+
+
+def test_rerun_changes_nothing_and_restarts_nothing(converged):
+    before = {node: unit_start(node) for node in PROFILES}
+    run = deploy(PROFILES)
+    assert run.returncode == 0, run.output[-5000:]
+    assert run.changed == 0, run.output[-5000:]
+    assert {node: unit_start(node) for node in PROFILES} == before
+    print(f"no-op re-run, 2 nodes: {run.seconds:.1f}s")
+
+
+def test_verify_passes_after_converge(converged):
+    result = verify(PROFILES)
+    assert result.returncode == 0, result.stdout[-5000:]
+
+
+def test_changing_one_nccl_value_restarts_once_and_reaches_workers(converged, tmp_path):
+    changed = write_profile(tmp_path, "nthreads", """
+        extends: {profiles}/sandbox.yml
+        env:
+          NCCL_NTHREADS: 256
+    """)
+    profiles = {**PROFILES, "node1": changed}
+    before = {node: unit_start(node) for node in PROFILES}
+    run = deploy(profiles)
+    assert run.returncode == 0, run.output[-5000:]
+    after = {node: unit_start(node) for node in PROFILES}
+    assert after["node1"][0] != before["node1"][0], "node1 did not restart"
+    assert after["node1"][2] == before["node1"][2], "systemd restarted it on its own"
+    assert after["node2"] == before["node2"], "node2 restarted although its profile is unchanged"
+    print(f"change + restart + gate, 1 of 2 nodes: {run.seconds:.1f}s")
+    result = verify(profiles)
+    assert result.returncode == 0, result.stdout[-5000:]
+    main_pid = after["node1"][0]
+    environ = ssh("node1", f"cat /proc/$(pgrep -P {main_pid} -f sglang::scheduler_TP0)/environ")
+    assert "NCCL_NTHREADS=256" in environ.split("\0")
+
+
+def test_a_comment_only_change_restarts_nothing(converged, tmp_path):
+    same = write_profile(tmp_path, "commented", """
+        # Same as sandbox with NCCL_NTHREADS 256; only this comment is new.
+        extends: {profiles}/sandbox.yml
+        env:
+          NCCL_NTHREADS: 256  # a comment
+    """)
+    before = unit_start("node1")
+    run = deploy({**PROFILES, "node1": same})
+    assert run.returncode == 0, run.output[-5000:]
+    assert run.changed == 0, run.output[-5000:]
+    assert unit_start("node1") == before
+
+
+def test_a_crashing_start_fails_the_deploy_in_seconds_with_the_journal(converged, tmp_path):
+    crashing = write_profile(tmp_path, "crash", """
+        extends: {profiles}/sandbox.yml
+        env:
+          SGLANG_STANDIN_FAIL: crash-load
+          SGLANG_STANDIN_FAIL_AFTER_SECONDS: 1
+    """)
+    run = deploy({"node1": crashing}, limit="node1")
+    assert run.returncode != 0
+    assert "node1" in run.output and "readiness gate failed" in run.output, run.output[-5000:]
+    assert "Traceback" in run.output, "no journal excerpt in the deploy's output"
+    # The readiness timeout is 120 s: a dead start must be reported long before that.
+    assert run.seconds < 60, f"took {run.seconds:.0f}s to notice a crashed start"
+    print(f"crashing start reported after {run.seconds:.1f}s (deploy wall time)")
+    # Back to the good profile for whatever runs next.
+    restored = deploy(PROFILES)
+    assert restored.returncode == 0, restored.output[-5000:]
