@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 from pathlib import Path
 from typing import Any, Optional
 
@@ -112,3 +113,25 @@ def _profile_choices(spec: str) -> dict[str, str]:
             raise DeployError(f"${SANDBOX_PROFILES_VAR}: expected NODE=PROFILE, got {item!r}")
         choices[name] = profile
     return choices
+
+
+def inventory_hosts(inventory_file) -> list[tuple[str, dict]]:
+    """(name, data) pairs of every host group a pyinfra inventory file defines, with the
+    defaults of group_data/all.py under each host's own data (as pyinfra layers them)."""
+    defaults = {key: value for key, value in
+                runpy.run_path(str(REPO_ROOT / "group_data" / "all.py")).items()
+                if not key.startswith("_")}
+    namespace = runpy.run_path(str(REPO_ROOT / inventory_file))
+    hosts = []
+    for value in namespace.values():
+        if isinstance(value, list) and all(isinstance(h, tuple) and len(h) == 2 for h in value):
+            hosts.extend((name, {**defaults, **data}) for name, data in value)
+    return hosts
+
+
+def testinfra_host(data):
+    """A testinfra host (paramiko over SSH) for a host's data."""
+    import testinfra
+
+    url = f"paramiko://{data.get('ssh_user', 'root')}@{data['ssh_hostname']}:{data.get('ssh_port', 22)}"
+    return testinfra.get_host(url, ssh_identity_file=data.get("ssh_key"))
