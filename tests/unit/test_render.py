@@ -1,0 +1,346 @@
+"""Rendering: systemd quoting (checked against parsers written from systemd's rules), the unit,
+the env file and the start-up hook (executed for real)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_deploy.errors import DeployError
+from sglang_deploy.profile import load_profile
+from sglang_deploy.render import (HOOK_MODULE, exec_start, render_env_file, render_hook_module,
+                                  render_hook_pth, render_unit, systemd_env_quote,
+                                  systemd_exec_quote, templates_dir)
+
+NASTY = ["plain", "two words", "  padded  ", 'say "hi"', "it's", "$HOME", "${HOME}", "$$",
+         "# not a comment", "a#b", "; semi", "back\\slash", "trailing\\", "\\n literal",
+         "`date`", "tab\there", "100%", "%h", "ünïcødé", "", "=", "a=b", "'single'",
+         "$(rm -rf /)", "\\\"", "\x1b[0m"]
+
+
+# -- Parsers written from systemd's documented rules (independent of the quoting code) --------
+
+def parse_env_file(text: str) -> dict:
+    """systemd's EnvironmentFile= reader (src/basic/env-file.c, parse_env_file_internal):
+    quotes open only where a value starts; inside double quotes \\ unescapes only " \\ ` $;
+    an unquoted value loses its trailing whitespace; # and ; start a comment only at line start."""
+    out, i, n = {}, 0, len(text)
+    while i < n:
+        if text[i] in " \t\n\r":
+            i += 1
+            continue
+        if text[i] in "#;":
+            while i < n and text[i] not in "\n\r":
+                i += 1
+            continue
+        key = ""
+        while i < n and text[i] not in "=\n\r":
+            key += text[i]
+            i += 1
+        if i >= n or text[i] != "=":
+            continue
+        i += 1
+        value, state, trail = "", "pre", None
+        while i < n:
+            c = text[i]
+            if state == "dq":
+                if c == '"':
+                    state = "pre"
+                elif c == "\\":
+                    i += 1
+                    value += text[i] if text[i] in '"\\`$' else "" if text[i] == "\n" else "\\" + text[i]
+                else:
+                    value += c
+            elif state == "sq":
+                if c == "'":
+                    state = "pre"
+                else:
+                    value += c
+            elif c in "\n\r":
+                break
+            elif c == "\\":
+                i += 1
+                value += "" if text[i] in "\n\r" else text[i]
+                state, trail = "plain", None
+            elif state == "pre" and c in " \t":
+                pass
+            elif state == "pre" and c in "'\"":
+                state = "sq" if c == "'" else "dq"
+            else:
+                trail = (len(value) if trail is None else trail) if c in " \t" else None
+                value += c
+                state = "plain"
+            i += 1
+        out[key.strip()] = value[:trail] if state == "plain" and trail is not None else value
+    return out
+
+
+C_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
+             "\\": "\\", '"': '"', "'": "'", "s": " "}
+
+
+def parse_exec_line(line: str) -> list:
+    """An ExecStart= value as systemd turns it into argv (systemd.service(5), "Command lines"):
+    words with C escapes and quotes removed, then %% -> % and $$ -> $ (a lone % or $ would be
+    a specifier or a variable: the test fails on it)."""
+    words, i, n = [], 0, len(line)
+    while i < n:
+        if line[i] == " ":
+            i += 1
+            continue
+        word, quote, bare = "", None, True
+        while i < n and (quote or line[i] != " "):
+            c = line[i]
+            if c == "\\":
+                nxt, bare = line[i + 1], False
+                if nxt == "x":
+                    word += chr(int(line[i + 2:i + 4], 16))
+                    i += 4
+                else:
+                    word += C_ESCAPES[nxt]
+                    i += 2
+                continue
+            if quote and c == quote:
+                quote = None
+            elif not quote and c in "\"'":
+                quote, bare = c, False
+            else:
+                word += c
+            i += 1
+        assert quote is None, f"unbalanced quotes in {line!r}"
+        assert not (bare and word == ";"), "a bare ; separates commands"
+        words.append(word)
+    return [_unspecify(w) for w in words]
+
+
+def _unspecify(word: str) -> str:
+    out, i = "", 0
+    while i < len(word):
+        if word[i] in "%$":
+            assert word[i + 1:i + 2] == word[i], f"unescaped {word[i]!r} in {word!r}"
+            i += 1
+        out += word[i]
+        i += 1
+    return out
+
+
+# -- EnvironmentFile= quoting ----------------------------------------------------------------
+
+@pytest.mark.parametrize("value, quoted", [
+    ("LL", '"LL"'),
+    ("a b", '"a b"'),
+    ('say "hi"', r'"say \"hi\""'),
+    ("$HOME", r'"\$HOME"'),
+    ("back\\slash", r'"back\\slash"'),
+    ("`date`", r'"\`date\`"'),
+    ("# x ; y", '"# x ; y"'),
+    ("it's", '"it\'s"'),
+    ("", '""'),
+])
+def test_env_quote_golden(value, quoted):
+    assert systemd_env_quote(value) == quoted
+
+
+@pytest.mark.parametrize("value", NASTY)
+def test_env_quote_round_trip(value):
+    assert parse_env_file(f"K={systemd_env_quote(value)}\n") == {"K": value}
+
+
+@pytest.mark.parametrize("value", ["a\nb", "a\rb", "a\x00b"])
+def test_env_quote_refuses_line_breaks(value):
+    with pytest.raises(DeployError, match="must be one line"):
+        systemd_env_quote(value)
+
+
+def test_env_file_round_trip():
+    env = {f"V{i}": value for i, value in enumerate(NASTY)}
+    profile = load_profile("sandbox", overrides={"env": env})
+    operator = {"HF_TOKEN": 'hf_"$x" #;\\'}
+    text = render_env_file(profile, operator)
+    assert parse_env_file(text) == profile.env_file_vars(operator)
+    assert list(parse_env_file(text))[-1] == "HF_TOKEN"  # env in profile order, then secrets
+
+
+def test_env_file_golden():
+    text = render_env_file(load_profile("baseline"), {"HF_TOKEN": "hf_$abc"})
+    assert text == (
+        "# Rendered by sglang-deploy from profile baseline. Do not edit by hand.\n"
+        "# systemd EnvironmentFile of sglang.service; mode 0600: it may hold secrets.\n"
+        'NCCL_PROTO="LL"\nNCCL_ALGO="Ring"\nNCCL_P2P_LEVEL="SYS"\nNCCL_MAX_NCHANNELS="16"\n'
+        'NCCL_BUFFSIZE="16777216"\nNCCL_NTHREADS="512"\nHF_TOKEN="hf_\\$abc"\n')
+
+
+def test_env_file_optional_secret_left_out():
+    assert "HF_TOKEN" not in render_env_file(load_profile("baseline"), {})
+
+
+# -- ExecStart= quoting ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("arg, quoted", [
+    ("--tp-size", "--tp-size"),
+    ("/models/Kimi-K2.5-INT4", "/models/Kimi-K2.5-INT4"),
+    ("0.0.0.0", "0.0.0.0"),
+    ("$(rm -rf /)", '"$$(rm -rf /)"'),
+    ("$HOME", '"$$HOME"'),
+    ("100%", "100%%"),
+    ("a b", '"a b"'),
+    ('say "hi"', '"say \\"hi\\""'),
+    ("C:\\x", '"C:\\\\x"'),
+    (";", '";"'),
+    ("", '""'),
+    ("tab\there", '"tab\\x09here"'),
+    ("line\nbreak", '"line\\x0abreak"'),
+    ("it's", '"it\'s"'),
+])
+def test_exec_quote_golden(arg, quoted):
+    assert systemd_exec_quote(arg) == quoted
+
+
+@pytest.mark.parametrize("arg", NASTY + ["line\nbreak", ";"])
+def test_exec_quote_round_trip(arg):
+    assert parse_exec_line(systemd_exec_quote(arg)) == [arg]
+
+
+def test_exec_quote_refuses_nul():
+    with pytest.raises(DeployError):
+        systemd_exec_quote("a\x00b")
+
+
+def test_exec_start_is_one_literal_argv():
+    profile = load_profile("eagle3-2step", overrides={"server_args": {
+        "chat-template": "$(rm -rf /)", "json-model-override-args": '{"a": "b c"}',
+        "api-key": "100% ; `x`", "lora-paths": ["a b", "c"]}})
+    line = exec_start(profile)
+    assert '--chat-template "$$(rm -rf /)"' in line
+    assert parse_exec_line(line) == [
+        "/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", *profile.argv()]
+
+
+# -- The unit --------------------------------------------------------------------------------
+
+SANDBOX_UNIT = """\
+# Rendered by sglang-deploy from profile sandbox. Do not edit by hand:
+# change the profile and deploy again (this file is overwritten).
+[Unit]
+Description=SGLang sandbox: SGLang stand-in, TP2, on a sandbox node
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+Type=exec
+User=root
+EnvironmentFile=/etc/sglang/sglang.env
+ExecStart=/opt/sglang/venv/bin/python -m sglang.launch_server --model-path /models/tiny-standin \
+--served-model-name tiny-standin --host 0.0.0.0 --port 30000 --tp-size 2 --trust-remote-code \
+--mem-fraction-static 0.85 --context-length 4096 --cuda-graph-max-bs 32 --enable-metrics
+Restart=on-failure
+RestartSec=10
+TimeoutStartSec=1800
+TimeoutStopSec=120
+# Stop every process the server spawned (tensor-parallel workers, detokenizer), not just the
+# main one: a leftover worker keeps its GPU memory and the port.
+KillMode=control-group
+KillSignal=SIGTERM
+LimitNOFILE=1048576
+SyslogIdentifier=sglang
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def test_unit_golden_sandbox():
+    assert render_unit(load_profile("sandbox")) == SANDBOX_UNIT
+
+
+def test_unit_follows_service_settings():
+    profile = load_profile("sandbox", overrides={
+        "description": "50% of the GPUs", "service": {"name": "sglang-b", "port": 30001,
+                                                     "user": "sglang", "restart": "always"}})
+    unit = render_unit(profile, env_dir="/run/sglang")
+    for line in ["Description=SGLang sandbox: 50%% of the GPUs", "User=sglang", "Restart=always",
+                 "EnvironmentFile=/run/sglang/sglang-b.env", "SyslogIdentifier=sglang-b"]:
+        assert line + "\n" in unit
+    assert " --port 30001 " in unit
+
+
+def test_unit_refuses_an_odd_env_dir():
+    with pytest.raises(DeployError, match="env_dir"):
+        render_unit(load_profile("sandbox"), env_dir="etc/sglang env")
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
+def test_unit_passes_systemd_analyze_verify(tmp_path):
+    (tmp_path / "venv" / "bin").mkdir(parents=True)  # ExecStart's binary must exist for verify
+    (tmp_path / "venv" / "bin" / "python").symlink_to(shutil.which("python3") or sys.executable)
+    profile = load_profile("eagle3-3step", overrides={
+        "engine": {"venv": str(tmp_path / "venv")}, "description": "100% \\ 'quoted' \"too\"",
+        "server_args": {"chat-template": "$(rm -rf /) ; `x` %h", "empty": "", "list": ["a b", ";"]}})
+    unit = tmp_path / "sglang-verify.service"
+    unit.write_text(render_unit(profile))
+    result = subprocess.run(["systemd-analyze", "verify", unit.name], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "sglang-verify" not in result.stderr, result.stderr  # no warning about our unit
+
+
+# -- The start-up hook -----------------------------------------------------------------------
+
+HOOK_ENV = {"NCCL_PROTO": "LL", "PRESET": "from-profile", "ODD": "a 'b' \"c\" $HOME \\ # `d` ünï"}
+SHOW = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {sorted(HOOK_ENV)!r}}}))"
+
+
+def hook_profile():
+    return load_profile("sandbox", overrides={"env": HOOK_ENV, "secrets": {
+        "HF_TOKEN": {"from_env": "HF_TOKEN", "required": False}}})
+
+
+def run_python(python, code, extra_env, **kw):
+    env = {k: v for k, v in os.environ.items() if k not in HOOK_ENV and not k.startswith("PYTHON")}
+    result = subprocess.run([python, "-c", code], env={**env, **extra_env}, capture_output=True,
+                            text=True, timeout=60, check=True, **kw)
+    return json.loads(result.stdout)
+
+
+def test_hook_module_sets_defaults_and_preset_variables_win(tmp_path):
+    (tmp_path / f"{HOOK_MODULE}.py").write_text(render_hook_module(hook_profile()))
+    code = f"import {HOOK_MODULE}; " + SHOW
+    seen = run_python(sys.executable, code, {"PRESET": "from-process", "PYTHONPATH": str(tmp_path)})
+    assert seen == {**HOOK_ENV, "PRESET": "from-process"}
+
+
+def test_hook_module_never_holds_secrets(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_value")
+    text = render_hook_module(hook_profile())
+    assert "HF_TOKEN" not in text and "hf_secret_value" not in text
+    assert text.startswith("# Rendered by sglang-deploy from profile sandbox.")
+
+
+def test_hook_pth_runs_in_a_venv_at_start_up(tmp_path):
+    """The incident: a venv sitecustomize.py is shadowed by Debian's; a .pth is not."""
+    base = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    subprocess.run([base, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / f"{HOOK_MODULE}.py").write_text(render_hook_module(hook_profile()))
+    (Path(site) / f"{HOOK_MODULE}.pth").write_text(render_hook_pth(hook_profile()))
+    seen = run_python(python, SHOW, {"PRESET": "from-process"},
+                      cwd=tmp_path)
+    assert seen == {**HOOK_ENV, "PRESET": "from-process"}
+
+
+def test_hook_pth_golden():
+    assert render_hook_pth(load_profile("sandbox")) == (
+        "# Rendered by sglang-deploy from profile sandbox: runs the start-up hook.\n"
+        "import sglang_deploy_env\n")
+
+
+def test_templates_dir_holds_the_four_templates():
+    names = {p.name for p in templates_dir().iterdir()}
+    assert names >= {"sglang.service.j2", "sglang.env.j2", "sglang_env_hook.py.j2",
+                     "sglang_env_hook.pth.j2"}
