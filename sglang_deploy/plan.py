@@ -56,7 +56,7 @@ def plan_for(data, operator_env=None) -> NodePlan:
     return NodePlan(
         profile=profile,
         unit=unit,
-        unit_text=render_unit(profile),
+        unit_text=render_unit(profile, env_dir=env_dir),
         env_path=f"{env_dir}/{service}.env",
         env_text=render_env_file(profile, operator_env),
         secret_values=[secrets[name] for name in profile.secrets if name in secrets],
