@@ -18,3 +18,8 @@ sglang_deploy_dir = "/opt/sglang-deploy"
 env_dir = "/etc/sglang"
 # systemd units: /etc/systemd/system/<service>.service
 unit_dir = "/etc/systemd/system"
+
+# -- Deploys ---------------------------------------------------------------------------------
+# One deploy at a time per node: how long a second deploy waits before it fails saying who
+# holds the lock. The lock goes away with the deploy that holds it, however that ends.
+deploy_lock_wait_s = 600

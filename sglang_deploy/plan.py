@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import getpass
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +33,9 @@ class NodePlan:
     unit_dir: str
     wheels: list
     scripts: NodeScripts
+    lock_path: str
+    lock_wait_s: float
+    lock_holder: str
 
     @property
     def wheels_dir(self):
@@ -68,6 +73,9 @@ def plan_for(data, operator_env=None) -> NodePlan:
         unit_dir=_get(data, "unit_dir"),
         wheels=_wheel_files(profile.engine.find_links),
         scripts=NodeScripts(f"{deploy_dir}/node", unit, profile),
+        lock_path=f"/run/sglang-deploy/{service}.lock",
+        lock_wait_s=float(_get(data, "deploy_lock_wait_s")),
+        lock_holder=f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}",
     )
 
 
