@@ -23,7 +23,7 @@ setup:
 # The SGLang stand-in the sandbox profile installs, as a wheel uploaded to the nodes.
 wheels:
 	rm -rf $(WHEELS) engine-standin/build
-	$(PYTHON) -m pip wheel --quiet --no-deps --no-build-isolation engine-standin -w $(WHEELS)
+	$(PYTHON) -m pip wheel --quiet --no-deps --no-build-isolation ./engine-standin -w $(WHEELS)
 
 sandbox:
 	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES)
