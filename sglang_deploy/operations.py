@@ -186,8 +186,9 @@ class NodeScripts:
 
     def restart(self):
         service = self.profile.service
+        # Beyond TimeoutStopSec, so systemd's own SIGKILL has happened before we give up.
         return self._run("restart.py", "--unit", self.unit, "--port", service.port,
-                         "--stop-timeout", service.timeout_stop_sec)
+                         "--stop-timeout", service.timeout_stop_sec + 30)
 
     def start(self):
         return f"systemctl start {shlex.quote(self.unit)}"
@@ -211,7 +212,7 @@ def _run_steps(state, host, steps):
     for what, command in steps:
         ok, output = host.run_shell_command(StringCommand(command), print_output=True)
         if not ok:
-            cause = status.describe(output.stdout_lines + output.stderr_lines)
+            cause = status.cause_line(output.stdout_lines + output.stderr_lines)
             host.log_styled(f"{what} failed: {cause}", fg="red", log_func=logger.error)
             return False
     return True
@@ -262,7 +263,7 @@ def serving(scripts):
         return
     report = host.get_fact(WorkerEnvironment, scripts_dir=scripts.directory, unit=unit,
                            expect=profile.hook_vars())
-    if not report or not report.get("ok"):
+    if not report or report.get("status") != status.READY:
         yield FunctionCommand(_run_steps, ([("worker environment check", scripts.workers())],), {})
         return
     host.noop(f"{unit} serves {profile.model.served_name}; "

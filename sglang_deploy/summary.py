@@ -25,8 +25,8 @@ def host_row(name, data):
     serving = json.loads(probe.stdout or "{}").get("ready")
     workers = node.run(f"{plan.scripts.workers()} --json")
     report = json.loads(workers.stdout or "{}") if workers.stdout.strip().startswith("{") else {}
-    env_ok = (f"{len(report.get('workers', []))} ok" if report.get("ok")
-              else f"FAIL: {report.get('problems') or workers.stdout.strip()[:60]}")
+    env_ok = (f"{len(report['workers'])} ok" if report.get("status") == 0
+              else f"FAIL: {report.get('message') or workers.stdout.strip()[:60]}")
     return (name, profile.name, unit.get("ActiveState", "?"),
             f"{profile.model.served_name} on :{profile.service.port}" if serving else "NOT READY",
             env_ok, " ".join(profile.engine.packages), unit.get("ExecMainStartTimestamp", ""))

@@ -233,6 +233,8 @@ Wants=network-online.target
 [Service]
 Type=exec
 User=root
+# Log lines reach the journal as they are written: the readiness gate reads them live.
+Environment=PYTHONUNBUFFERED=1
 EnvironmentFile=/etc/sglang/sglang.env
 ExecStart=/opt/sglang/venv/bin/python -m sglang.launch_server --model-path /models/tiny-standin \
 --served-model-name tiny-standin --host 0.0.0.0 --port 30000 --tp-size 2 --trust-remote-code \

@@ -1,0 +1,82 @@
+"""Exit statuses shared by the on-node scripts and the controller.
+
+Each status is defined once here, with a one-line description. 0 is success,
+1 is left to Python for an unexpected error (uncaught exception), 2 is
+argparse's usage error; everything specific has its own value.
+
+    python3 status.py            # print the table
+    python3 status.py 4          # describe one status
+"""
+import argparse
+import sys
+
+READY = 0
+UNEXPECTED = 1
+USAGE = 2
+FAILED_START = 3
+TIMEOUT = 4
+HUNG = 5
+STOP_TIMEOUT = 6
+WORKER_ENV_MISMATCH = 7
+NO_WORKERS = 8
+LOCKED = 9
+
+DESCRIPTIONS = {
+    READY: "success (gate: the server is ready; restart/workers: done, all checks passed)",
+    UNEXPECTED: "unexpected error (uncaught exception)",
+    USAGE: "bad command line",
+    FAILED_START: "the start failed: main process exited, unit failed or was restarted, or could not be started",
+    TIMEOUT: "the server was not ready within the timeout",
+    HUNG: "no new journal line for too long outside the long phases; start-up looks hung",
+    STOP_TIMEOUT: "the old processes, the port or their GPU memory were not released in time",
+    WORKER_ENV_MISMATCH: "a worker process lacks an expected environment variable or has another value",
+    NO_WORKERS: "no worker process matched (unit not running, or no matching descendants)",
+    LOCKED: "another restart of this unit holds the lock",
+}
+
+NAMES = {
+    value: name
+    for name, value in list(globals().items())
+    if name.isupper() and isinstance(value, int) and value in DESCRIPTIONS
+}
+
+
+def name(code):
+    """Symbolic name of an exit status ('READY', ...), or 'EXIT_<n>' if unknown."""
+    return NAMES.get(code, "EXIT_%d" % code)
+
+
+# Markers of the one line in which a script says why it failed (gate, restart, workers). The gate
+# prints a journal excerpt after that line, so "the last line" is not it.
+CAUSE_MARKERS = ("] failed: ", "] timeout: ", "] hung: ", "] stop timeout: ", "] start failed: ",
+                 "] locked: ", "] systemctl stop failed", " is missing", ", expected ",
+                 "cannot read environment", "has no main process", "no process under main pid")
+
+
+def cause_line(lines):
+    """The line of a script's output that says why it failed (the last marked one), else the
+    last non-empty line, else ''."""
+    lines = [line.rstrip() for line in lines if line and line.strip()]
+    for line in reversed(lines):
+        if any(marker in line for marker in CAUSE_MARKERS):
+            return line.strip()
+    return lines[-1].strip() if lines else ""
+
+
+def describe(code):
+    """One line: '<code> <NAME>: <description>'."""
+    return "%d %s: %s" % (code, name(code), DESCRIPTIONS.get(code, "unknown status"))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Show the exit statuses of the on-node scripts.")
+    parser.add_argument("code", nargs="?", type=int, help="one status to describe")
+    args = parser.parse_args(argv)
+    codes = [args.code] if args.code is not None else sorted(DESCRIPTIONS)
+    for code in codes:
+        print(describe(code))
+    return READY
+
+
+if __name__ == "__main__":
+    sys.exit(main())

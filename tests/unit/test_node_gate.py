@@ -1,0 +1,319 @@
+"""The readiness gate against fake systemctl/journalctl executables and a local HTTP server
+that behaves like SGLang (port closed, then /v1/models listing with /health 503, then 200)."""
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sglang_deploy.node import gate, status
+
+NODE = Path(__file__).resolve().parents[2] / "sglang_deploy" / "node"
+
+FAKE_SYSTEMCTL = """\
+import json, os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "unit.json")) as f:
+    state = json.load(f)
+args = sys.argv[1:]
+if args[0] != "show":
+    sys.exit("fake systemctl: only show")
+for i, arg in enumerate(args):
+    if arg == "-p":
+        print("%s=%s" % (args[i + 1], state.get(args[i + 1], "")))
+"""
+
+FAKE_JOURNALCTL = """\
+import json, os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+args = sys.argv[1:]
+with open(os.path.join(here, "journalctl.calls"), "a") as f:
+    f.write(json.dumps(args) + "\\n")
+after = int(args[args.index("--after-cursor") + 1][2:]) if "--after-cursor" in args else 0
+with open(os.path.join(here, "journal.txt")) as f:
+    text = f.read()
+lines = text.split("\\n")[:-1]  # a line still being written has no newline yet
+for n, line in enumerate(lines, 1):
+    if n > after:
+        mono, _, message = line.partition("\t")
+        print(json.dumps({"__CURSOR": "s=%d" % n, "__MONOTONIC_TIMESTAMP": mono, "MESSAGE": message}))
+"""
+
+
+def write_exe(path, body):
+    path.write_text("#!%s\n%s" % (sys.executable, body))
+    path.chmod(0o755)
+    return str(path)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FakeNode:
+    """A unit state file, a journal file, fake tools and an SGLang-like HTTP server."""
+
+    def __init__(self, tmp_path, served="kimi-k2.5"):
+        self.dir = tmp_path
+        self.systemctl = write_exe(tmp_path / "systemctl", FAKE_SYSTEMCTL)
+        self.journalctl = write_exe(tmp_path / "journalctl", FAKE_JOURNALCTL)
+        self.journal = tmp_path / "journal.txt"
+        self.journal.write_text("")
+        self.port = free_port()
+        self.served = served
+        self.health = 503
+        self.ready_time = None
+        self.server = None
+        self.main = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        self.state = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running",
+                      "Result": "success", "MainPID": self.main.pid, "ExecMainStatus": 0,
+                      "ExecMainCode": 0, "NRestarts": 0, "InvocationID": "0a1b2c3d4e5f",
+                      "ExecMainStartTimestampMonotonic": int(time.monotonic() * 1e6),
+                      "ControlGroup": "/system.slice/sglang.service"}
+        self.set_state()
+
+    def set_state(self, **changes):
+        self.state.update(changes)
+        tmp = self.dir / "unit.json.tmp"
+        tmp.write_text(json.dumps(self.state))
+        os.replace(tmp, self.dir / "unit.json")
+
+    def log(self, *lines):
+        """Append journal entries stamped with CLOCK_MONOTONIC, as journald does."""
+        mono = int(time.monotonic() * 1e6)
+        with open(self.journal, "a") as f:
+            f.write("".join("%d\t%s\n" % (mono, line) for line in lines))
+
+    def open_port(self):
+        node = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path == "/v1/models":
+                    code = 200
+                    body = json.dumps({"object": "list", "data": [
+                        {"id": node.served, "object": "model", "owned_by": "sglang", "root": node.served}]})
+                elif self.path == "/health":
+                    code, body = node.health, ""
+                else:
+                    code, body = 404, ""
+                node.log('[2026-11-29 10:00:09] INFO:     127.0.0.1:51234 - "GET %s HTTP/1.1" %d' % (self.path, code))
+                data = body.encode()
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def become_ready(self):
+        self.ready_time = time.time()
+        self.health = 200
+
+    def close(self):
+        if self.server:
+            self.server.shutdown()
+            self.server.server_close()
+        self.main.kill()
+        self.main.wait()
+
+    def gate(self, *extra, timeout=20):
+        """Start gate.py as a script (as on the node); returns the Popen."""
+        argv = [sys.executable, str(NODE / "gate.py"), "--unit", "sglang.service", "--port", str(self.port),
+                "--served-name", "kimi-k2.5", "--systemctl", self.systemctl, "--journalctl", self.journalctl,
+                "--json", str(self.dir / "gate.json"), "--timeout", str(timeout)] + list(extra)
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+
+    def summary(self):
+        return json.loads((self.dir / "gate.json").read_text())
+
+
+@pytest.fixture
+def node(tmp_path):
+    n = FakeNode(tmp_path)
+    yield n
+    n.close()
+
+
+def finish(proc, limit=30):
+    out, _ = proc.communicate(timeout=limit)
+    return proc.returncode, out
+
+
+def test_ready_path_reports_phases_and_is_quick_after_readiness(node):
+    proc = node.gate("--progress-every", "0.5")
+    node.log("[2026-11-29 10:00:01] server_args=ServerArgs(model_path='/models/Kimi-K2.5-INT4', tp_size=8)")
+    time.sleep(0.5)
+    node.log("[2026-11-29 10:00:02 TP0] Load weight begin. avail mem=78.50 GB")
+    time.sleep(0.8)
+    node.log("[2026-11-29 10:00:40 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, "
+             "avail mem=21.07 GB, mem usage=57.43 GB.",
+             "[2026-11-29 10:00:41 TP0] Capture cuda graph begin. This can take up to several minutes. "
+             "avail mem=15.30 GB")
+    time.sleep(0.8)
+    node.open_port()  # warmup: /v1/models lists the model, /health 503
+    node.log("[2026-11-29 10:01:10] INFO:     Application startup complete.",
+             "[2026-11-29 10:01:10] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)")
+    time.sleep(0.4)
+    node.log('[2026-11-29 10:01:11] INFO:     127.0.0.1:40532 - "GET /get_model_info HTTP/1.1" 200 OK')
+    time.sleep(1.0)
+    node.become_ready()
+    node.log("[2026-11-29 10:01:13] The server is fired up and ready to roll!")
+    rc, out = finish(proc)
+    assert rc == status.READY, out
+    lines = out.splitlines()
+    phases = [line.split("phase: ")[1] for line in lines if "] phase: " in line]
+    print(out)
+    assert phases[:4] == ["loading weights", "capturing CUDA graphs", "HTTP server started", "warming up"]
+    assert phases[4:] in ([], ["fired up"])
+    assert any("waiting: phase" in line for line in lines)
+    assert lines[-1].startswith("ready in ") and "loading" in lines[-1] and "graphs" in lines[-1]
+    summary = node.summary()
+    assert summary["status"] == 0 and summary["status_name"] == "READY"
+    latency = summary["ready_at"] - node.ready_time
+    print("gate latency after readiness: %.3f s" % latency)
+    assert 0 <= latency < 0.5
+    # phase times come from the journal's monotonic timestamps: loading lasted 0.8 s here
+    assert 0.75 < summary["phases"]["loading"] < 0.95, summary
+    # the journal was read by invocation, not by unit name
+    calls = (node.dir / "journalctl.calls").read_text()
+    assert "_SYSTEMD_INVOCATION_ID=0a1b2c3d4e5f" in calls
+
+
+def test_models_listed_while_health_503_is_not_ready(node):
+    node.open_port()
+    node.log("[2026-11-29 10:01:10] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)")
+    rc, out = finish(node.gate("--timeout", "2"))
+    assert rc == status.TIMEOUT, out
+    assert "/health 503" in out
+    assert node.summary()["ready_at"] is None
+
+
+def test_wrong_served_name_is_not_ready(node):
+    node.served = "some-other-model"
+    node.health = 200
+    node.open_port()
+    rc, out = finish(node.gate("--timeout", "1.5"))
+    assert rc == status.TIMEOUT, out
+    assert "not 'kimi-k2.5'" in out
+
+
+def test_dying_unit_fails_fast_with_classified_cause(node):
+    proc = node.gate()
+    node.log("[2026-11-29 10:00:02 TP0] Load weight begin. avail mem=78.50 GB")
+    time.sleep(1.0)
+    node.log("[2026-11-29 10:00:30 TP3] Scheduler hit an exception: Traceback (most recent call last):",
+             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total "
+             "capacity of 94.97 GiB of which 1.12 GiB is free.",
+             "[2026-11-29 10:00:31] Received sigquit from a child process. It usually means the child failed.")
+    node.main.kill()
+    died = time.monotonic()
+    node.set_state(ActiveState="failed", SubState="failed", Result="exit-code", MainPID=0,
+                   ExecMainCode=2, ExecMainStatus=9)
+    rc, out = finish(proc)
+    detect = time.monotonic() - died
+    print("failure detected in %.2f s" % detect)
+    assert rc == status.FAILED_START, out
+    assert detect < 2.0
+    failed = [line for line in out.splitlines() if "] failed: " in line]
+    assert len(failed) == 1 and "cuda-oom" in failed[0], out
+    assert "--- last" in out and "Load weight begin" in out
+    assert node.summary()["cause"] == "cuda-oom"
+
+
+def test_systemd_restart_counts_as_death(node):
+    proc = node.gate()
+    time.sleep(0.8)
+    node.log("[2026-11-29 10:00:02 TP0] Load weight begin. avail mem=78.50 GB",
+             "sglang.service: Main process exited, code=exited, status=1/FAILURE")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        node.set_state(MainPID=other.pid, NRestarts=1, InvocationID="ffff0000")
+        rc, out = finish(proc)
+    finally:
+        other.kill()
+        other.wait()
+    assert rc == status.FAILED_START, out
+    assert "restarted by systemd" in out
+
+
+def test_already_failed_unit_reports_bad_argument(node):
+    node.log("usage: launch_server.py [-h] --model-path MODEL_PATH [--tp-size TP_SIZE]",
+             "launch_server.py: error: unrecognized arguments: --speculative-num-step 3",
+             "sglang.service: Main process exited, code=exited, status=2/INVALIDARGUMENT")
+    node.set_state(ActiveState="failed", SubState="failed", MainPID=0, ExecMainCode=1, ExecMainStatus=2)
+    start = time.monotonic()
+    rc, out = finish(node.gate())
+    assert rc == status.FAILED_START, out
+    assert time.monotonic() - start < 2.0
+    assert "bad-argument" in out and "main process exited with status 2" in out
+
+
+def test_timeout_names_last_phase_and_long_phase_is_not_hung(node):
+    node.log("[2026-11-29 10:00:02 TP0] Load weight begin. avail mem=78.50 GB")
+    rc, out = finish(node.gate("--timeout", "1.5", "--hang-after", "0.5"))
+    assert rc == status.TIMEOUT, out
+    line = [l for l in out.splitlines() if "] timeout: " in l][0]
+    assert "last phase: loading weights" in line
+    assert node.summary()["phase"] == "loading"
+
+
+def test_hang_detected_outside_long_phases_despite_probe_traffic(node):
+    node.open_port()  # /health 503 forever; each probe adds an access-log line to the journal
+    node.log("[2026-11-29 10:01:10] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)")
+    start = time.monotonic()
+    rc, out = finish(node.gate("--timeout", "20", "--hang-after", "1"))
+    assert rc == status.HUNG, out
+    assert time.monotonic() - start < 5
+    assert "hung: no new journal line" in out and "HTTP server started" in out
+
+
+def test_unit_problem_rules():
+    base = {"unit": "u", "MainPID": os.getpid(), "InvocationID": "a", "NRestarts": "0"}
+    ok = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "MainPID": str(os.getpid()),
+          "InvocationID": "a", "NRestarts": "0"}
+    assert gate.unit_problem(ok, base) is None
+    assert gate.unit_problem(dict(ok, ActiveState="activating", SubState="start"), base) is None
+    assert "auto-restart" in gate.unit_problem(dict(ok, ActiveState="activating", SubState="auto-restart"), base)
+    assert "deactivating" in gate.unit_problem(dict(ok, ActiveState="deactivating", SubState="stop-sigterm"), base)
+    assert "restarted" in gate.unit_problem(dict(ok, NRestarts="1"), base)
+    assert "restarted" in gate.unit_problem(dict(ok, InvocationID="b"), base)
+    assert "changed" in gate.unit_problem(dict(ok, MainPID="1"), base)
+    assert "not loaded" in gate.unit_problem(dict(ok, LoadState="not-found"), base)
+    killed = dict(ok, ActiveState="failed", SubState="failed", ExecMainCode="2", ExecMainStatus="9")
+    assert "killed by signal 9" in gate.unit_problem(killed, base)
+
+
+def test_probe_host_mapping():
+    assert gate.probe_host("0.0.0.0") == "127.0.0.1"
+    assert gate.probe_host("::") == "[::1]"
+    assert gate.probe_host("10.0.0.5") == "10.0.0.5"
+
+
+def test_runs_from_a_flat_directory_like_on_the_node(tmp_path):
+    flat = tmp_path / "node"
+    flat.mkdir()
+    for src in NODE.glob("*.py"):
+        if src.name != "__init__.py":
+            (flat / src.name).write_text(src.read_text())
+    for script in ("gate.py", "restart.py", "workers.py", "status.py", "sglang_log.py", "systemd.py", "procs.py"):
+        proc = subprocess.run([sys.executable, str(flat / script), "--help"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, universal_newlines=True, cwd=str(tmp_path))
+        assert proc.returncode == 0, proc.stderr
+        assert "usage:" in proc.stdout
+    proc = subprocess.run([sys.executable, str(flat / "gate.py"), "--unit", "u"], stderr=subprocess.PIPE,
+                          stdout=subprocess.PIPE, universal_newlines=True)
+    assert proc.returncode == status.USAGE

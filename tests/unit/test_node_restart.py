@@ -1,0 +1,221 @@
+"""restart.py: nvidia-smi parsing on captured output, and the stop/wait/start sequence against a
+fake systemctl and a real process tree that listens on the port."""
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sglang_deploy.node import restart, status
+
+# Captured on an H200 (driver 580.159.04) with two processes holding memory.
+SMI_NOUNITS = "478, 4614\n477, 2566\n"
+SMI_UNITS = "478, 4614 MiB\n477, 2566 MiB\n"
+SMI_HEADER = "pid, used_gpu_memory [MiB]\n478, 4614 MiB\n477, 2566 MiB\n"
+
+
+def test_parse_compute_apps_captured_formats():
+    for text in (SMI_NOUNITS, SMI_UNITS, SMI_HEADER):
+        assert restart.parse_compute_apps(text) == [(478, 4614), (477, 2566)]
+    assert restart.parse_compute_apps("") == []  # no compute apps: empty output, status 0
+    assert restart.parse_compute_apps("1234, [N/A]\n1235, [Insufficient Permissions]\n") == [(1234, None), (1235, None)]
+    assert restart.parse_compute_apps("No devices were found\n") == []
+
+
+FAKE_SYSTEMCTL = r"""
+import json, os, signal, sys
+here = os.path.dirname(os.path.abspath(__file__))
+path = os.path.join(here, "unit.json")
+state = json.load(open(path))
+args = sys.argv[1:]
+with open(os.path.join(here, "calls"), "a") as f:
+    f.write(" ".join(args) + "\n")
+if args[0] == "show":
+    for i, arg in enumerate(args):
+        if arg == "-p":
+            print("%s=%s" % (args[i + 1], state.get(args[i + 1], "")))
+    sys.exit(0)
+if args[0] == "stop":
+    if state["MainPID"]:
+        try:
+            os.killpg(state["MainPID"], signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    state.update(ActiveState="inactive", SubState="dead", MainPID=0)
+elif args[0] == "start":
+    if state.get("fail_start"):
+        sys.stderr.write("Job for sglang.service failed because the control process exited with error code.\n")
+        state.update(ActiveState="failed", SubState="failed", ExecMainCode=1, ExecMainStatus=203)
+        json.dump(state, open(path, "w"))
+        sys.exit(1)
+    state.update(ActiveState="active", SubState="running", MainPID=4242, InvocationID="newinv")
+json.dump(state, open(path, "w"))
+"""
+
+# A launcher in its own process group (like a unit's cgroup) that listens on the port and has
+# two children; with IGNORE=1 one child survives SIGTERM.
+LAUNCHER = r"""
+import os, signal, socket, subprocess, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
+body = "import signal, time\nif %r == '1': signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)"
+kids = [subprocess.Popen(["sglang::scheduler_TP%d" % i, "-c", body % (sys.argv[2] if i else "0")],
+                         executable=sys.executable) for i in range(2)]
+print(" ".join(str(k.pid) for k in kids), flush=True)
+time.sleep(60)
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Node:
+    def __init__(self, tmp_path, ignore_term=False):
+        self.dir = tmp_path
+        self.port = free_port()
+        self.systemctl = tmp_path / "systemctl"
+        self.systemctl.write_text("#!%s\n%s" % (sys.executable, FAKE_SYSTEMCTL))
+        self.systemctl.chmod(0o755)
+        self.launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(self.port), "1" if ignore_term else "0"],
+                                         stdout=subprocess.PIPE, universal_newlines=True, start_new_session=True)
+        self.kids = [int(p) for p in self.launcher.stdout.readline().split()]
+        if ignore_term:  # wait until the child really ignores SIGTERM
+            deadline = time.time() + 10
+            while not self.ignores_term(self.kids[1]) and time.time() < deadline:
+                time.sleep(0.02)
+        self.state = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running",
+                      "MainPID": self.launcher.pid, "ControlGroup": "", "InvocationID": "oldinv",
+                      "ExecMainCode": 0, "ExecMainStatus": 0}
+        self.write()
+        self.reaper = None
+
+    @staticmethod
+    def ignores_term(pid):
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("SigIgn:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+        return False
+
+    def write(self, **changes):
+        self.state.update(changes)
+        (self.dir / "unit.json").write_text(json.dumps(self.state))
+
+    def smi(self, text):
+        exe = self.dir / "nvidia-smi"
+        exe.write_text("#!/bin/sh\ncat %s\n" % (self.dir / "smi.txt"))
+        exe.chmod(0o755)
+        (self.dir / "smi.txt").write_text(text)
+        return str(exe)
+
+    def run(self, *extra, smi=None):
+        # reap the launcher when it dies, as systemd would
+        import threading
+        self.reaper = threading.Thread(target=self.launcher.wait, daemon=True)
+        self.reaper.start()
+        argv = ["--unit", "sglang.service", "--port", str(self.port), "--systemctl", str(self.systemctl),
+                "--nvidia-smi", smi or str(self.dir / "no-nvidia-smi")] + list(extra)
+        return restart.main(argv)
+
+    def close(self):
+        for pid in self.kids + [self.launcher.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.launcher.wait()
+
+
+@pytest.fixture
+def node(tmp_path):
+    n = Node(tmp_path)
+    yield n
+    n.close()
+
+
+def test_stop_wait_start(node, capsys):
+    assert node.run() == status.READY
+    out = capsys.readouterr().out
+    assert "stopping sglang.service: active/running, main pid %d, 3 processes" % node.launcher.pid in out
+    for text in ("systemctl stop returned: inactive/dead", "old processes gone", "port %d free" % node.port,
+                 "nvidia-smi not found", "started sglang.service: main pid 4242, invocation newinv"):
+        assert text in out
+    assert all(line.startswith("[") and "s] " in line for line in out.splitlines())
+    calls = (node.dir / "calls").read_text().split("\n")
+    assert [c.split()[0] for c in calls if c and not c.startswith("show")] == ["stop", "start"]
+
+
+def test_no_start_and_gpu_released(node, capsys):
+    smi = node.smi("9999999, 1024\n")  # someone else's process, not ours
+    assert node.run("--no-start", smi=smi) == status.READY
+    out = capsys.readouterr().out
+    assert "GPU memory of old processes released" in out
+    assert "note: GPU memory held by other processes: pid 9999999" in out
+    assert "not starting" in out
+    calls = (node.dir / "calls").read_text().splitlines()
+    assert [c.split()[0] for c in calls if not c.startswith("show")] == ["stop"]
+
+
+def test_failing_nvidia_smi_skips_the_gpu_check(node, tmp_path, capsys):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'\nexit 9\n")
+    smi.chmod(0o755)
+    assert node.run("--no-start", smi=str(smi)) == status.READY
+    assert "nvidia-smi failed: GPU memory check skipped" in capsys.readouterr().out
+
+
+def test_gpu_memory_still_held_is_stop_timeout(node, capsys):
+    smi = node.smi("%d, 70120\n" % node.kids[0])
+    start = time.monotonic()
+    assert node.run("--stop-timeout", "1", smi=smi) == status.STOP_TIMEOUT
+    assert time.monotonic() - start < 3
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].endswith("stop timeout: still there: GPU memory held by pid %d (70120 MiB)" % node.kids[0])
+
+
+def test_surviving_process_is_named(tmp_path, capsys):
+    node = Node(tmp_path, ignore_term=True)
+    try:
+        assert node.run("--stop-timeout", "1") == status.STOP_TIMEOUT
+        last = capsys.readouterr().out.splitlines()[-1]
+        assert "stop timeout: still there: pids %d (sglang::scheduler_TP1" % node.kids[1] in last
+    finally:
+        node.close()
+
+
+def test_foreign_listener_on_port_is_named(node, capsys):
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        node.launcher.kill()  # the unit is gone, but something else holds the port
+        node.launcher.wait()
+        node.write(ActiveState="failed", SubState="failed", MainPID=0)
+        other.bind(("127.0.0.1", node.port))
+        other.listen()
+        assert node.run("--stop-timeout", "0.5") == status.STOP_TIMEOUT
+    out = capsys.readouterr().out
+    assert "nothing to stop" in out
+    assert "port %d listening (pid %d " % (node.port, os.getpid()) in out
+
+
+def test_start_failure(node, capsys):
+    node.write(fail_start=True)
+    assert node.run() == status.FAILED_START
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert "start failed: Job for sglang.service failed" in last and "exited with status 203" in last
+
+
+def test_lock_held_elsewhere(node, tmp_path, capsys):
+    lock = tmp_path / "restart.lock"
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert node.run("--lock", str(lock)) == status.LOCKED
+    assert "locked" in capsys.readouterr().out
+    assert not (tmp_path / "calls").exists()
