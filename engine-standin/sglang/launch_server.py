@@ -1,0 +1,28 @@
+"""Launch the inference server: `python -m sglang.launch_server --model-path ... [options]`.
+
+Exit status: 0 after a SIGTERM/SIGINT stop, 2 for a bad flag (argparse) or a bad
+SGLANG_STANDIN_* knob, 1 for every start-up or runtime failure (an uncaught exception's
+traceback, a dead scheduler, a failed warmup). Whatever happens, the process tree goes
+with the launcher.
+"""
+
+import os
+import sys
+
+from sglang.srt.server_args import prepare_server_args
+from sglang.srt.utils import kill_process_tree
+
+
+def run_server(server_args) -> int:
+    from sglang.srt.entrypoints.http_server import launch_server
+
+    return launch_server(server_args)
+
+
+if __name__ == "__main__":
+    server_args = prepare_server_args(sys.argv[1:])
+    try:
+        code = run_server(server_args)
+    finally:
+        kill_process_tree(os.getpid(), include_parent=False)
+    sys.exit(code)

@@ -1,0 +1,1 @@
+"""SGLang runtime (stand-in): argument parsing, process launch, HTTP server."""

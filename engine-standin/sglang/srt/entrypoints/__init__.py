@@ -1,0 +1,1 @@
+"""Entry points: the engine (process launch) and the HTTP server."""

@@ -1,0 +1,246 @@
+"""Launching and supervising the subprocesses, as SGLang 0.5.23's engine does.
+
+* The environment SGLang sets for itself goes into os.environ BEFORE anything is spawned
+  (NCCL_CUMEM_ENABLE=0 / NCCL_NVLS_ENABLE=0 only when unset, CUDA_DEVICE_MAX_CONNECTIONS=8,
+  TRTLLM_ENABLE_PDL=1, CUTE_DSL_*, SGLANG_RUN_ID, PROMETHEUS_MULTIPROC_DIR with
+  --enable-metrics); spawned children start a fresh interpreter with exactly that
+  environment, which is what /proc/<pid>/environ of a scheduler shows.
+* Start method `spawn`; one scheduler per TP rank on this node, plus a detokenizer on
+  node 0.
+* While waiting for "ready", a scheduler that dies raises SGLang's
+  "Rank N scheduler died during initialization (exit code: X) ..." RuntimeError.
+* Afterwards a watchdog logs "Subprocess <name> (pid=P) crashed with exit code X.
+  Triggering SIGQUIT for cleanup..." and signals the launcher, which tears the tree down.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import random
+import tempfile
+import multiprocessing.connection
+import os
+import signal
+import threading
+import time
+from typing import List, Optional
+
+from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
+from sglang.srt.managers.scheduler import run_scheduler_process
+from sglang.srt.sandbox.failures import failing_local_index
+from sglang.srt.sandbox.knobs import Knobs
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils import get_free_port, kill_process_tree, set_ulimit
+
+logger = logging.getLogger(__name__)
+
+POLL_S = 0.05     # how often the main thread looks at children and signals
+SETTLE_S = 0.05   # after a child death: time for a pending SIGTERM to be seen first
+
+
+class Lifecycle:
+    """What the launcher's main thread reacts to.
+
+    stop: SIGTERM/SIGINT (systemd stop) -> clean teardown, exit 0.
+    fatal: SIGQUIT from a failing child, or a failed warmup -> teardown, exit 1.
+
+    SGLang words both signals differently once the HTTP server runs (its tokenizer manager
+    replaces the launch-phase handlers); `running_phase` selects the wording.
+    """
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.fatal = threading.Event()
+        self.running_phase = False
+
+    def install_signal_handlers(self) -> None:
+        def on_sigquit(signum, frame):
+            if self.running_phase:
+                logger.error("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+            else:
+                logger.error("Received sigquit from a child process. It usually means the child failed.")
+            self.fatal.set()
+
+        def on_stop(signum, frame):
+            if self.running_phase and not self.stop.is_set():
+                logger.warning(
+                    "SIGTERM received. signum=None frame=None. Draining requests and shutting down..."
+                )
+            self.stop.set()
+
+        signal.signal(signal.SIGQUIT, on_sigquit)
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+
+
+_prometheus_multiproc_dir = None  # kept alive (and removed at exit) like SGLang's
+
+
+def set_envs_and_config(server_args: ServerArgs) -> None:
+    """The environment and limits SGLang sets in its own process before spawning."""
+    global _prometheus_multiproc_dir
+    if "NCCL_CUMEM_ENABLE" not in os.environ:
+        os.environ["NCCL_CUMEM_ENABLE"] = "0"
+    if "NCCL_NVLS_ENABLE" not in os.environ:
+        os.environ["NCCL_NVLS_ENABLE"] = "0"
+    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"
+    if os.environ.get("TRTLLM_ENABLE_PDL", "1") != "0":
+        os.environ["TRTLLM_ENABLE_PDL"] = "1"
+    os.environ.setdefault("CUTE_DSL_LOG_LEVEL", "30")
+    os.environ.setdefault("CUTE_DSL_LOG_TO_CONSOLE", "1")
+    os.environ["SGLANG_RUN_ID"] = f"sglang-run-{time.time()}-{random.randint(0, 100000000)}"
+    if server_args.enable_metrics:
+        if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+            _prometheus_multiproc_dir = tempfile.TemporaryDirectory(dir=os.environ["PROMETHEUS_MULTIPROC_DIR"])
+        else:
+            _prometheus_multiproc_dir = tempfile.TemporaryDirectory()
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = _prometheus_multiproc_dir.name
+    set_ulimit()
+    mp.set_start_method("spawn", force=True)
+
+
+def _scheduler_died_error(rank: int, proc) -> RuntimeError:
+    proc.join(timeout=10)
+    return RuntimeError(
+        f"Rank {rank} scheduler died during initialization (exit code: {proc.exitcode}). "
+        "If exit code is -9 (SIGKILL), a common cause is the OS OOM killer. "
+        "Run `dmesg -T | grep -i oom` to check."
+    )
+
+
+class Engine:
+    """The subprocesses of one node and their supervision."""
+
+    def __init__(self, server_args: ServerArgs, knobs: Knobs, context_len: int,
+                 lifecycle: Lifecycle):
+        self.server_args = server_args
+        self.knobs = knobs
+        self.context_len = context_len
+        self.lifecycle = lifecycle
+        self.scheduler_procs: List[mp.Process] = []
+        self.scheduler_ranks: List[int] = []
+        self.readers = []
+        self.detokenizer_proc: Optional[mp.Process] = None
+        self.scheduler_infos: List[dict] = []
+
+    # ------------------------------------------------------------------ launch
+    def launch(self) -> None:
+        args = self.server_args
+        tp_per_node = args.tp_size // args.nnodes
+        ranks = range(tp_per_node * args.node_rank, tp_per_node * (args.node_rank + 1))
+        nccl_init_addr = args.dist_init_addr or f"127.0.0.1:{get_free_port()}"
+        fail_index = failing_local_index(self.knobs.fail, len(ranks))
+        for index, tp_rank in enumerate(ranks):
+            reader, writer = mp.Pipe(duplex=False)
+            gpu_id = index  # --base-gpu-id 0, --gpu-id-step 1
+            proc = mp.Process(
+                target=run_scheduler_process,
+                args=(args, self.knobs, self.context_len, tp_rank, gpu_id, index == fail_index,
+                      nccl_init_addr, writer),
+            )
+            proc.start()
+            writer.close()  # the child holds the only write end: EOF means it died
+            self.scheduler_procs.append(proc)
+            self.scheduler_ranks.append(tp_rank)
+            self.readers.append(reader)
+        if args.node_rank == 0:
+            self.detokenizer_proc = mp.Process(target=run_detokenizer_process, args=(args,))
+            self.detokenizer_proc.start()
+
+    def _named_procs(self):
+        procs = [(f"scheduler_{i}", p) for i, p in enumerate(self.scheduler_procs)]
+        if self.detokenizer_proc is not None:
+            procs.append(("detokenizer", self.detokenizer_proc))
+        return procs
+
+    # ------------------------------------------------------------------ start-up
+    def wait_for_ready(self) -> bool:
+        """Block until every scheduler reported ready. False if a stop was requested.
+
+        Raises RuntimeError (SGLang's wording) when a subprocess dies first.
+        """
+        pending = dict(enumerate(self.readers))
+        infos = {}
+        fatal_since = None
+        while pending:
+            if self.lifecycle.stop.is_set():
+                return False
+            waitables = list(pending.values()) + [p.sentinel for _, p in self._named_procs()]
+            ready = mp.connection.wait(waitables, timeout=POLL_S)
+            for index, reader in list(pending.items()):
+                if reader in ready:
+                    try:
+                        message = reader.recv()
+                    except (EOFError, OSError):
+                        continue  # the scheduler died; found below
+                    if isinstance(message, dict) and message.get("status") == "ready":
+                        infos[index] = message
+                        del pending[index]
+            dead = [(name, p) for name, p in self._named_procs() if not p.is_alive()]
+            if dead:
+                time.sleep(SETTLE_S)
+                if self.lifecycle.stop.is_set():
+                    return False
+                for index, proc in enumerate(self.scheduler_procs):
+                    if not proc.is_alive():
+                        raise _scheduler_died_error(self.scheduler_ranks[index], proc)
+                name, proc = dead[0]
+                proc.join(timeout=1)
+                logger.error(
+                    f"Subprocess {name} (pid={proc.pid}) crashed with exit code {proc.exitcode}. "
+                    "Triggering SIGQUIT for cleanup..."
+                )
+                raise RuntimeError("Initialization failed. Please see the error messages above.")
+            if self.lifecycle.fatal.is_set():
+                # A child signalled failure; its death follows within moments.
+                fatal_since = fatal_since or time.monotonic()
+                if time.monotonic() - fatal_since > 2.0:
+                    raise RuntimeError("Initialization failed. Please see the error messages above.")
+        self.scheduler_infos = [infos[i] for i in sorted(infos)]
+        return True
+
+    # ------------------------------------------------------------------ serving
+    def watch(self) -> int:
+        """Supervise the subprocesses until stop (returns 0) or failure (returns 1)."""
+        watched = {p.sentinel: (name, p) for name, p in self._named_procs()}
+        while True:
+            if self.lifecycle.stop.is_set():
+                return 0
+            if self.lifecycle.fatal.is_set():
+                return 1
+            for sentinel in mp.connection.wait(list(watched), timeout=POLL_S):
+                name, proc = watched.pop(sentinel)
+                proc.join(timeout=1)
+                time.sleep(SETTLE_S)
+                if self.lifecycle.stop.is_set():
+                    return 0
+                if proc.exitcode == 0:
+                    continue  # like SGLang's watchdog, a clean exit is not a crash
+                if proc in self.scheduler_procs:
+                    # Older SGLang releases word a lost scheduler this way; log both wordings.
+                    rank = self.scheduler_ranks[self.scheduler_procs.index(proc)]
+                    logger.error(f"Rank {rank} scheduler is dead. Please check if there are relevant logs.")
+                logger.error(
+                    f"Subprocess {name} (pid={proc.pid}) crashed with exit code {proc.exitcode}. "
+                    "Triggering SIGQUIT for cleanup..."
+                )
+                os.kill(os.getpid(), signal.SIGQUIT)
+
+    # ------------------------------------------------------------------ teardown
+    def shutdown(self, grace: float = 0.4) -> None:
+        """SIGTERM the subprocesses, give them `grace` seconds, then SIGKILL what is left
+        (including grandchildren and multiprocessing's resource tracker)."""
+        procs = [p for _, p in self._named_procs() if p.pid is not None]
+        for proc in procs:
+            if proc.is_alive():
+                try:
+                    os.kill(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace
+        for proc in procs:
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        kill_process_tree(os.getpid(), include_parent=False)
+        for proc in procs:
+            proc.join(timeout=0.5)

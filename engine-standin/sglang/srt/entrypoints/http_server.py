@@ -1,0 +1,175 @@
+"""The HTTP server and the launch sequence (SGLang's http_server.launch_server).
+
+Sequence, as in SGLang 0.5.23:
+  1. read config.json (a wrong --model-path raises OSError here: exit 1, nothing spawned);
+  2. log `server_args={...}`, set the environment, spawn the subprocesses;
+  3. wait until every scheduler is ready -- the port stays CLOSED meanwhile;
+  4. bind the port and log uvicorn's start-up lines; /v1/models, /model_info answer at
+     once, /health, /health_generate, /ping and /ready answer 503;
+  5. warmup: GET /model_info, POST a short /generate (the first forward pass takes
+     SGLANG_STANDIN_WARMUP_SECONDS), POST /freeze_gc, then log "The server is fired up and
+     ready to roll!"; /health answers 200 from then on. A failed warmup logs
+     "Initialization failed. warmup error: <traceback>" and tears the tree down (exit 1).
+  6. supervise until SIGTERM (drain running requests, clean stop, exit 0) or a dead
+     subprocess (exit 1).
+
+/health sleeps 0.05 s before answering 200 where SGLang runs a one-token generation and
+polls every 1 s: a real round trip, short enough for a 0.25 s poll interval.
+Nodes with --node-rank >= 1 serve only a dummy /health (200) on --port, like SGLang.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Optional
+
+from sglang.srt.entrypoints.engine import Engine, Lifecycle, set_envs_and_config
+from sglang.srt.entrypoints.http_api import Server, ServerState, display_url, local_url, make_server
+from sglang.srt.hf_transformers_utils import derive_context_length, get_config
+from sglang.srt.sandbox.knobs import KnobError, from_environ
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils import configure_logger, get_exception_traceback, uvicorn_log
+
+logger = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------- warmup
+def _http(method: str, url: str, body: Optional[dict] = None, timeout: float = 600):
+    """(status, body text) of one request; HTTP errors are answers, not exceptions."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def _execute_server_warmup(url: str) -> None:
+    """SGLang's warmup: wait for /model_info, one short /generate, then /freeze_gc."""
+    last_error = None
+    for _ in range(200):
+        time.sleep(0.05)  # SGLang sleeps 1 s before each try
+        try:
+            status, text = _http("GET", url + "/model_info", timeout=5)
+            if status == 200:
+                break
+            last_error = f"status={status}, text={text!r}"
+        except OSError as e:
+            last_error = e
+    else:
+        raise RuntimeError(f"/model_info did not answer: {last_error}")
+    json_data = {"sampling_params": {"temperature": 0, "max_new_tokens": 8},
+                 "text": "The capital city of France is"}
+    status, text = _http("POST", url + "/generate", json_data)
+    assert status == 200, f"{text}"
+    try:
+        _http("POST", url + "/freeze_gc", timeout=10)
+    except OSError:
+        logger.warning("post-warmup freeze_gc failed", exc_info=True)
+
+
+def _wait_and_warmup(state: ServerState, url: str, lifecycle: Lifecycle, launched: float) -> None:
+    try:
+        _execute_server_warmup(url)
+    except Exception:
+        last_traceback = get_exception_traceback()
+        logger.error(f"Initialization failed. warmup error: {last_traceback}")
+        lifecycle.fatal.set()
+        return
+    state.startup_time = round(time.monotonic() - launched, 3)
+    state.healthy = True
+    logger.info("The server is fired up and ready to roll!")
+
+
+def _drain(state: ServerState) -> None:
+    """SGLang waits for running requests after a SIGTERM, reporting every 5 s."""
+    while True:
+        rids = state.generator.active_rids()
+        logger.info(f"Gracefully exiting... Remaining number of requests {len(rids)}. "
+                    f"Remaining requests remaining_rids={rids!r}.")
+        if not rids:
+            return
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and state.generator.active_rids():
+            time.sleep(0.05)
+
+
+# ---------------------------------------------------------------------- launch
+def _bind(server_args: ServerArgs, state: ServerState, dummy: bool) -> Optional[Server]:
+    try:
+        return make_server(server_args.host, server_args.port, state, dummy)
+    except OSError as e:
+        reason = (e.strerror or str(e)).lower()
+        uvicorn_log("ERROR", f"[Errno {e.errno}] error while attempting to bind on address "
+                             f"({server_args.host!r}, {server_args.port}): {reason}")
+        return None
+
+
+def launch_server(server_args: ServerArgs) -> int:
+    """Run the server until it is stopped; returns the process exit status."""
+    configure_logger()
+    try:
+        knobs = from_environ(os.environ)
+    except KnobError as e:
+        print(f"sglang (sandbox stand-in): error: {e}", file=sys.stderr, flush=True)
+        return 2
+    server_args.check_server_args()
+    hf_config = get_config(server_args.model_path)
+    if server_args.speculative_draft_model_path:
+        get_config(server_args.speculative_draft_model_path)
+    launched = time.monotonic()
+    context_len = derive_context_length(hf_config, server_args.context_length)
+    logger.info(f"server_args={dataclasses.asdict(server_args)}")
+
+    lifecycle = Lifecycle()
+    lifecycle.install_signal_handlers()
+    set_envs_and_config(server_args)
+    engine = Engine(server_args, knobs, context_len, lifecycle)
+    engine.launch()
+    if not engine.wait_for_ready():
+        engine.shutdown()
+        return 0
+
+    dummy = server_args.node_rank != 0
+    state = ServerState(server_args, knobs, hf_config, context_len, engine.scheduler_infos)
+    server = _bind(server_args, state, dummy)
+    if server is None:
+        engine.shutdown()
+        return 1
+    uvicorn_log("INFO", f"Started server process [{os.getpid()}]")
+    uvicorn_log("INFO", "Waiting for application startup.")
+    uvicorn_log("INFO", "Application startup complete.")
+    uvicorn_log("INFO", f"Uvicorn running on {display_url(server_args.host, server_args.port)} "
+                        "(Press CTRL+C to quit)")
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     name="http-server", daemon=True).start()
+    lifecycle.running_phase = not dummy
+    if not dummy:
+        threading.Thread(target=_wait_and_warmup, name="warmup", daemon=True,
+                         args=(state, local_url(server_args.host, server_args.port), lifecycle,
+                               launched)).start()
+
+    code = engine.watch()
+    state.shutting_down = True
+    if code == 0:
+        if not dummy:
+            _drain(state)
+        uvicorn_log("INFO", "Shutting down")
+        uvicorn_log("INFO", "Waiting for application shutdown.")
+        uvicorn_log("INFO", "Application shutdown complete.")
+    server.shutdown()
+    server.server_close()  # the port closes here, before the subprocesses go
+    engine.shutdown()
+    if code == 0:
+        uvicorn_log("INFO", f"Finished server process [{os.getpid()}]")
+    return code

@@ -1,0 +1,1 @@
+"""Subprocesses: schedulers (one per TP rank) and the detokenizer."""

@@ -1,0 +1,1 @@
+"""The simulated model runner: the start-up phases a scheduler logs."""

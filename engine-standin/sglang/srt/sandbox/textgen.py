@@ -1,0 +1,67 @@
+"""Token generation at a fixed rate, so a benchmark measures SGLANG_STANDIN_TOKENS_PER_SECOND.
+
+Every request decodes independently at the configured rate (the first token after one
+token-time of "prefill"), like a GPU whose decode step time does not depend on the small
+batch. The text is a fixed cycle of words: deterministic, one word per token.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from typing import Iterator, List, Optional
+
+_WORDS = (
+    " The", " sandbox", " node", " serves", " tokens", " at", " a", " steady", " rate",
+    " so", " that", " every", " benchmark", " can", " measure", " throughput", " and",
+    " latency", " without", " a", " GPU", ".",
+)
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+
+
+def count_tokens(text: str) -> int:
+    """A rough token count (words and punctuation), at least 1 for a non-empty prompt."""
+    return max(1, len(_TOKEN_RE.findall(text))) if text else 0
+
+
+class Generator:
+    """Paces tokens and keeps the counters behind /get_load and /metrics."""
+
+    def __init__(self, tokens_per_second: float):
+        self.tokens_per_second = tokens_per_second
+        self._lock = threading.Lock()
+        self.running = 0
+        self.num_requests = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self._active = {}  # rid -> True, for "Remaining requests" while draining
+
+    def active_rids(self) -> List[str]:
+        with self._lock:
+            return list(self._active)
+
+    def tokens(self, prompt_tokens: int, max_new_tokens: int,
+               rid: Optional[str] = None) -> Iterator[str]:
+        """Yield max_new_tokens tokens, token i at start + (i + 1) / rate."""
+        interval = 1.0 / self.tokens_per_second
+        rid = rid or uuid.uuid4().hex
+        with self._lock:
+            self.running += 1
+            self.num_requests += 1
+            self.prompt_tokens_total += prompt_tokens
+            self._active[rid] = True
+        try:
+            start = time.monotonic()
+            for i in range(max_new_tokens):
+                delay = start + (i + 1) * interval - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                with self._lock:
+                    self.generation_tokens_total += 1
+                yield _WORDS[i % len(_WORDS)]
+        finally:
+            with self._lock:
+                self.running -= 1
+                self._active.pop(rid, None)
