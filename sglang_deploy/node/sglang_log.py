@@ -15,9 +15,11 @@ import sys
 PHASES = (
     ("starting", "starting", None),
     ("loading", "loading weights", r"Load weight begin"),
-    ("graphs", "capturing CUDA graphs", r"Capture cuda graph begin"),
+    # 0.5.23 says "Capture target decode CUDA graph begin."; older releases "Capture cuda graph begin".
+    ("graphs", "capturing CUDA graphs", r"Capture (?:[\w ]+ )?cuda graph begin"),
     ("http", "HTTP server started", r"Uvicorn running on|Application startup complete"),
-    ("warmup", "warming up", r'"GET /get_model_info HTTP/1\.[01]" 200'),
+    # The warmup polls /model_info (0.5.23) or /get_model_info (older releases).
+    ("warmup", "warming up", r'"GET /(?:get_)?model_info HTTP/1\.[01]" 200'),
     ("ready", "fired up", r"The server is fired up and ready to roll"),
 )
 PHASE_KEYS = tuple(key for key, _, _ in PHASES)
@@ -35,7 +37,8 @@ CAUSES = (
      r"NCCL error|ncclSystemError|ncclUnhandledCudaError|ncclInternalError|ncclInvalidUsage"
      r"|ncclRemoteError|DistBackendError"),
     ("bad-argument", "SGLang rejected a command-line argument",
-     r"error: unrecognized arguments|error: argument |error: the following arguments are required"),
+     r"error: unrecognized arguments|error: argument |error: the following arguments are required"
+     r"|error: ambiguous option"),
     ("model-missing", "model path missing or not a model directory (no config.json)",
      r"does not appear to have a file named config\.json|Can't load the configuration of"
      r"|Incorrect path_or_model_id|No such file or directory: '[^']*config\.json'"
@@ -47,7 +50,8 @@ CAUSES = (
     ("host-oom", "a process was killed by the kernel OOM killer (host RAM)",
      r"killed by the OOM killer|Failed with result 'oom-kill'"),
     ("scheduler-died", "a scheduler process died",
-     r"scheduler died during initialization|scheduler is dead|Child process unexpectedly failed"),
+     r"scheduler died during initialization|scheduler is dead|Child process unexpectedly failed"
+     r"|Subprocess scheduler_\d+ \(pid=\d+\) crashed"),
     ("exec-failed", "systemd could not execute the ExecStart command",
      r"status=203/EXEC|Failed to execute|Failed at step EXEC"),
 )

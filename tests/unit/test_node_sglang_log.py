@@ -124,3 +124,25 @@ def test_cli_on_a_file(tmp_path, capsys):
     assert sglang_log.main([str(log)]) == 0
     out = capsys.readouterr().out
     assert "line 1: phase: loading weights" in out and "cause: cuda-oom" in out
+
+
+# Lines as SGLang 0.5.23 words them (read from the release's sources).
+@pytest.mark.parametrize("line, phase", [
+    ("[2026-11-29 10:00:05 TP0] Capture target decode CUDA graph begin. backend=full, "
+     "num_tokens_per_req=1, avail mem=60.12 GB", "graphs"),
+    ("[2026-11-29 10:00:05 TP0] Capture target verify CUDA graph begin. backend=full, "
+     "num_tokens_per_req=4, avail mem=58.00 GB", "graphs"),
+    ('[2026-11-29 10:00:09] INFO:     127.0.0.1:40112 - "GET /model_info HTTP/1.1" 200 OK', "warmup"),
+])
+def test_phases_in_0_5_23_wording(line, phase):
+    assert sglang_log.phase_of(line) == phase
+
+
+@pytest.mark.parametrize("line, cause", [
+    ("sglang serve: error: ambiguous option: --cuda-graph-max-bs could match "
+     "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill", "bad-argument"),
+    ("[2026-11-29 10:00:20] Subprocess scheduler_1 (pid=4242) crashed with exit code -9. "
+     "Triggering SIGQUIT for cleanup...", "scheduler-died"),
+])
+def test_causes_in_0_5_23_wording(line, cause):
+    assert sglang_log.cause_of([line])[0] == cause

@@ -16,7 +16,7 @@ BASELINE_ENV = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"
 BASELINE_ARGV = ["--model-path", "/models/Kimi-K2.5-INT4", "--served-model-name", "kimi-k2.5",
                  "--host", "0.0.0.0", "--port", "30000",
                  "--tp-size", "8", "--trust-remote-code", "--mem-fraction-static", "0.85",
-                 "--context-length", "131072", "--cuda-graph-max-bs", "32", "--enable-metrics"]
+                 "--context-length", "131072", "--cuda-graph-max-bs-decode", "32", "--enable-metrics"]
 MINIMAL = {"description": "d", "engine": {"packages": ["sglang==0.5.23"]},
            "model": {"path": "/models/m", "served_name": "m"}}
 
@@ -106,7 +106,7 @@ def test_overrides_deep_merge():
     assert profile.service.port == 30001
     assert (profile.service.name, profile.service.host) == ("sglang", "0.0.0.0")
     assert profile.env == {**load_profile("sandbox").env, "EXTRA": "7"}
-    assert profile.server_args["tp-size"] == 1 and profile.server_args["context-length"] == 4096
+    assert profile.server_args["tp-size"] == 1 and profile.server_args["context-length"] == 512
     assert profile.engine.packages == ["sglang==0.5.24"]
     assert profile.name == "sandbox"
     assert "--port" in profile.argv() and profile.argv()[profile.argv().index("--port") + 1] == "30001"

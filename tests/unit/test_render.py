@@ -238,7 +238,7 @@ Environment=PYTHONUNBUFFERED=1
 EnvironmentFile=/etc/sglang/sglang.env
 ExecStart=/opt/sglang/venv/bin/python -m sglang.launch_server --model-path /models/tiny-standin \
 --served-model-name tiny-standin --host 0.0.0.0 --port 30000 --tp-size 2 --trust-remote-code \
---mem-fraction-static 0.85 --context-length 4096 --cuda-graph-max-bs 32 --enable-metrics
+--mem-fraction-static 0.85 --context-length 512 --cuda-graph-max-bs-decode 32 --enable-metrics
 Restart=on-failure
 RestartSec=10
 TimeoutStartSec=1800
