@@ -40,7 +40,7 @@ verify:
 demo: setup sandbox deploy verify
 	@$(PYTHON) -m sglang_deploy.summary $(INVENTORY)
 
-test-unit:
+test-unit: lint-profiles
 	$(PYTEST) tests/unit -q
 
 # End-to-end on fresh sandbox nodes, torn down even when a test fails.
@@ -54,3 +54,13 @@ test: setup test-unit test-e2e
 
 clean:
 	rm -rf build engine-standin/build .pytest_cache
+
+# Profiles: schema + NCCL lint (warnings printed; --strict makes them fatal).
+.PHONY: lint-profiles schema
+lint-profiles:
+	$(PYTHON) -m sglang_deploy.lint
+
+# JSON Schema of a profile, for editors (committed; a unit test keeps it current).
+schema:
+	$(PYTHON) -m sglang_deploy.lint --schema > schema/profile.schema.json.tmp
+	mv schema/profile.schema.json.tmp schema/profile.schema.json

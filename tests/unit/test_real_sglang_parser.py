@@ -1,0 +1,266 @@
+"""The profiles' argv against the argument parser of the real SGLang 0.5.23, and the stand-in
+(engine-standin/) against the same parser: what one accepts, the other must accept.
+
+The real SGLang lives in a venv of its own (SGLang with --no-deps, CPU torch and the light
+packages its import chain needs, every version pinned in real_sglang_requirements.txt), built
+once and kept at ~/.cache/sglang-deploy/real-sglang-venv (or $SGLANG_REAL_VENV). A marker file
+named after the pinned version and the requirements' hash says the venv is complete; without
+it the venv is built again. First build: about a minute (the wheels come from this machine's
+local index or PyPI); afterwards this module takes a few seconds.
+
+Why prepare_server_args itself is safe to call here: in 0.5.23 it only builds the parser
+(ServerArgs.add_cli_args), parses argv and wraps the namespace in a ServerArgs record. The
+model path, the config, the devices are looked at later, by ServerArgs.resolve_once(), which
+launch_server calls and this test does not. Checked: it accepts argv naming model paths that do
+not exist, on a machine without a GPU. So what is tested is argument parsing, by SGLang's own
+code, with SGLang's own exit status (2, argparse's) for an argv it rejects.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_deploy.profile import load_profile
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+STANDIN = REPO / "engine-standin"
+REQUIREMENTS = HERE / "real_sglang_requirements.txt"
+SGLANG_VERSION = "0.5.23"
+SHIPPED = ["baseline", "eagle3-2step", "eagle3-3step", "sandbox", "sandbox-eagle3"]
+BUILD_TIMEOUT_S = 1200
+
+
+# -- The real SGLang, in its own venv --------------------------------------------------------
+
+def venv_dir() -> Path:
+    configured = os.environ.get("SGLANG_REAL_VENV")
+    return Path(configured) if configured else (
+        Path.home() / ".cache" / "sglang-deploy" / "real-sglang-venv")
+
+
+def marker_name() -> str:
+    digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:12]
+    return f".ready-sglang-{SGLANG_VERSION}-{digest}"
+
+
+def base_python() -> str:
+    """A Python 3.11: SGLang's and torch's wheels here are cp311."""
+    if sys.version_info[:2] == (3, 11):
+        return sys.executable
+    found = shutil.which("python3.11")
+    if not found:
+        pytest.fail("the real-SGLang venv needs Python 3.11 (sglang 0.5.23 and torch 2.13.0 "
+                    "wheels are cp311); none found")
+    return found
+
+
+def build_venv(venv: Path) -> None:
+    if venv.exists():
+        shutil.rmtree(venv)
+    run = dict(check=True, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    try:
+        subprocess.run([base_python(), "-m", "venv", str(venv)], **run)
+        # --no-deps: SGLang's declared dependencies pull CUDA builds; the requirements file is
+        # the complete, pinned set its import chain needs.
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                        "--disable-pip-version-check", "--no-deps", "-r", str(REQUIREMENTS)],
+                       **run)
+        subprocess.run([str(venv / "bin" / "python"), "-c",
+                        "from sglang.srt.server_args import prepare_server_args"],
+                       **run, cwd="/")
+    except subprocess.CalledProcessError as exc:
+        pytest.fail(f"building the real-SGLang venv at {venv} failed: {exc.cmd}\n"
+                    f"{exc.stdout}\n{exc.stderr}")
+
+
+@pytest.fixture(scope="session")
+def real_python() -> str:
+    """The python of a venv with the real SGLang, built on first use."""
+    venv = venv_dir()
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    marker = venv / marker_name()
+    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time
+        if not marker.exists():
+            build_venv(venv)
+            marker.write_text(REQUIREMENTS.read_text())
+    return str(venv / "bin" / "python")
+
+
+def clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTHON", "SGLANG", "VIRTUAL_ENV"))}
+    return {**env, **extra}
+
+
+# -- Asking a parser -------------------------------------------------------------------------
+
+# Runs in the parser's interpreter: for each case, prepare_server_args(argv) with its exit
+# status (argparse exits 2 on a bad argv), the last line it wrote to stderr, and the fields
+# the test asks for as the parser typed them.
+PROBE = r"""
+import contextlib, io, json, sys
+from importlib import metadata
+import sglang.srt.server_args as module
+from sglang.srt.server_args import prepare_server_args
+
+cases = json.load(open(sys.argv[1]))
+results = []
+for case in cases:
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            args = prepare_server_args(case["argv"])
+    except SystemExit as exc:
+        lines = err.getvalue().strip().splitlines()
+        results.append({"exit": exc.code, "error": lines[-1] if lines else "", "fields": {}})
+        continue
+    results.append({"exit": 0, "error": "", "fields": {
+        name: getattr(args, name, "<no such field>") for name in case["fields"]}})
+try:
+    version = metadata.version("sglang")
+except metadata.PackageNotFoundError:
+    version = None
+json.dump({"module": module.__file__, "version": version, "results": results},
+          open(sys.argv[2], "w"), default=repr)
+"""
+
+
+def ask(python: str, cases: list, tmp: Path, env: dict) -> dict:
+    request, answer = tmp / "cases.json", tmp / "answer.json"
+    request.write_text(json.dumps(cases))
+    result = subprocess.run([python, "-c", PROBE, str(request), str(answer)], env=env, cwd=tmp,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return json.loads(answer.read_text())
+
+
+def expected_fields(name: str) -> dict:
+    """The ServerArgs fields a profile's argv sets, with the values the profile means."""
+    profile = load_profile(name)
+    fields = {"model_path": profile.model.path, "served_model_name": profile.model.served_name,
+              "host": profile.service.host, "port": profile.service.port}
+    for flag, value in profile.server_args.items():
+        if value is not None and value is not False:
+            fields[flag.replace("-", "_")] = value
+    return fields
+
+
+def typo(argv: list) -> list:
+    return ["--tp-sizee" if arg == "--tp-size" else arg for arg in argv]
+
+
+# Argv lists both parsers must judge alike: every shipped profile, a typo, the aliases the
+# profiles may use, a flag 0.5.23 no longer has, values of the wrong type.
+BASE = ["--model-path", "/models/m", "--served-model-name", "m", "--host", "0.0.0.0",
+        "--port", "30000"]
+PARITY = {
+    **{f"profile-{name}": lambda name=name: load_profile(name).argv() for name in SHIPPED},
+    "typo-tp-sizee": lambda: typo(load_profile("baseline").argv()),
+    "aliases": lambda: ["--model", "/models/m", "--tensor-parallel-size", "2",
+                        "--speculative-draft-model", "/models/d", "--speculative-algorithm",
+                        "EAGLE3", "--nccl-init-addr", "10.0.0.1:5000", "--nnodes", "2",
+                        "--node-rank", "1", "--watchdog-timeout", "600"],
+    # 0.5.23 split it into --cuda-graph-max-bs-decode and -prefill: an ambiguous prefix now
+    "old-cuda-graph-max-bs": lambda: BASE + ["--cuda-graph-max-bs", "32"],
+    "cuda-graph-max-bs-decode": lambda: BASE + ["--cuda-graph-max-bs-decode", "32"],
+    "context-length-suffix": lambda: BASE + ["--context-length", "128k"],
+    "bad-int": lambda: BASE + ["--tp-size", "eight"],
+    "bad-float": lambda: BASE + ["--mem-fraction-static", "most"],
+    "missing-value": lambda: BASE + ["--tp-size"],
+    "no-model-path": lambda: ["--tp-size", "2"],
+    "underscore-flag": lambda: BASE + ["--tp_size", "2"],
+}
+
+
+def parity_case(case: str) -> dict:
+    """The argv, and the fields its flags name (an alias names none: both parsers answer
+    "<no such field>")."""
+    argv = PARITY[case]()
+    return {"argv": argv, "fields": [a[2:].replace("-", "_") for a in argv if a.startswith("--")]}
+
+
+@pytest.fixture(scope="module")
+def real_answers(real_python, tmp_path_factory):
+    """The real parser's verdict on every shipped profile's argv and every parity case."""
+    cases = [{"argv": load_profile(name).argv(), "fields": list(expected_fields(name))}
+             for name in SHIPPED]
+    cases += [parity_case(case) for case in PARITY]
+    answer = ask(real_python, cases, tmp_path_factory.mktemp("real"), clean_env())
+    assert answer["version"] == SGLANG_VERSION
+    assert Path(answer["module"]).resolve().is_relative_to(venv_dir().resolve())
+    results = answer["results"]
+    n = len(SHIPPED)
+    return {"profile": dict(zip(SHIPPED, results[:n])),
+            "parity": dict(zip(PARITY, results[n:]))}
+
+
+@pytest.fixture(scope="module")
+def standin_answers(tmp_path_factory):
+    assert (STANDIN / "sglang" / "srt" / "server_args.py").is_file(), "engine-standin/ missing"
+    cases = [parity_case(case) for case in PARITY]
+    answer = ask(sys.executable, cases, tmp_path_factory.mktemp("standin"),
+                 clean_env(PYTHONPATH=str(STANDIN)))
+    assert Path(answer["module"]).is_relative_to(STANDIN)
+    return dict(zip(PARITY, answer["results"]))
+
+
+# -- The shipped profiles, by SGLang's own parser --------------------------------------------
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_real_sglang_accepts_profile_argv(real_answers, name):
+    result = real_answers["profile"][name]
+    assert result["exit"] == 0, result["error"]
+    # Each flag landed in the field the profile means, typed as the profile says (argparse
+    # also accepts unambiguous abbreviations: a truncated flag would land elsewhere).
+    assert result["fields"] == expected_fields(name)
+
+
+def test_real_sglang_rejects_a_misspelled_flag(real_python, tmp_path):
+    """The command the unit runs, with `--tp-sizee 8`: SGLang exits 2 before doing anything
+    else."""
+    argv = typo(load_profile("baseline").argv())
+    result = subprocess.run([real_python, "-m", "sglang.launch_server", *argv], env=clean_env(),
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.splitlines()[-1] == (
+        "sglang serve: error: unrecognized arguments: --tp-sizee 8")
+
+
+def test_real_sglang_has_no_cuda_graph_max_bs_any_more(real_answers):
+    """0.5.23 split it into -decode and -prefill; the old spelling stops SGLang at start."""
+    old = real_answers["parity"]["old-cuda-graph-max-bs"]
+    assert old["exit"] == 2
+    assert old["error"] == ("sglang serve: error: ambiguous option: --cuda-graph-max-bs could "
+                            "match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill")
+    assert real_answers["parity"]["cuda-graph-max-bs-decode"]["exit"] == 0
+
+
+# -- The stand-in judges argv like SGLang ----------------------------------------------------
+
+@pytest.mark.parametrize("case", list(PARITY))
+def test_standin_parser_agrees_with_real_sglang(real_answers, standin_answers, case):
+    """Same verdict, same error line, same typed values."""
+    real, standin = real_answers["parity"][case], standin_answers[case]
+    assert standin == real
+
+
+def test_standin_rejects_a_misspelled_flag(standin_answers):
+    assert standin_answers["typo-tp-sizee"]["exit"] == 2
+    assert standin_answers["typo-tp-sizee"]["error"] == (
+        "sglang serve: error: unrecognized arguments: --tp-sizee 8")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_standin_accepts_profile_argv(standin_answers, name):
+    assert standin_answers[f"profile-{name}"]["exit"] == 0, standin_answers[f"profile-{name}"]
