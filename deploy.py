@@ -50,9 +50,11 @@ hook = sglang.startup_hook(name="Start-up hook", python=plan.hook_python,
 unit = sglang.unit_file(name="systemd unit", unit=plan.unit, content=plan.unit_text,
                         unit_dir=plan.unit_dir)
 
-# 9. Restart only when what the server runs changed, then gate until it serves.
+# 9. Restart only when what the server runs changed, then gate until it serves; a start that
+#    fails its gate is rolled back to the last configuration that passed.
 sglang.restarted(name="Restart (configuration changed)", scripts=plan.scripts,
+                 hook_python=plan.hook_python, rollback=plan.rollback,
                  _if=any_changed(engine, env_file, hook, unit))
 
 # 10. Enabled and serving, with every worker carrying the profile's environment.
-sglang.serving(name="Serving", scripts=plan.scripts)
+sglang.serving(name="Serving", scripts=plan.scripts, hook_python=plan.hook_python)

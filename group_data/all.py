@@ -18,8 +18,14 @@ sglang_deploy_dir = "/opt/sglang-deploy"
 env_dir = "/etc/sglang"
 # systemd units: /etc/systemd/system/<service>.service
 unit_dir = "/etc/systemd/system"
+# Node-side state: the last configuration that passed the gate, per service.
+state_dir = "/var/lib/sglang-deploy"
 
 # -- Deploys ---------------------------------------------------------------------------------
 # One deploy at a time per node: how long a second deploy waits before it fails saying who
 # holds the lock. The lock goes away with the deploy that holds it, however that ends.
 deploy_lock_wait_s = 600
+# When a new configuration fails its readiness gate, restore the last one that passed, restart
+# on it and gate again (the deploy still fails). `--data rollback=false` leaves a failed node as
+# it is, for debugging.
+rollback = True

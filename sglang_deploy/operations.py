@@ -173,12 +173,16 @@ def unit_file(unit, content, unit_dir="/etc/systemd/system", staging_dir="/run/s
 # -- Service ---------------------------------------------------------------------------------
 
 class NodeScripts:
-    """Command lines of our on-node scripts (sglang_deploy/node/, uploaded to ``directory``)."""
+    """Command lines of our on-node scripts (sglang_deploy/node/, uploaded to ``directory``)
+    for one unit and its profile."""
 
-    def __init__(self, directory, unit, profile):
+    def __init__(self, directory, unit, profile, files, last_good_dir, wheels_dir):
         self.directory = directory
         self.unit = unit
         self.profile = profile
+        self.files = files  # role -> path of what the unit runs from (env file, unit file)
+        self.last_good_dir = last_good_dir
+        self.wheels_dir = wheels_dir
 
     def _run(self, script, *args):
         quoted = " ".join(shlex.quote(str(arg)) for arg in args)
@@ -205,66 +209,128 @@ class NodeScripts:
         expect = json.dumps(self.profile.hook_vars(), sort_keys=True)
         return self._run("workers.py", "--unit", self.unit, "--expect-json", expect)
 
+    def save_last_good(self, hook_files):
+        files = {**self.files, **hook_files}
+        args = ["save", "--dir", self.last_good_dir, "--profile", self.profile.name,
+                "--venv", self.profile.engine.venv]
+        for role, path in sorted(files.items()):
+            args += ["--file", f"{role}={path}"]
+        for pin in self.profile.engine.packages:
+            args += ["--package", pin.partition("==")[0]]
+        if self.wheels_dir:
+            args += ["--wheels-dir", self.wheels_dir]
+        return self._run("lastgood.py", *args)
 
-def _run_steps(state, host, steps):
-    """Run (what, command) steps in order, streaming their output; stop at the first failure
-    with one line saying what failed, on which host and why (the script's own cause line)."""
-    for what, command in steps:
-        ok, output = host.run_shell_command(StringCommand(command), print_output=True)
-        if not ok:
-            cause = status.cause_line(output.stdout_lines + output.stderr_lines)
-            host.log_styled(f"{what} failed: {cause}", fg="red", log_func=logger.error)
-            return False
-    return True
+    def restore_last_good(self):
+        return self._run("lastgood.py", "restore", "--dir", self.last_good_dir)
+
+
+def _run_step(host, what, command):
+    """Run one step, streaming its output; on failure log what failed and why (the script's
+    own cause line) and return (False, output)."""
+    ok, output = host.run_shell_command(StringCommand(command), print_output=True)
+    if not ok:
+        cause = status.cause_line(output.stdout_lines + output.stderr_lines)
+        host.log_styled(f"{what} failed: {cause}", fg="red", log_func=logger.error)
+    return ok, output
+
+
+def _run_steps(host, steps):
+    return all(_run_step(host, what, command)[0] for what, command in steps)
+
+
+def _serve_steps(scripts, first):
+    """Start (or restart), gate, check the workers."""
+    return [first, ("readiness gate", scripts.gate()),
+            ("worker environment check", scripts.workers())]
+
+
+def _record_last_good(host, scripts, hook_python):
+    startup = host.get_fact(InterpreterStartup, python=hook_python)
+    directory = pth_directory(startup)
+    hook_files = {"hook": f"{directory}/{HOOK_MODULE}", "hook_pth": f"{directory}/{HOOK_PTH}"}
+    return _run_steps(host, [("recording last known good", scripts.save_last_good(hook_files))])
+
+
+def _restart_or_roll_back(state, host, scripts, hook_python, rollback):
+    """Restart on the new configuration; if it does not pass the gate, put the last one that
+    did back, restart on it and gate again. Either way a failed change fails the deploy."""
+    if _run_steps(host, _serve_steps(scripts, ("restart", scripts.restart()))):
+        return _record_last_good(host, scripts, hook_python)
+    if not rollback:
+        host.log_styled("rollback disabled: the node is left as it is", fg="red",
+                        log_func=logger.error)
+        return False
+    host.log("rolling back to the last configuration that passed the gate", logger.warning)
+    ok, output = host.run_shell_command(StringCommand(scripts.restore_last_good()),
+                                        print_output=True)
+    if not ok:
+        cause = status.cause_line(output.stdout_lines + output.stderr_lines)
+        host.log_styled(f"rollback impossible: {cause}", fg="red", log_func=logger.error)
+        return False
+    previous = output.stdout_lines[-1].split()[1] if output.stdout_lines else "?"
+    if _run_steps(host, _serve_steps(scripts, ("restart", scripts.restart()))[:2]):
+        host.log_styled(f"rolled back: serving {previous} again", fg="yellow",
+                        log_func=logger.error)
+    else:
+        host.log_styled(f"rollback to {previous} failed too", fg="red", log_func=logger.error)
+    return False
 
 
 @operation(is_idempotent=False)
-def restarted(scripts):
+def restarted(scripts, hook_python, rollback=True):
     """
     Restart the server and hold the deploy until it serves: stop and wait for the old
-    processes, port and GPU memory to be released; start; readiness gate; worker environment.
+    processes, port and GPU memory to be released; start; readiness gate; worker environment;
+    then record this configuration as the node's last known good. A start that fails is rolled
+    back to the last known good (unless ``rollback`` is off) and fails the deploy.
 
     + scripts: ``NodeScripts`` for this node
+    + hook_python: interpreter whose start-up hook belongs to the configuration
+    + rollback: restore the last known good when the new configuration fails its gate
     """
-    yield FunctionCommand(_run_steps, ([
-        ("restart", scripts.restart()),
-        ("readiness gate", scripts.gate()),
-        ("worker environment check", scripts.workers()),
-    ],), {})
+    yield FunctionCommand(_restart_or_roll_back, (scripts, hook_python, rollback), {})
+
+
+def _start_and_record(state, host, scripts, hook_python):
+    return (_run_steps(host, _serve_steps(scripts, ("start", scripts.start())))
+            and _record_last_good(host, scripts, hook_python))
+
+
+def _gate_and_check(state, host, scripts):
+    return _run_steps(host, _serve_steps(scripts, ("readiness gate", scripts.gate()))[1:])
+
+
+def _check_workers(state, host, scripts):
+    return _run_steps(host, [("worker environment check", scripts.workers())])
 
 
 @operation()
-def serving(scripts):
+def serving(scripts, hook_python):
     """
     Ensure the unit is enabled and serving without touching a server that already serves:
     start and gate it when it is not active, gate it when it is active but not ready, and
     check that every scheduler carries the profile's environment.
 
     + scripts: ``NodeScripts`` for this node
+    + hook_python: interpreter whose start-up hook belongs to the configuration
     """
     unit, profile = scripts.unit, scripts.profile
     unit_state = host.get_fact(UnitState, unit=unit)
     if unit_state.get("UnitFileState") != "enabled":
         yield f"systemctl enable {shlex.quote(unit)}"
     if unit_state.get("ActiveState") not in ("active", "activating"):
-        yield FunctionCommand(_run_steps, ([
-            ("start", scripts.start()),
-            ("readiness gate", scripts.gate()),
-            ("worker environment check", scripts.workers()),
-        ],), {})
+        yield FunctionCommand(_start_and_record, (scripts, hook_python), {})
         return
     serving_now = host.get_fact(Serving, port=profile.service.port,
                                 served_name=profile.model.served_name)
     if not (serving_now and serving_now["ready"]):
-        yield FunctionCommand(_run_steps, ([
-            ("readiness gate", scripts.gate()),
-            ("worker environment check", scripts.workers()),
-        ],), {})
+        yield FunctionCommand(_gate_and_check, (scripts,), {})
         return
     report = host.get_fact(WorkerEnvironment, scripts_dir=scripts.directory, unit=unit,
                            expect=profile.hook_vars())
     if not report or report.get("status") != status.READY:
-        yield FunctionCommand(_run_steps, ([("worker environment check", scripts.workers())],), {})
+        yield FunctionCommand(_check_workers, (scripts,), {})
         return
     host.noop(f"{unit} serves {profile.model.served_name}; "
               f"{len(report['workers'])} schedulers carry the profile's environment")

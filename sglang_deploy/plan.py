@@ -36,10 +36,11 @@ class NodePlan:
     lock_path: str
     lock_wait_s: float
     lock_holder: str
+    rollback: bool
 
     @property
     def wheels_dir(self):
-        return f"{self.deploy_dir}/wheels" if self.wheels else None
+        return self.scripts.wheels_dir
 
     @property
     def node_scripts(self):
@@ -58,11 +59,15 @@ def plan_for(data, operator_env=None) -> NodePlan:
     env_dir = _get(data, "env_dir")
     secrets = profile.env_file_vars(operator_env)
     venv_python = f"{profile.engine.venv}/bin/python"
+    env_path = f"{env_dir}/{service}.env"
+    unit_path = f"{_get(data, 'unit_dir')}/{unit}"
+    wheels = _wheel_files(profile.engine.find_links)
+    wheels_dir = f"{deploy_dir}/wheels" if wheels else None
     return NodePlan(
         profile=profile,
         unit=unit,
         unit_text=render_unit(profile, env_dir=env_dir),
-        env_path=f"{env_dir}/{service}.env",
+        env_path=env_path,
         env_text=render_env_file(profile, operator_env),
         secret_values=[secrets[name] for name in profile.secrets if name in secrets],
         hook_module=render_hook_module(profile),
@@ -71,16 +76,29 @@ def plan_for(data, operator_env=None) -> NodePlan:
         deploy_dir=deploy_dir,
         env_dir=env_dir,
         unit_dir=_get(data, "unit_dir"),
-        wheels=_wheel_files(profile.engine.find_links),
-        scripts=NodeScripts(f"{deploy_dir}/node", unit, profile),
+        wheels=wheels,
+        scripts=NodeScripts(f"{deploy_dir}/node", unit, profile,
+                            files={"env": env_path, "unit": unit_path},
+                            last_good_dir=f"{_get(data, 'state_dir')}/{service}/last-good",
+                            wheels_dir=wheels_dir),
         lock_path=f"/run/sglang-deploy/{service}.lock",
         lock_wait_s=float(_get(data, "deploy_lock_wait_s")),
         lock_holder=f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}",
+        rollback=_flag(_get(data, "rollback")),
     )
 
 
 def _get(data, key):
     return data.get(key) if hasattr(data, "get") else getattr(data, key)
+
+
+def _flag(value):
+    """A boolean from host data, where `--data rollback=false` arrives as a string."""
+    if isinstance(value, str):
+        if value.lower() not in ("true", "false", "yes", "no", "1", "0"):
+            raise DeployError(f"expected true or false, got {value!r}")
+        return value.lower() in ("true", "yes", "1")
+    return bool(value)
 
 
 def _wheel_files(find_links):

@@ -20,6 +20,7 @@ STOP_TIMEOUT = 6
 WORKER_ENV_MISMATCH = 7
 NO_WORKERS = 8
 LOCKED = 9
+NO_LAST_GOOD = 10
 
 DESCRIPTIONS = {
     READY: "success (gate: the server is ready; restart/workers: done, all checks passed)",
@@ -32,6 +33,7 @@ DESCRIPTIONS = {
     WORKER_ENV_MISMATCH: "a worker process lacks an expected environment variable or has another value",
     NO_WORKERS: "no worker process matched (unit not running, or no matching descendants)",
     LOCKED: "another restart of this unit holds the lock",
+    NO_LAST_GOOD: "no configuration has passed the readiness gate on this node yet",
 }
 
 NAMES = {
