@@ -1,0 +1,181 @@
+"""Pure logic of sandbox/sandbox.py: state file, ports, process checks (no root, no nodes)."""
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+SANDBOX_PY = Path(__file__).resolve().parents[2] / "sandbox" / "sandbox.py"
+_spec = importlib.util.spec_from_file_location("sandbox_tool", SANDBOX_PY)
+sandbox = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sandbox)
+
+
+def test_node_record_ports_and_paths(tmp_path):
+    rec = sandbox.node_record(3, tmp_path, pid=42)
+    assert rec == {
+        "name": "node3", "ssh_host": "127.0.0.1", "ssh_port": 2203, "ssh_user": "root",
+        "server_port": 30003, "pid": 42,
+        "rootfs": str(tmp_path.resolve() / "nodes/node3/rootfs"),
+        "console_log": str(tmp_path.resolve() / "nodes/node3/console.log"),
+    }
+
+
+def test_ports_are_distinct_per_node(tmp_path):
+    recs = [sandbox.node_record(i, tmp_path) for i in range(1, 9)]
+    ports = [r["ssh_port"] for r in recs] + [r["server_port"] for r in recs]
+    assert len(set(ports)) == 16
+
+
+@pytest.mark.parametrize("name,index", [("node1", 1), ("node12", 12)])
+def test_node_index(name, index):
+    assert sandbox.node_index(name) == index
+
+
+@pytest.mark.parametrize("name", ["node", "nodeX", "box1", ""])
+def test_node_index_rejects(name):
+    with pytest.raises(ValueError):
+        sandbox.node_index(name)
+
+
+def test_state_round_trip_is_sorted_and_atomic(tmp_path):
+    path = tmp_path / "state.json"
+    nodes = [sandbox.node_record(i, tmp_path, pid=100 + i) for i in (10, 2, 1)]
+    sandbox.write_state(path, tmp_path / "id_ed25519", nodes)
+    state = sandbox.read_state(path)
+    assert state["key"] == str(tmp_path / "id_ed25519")
+    assert [n["name"] for n in state["nodes"]] == ["node1", "node2", "node10"]
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temp file left
+    assert json.loads(path.read_text()) == state
+
+
+def test_read_state_missing_is_empty(tmp_path):
+    assert sandbox.read_state(tmp_path / "absent.json") == {"key": None, "nodes": []}
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"key": "k"}'])
+def test_read_state_rejects_garbage(tmp_path, text):
+    path = tmp_path / "state.json"
+    path.write_text(text)
+    with pytest.raises(sandbox.SandboxError):
+        sandbox.read_state(path)
+
+
+def test_merge_nodes_replaces_by_name_and_keeps_others(tmp_path):
+    old = [sandbox.node_record(i, tmp_path, pid=i) for i in (1, 2, 3)]
+    new = [sandbox.node_record(2, tmp_path, pid=99), sandbox.node_record(4, tmp_path, pid=4)]
+    merged = sandbox.merge_nodes(old, new)
+    assert [(n["name"], n["pid"]) for n in merged] == [
+        ("node1", 1), ("node2", 99), ("node3", 3), ("node4", 4)]
+
+
+PROC_NET_TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:0899 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1
+   1: 00000000:7531 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1
+   2: 0100007F:0899 0100007F:D3A2 01 00000000:00000000 02:000A0B7C 00000000     0        0 3 1
+   3: 0100007F:8CA0 0100007F:0899 01 00000000:00000000 02:000A0B7C 00000000     0        0 4 1
+"""
+PROC_NET_TCP6 = """\
+  sl  local_address                         remote_address                        st
+   0: 00000000000000000000000001000000:08A2 00000000000000000000000000000000:0000 0A
+"""
+
+
+def test_listening_ports_only_listen_state():
+    # 0x0899 = 2201, 0x7531 = 30001 (LISTEN); 0x8CA0 is a client-side port (ESTABLISHED)
+    assert sandbox.listening_ports([PROC_NET_TCP, PROC_NET_TCP6]) == {2201, 30001, 2210}
+
+
+def fake_proc(tmp_path, pid, argv, state="S", nspid=None):
+    d = tmp_path / str(pid)
+    d.mkdir()
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (d / "stat").write_text(f"{pid} (x y) {state} 1 {pid} {pid} 0 -1\n")
+    (d / "status").write_text(f"Name:\tx\nNSpid:\t{nspid or pid}\n")
+    return tmp_path
+
+
+def test_is_node_nspawn_checks_program_machine_and_rootfs(tmp_path):
+    rootfs = "/s/nodes/node1/rootfs"
+    proc = fake_proc(tmp_path, 10, sandbox.nspawn_argv("node1", rootfs))
+    assert sandbox.is_node_nspawn(10, "node1", rootfs, proc)
+    assert not sandbox.is_node_nspawn(10, "node2", rootfs, proc)
+    assert not sandbox.is_node_nspawn(10, "node1", "/other/rootfs", proc)
+    assert not sandbox.is_node_nspawn(11, "node1", rootfs, proc)  # no such pid
+    assert not sandbox.is_node_nspawn(None, "node1", rootfs, proc)
+
+
+def test_is_node_nspawn_accepts_long_options(tmp_path):
+    proc = fake_proc(tmp_path, 10, ["/usr/bin/systemd-nspawn", "--machine=node1",
+                                    "--directory=/r", "-b"])
+    assert sandbox.is_node_nspawn(10, "node1", "/r", proc)
+
+
+def test_is_node_nspawn_rejects_other_programs_and_zombies(tmp_path):
+    fake_proc(tmp_path, 10, ["sleep", "-M", "node1", "-D", "/r"])
+    fake_proc(tmp_path, 11, sandbox.nspawn_argv("node1", "/r"), state="Z")
+    assert not sandbox.is_node_nspawn(10, "node1", "/r", tmp_path)
+    assert not sandbox.is_node_nspawn(11, "node1", "/r", tmp_path)
+
+
+def test_pid_alive(tmp_path):
+    fake_proc(tmp_path, 10, ["a"], state="R")
+    fake_proc(tmp_path, 11, ["b"], state="Z")
+    assert sandbox.pid_alive(10, tmp_path)
+    assert not sandbox.pid_alive(11, tmp_path)
+    assert not sandbox.pid_alive(12, tmp_path)
+    assert sandbox.pid_alive(os.getpid())
+
+
+def test_container_inits_finds_orphaned_container_by_root_dir(tmp_path):
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    roots = {name: tmp_path / name / "rootfs" for name in ("node1", "node2")}
+    for root in roots.values():
+        root.mkdir(parents=True)
+    for pid, nspid, root in [(20, "20\t1", roots["node1"]),    # node1's init
+                             (21, "21\t33", roots["node1"]),   # a process inside node1
+                             (22, "22\t1", roots["node2"]),    # another container's init
+                             (23, "23", tmp_path)]:            # a host process
+        fake_proc(proc, pid, ["x"], nspid=nspid)
+        (proc / str(pid) / "root").symlink_to(root)
+    assert sandbox.container_inits(roots["node1"], proc) == [20]
+    assert sandbox.container_inits(tmp_path / "absent", proc) == []
+
+
+def test_nspawn_argv_is_headless_and_unregistered():
+    argv = sandbox.nspawn_argv("node1", "/r")
+    assert argv[0] == "systemd-nspawn"
+    for opt in ("--keep-unit", "--register=no", "--console=read-only", "-b"):
+        assert opt in argv
+    assert "--private-network" not in argv
+
+
+HYBRID_MOUNTS = """\
+tmpfs /sys/fs/cgroup tmpfs rw,relatime,mode=755 0 0
+cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0
+cgroup /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
+cgroup /sys/fs/cgroup/systemd cgroup rw,relatime,name=systemd 0 0
+"""
+HYBRID_SELF = "9:name=systemd:/\n4:memory:/process_api/abc\n1:cpu:/\n0::/\n"
+
+
+def test_tracking_cgroups_hybrid_host():
+    assert sandbox.tracking_cgroups("leaf", HYBRID_MOUNTS, HYBRID_SELF) == [
+        "/sys/fs/cgroup/unified/leaf", "/sys/fs/cgroup/systemd/leaf"]
+
+
+def test_tracking_cgroups_unified_host_under_own_cgroup():
+    mounts = "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid 0 0\n"
+    assert sandbox.tracking_cgroups("leaf", mounts, "0::/user.slice/x.scope\n") == [
+        "/sys/fs/cgroup/user.slice/x.scope/leaf"]
+
+
+def test_cgroup_leaf_is_per_node_directory(tmp_path):
+    a = sandbox.cgroup_leaf(sandbox.node_record(1, tmp_path / "a"))
+    b = sandbox.cgroup_leaf(sandbox.node_record(1, tmp_path / "b"))
+    assert a.startswith("sglang-sandbox-node1-") and a != b
+    assert a == sandbox.cgroup_leaf(sandbox.node_record(1, tmp_path / "a"))
