@@ -45,9 +45,10 @@ def canonical_name(name: str) -> str:
     return "-".join(name.replace("_", "-").replace(".", "-").lower().split("-"))
 
 
-def _json_line(output):
+def _json_output(output):
+    """The JSON document a node-side command printed, or None if it printed nothing."""
     text = "\n".join(output).strip()
-    return json.loads(text.splitlines()[-1]) if text else None
+    return json.loads(text) if text else None
 
 
 class InstalledDistributions(FactBase):
@@ -61,7 +62,7 @@ class InstalledDistributions(FactBase):
         return f"! test -x {python} || {python} -c {shlex.quote(_DISTRIBUTIONS_PY)}"
 
     def process(self, output):
-        found = _json_line(output)
+        found = _json_output(output)
         if found is None:
             return None
         return {canonical_name(name): version for name, version in found.items()}
@@ -80,7 +81,7 @@ class InterpreterStartup(FactBase):
         return f"! test -x {python} || {python} -c {shlex.quote(_STARTUP_PY)}"
 
     def process(self, output):
-        return _json_line(output)
+        return _json_output(output)
 
 
 class UnitState(FactBase):
@@ -111,7 +112,7 @@ class Serving(FactBase):
         return f"python3 -c {shlex.quote(_SERVING_PY)} {args}"
 
     def process(self, output):
-        return _json_line(output)
+        return _json_output(output)
 
 
 class WorkerEnvironment(FactBase):
@@ -126,4 +127,4 @@ class WorkerEnvironment(FactBase):
                 f"--expect-json {shlex.quote(json.dumps(expect, sort_keys=True))} || true")
 
     def process(self, output):
-        return _json_line(output)
+        return _json_output(output)

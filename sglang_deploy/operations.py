@@ -75,7 +75,8 @@ def secret_file(dest, content, secret_values=(), mode="0600"):
     remote_sha1 = host.get_fact(Sha1File, path=dest)
     if remote_sha1 == hashlib.sha1(content.encode()).hexdigest():
         remote = host.get_fact(File, path=dest) or {}
-        if remote.get("mode") != int(mode, 8) or remote.get("user") != "root":
+        # pyinfra's File fact writes modes as octal digits in an int: 0600 -> 600.
+        if remote.get("mode") != int(mode) or remote.get("user") != "root":
             yield f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}"
         else:
             host.noop(f"{dest} is up to date")

@@ -36,10 +36,14 @@ Exit status (defined here, because this script runs under the venv's interpreter
     NOT_INSTALLED (4)  a named distribution is not installed (wins over DRIFT)
     2 is argparse's usage error, 1 an unexpected error (uncaught exception).
 
+RECORD is read and parsed here, not through Distribution.files: from Python 3.12 on that list
+silently leaves out the files that no longer exist (and stats every file to do so).
+
 Standard library only, Python >= 3.9.
 """
 import argparse
 import base64
+import csv
 import hashlib
 import importlib.metadata
 import json
@@ -84,12 +88,28 @@ def rel_key(path):
     return os.path.normpath(str(path)).replace(os.sep, "/")
 
 
-def record_path(dist):
+def read_record(dist):
+    """RECORD as [(path, hash mode or None, urlsafe-b64 digest or None, size or None)]; None without one."""
+    text = dist.read_text("RECORD")
+    if text is None:
+        return None
+    rows = []
+    for row in csv.reader(text.splitlines()):
+        if not row or not row[0]:
+            continue
+        mode, _, value = (row[1] if len(row) > 1 else "").partition("=")
+        size = row[2].strip() if len(row) > 2 else ""
+        rows.append((row[0], mode.lower() if value else None, value or None, int(size) if size.isdigit() else None))
+    return rows
+
+
+def record_path(dist, rows):
     """Absolute path of the distribution's RECORD file, or None."""
-    for entry in dist.files or ():
-        if entry.name == "RECORD" and entry.parent.name.endswith(".dist-info"):
-            return str(dist.locate_file(entry))
-    base = getattr(dist, "_path", None)  # a dist-info directory without RECORD in its own list
+    for path, _mode, _value, _size in rows or ():
+        parts = rel_key(path).split("/")
+        if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == "RECORD":
+            return os.path.join(site_root(dist), *parts)
+    base = getattr(dist, "_path", None)  # a dist-info directory whose RECORD does not list itself
     if base is not None and os.path.isfile(os.path.join(str(base), "RECORD")):
         return os.path.join(str(base), "RECORD")
     return None
@@ -116,49 +136,45 @@ def file_digest(path, mode, size, buf):
 
 
 def check_files(entries):
-    """entries: [(rel, abs_path, mode, b64, size_or_None)] -> [(verdict, rel, detail)] for the bad ones."""
+    """entries: [(tag, rel, abs_path, mode, b64, size_or_None)] -> [(verdict, tag, rel, detail)], bad ones only."""
     buf = bytearray(BUFFER_SIZE)
     bad = []
-    for rel, path, mode, want, size in entries:
+    for tag, rel, path, mode, want, size in entries:
         try:
             st = os.stat(path)
         except FileNotFoundError:
-            bad.append(("missing", rel, None))
+            bad.append(("missing", tag, rel, None))
             continue
         except OSError as exc:
-            bad.append(("unreadable", rel, exc.strerror or str(exc)))
+            bad.append(("unreadable", tag, rel, exc.strerror or str(exc)))
             continue
         if not os.path.isfile(path):
-            bad.append(("missing", rel, None))
+            bad.append(("missing", tag, rel, None))
             continue
         if size is not None and st.st_size != size:
-            bad.append(("modified", rel, None))
+            bad.append(("modified", tag, rel, None))
             continue
         try:
             if file_digest(path, mode, st.st_size, buf) != want:
-                bad.append(("modified", rel, None))
+                bad.append(("modified", tag, rel, None))
         except OSError as exc:
-            bad.append(("unreadable", rel, exc.strerror or str(exc)))
+            bad.append(("unreadable", tag, rel, exc.strerror or str(exc)))
     return bad
 
 
-def record_entries(dist):
-    """([(rel, abs, mode, b64, size)], skipped count) for the RECORD lines that carry a hash."""
+def record_entries(dist, rows, tag=None):
+    """([(tag, rel, abs, mode, b64, size)], skipped count) for the RECORD rows that carry a hash."""
+    root = site_root(dist)
     entries, skipped = [], 0
-    for entry in dist.files or ():
-        h = entry.hash
-        if h is None or not h.value:
+    for path, mode, value, size in rows:
+        if not value or mode not in hashlib.algorithms_available:
             skipped += 1
             continue
-        mode = h.mode.lower()
-        if mode not in hashlib.algorithms_available:
-            skipped += 1
-            continue
-        entries.append((str(entry), os.path.normpath(str(dist.locate_file(entry))), mode, h.value, entry.size))
+        entries.append((tag, path, os.path.normpath(os.path.join(root, path)), mode, value, size))
     return entries, skipped
 
 
-def top_level_dirs(dist):
+def top_level_dirs(dist, rows):
     """Top-level package directories of a distribution (names relative to site-packages)."""
     names = set()
     text = dist.read_text("top_level.txt")
@@ -166,8 +182,8 @@ def top_level_dirs(dist):
         line = line.strip().strip("/")
         if line:
             names.add(line.replace("\\", "/").split("/")[0])
-    for entry in dist.files or ():
-        parts = rel_key(entry).split("/")
+    for path, _mode, _value, _size in rows:
+        parts = rel_key(path).split("/")
         if len(parts) > 1:
             names.add(parts[0])
     root = site_root(dist)
@@ -199,13 +215,14 @@ class Owners:
             self._by_root = {}
             for dist in importlib.metadata.distributions():
                 paths = self._by_root.setdefault(site_root(dist), set())
-                paths.update(rel_key(entry) for entry in dist.files or ())
+                paths.update(rel_key(row[0]) for row in read_record(dist) or ())
         return self._by_root.get(root, set())
 
 
-def unexpected_files(dist, listed, owners):
+def unexpected_files(dist, rows, owners):
     root = site_root(dist)
-    strays = [p for top in top_level_dirs(dist) for p in py_files_under(root, top) if p not in listed]
+    listed = {rel_key(row[0]) for row in rows}
+    strays = [p for top in top_level_dirs(dist, rows) for p in py_files_under(root, top) if p not in listed]
     if strays:  # a namespace directory shared with other distributions: theirs are not strays
         others = owners.owned(root)
         strays = [p for p in strays if p not in others]
@@ -221,9 +238,9 @@ def run_checks(entries, workers):
     """
     if workers <= 1 or len(entries) <= CHUNK_FILES:
         return check_files(entries)
-    entries = sorted(entries, key=lambda e: e[4] or 0, reverse=True)
-    big = [[e] for e in entries if (e[4] or 0) > SMALL_FILE]
-    small = [e for e in entries if (e[4] or 0) <= SMALL_FILE]
+    entries = sorted(entries, key=lambda e: e[5] or 0, reverse=True)
+    big = [[e] for e in entries if (e[5] or 0) > SMALL_FILE]
+    small = [e for e in entries if (e[5] or 0) <= SMALL_FILE]
     chunks = big + [small[i:i + CHUNK_FILES] for i in range(0, len(small), CHUNK_FILES)]
     bad = []
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -232,20 +249,53 @@ def run_checks(entries, workers):
     return bad
 
 
+def check_distributions(dists, workers=DEFAULT_WORKERS, owners=None):
+    """{name: Distribution} -> {name: report without version_mismatch} (see the module docstring).
+
+    One thread pool over the files of all of them: a venv's largest files (CUDA libraries) are
+    spread over several distributions, and each file's sha256 is sequential work.
+    """
+    owners = owners or Owners()
+    records = {name: read_record(dist) for name, dist in dists.items()}
+    entries, skipped = [], {}
+    for name, dist in dists.items():
+        if records[name] is not None:
+            mine, skipped[name] = record_entries(dist, records[name], name)
+            entries += mine
+    bad = {}
+    for verdict, tag, rel, _detail in run_checks(entries, workers):
+        bad.setdefault((tag, verdict), []).append(rel)
+    checked = {}
+    for entry in entries:
+        checked[entry[0]] = checked.get(entry[0], 0) + 1
+    reports = {}
+    for name, dist in dists.items():
+        if records[name] is None:
+            reports[name] = {"version": dist.version, "record": False, "files_checked": 0, "modified": [],
+                             "missing": [], "unexpected": [], "unreadable": [], "skipped": 0}
+            continue
+        report = {"version": dist.version, "record": True, "files_checked": checked.get(name, 0),
+                  "skipped": skipped[name]}
+        for verdict in ("modified", "missing", "unreadable"):
+            report[verdict] = sorted(bad.get((name, verdict), []))
+        report["unexpected"] = unexpected_files(dist, records[name], owners)
+        reports[name] = report
+    return reports
+
+
 def check_distribution(dist, workers=DEFAULT_WORKERS, owners=None):
     """One distribution's report (see the module docstring), without version_mismatch."""
-    version = dist.version
-    if dist.files is None:
-        return {"version": version, "record": False, "files_checked": 0, "modified": [], "missing": [],
-                "unexpected": [], "unreadable": [], "skipped": 0}
-    entries, skipped = record_entries(dist)
-    bad = run_checks(entries, workers)
-    report = {"version": version, "record": True, "files_checked": len(entries), "skipped": skipped}
-    for verdict in ("modified", "missing", "unreadable"):
-        report[verdict] = sorted(rel for v, rel, _ in bad if v == verdict)
-    listed = {rel_key(entry) for entry in dist.files}
-    report["unexpected"] = unexpected_files(dist, listed, owners or Owners())
-    return report
+    return check_distributions({"": dist}, workers, owners)[""]
+
+
+def unique_names(names):
+    """Names in order, the first spelling of each distribution kept ('torch', 'Torch' -> 'torch')."""
+    seen, out = set(), []
+    for name in names:
+        if canonical(name) not in seen:
+            seen.add(canonical(name))
+            out.append(name)
+    return out
 
 
 def drifted(report):
@@ -273,18 +323,19 @@ def drift(names, pins=None, workers=DEFAULT_WORKERS, everything=False):
     started = time.monotonic()
     pins = pins or {}
     installed = installed_distributions()
-    wanted = list(dict.fromkeys(list(names) + list(pins)))
+    wanted = unique_names(list(names) + list(pins))
     if everything:
         wanted += sorted(d.metadata["Name"] for k, d in installed.items()
                          if k not in {canonical(n) for n in wanted})
-    owners = Owners()
     result = {"distributions": {}, "missing_distributions": [], "python": sys.executable}
+    found = {}
     for name in wanted:
         dist = installed.get(canonical(name))
         if dist is None:
             result["missing_distributions"].append(name)
-            continue
-        report = check_distribution(dist, workers, owners)
+        else:
+            found[name] = dist
+    for name, report in check_distributions(found, workers).items():
         if pins:
             pin = next((v for k, v in pins.items() if canonical(k) == canonical(name)), None)
             report["version_mismatch"] = (
@@ -304,7 +355,7 @@ def drift(names, pins=None, workers=DEFAULT_WORKERS, everything=False):
 def manifest(names, everything=False):
     """The --manifest report: name, version and sha256 of RECORD per distribution, with 'status'."""
     installed = installed_distributions()
-    wanted = list(dict.fromkeys(names))
+    wanted = unique_names(names)
     if everything:
         wanted += sorted(d.metadata["Name"] for k, d in installed.items()
                          if k not in {canonical(n) for n in wanted})
@@ -314,7 +365,7 @@ def manifest(names, everything=False):
         if dist is None:
             missing.append(name)
             continue
-        path = record_path(dist)
+        path = record_path(dist, read_record(dist))
         digest = None
         if path is not None:
             with open(path, "rb") as fh:
