@@ -32,7 +32,7 @@ def test_unit_is_valid_enabled_and_active(node):
 
 
 def test_port_listens_and_server_is_ready(node):
-    port = node.plan.profile.service.port
+    port = str(node.plan.profile.service.port)
     assert node.host.socket(f"tcp://0.0.0.0:{port}").is_listening
     health = node.run_ok("curl -s -o /dev/null -w '%%{http_code}' -m 5 http://127.0.0.1:%s/health", port)
     assert health.strip() == "200"
