@@ -84,3 +84,15 @@ def verify(profiles: dict) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/host",
                            "--inventory", "inventory/sandbox.py", "-q"],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+# Everything a deploy puts on a node, so a scenario can start from a node as provisioned.
+DEPLOYED_PATHS = ("/opt/sglang", "/opt/sglang-deploy", "/etc/sglang", "/var/lib/sglang-deploy",
+                  "/etc/systemd/system/sglang.service",
+                  "/etc/systemd/system/multi-user.target.wants/sglang.service")
+
+
+def wipe(node_name):
+    """Stop and remove whatever an earlier deploy left on the node."""
+    ssh(node_name, "systemctl stop sglang.service 2>/dev/null; systemctl reset-failed sglang.service "
+                   f"2>/dev/null; rm -rf {' '.join(DEPLOYED_PATHS)}; systemctl daemon-reload")

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from .sandbox import REPO_ROOT, deploy, ssh, unit_start, verify
+from .sandbox import REPO_ROOT, deploy, ssh, unit_start, verify, wipe
 
 pytestmark = pytest.mark.e2e
 
@@ -16,14 +16,21 @@ PROFILES = {"node1": "sandbox", "node2": "sandbox-eagle3"}
 
 @pytest.fixture(scope="module")
 def converged():
+    for node in PROFILES:
+        wipe(node)
     run = deploy(PROFILES)
     assert run.returncode == 0, run.output[-5000:]
     print(f"first converge of 2 nodes: {run.seconds:.1f}s")
     return run
 
 
-def write_profile(tmp_path, name, body):
-    path = tmp_path / f"{name}.yml"
+@pytest.fixture(scope="module")
+def profile_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("profiles")
+
+
+def write_profile(directory, name, body):
+    path = directory / f"{name}.yml"
     path.write_text(textwrap.dedent(body).format(profiles=REPO_ROOT / "profiles"))
     return str(path)
 
@@ -48,8 +55,8 @@ def test_verify_passes_after_converge(converged):
     assert result.returncode == 0, result.stdout[-5000:]
 
 
-def test_changing_one_nccl_value_restarts_once_and_reaches_workers(converged, tmp_path):
-    changed = write_profile(tmp_path, "nthreads", """
+def test_changing_one_nccl_value_restarts_once_and_reaches_workers(converged, profile_dir):
+    changed = write_profile(profile_dir, "node1", """
         extends: {profiles}/sandbox.yml
         env:
           NCCL_NTHREADS: 256
@@ -70,9 +77,9 @@ def test_changing_one_nccl_value_restarts_once_and_reaches_workers(converged, tm
     assert "NCCL_NTHREADS=256" in environ.split("\0")
 
 
-def test_a_comment_only_change_restarts_nothing(converged, tmp_path):
-    same = write_profile(tmp_path, "commented", """
-        # Same as sandbox with NCCL_NTHREADS 256; only this comment is new.
+def test_a_comment_only_change_restarts_nothing(converged, profile_dir):
+    same = write_profile(profile_dir, "node1", """
+        # The same profile file as before; only the comments are new.
         extends: {profiles}/sandbox.yml
         env:
           NCCL_NTHREADS: 256  # a comment
@@ -84,8 +91,8 @@ def test_a_comment_only_change_restarts_nothing(converged, tmp_path):
     assert unit_start("node1") == before
 
 
-def test_a_crashing_start_fails_the_deploy_in_seconds_with_the_journal(converged, tmp_path):
-    crashing = write_profile(tmp_path, "crash", """
+def test_a_crashing_start_fails_the_deploy_in_seconds_with_the_journal(converged, profile_dir):
+    crashing = write_profile(profile_dir, "crash", """
         extends: {profiles}/sandbox.yml
         env:
           SGLANG_STANDIN_FAIL: crash-load
