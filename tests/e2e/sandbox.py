@@ -45,17 +45,41 @@ class DeployRun:
         return self._total(3)
 
 
-def deploy(profiles: dict, limit=None, extra_env=None, args=()) -> DeployRun:
-    """Run `pyinfra inventory/sandbox.py deploy.py` with a profile per node."""
+def _deploy_command(profiles, limit, extra_env, args):
     env = {**os.environ, **(extra_env or {}),
            "SGLANG_DEPLOY_SANDBOX_PROFILES": ",".join(f"{n}={p}" for n, p in profiles.items())}
     command = [sys.executable, "-m", "pyinfra", "-y", "inventory/sandbox.py", "deploy.py", *args]
     if limit:
         command += ["--limit", limit]
+    return command, env
+
+
+def deploy(profiles: dict, limit=None, extra_env=None, args=()) -> DeployRun:
+    """Run `pyinfra inventory/sandbox.py deploy.py` with a profile per node."""
+    command, env = _deploy_command(profiles, limit, extra_env, args)
     started = time.monotonic()
     done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                           timeout=600)
     return DeployRun(done.returncode, done.stdout + done.stderr, time.monotonic() - started)
+
+
+def start_deploy(profiles: dict, limit=None, extra_env=None, args=()) -> subprocess.Popen:
+    """The same deploy, in the background; its output is read with wait_for_output."""
+    command, env = _deploy_command(profiles, limit, extra_env, args)
+    return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for_output(process: subprocess.Popen, text: str, timeout: float) -> str:
+    """Read a background deploy's output until ``text`` appears."""
+    deadline = time.monotonic() + timeout
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        if text in line:
+            return "".join(seen)
+        assert time.monotonic() < deadline, f"no {text!r} within {timeout}s:\n{''.join(seen)}"
+    raise AssertionError(f"deploy ended without {text!r}:\n{''.join(seen)}")
 
 
 def ssh(node_name, command) -> str:

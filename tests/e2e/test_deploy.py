@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from .sandbox import REPO_ROOT, deploy, ssh, unit_start, verify, wipe
+from .sandbox import (REPO_ROOT, deploy, ssh, start_deploy, unit_start, verify,
+                      wait_for_output, wipe)
 
 pytestmark = pytest.mark.e2e
 
@@ -100,11 +101,62 @@ def test_a_crashing_start_fails_the_deploy_in_seconds_with_the_journal(converged
     """)
     run = deploy({"node1": crashing}, limit="node1")
     assert run.returncode != 0
-    assert "node1" in run.output and "readiness gate failed" in run.output, run.output[-5000:]
+    assert "[node1] readiness gate failed" in run.output, run.output[-5000:]
     assert "Traceback" in run.output, "no journal excerpt in the deploy's output"
+    # The last configuration that passed (the NCCL_NTHREADS=256 profile) serves again.
+    assert "[node1] rolled back: serving node1 again" in run.output, run.output[-5000:]
+    assert verify({**PROFILES, "node1": str(profile_dir / "node1.yml")}).returncode == 0
     # The readiness timeout is 120 s: a dead start must be reported long before that.
     assert run.seconds < 60, f"took {run.seconds:.0f}s to notice a crashed start"
     print(f"crashing start reported after {run.seconds:.1f}s (deploy wall time)")
     # Back to the good profile for whatever runs next.
     restored = deploy(PROFILES)
     assert restored.returncode == 0, restored.output[-5000:]
+
+
+def test_rollback_can_be_switched_off(converged, profile_dir):
+    crashing = write_profile(profile_dir, "crash-no-rollback", """
+        extends: {profiles}/sandbox.yml
+        env:
+          SGLANG_STANDIN_FAIL: cuda-oom
+    """)
+    run = deploy({"node1": crashing}, limit="node1", args=("--data", "rollback=false"))
+    assert run.returncode != 0
+    assert "cuda-oom" in run.output and "rollback disabled" in run.output, run.output[-5000:]
+    assert deploy(PROFILES).returncode == 0
+
+
+def test_a_first_deploy_has_nothing_to_roll_back_to(converged, profile_dir):
+    crashing = write_profile(profile_dir, "warmup-fails", """
+        extends: {profiles}/sandbox.yml
+        env:
+          SGLANG_STANDIN_FAIL: warmup-fails
+    """)
+    wipe("node1")
+    run = deploy({"node1": crashing}, limit="node1")
+    assert run.returncode != 0
+    assert "warmup-failed" in run.output, run.output[-5000:]
+    assert "nothing to roll back to" in run.output, run.output[-5000:]
+    assert deploy(PROFILES).returncode == 0
+
+
+def test_a_second_deploy_waits_for_the_lock_and_a_killed_deploy_leaves_none(converged, profile_dir):
+    slow = write_profile(profile_dir, "slow", """
+        extends: {profiles}/sandbox.yml
+        env:
+          SGLANG_STANDIN_LOAD_SECONDS: 30
+    """)
+    first = start_deploy({"node1": slow}, limit="node1")
+    try:
+        wait_for_output(first, "phase: loading weights", timeout=60)
+        second = deploy(PROFILES, limit="node1", args=("--data", "deploy_lock_wait_s=2"))
+        assert second.returncode != 0
+        assert "deploy lock" in second.output and "held by" in second.output, second.output[-3000:]
+        assert f"pid {first.pid}" in second.output, second.output[-3000:]
+    finally:
+        first.kill()  # mid-gate, as an operator's laptop might die
+        first.wait()
+    started = time.monotonic()
+    third = deploy(PROFILES, limit="node1", args=("--data", "deploy_lock_wait_s=30"))
+    assert third.returncode == 0, third.output[-5000:]
+    assert "waiting up to" not in third.output or time.monotonic() - started < 30
