@@ -28,33 +28,38 @@ for local_script, remote_script in plan.node_scripts:
     files.put(name=f"On-node script {local_script.name}", src=str(local_script),
               dest=remote_script, mode="0755")
 
-# 4. Wheels the profile installs from (the sandbox's stand-in engine, or none).
+# 4. Preflight, before anything the server runs from changes: can this configuration start here?
+sglang.preflight(name="Preflight", scripts=plan.scripts,
+                 engine_ready=sglang.engine_matches(plan.profile.engine.venv,
+                                                    plan.profile.engine.packages))
+
+# 5. Wheels the profile installs from (the sandbox's stand-in engine, or none).
 for wheel in plan.wheels:
     files.put(name=f"Wheel {wheel.name}", src=str(wheel), dest=f"{plan.wheels_dir}/{wheel.name}")
 
-# 5. The engine: a venv holding exactly the profile's pinned packages.
+# 6. The engine: a venv holding exactly the profile's pinned packages.
 engine = sglang.engine(name="Engine venv and pinned packages", venv=plan.profile.engine.venv,
                        python=plan.profile.engine.python, packages=plan.profile.engine.packages,
                        wheels_dir=plan.wheels_dir)
 
-# 6. The environment file the unit loads (root only: it may hold secrets).
+# 7. The environment file the unit loads (root only: it may hold secrets).
 files.directory(name="Env directory", path=plan.env_dir, user="root", group="root", mode="0700")
 env_file = sglang.secret_file(name="Env file", dest=plan.env_path, content=plan.env_text,
                               secret_values=plan.secret_values)
 
-# 7. The start-up hook: the same variables in any Python started by hand from the venv.
+# 8. The start-up hook: the same variables in any Python started by hand from the venv.
 hook = sglang.startup_hook(name="Start-up hook", python=plan.hook_python,
                            module_text=plan.hook_module, pth_text=plan.hook_pth)
 
-# 8. The systemd unit, verified before it is installed; daemon-reload only when it changed.
+# 9. The systemd unit, verified before it is installed; daemon-reload only when it changed.
 unit = sglang.unit_file(name="systemd unit", unit=plan.unit, content=plan.unit_text,
                         unit_dir=plan.unit_dir)
 
-# 9. Restart only when what the server runs changed, then gate until it serves; a start that
+# 10. Restart only when what the server runs changed, then gate until it serves; a start that
 #    fails its gate is rolled back to the last configuration that passed.
 sglang.restarted(name="Restart (configuration changed)", scripts=plan.scripts,
                  hook_python=plan.hook_python, rollback=plan.rollback,
                  _if=any_changed(engine, env_file, hook, unit))
 
-# 10. Enabled and serving, with every worker carrying the profile's environment.
+# 11. Enabled and serving, with every worker carrying the profile's environment.
 sglang.serving(name="Serving", scripts=plan.scripts, hook_python=plan.hook_python)

@@ -128,3 +128,17 @@ class WorkerEnvironment(FactBase):
 
     def process(self, output):
         return _json_output(output)
+
+
+class Preflight(FactBase):
+    """
+    The outcome of our preflight script run on the node: ``{"status": exit status, "lines":
+    [its output lines]}``. The command is built by ``NodeScripts.preflight``.
+    """
+
+    def command(self, command):
+        return f"{command}; echo \"exit=$?\""
+
+    def process(self, output):
+        *lines, last = output
+        return {"status": int(last.split("=", 1)[1]), "lines": lines}

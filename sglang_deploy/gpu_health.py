@@ -193,7 +193,7 @@ def link_kind(matrix: Matrix) -> str:
     return "mixed"
 
 
-def pcie_tuned(env: Mapping[str, str]) -> bool:
+def is_pcie_tuned(env: Mapping[str, str]) -> bool:
     """Whether a profile's environment carries PCIe-only NCCL tuning (the set from the incident:
     NCCL_P2P_LEVEL past NVLink, or a forced NCCL_PROTO / NCCL_ALGO / NCCL_MAX_NCHANNELS)."""
     level = env.get("NCCL_P2P_LEVEL", "").strip().upper()

@@ -19,7 +19,7 @@ from pyinfra.api.command import FileUploadCommand
 from pyinfra.facts.files import File, FileContents, Sha1File
 from pyinfra.operations import files
 
-from .facts import (InstalledDistributions, InterpreterStartup, Serving, UnitState,
+from .facts import (InstalledDistributions, InterpreterStartup, Preflight, Serving, UnitState,
                     WorkerEnvironment, canonical_name)
 from .node import status
 
@@ -171,6 +171,37 @@ def unit_file(unit, content, unit_dir="/etc/systemd/system", staging_dir="/run/s
     yield "systemctl daemon-reload"
 
 
+# -- Preflight -------------------------------------------------------------------------------
+
+@operation()
+def preflight(scripts, engine_ready):
+    """
+    Check, before anything on the node changes, that this configuration can start there: the
+    engine's own parser accepts the argv (when the pinned engine is already installed; the
+    restart repeats it after an install), model paths, GPUs, port, free disk. A check only:
+    never a change.
+
+    + scripts: ``NodeScripts`` for this node
+    + engine_ready: whether the venv already holds the pinned engine
+    """
+    if host.get_fact(File, path=f"{scripts.directory}/preflight.py") is None:
+        host.noop("preflight runs once our scripts are on the node (a dry run of a first deploy)")
+        return
+    python = f"{scripts.profile.engine.venv}/bin/python" if engine_ready else "python3"
+    result = host.get_fact(Preflight, command=scripts.preflight(python, argv_check=engine_ready))
+    if result["status"] != status.READY:
+        yield FunctionCommand(_fail, ("preflight failed: " + "; ".join(
+            line.split(": ", 1)[1] for line in result["lines"] if line.startswith("preflight failed")),), {})
+        return
+    host.noop("; ".join(result["lines"]))
+
+
+def engine_matches(venv, packages):
+    """Whether the venv already holds exactly the pinned packages (a fact read)."""
+    installed = host.get_fact(InstalledDistributions, venv=venv)
+    return installed is not None and not any(_pin_differs(pin, installed) for pin in packages)
+
+
 # -- Service ---------------------------------------------------------------------------------
 
 class NodeScripts:
@@ -222,6 +253,17 @@ class NodeScripts:
             args += ["--wheels-dir", self.wheels_dir]
         return self._run("lastgood.py", *args)
 
+    def preflight(self, python="python3", argv_check=True):
+        args = self.profile.server_args
+        gpus = (int(args.get("tp-size") or args.get("tensor-parallel-size") or 1)
+                * int(args.get("pp-size") or args.get("pipeline-parallel-size") or 1)
+                // int(args.get("nnodes") or 1))
+        flags = [] if argv_check else ["--no-argv"]
+        quoted = " ".join(shlex.quote(str(arg)) for arg in [
+            "--unit", self.unit, "--argv-json", json.dumps(self.profile.argv()),
+            "--gpus-needed", max(gpus, 1), "--disk-path", self.profile.engine.venv, *flags])
+        return f"{shlex.quote(python)} {shlex.quote(self.directory)}/preflight.py {quoted}"
+
     def restore_last_good(self):
         return self._run("lastgood.py", "restore", "--dir", self.last_good_dir)
 
@@ -254,8 +296,16 @@ def _record_last_good(host, scripts, hook_python):
 
 
 def _restart_or_roll_back(state, host, scripts, hook_python, rollback):
-    """Restart on the new configuration; if it does not pass the gate, put the last one that
-    did back, restart on it and gate again. Either way a failed change fails the deploy."""
+    """Preflight, then restart on the new configuration; if it does not pass the gate, put the
+    last one that did back, restart on it and gate again. Either way a failed change fails the
+    deploy. A failed preflight stops nothing: the files go back and the server keeps serving."""
+    venv_python = f"{scripts.profile.engine.venv}/bin/python"
+    if not _run_steps(host, [("preflight", scripts.preflight(venv_python))]):
+        ok, _ = _run_step(host, "restoring the last known good files", scripts.restore_last_good())
+        if ok:
+            host.log_styled("nothing was stopped: the running server is untouched", fg="yellow",
+                            log_func=logger.error)
+        return False
     if _run_steps(host, _serve_steps(scripts, ("restart", scripts.restart()))):
         return _record_last_good(host, scripts, hook_python)
     if not rollback:

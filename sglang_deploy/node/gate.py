@@ -16,9 +16,15 @@ Output lines (elapsed seconds since the unit's main process started):
     [ 305.0s] hung: no new journal line for 300s in phase warming up; http: /health 503
 failures are followed by '--- last N journal lines of this start ---', the lines, and '---'.
 Exit status: see status.py (READY, FAILED_START, TIMEOUT, HUNG).
+
+Without systemd (a GPU box, a test): `--pid PID --log FILE` gates a plain process instead of a
+unit, with the same phases, causes and readiness rules: the process being alive stands for the
+unit being active, the lines of its log file (its stdout and stderr) for the journal.
+    python3 gate.py --pid 4242 --log /tmp/server.log --port 30000 --served-name x --timeout 120
 """
 import argparse
 import json
+import os
 import threading
 import time
 import urllib.error
@@ -127,28 +133,181 @@ def unit_problem(show, base):
     return None
 
 
+class UnitWatch:
+    """What the gate watches by default: a systemd unit (`systemctl show`) and its journal."""
+
+    source = "journal"
+
+    def __init__(self, unit, systemctl=systemd.SYSTEMCTL, journalctl=systemd.JOURNALCTL, since_cursor=None):
+        self.unit, self.systemctl, self.journalctl = unit, systemctl, journalctl
+        self.since_cursor = since_cursor
+        self.matches = None
+
+    @property
+    def label(self):
+        return self.unit
+
+    def show(self):
+        return systemd.unit_show(self.unit, systemctl=self.systemctl)
+
+    def begin(self, show):
+        """Select the lines of the start being gated."""
+        self.matches = ["-u", self.unit] if self.since_cursor else systemd.start_matches(self.unit, show)
+
+    def read(self, cursor):
+        """([(monotonic seconds or None, line)], cursor) of the lines after cursor."""
+        return systemd.journal_read(self.matches, cursor, journalctl=self.journalctl)
+
+    def problem(self, show, base):
+        return unit_problem(show, base)
+
+    def no_start(self, show):
+        """(problem, cause key) when there is no start to gate at all, else None."""
+        if show.get("LoadState", "loaded") != "loaded":
+            return unit_problem(show, {"unit": self.unit}), "unit-not-loaded"
+        if systemd.as_int(show.get("ExecMainStartTimestampMonotonic")) <= 0:
+            return "unit %s has not been started" % self.unit, "not-started"
+        return None
+
+    def state(self, show):
+        return "unit %s/%s" % (show.get("ActiveState"), show.get("SubState"))
+
+
+def parse_exit_code(stat_text):
+    """The waitpid()-style exit status in /proc/PID/stat (field 52, Linux >= 3.5; set once the
+    process is a zombie), or None where the kernel does not give it."""
+    fields = stat_text.rpartition(")")[2].split()  # fields[0] is field 3 (state)
+    try:
+        return int(fields[49])
+    except (IndexError, ValueError):
+        return None
+
+
+def exit_props(wait_status):
+    """systemd's ExecMainCode/ExecMainStatus for a waitpid()-style status (None: unknown)."""
+    if wait_status is None:
+        return {"ExecMainCode": "0", "ExecMainStatus": "0"}
+    if wait_status & 0x7F == 0:
+        return {"ExecMainCode": "1", "ExecMainStatus": str((wait_status >> 8) & 0xFF)}
+    return {"ExecMainCode": "3" if wait_status & 0x80 else "2", "ExecMainStatus": str(wait_status & 0x7F)}
+
+
+class ProcessWatch:
+    """A plain process instead of a unit: alive = active, its log file = its journal.
+
+    show() answers in systemctl's terms (LoadState, ActiveState, MainPID, ExecMain*...) so that
+    the gate's rules apply unchanged. A process that died is a zombie until its parent reaps it:
+    its exit status is read from /proc/PID/stat then. Log lines are handed over whole (a line
+    still being written waits for its newline, unless the process is gone).
+    """
+
+    source = "log"
+
+    def __init__(self, pid, log, proc=procs.PROC):
+        self.pid, self.log, self.proc = pid, log, proc
+        stat = procs.read_stat(pid, proc)
+        self.starttime = stat["starttime"] if stat else None
+
+    @property
+    def label(self):
+        return "pid %d (log %s)" % (self.pid, self.log)
+
+    def _stat_text(self):
+        try:
+            with open("%s/%d/stat" % (self.proc, self.pid)) as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def started_monotonic_us(self):
+        """When the process started, on CLOCK_MONOTONIC (stat counts clock ticks since boot)."""
+        if self.starttime is None:
+            return 0
+        since_boot = self.starttime / float(os.sysconf("SC_CLK_TCK"))
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot
+        return max(0, int((time.monotonic() - age) * 1e6))
+
+    def alive(self):
+        return self.starttime is not None and procs.alive(self.pid, self.starttime, self.proc)
+
+    def show(self):
+        props = {"LoadState": "loaded", "MainPID": str(self.pid), "InvocationID": "", "NRestarts": "0",
+                 "ExecMainStartTimestampMonotonic": str(self.started_monotonic_us())}
+        if self.alive():
+            props.update(ActiveState="active", SubState="running", **exit_props(None))
+            return props
+        wait_status = None
+        text = self._stat_text() if self.starttime is not None else None
+        if text is not None:
+            try:
+                if procs.parse_stat(text)["starttime"] == self.starttime:  # not a reused pid
+                    wait_status = parse_exit_code(text)
+            except (ValueError, IndexError):
+                pass
+        props.update(ActiveState="failed", SubState="dead", **exit_props(wait_status))
+        return props
+
+    def begin(self, show):
+        pass
+
+    def read(self, cursor):
+        offset = int(cursor or 0)
+        try:
+            with open(self.log, "rb") as f:
+                if os.fstat(f.fileno()).st_size < offset:  # truncated: start over
+                    offset = 0
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            return [], cursor
+        end = len(data) if not self.alive() else data.rfind(b"\n") + 1
+        text = data[:end].decode("utf-8", "replace")
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        return [(None, line.rstrip("\r")) for line in lines], offset + end
+
+    def problem(self, show, base):
+        if show.get("ActiveState") == "active":
+            return None
+        if show.get("ExecMainCode", "0") == "0":
+            return "process %d is gone (exit status unknown: already reaped)" % self.pid
+        return "process %d is gone (%s)" % (self.pid, systemd.describe_exit(show))
+
+    def no_start(self, show):
+        if self.starttime is None:
+            return "process %d does not exist" % self.pid, "no-process"
+        return None
+
+    def state(self, show):
+        return "process alive" if show.get("ActiveState") == "active" else "process gone"
+
+
 class Gate:
-    def __init__(self, args):
+    def __init__(self, args, watch=None):
         self.args = args
+        if watch is None:
+            watch = ProcessWatch(args.pid, args.log) if args.pid is not None else \
+                UnitWatch(args.unit, args.systemctl, args.journalctl, args.since_cursor)
+        self.watch = watch
         self.lines = []  # start-up lines of this start (probe access lines left out)
         self.cursor = args.since_cursor
         self.phase, self.phase_entered, self.phase_times = "starting", None, {}
         self.journal_error = False
 
     def show(self):
-        return systemd.unit_show(self.args.unit, systemctl=self.args.systemctl)
+        return self.watch.show()
 
     def stamp(self, mono=None):
         return "[%6.1fs]" % (((mono or time.monotonic()) - self.t0))
 
     def read_journal(self):
         try:
-            entries, self.cursor = systemd.journal_read(self.matches, self.cursor,
-                                                        journalctl=self.args.journalctl)
+            entries, self.cursor = self.watch.read(self.cursor)
         except (OSError, systemd.subprocess.SubprocessError) as exc:
             if not self.journal_error:
                 self.journal_error = True
-                say("%s warning: cannot read the journal: %s" % (self.stamp(), exc))
+                say("%s warning: cannot read the %s: %s" % (self.stamp(), self.watch.source, exc))
             return
         now = time.monotonic()
         for mono, line in entries:
@@ -184,7 +343,7 @@ class Gate:
             say("ready in %.1fs (phase times: %s)" % (
                 elapsed, ", ".join("%s %.1fs" % kv for kv in phases.items() if kv[0] != "ready")))
         elif tail:
-            say("--- last %d journal lines of this start ---" % len(excerpt))
+            say("--- last %d %s lines of this start ---" % (len(excerpt), self.watch.source))
             for line in excerpt:
                 say(line)
             say("---")
@@ -192,7 +351,7 @@ class Gate:
             summary = {"status": code, "status_name": status.name(code), "cause": cause,
                        "cause_text": cause_text, "elapsed_s": elapsed, "phases": phases,
                        "phase": self.phase, "ready_at": self.probe.ready_at,
-                       "unit": self.args.unit, "main_pid": self.base.get("MainPID"),
+                       "unit": self.args.unit, "log": self.args.log, "main_pid": self.base.get("MainPID"),
                        "invocation_id": self.base.get("InvocationID"),
                        "journal_tail": excerpt if code != status.READY else []}
             with open(self.args.json, "w") as f:
@@ -224,20 +383,16 @@ class Gate:
         start = systemd.as_int(show.get("ExecMainStartTimestampMonotonic")) / 1e6
         self.t0 = start if 0 < start <= t_gate else t_gate
         self.phase_entered = self.last_activity = self.t0
-        self.base = {"unit": a.unit, "MainPID": systemd.as_int(show.get("MainPID")),
+        self.base = {"unit": self.watch.label, "MainPID": systemd.as_int(show.get("MainPID")),
                      "InvocationID": show.get("InvocationID", ""), "NRestarts": show.get("NRestarts", "0")}
-        self.matches = ["-u", a.unit] if a.since_cursor else systemd.start_matches(a.unit, show)
+        self.watch.begin(show)
         self.probe = HttpProbe(a.host, a.port, a.served_name, a.interval, a.http_timeout, a.health_timeout)
         self.last_show = show
-        problem = unit_problem(show, self.base)
+        problem = self.watch.problem(show, self.base)
         if problem:
-            if show.get("LoadState", "loaded") != "loaded":
-                return self.fail_start(problem, "unit-not-loaded")
-            if start <= 0:
-                return self.fail_start("unit %s has not been started" % a.unit, "not-started")
-            return self.fail_start(problem)
+            return self.fail_start(*(self.watch.no_start(show) or (problem,)))
         say("%s gating %s: main pid %d, http://%s:%d, served name %r, timeout %ss" % (
-            self.stamp(), a.unit, self.base["MainPID"], a.host, a.port, a.served_name, a.timeout))
+            self.stamp(), self.watch.label, self.base["MainPID"], a.host, a.port, a.served_name, a.timeout))
         self.read_journal()
         self.probe.start()
         next_beat = time.monotonic() + a.progress_every
@@ -246,7 +401,7 @@ class Gate:
                 self.read_journal()
                 return self.finish(status.READY)
             show = self.last_show = self.show()
-            problem = unit_problem(show, self.base)
+            problem = self.watch.problem(show, self.base)
             if problem:
                 return self.fail_start(problem)
             self.read_journal()
@@ -258,21 +413,25 @@ class Gate:
                 return self.finish(status.TIMEOUT, "timeout", "last phase: " + in_phase, tail=True)
             quiet = now - self.last_activity
             if quiet >= a.hang_after and self.phase not in sglang_log.LONG_PHASES:
-                say("%s hung: no new journal line for %.0fs in phase %s; http: %s" % (
-                    self.stamp(now), quiet, sglang_log.PHASE_LABELS[self.phase], self.probe.state))
-                return self.finish(status.HUNG, "hung", "no journal line for %.0fs in phase %s" % (
-                    quiet, self.phase), tail=True)
+                say("%s hung: no new %s line for %.0fs in phase %s; http: %s" % (
+                    self.stamp(now), self.watch.source, quiet, sglang_log.PHASE_LABELS[self.phase],
+                    self.probe.state))
+                return self.finish(status.HUNG, "hung", "no %s line for %.0fs in phase %s" % (
+                    self.watch.source, quiet, self.phase), tail=True)
             if now >= next_beat:
                 next_beat = now + a.progress_every
-                say("%s waiting: phase %s, unit %s/%s, main pid %d, http: %s" % (
-                    self.stamp(now), in_phase, show.get("ActiveState"), show.get("SubState"),
-                    self.base["MainPID"], self.probe.state))
+                say("%s waiting: phase %s, %s, main pid %d, http: %s" % (
+                    self.stamp(now), in_phase, self.watch.state(show), self.base["MainPID"], self.probe.state))
             self.probe.ready.wait(a.interval)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Wait until an SGLang unit is ready, or say why it is not.")
-    p.add_argument("--unit", required=True)
+    p = argparse.ArgumentParser(description="Wait until an SGLang unit (or a plain process) is ready, "
+                                            "or say why it is not.")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--unit", help="the systemd unit to gate")
+    target.add_argument("--pid", type=int, help="gate this process instead of a unit (needs --log)")
+    p.add_argument("--log", metavar="FILE", help="with --pid: the file the process writes its output to")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--served-name", required=True)
     p.add_argument("--timeout", type=float, required=True, help="seconds to wait for readiness")
@@ -291,7 +450,15 @@ def main(argv=None):
     p.add_argument("--json", metavar="FILE", help="also write a JSON summary here")
     p.add_argument("--systemctl", default=systemd.SYSTEMCTL)
     p.add_argument("--journalctl", default=systemd.JOURNALCTL)
-    return Gate(p.parse_args(argv)).run()
+    args = p.parse_args(argv)
+    if args.pid is not None:
+        if not args.log:
+            p.error("--pid needs --log (the process' output stands in for the journal)")
+        if args.since_cursor or args.since_start:
+            p.error("--since-cursor/--since-start read a unit's journal; with --pid the whole --log is read")
+    elif args.log:
+        p.error("--log goes with --pid (a unit's output is read from the journal)")
+    return Gate(args).run()
 
 
 if __name__ == "__main__":

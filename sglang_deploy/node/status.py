@@ -21,6 +21,9 @@ WORKER_ENV_MISMATCH = 7
 NO_WORKERS = 8
 LOCKED = 9
 NO_LAST_GOOD = 10
+PREFLIGHT_FAILED = 11
+DRIFT = 12
+NOT_INSTALLED = 13
 
 DESCRIPTIONS = {
     READY: "success (gate: the server is ready; restart/workers: done, all checks passed)",
@@ -34,6 +37,9 @@ DESCRIPTIONS = {
     NO_WORKERS: "no worker process matched (unit not running, or no matching descendants)",
     LOCKED: "another restart of this unit holds the lock",
     NO_LAST_GOOD: "no configuration has passed the readiness gate on this node yet",
+    PREFLIGHT_FAILED: "the configuration cannot start on this node (preflight check failed)",
+    DRIFT: "installed engine files differ from their wheels' RECORD (modified, missing, unexpected)",
+    NOT_INSTALLED: "a distribution the profile names is not installed",
 }
 
 NAMES = {
@@ -52,7 +58,8 @@ def name(code):
 # prints a journal excerpt after that line, so "the last line" is not it.
 CAUSE_MARKERS = ("] failed: ", "] timeout: ", "] hung: ", "] stop timeout: ", "] start failed: ",
                  "] locked: ", "] systemctl stop failed", " is missing", ", expected ",
-                 "cannot read environment", "has no main process", "no process under main pid")
+                 "cannot read environment", "has no main process", "no process under main pid",
+                 "preflight failed: ")
 
 
 def cause_line(lines):

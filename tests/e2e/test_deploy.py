@@ -160,3 +160,20 @@ def test_a_second_deploy_waits_for_the_lock_and_a_killed_deploy_leaves_none(conv
     third = deploy(PROFILES, limit="node1", args=("--data", "deploy_lock_wait_s=30"))
     assert third.returncode == 0, third.output[-5000:]
     assert "waiting up to" not in third.output or time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("body, reason", [
+    ("server_args:\n  speculative-num-stepz: 2\n",
+     "unrecognized arguments: --speculative-num-stepz 2"),
+    ("model:\n  path: /models/not-staged\n",
+     "model path /models/not-staged is not a directory on this node"),
+])
+def test_preflight_refuses_a_bad_configuration_and_the_server_keeps_serving(
+        converged, profile_dir, body, reason):
+    bad = write_profile(profile_dir, "bad", "extends: {profiles}/sandbox.yml\n" + body)
+    before = unit_start("node1")
+    run = deploy({"node1": bad}, limit="node1")
+    assert run.returncode != 0
+    assert "[node1] preflight failed" in run.output and reason in run.output, run.output[-3000:]
+    assert unit_start("node1") == before, "the running server was touched"
+    assert ssh("node1", "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30001/health") == "200"

@@ -14,10 +14,11 @@ import sys
 
 import pytest
 
+from sglang_deploy.envfile import parse_env_file
 from sglang_deploy.errors import ProfileError
 from sglang_deploy.profile import load_profile
 from sglang_deploy.render import HOOK_MODULE, render_env_file, render_hook_module, render_unit
-from test_render import parse_env_file, parse_exec_line
+from test_render import parse_exec_line
 
 PWNED = "/tmp/pwned"
 

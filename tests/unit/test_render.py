@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_deploy.envfile import parse_env_file  # systemd's EnvironmentFile= rules
 from sglang_deploy.errors import DeployError
 from sglang_deploy.profile import load_profile
 from sglang_deploy.render import (HOOK_MODULE, exec_start, render_env_file, render_hook_module,
@@ -23,61 +24,6 @@ NASTY = ["plain", "two words", "  padded  ", 'say "hi"', "it's", "$HOME", "${HOM
 
 
 # -- Parsers written from systemd's documented rules (independent of the quoting code) --------
-
-def parse_env_file(text: str) -> dict:
-    """systemd's EnvironmentFile= reader (src/basic/env-file.c, parse_env_file_internal):
-    quotes open only where a value starts; inside double quotes \\ unescapes only " \\ ` $;
-    an unquoted value loses its trailing whitespace; # and ; start a comment only at line start."""
-    out, i, n = {}, 0, len(text)
-    while i < n:
-        if text[i] in " \t\n\r":
-            i += 1
-            continue
-        if text[i] in "#;":
-            while i < n and text[i] not in "\n\r":
-                i += 1
-            continue
-        key = ""
-        while i < n and text[i] not in "=\n\r":
-            key += text[i]
-            i += 1
-        if i >= n or text[i] != "=":
-            continue
-        i += 1
-        value, state, trail = "", "pre", None
-        while i < n:
-            c = text[i]
-            if state == "dq":
-                if c == '"':
-                    state = "pre"
-                elif c == "\\":
-                    i += 1
-                    value += text[i] if text[i] in '"\\`$' else "" if text[i] == "\n" else "\\" + text[i]
-                else:
-                    value += c
-            elif state == "sq":
-                if c == "'":
-                    state = "pre"
-                else:
-                    value += c
-            elif c in "\n\r":
-                break
-            elif c == "\\":
-                i += 1
-                value += "" if text[i] in "\n\r" else text[i]
-                state, trail = "plain", None
-            elif state == "pre" and c in " \t":
-                pass
-            elif state == "pre" and c in "'\"":
-                state = "sq" if c == "'" else "dq"
-            else:
-                trail = (len(value) if trail is None else trail) if c in " \t" else None
-                value += c
-                state = "plain"
-            i += 1
-        out[key.strip()] = value[:trail] if state == "plain" and trail is not None else value
-    return out
-
 
 C_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
              "\\": "\\", '"': '"', "'": "'", "s": " "}

@@ -1,0 +1,127 @@
+"""Checks on the node before anything is stopped: can this configuration start here?
+
+    <venv>/bin/python preflight.py --unit sglang.service --argv-json '["--model-path", ...]'
+        [--gpus-needed 8] [--min-free-gib 2 --disk-path /opt/sglang] [--no-argv]
+
+Run by the venv's interpreter, so the engine's own argument parser judges the argv
+(`sglang.srt.server_args.prepare_server_args`, the same call on SGLang and on the stand-in).
+Checks: the argv parses; the model path (and the draft model path) is a directory with a
+config.json; enough GPUs for the parallel sizes (nvidia-smi; "no GPU: skipped" without it);
+the port is free or held by this unit's own processes; free disk. One line per check:
+`ok: …`, `skipped: …` or `failed: …`; exit 0 when nothing failed, else status.PREFLIGHT_FAILED.
+"""
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+if __package__:
+    from . import procs, status, systemd
+else:  # run as a script: the siblings' directory is on sys.path
+    import procs
+    import status
+    import systemd
+
+
+def option(argv, *names):
+    """The value after the first of ``names`` in argv, or None."""
+    for index, arg in enumerate(argv[:-1]):
+        if arg in names:
+            return argv[index + 1]
+    return None
+
+
+def check_argv(argv):
+    try:
+        from sglang.srt.server_args import prepare_server_args
+    except ImportError as exc:
+        return "failed", "the engine's argument parser cannot be imported: %s" % exc
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            prepare_server_args(list(argv))
+    except SystemExit as exc:
+        message = stderr.getvalue().strip().splitlines()
+        return "failed", "the engine rejects the arguments: %s" % (
+            message[-1] if message else "exit %s" % exc.code)
+    except Exception as exc:  # the engine's own validation (e.g. a bad algorithm name)
+        return "failed", "the engine rejects the arguments: %s: %s" % (type(exc).__name__, exc)
+    return "ok", "the engine's parser accepts the %d arguments" % len(argv)
+
+
+def check_model_dir(label, path):
+    if path is None:
+        return None
+    if not os.path.isdir(path):
+        return "failed", "%s %s is not a directory on this node" % (label, path)
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        return "failed", "%s %s has no config.json" % (label, path)
+    return "ok", "%s %s has a config.json" % (label, path)
+
+
+def check_gpus(needed, nvidia_smi="nvidia-smi"):
+    if shutil.which(nvidia_smi) is None:
+        return "skipped", "no GPU: nvidia-smi not found (%d needed on a GPU node)" % needed
+    listing = subprocess.run([nvidia_smi, "-L"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             universal_newlines=True)
+    found = sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
+    if listing.returncode != 0 or found < needed:
+        return "failed", "%d GPUs needed, nvidia-smi lists %d" % (needed, found)
+    return "ok", "%d GPUs needed, %d present" % (needed, found)
+
+
+def check_port(port, unit):
+    holders = procs.socket_owners(row["inode"] for row in procs.listening(port))
+    if not holders:
+        return "ok", "port %d is free" % port
+    group = procs.cgroup_dir(systemd.unit_show(unit, ["ControlGroup"]).get("ControlGroup"))
+    ours = set(procs.cgroup_pids(group)) if group else set()
+    strangers = {pid: title for pid, title in holders.items() if pid not in ours}
+    if strangers:
+        return "failed", "port %d is held by %s" % (port, ", ".join(
+            "pid %d (%s)" % item for item in sorted(strangers.items())))
+    return "ok", "port %d is held by %s itself" % (port, unit)
+
+
+def check_disk(path, min_free_gib):
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    free = shutil.disk_usage(path).free / 2 ** 30
+    if free < min_free_gib:
+        return "failed", "%.1f GiB free under %s, %.1f needed" % (free, path, min_free_gib)
+    return "ok", "%.1f GiB free under %s" % (free, path)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--unit", required=True)
+    parser.add_argument("--argv-json", required=True, help="the server's arguments, as JSON")
+    parser.add_argument("--no-argv", action="store_true", help="skip the engine parser check")
+    parser.add_argument("--gpus-needed", type=int, default=1)
+    parser.add_argument("--disk-path", default="/")
+    parser.add_argument("--min-free-gib", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    server_argv = json.loads(args.argv_json)
+    port = int(option(server_argv, "--port") or 30000)
+    results = [
+        ("skipped", "engine parser: checked after the engine is installed") if args.no_argv
+        else check_argv(server_argv),
+        check_model_dir("model path", option(server_argv, "--model-path")),
+        check_model_dir("draft model path", option(server_argv, "--speculative-draft-model-path")),
+        check_gpus(args.gpus_needed),
+        check_port(port, args.unit),
+        check_disk(args.disk_path, args.min_free_gib),
+    ]
+    failed = False
+    for result in filter(None, results):
+        print("preflight %s: %s" % result)
+        failed = failed or result[0] == "failed"
+    return status.PREFLIGHT_FAILED if failed else status.READY
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+#!/bin/sh
+# How the *h200* files in this directory were captured: run as root on a one-GPU H200 node
+# (driver 580.159.04, CUDA 13.0, torch 2.11.0+cu130 with its bundled NCCL 2.28.9). Writes into $OUT;
+# the files were kept with a '# Captured with ...' header line added, the NCCL log as
+# nccl_2.28.9_h200_one_rank_full.log. (That node had no lspci: lspci_h200.txt says so.)
+set -u
+out=${OUT:-.}
+smi=nvidia-smi
+
+$smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits > "$out/query_gpu_h200.csv"
+$smi topo -m > "$out/topo_h200_one_gpu.txt"
+$smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits > "$out/compute_apps_h200_idle.csv"
+
+# One process holding GPU memory, then the same query while it runs.
+python3 -c '
+import sys, time, torch
+x = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+print("ready", flush=True)
+time.sleep(30)
+' > "$out/holder.out" 2>&1 &
+holder=$!
+i=0
+while [ $i -lt 60 ] && ! grep -q ready "$out/holder.out" 2>/dev/null; do sleep 0.5; i=$((i + 1)); done
+$smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits > "$out/compute_apps_h200_busy.csv"
+$smi --query-compute-apps=pid,used_memory --format=csv,noheader > "$out/compute_apps_h200_busy_units.csv"
+echo "holder pid $holder" >> "$out/compute_apps_h200_busy.pid"
+kill $holder; wait $holder 2>/dev/null
+
+# NCCL's own confirmation of the tuned variables: one rank, NCCL_DEBUG=INFO.
+NCCL_DEBUG=INFO NCCL_PROTO=LL NCCL_ALGO=Ring NCCL_P2P_LEVEL=SYS NCCL_MAX_NCHANNELS=16 \
+NCCL_BUFFSIZE=16777216 NCCL_NTHREADS=512 python3 -c '
+import torch, torch.distributed as dist
+dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29533", rank=0, world_size=1)
+t = torch.ones(1024, device="cuda")
+dist.all_reduce(t)
+torch.cuda.synchronize()
+print("all_reduce ok", t[0].item(), "nccl", torch.cuda.nccl.version(), flush=True)
+dist.destroy_process_group()
+' > "$out/nccl_h200_one_rank_run.log" 2>&1
+
+ls /sys/class/iommu > "$out/sys_class_iommu_h200.txt" 2>&1
+cat /proc/cmdline > "$out/cmdline_h200.txt"
+command -v lspci > "$out/lspci_h200.txt" 2>&1 || echo "lspci: command not found" > "$out/lspci_h200.txt"
