@@ -34,11 +34,12 @@ sandbox-down:
 deploy: wheels
 	$(PYINFRA) -y $(INVENTORY) deploy.py
 
+# testinfra assertions, then the per-host report (also as JSON, for machines).
 verify:
 	$(PYTEST) -p no:cacheprovider tests/host --inventory $(INVENTORY) -q
+	$(PYTHON) -m sglang_deploy.summary $(INVENTORY) --json reports/verify.json
 
 demo: setup sandbox deploy verify
-	@$(PYTHON) -m sglang_deploy.summary $(INVENTORY)
 
 test-unit: lint-profiles
 	$(PYTEST) tests/unit -q
@@ -64,3 +65,8 @@ lint-profiles:
 schema:
 	$(PYTHON) -m sglang_deploy.lint --schema > schema/profile.schema.json.tmp
 	mv schema/profile.schema.json.tmp schema/profile.schema.json
+
+# Reinstall exactly the engine distributions whose installed files drifted, then restart.
+.PHONY: repair
+repair: wheels
+	$(PYINFRA) -y $(INVENTORY) deploy.py --data repair=true

@@ -29,7 +29,7 @@ for local_script, remote_script in plan.node_scripts:
               dest=remote_script, mode="0755")
 
 # 4. Preflight, before anything the server runs from changes: can this configuration start here?
-sglang.preflight(name="Preflight", scripts=plan.scripts,
+sglang.preflight(name="Preflight", scripts=plan.scripts, repairing=bool(plan.repair),
                  engine_ready=sglang.engine_matches(plan.profile.engine.venv,
                                                     plan.profile.engine.packages))
 
@@ -40,7 +40,7 @@ for wheel in plan.wheels:
 # 6. The engine: a venv holding exactly the profile's pinned packages.
 engine = sglang.engine(name="Engine venv and pinned packages", venv=plan.profile.engine.venv,
                        python=plan.profile.engine.python, packages=plan.profile.engine.packages,
-                       wheels_dir=plan.wheels_dir)
+                       wheels_dir=plan.wheels_dir, repair=plan.repair)
 
 # 7. The environment file the unit loads (root only: it may hold secrets).
 files.directory(name="Env directory", path=plan.env_dir, user="root", group="root", mode="0700")

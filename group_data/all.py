@@ -29,3 +29,6 @@ deploy_lock_wait_s = 600
 # on it and gate again (the deploy still fails). `--data rollback=false` leaves a failed node as
 # it is, for debugging.
 rollback = True
+# `make repair` (`--data repair=true`): force-reinstall the engine distributions whose installed
+# files drifted from their wheels' RECORD (the profile's engine.drift_check), then restart.
+repair = False

@@ -142,3 +142,21 @@ class Preflight(FactBase):
     def process(self, output):
         *lines, last = output
         return {"status": int(last.split("=", 1)[1]), "lines": lines}
+
+
+class EngineDrift(FactBase):
+    """
+    ``drift.py --json`` run by the venv's interpreter: per distribution its version and the
+    installed files that differ from its wheel's RECORD. ``None`` before the venv or our
+    scripts exist.
+    """
+
+    def command(self, venv, scripts_dir, distributions):
+        python = shlex.quote(f"{venv}/bin/python")
+        script = shlex.quote(f"{scripts_dir}/drift.py")
+        names = " ".join(shlex.quote(name) for name in distributions)
+        return (f"! test -x {python} || ! test -f {script} || "
+                f"{python} {script} --json {names} || true")
+
+    def process(self, output):
+        return _json_output(output)

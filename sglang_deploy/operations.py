@@ -19,7 +19,7 @@ from pyinfra.api.command import FileUploadCommand
 from pyinfra.facts.files import File, FileContents, Sha1File
 from pyinfra.operations import files
 
-from .facts import (InstalledDistributions, InterpreterStartup, Preflight, Serving, UnitState,
+from .facts import (EngineDrift, InstalledDistributions, InterpreterStartup, Preflight, Serving, UnitState,
                     WorkerEnvironment, canonical_name)
 from .node import status
 
@@ -31,7 +31,7 @@ HOOK_PTH = "sglang_deploy_env.pth"
 # -- Engine ----------------------------------------------------------------------------------
 
 @operation()
-def engine(venv, python, packages, wheels_dir=None):
+def engine(venv, python, packages, wheels_dir=None, repair=None):
     """
     Create ``venv`` and install exactly the pinned ``packages`` where they differ.
 
@@ -39,19 +39,37 @@ def engine(venv, python, packages, wheels_dir=None):
     + python: interpreter that creates it
     + packages: exact pins, ``name==version``
     + wheels_dir: remote directory of uploaded wheels; when given pip installs from it alone
+    + repair: ``(scripts_dir, distributions)``: force-reinstall those of the distributions
+      whose installed files drifted from their RECORD
     """
     installed = host.get_fact(InstalledDistributions, venv=venv)
     if installed is None:
         yield f"{shlex.quote(python)} -m venv {shlex.quote(venv)}"
         installed = {}
+    pip = (f"{shlex.quote(venv)}/bin/pip install --no-input --disable-pip-version-check "
+           + (f"--no-index --find-links {shlex.quote(wheels_dir)} " if wheels_dir else ""))
     differing = [pin for pin in packages if _pin_differs(pin, installed)]
-    if not differing:
+    if differing:
+        yield pip + " ".join(shlex.quote(pin) for pin in differing)
+    drifted, strays = _drift(venv, *repair) if repair and not differing else ([], [])
+    if drifted:
+        yield pip + "--force-reinstall --no-deps " + " ".join(shlex.quote(pin) for pin in drifted)
+    if strays:
+        # Files no RECORD lists survive a reinstall: remove them.
+        site = pth_directory(host.get_fact(InterpreterStartup, python=f"{venv}/bin/python"))
+        yield f"cd {shlex.quote(site)} && rm -f -- " + " ".join(shlex.quote(p) for p in strays)
+    if not differing and not drifted and not strays:
         host.noop(f"{venv} holds {', '.join(packages)}")
-        return
-    source = f"--no-index --find-links {shlex.quote(wheels_dir)} " if wheels_dir else ""
-    pins = " ".join(shlex.quote(pin) for pin in differing)
-    yield (f"{shlex.quote(venv)}/bin/pip install --no-input --disable-pip-version-check "
-           f"{source}{pins}")
+
+
+def _drift(venv, scripts_dir, distributions):
+    """(``name==installed version`` of each distribution whose RECORD'd files drifted, the
+    unexpected files found among them, relative to site-packages)."""
+    report = host.get_fact(EngineDrift, venv=venv, scripts_dir=scripts_dir,
+                           distributions=distributions) or {"distributions": {}}
+    found = report["distributions"].items()
+    pins = [f"{name}=={r['version']}" for name, r in found if r["modified"] or r["missing"]]
+    return pins, [path for _, r in found for path in r["unexpected"]]
 
 
 def _pin_differs(pin, installed):
@@ -174,7 +192,7 @@ def unit_file(unit, content, unit_dir="/etc/systemd/system", staging_dir="/run/s
 # -- Preflight -------------------------------------------------------------------------------
 
 @operation()
-def preflight(scripts, engine_ready):
+def preflight(scripts, engine_ready, repairing=False):
     """
     Check, before anything on the node changes, that this configuration can start there: the
     engine's own parser accepts the argv (when the pinned engine is already installed; the
@@ -183,12 +201,17 @@ def preflight(scripts, engine_ready):
 
     + scripts: ``NodeScripts`` for this node
     + engine_ready: whether the venv already holds the pinned engine
+    + repairing: drift is about to be repaired, so it only warns here
     """
     if host.get_fact(File, path=f"{scripts.directory}/preflight.py") is None:
         host.noop("preflight runs once our scripts are on the node (a dry run of a first deploy)")
         return
     python = f"{scripts.profile.engine.venv}/bin/python" if engine_ready else "python3"
-    result = host.get_fact(Preflight, command=scripts.preflight(python, argv_check=engine_ready))
+    result = host.get_fact(Preflight, command=scripts.preflight(
+        python, argv_check=engine_ready, allow_drift=repairing))
+    for line in result["lines"]:
+        if line.startswith("preflight warning: "):
+            host.log(line, logger.warning)
     if result["status"] != status.READY:
         yield FunctionCommand(_fail, ("preflight failed: " + "; ".join(
             line.split(": ", 1)[1] for line in result["lines"] if line.startswith("preflight failed")),), {})
@@ -253,15 +276,20 @@ class NodeScripts:
             args += ["--wheels-dir", self.wheels_dir]
         return self._run("lastgood.py", *args)
 
-    def preflight(self, python="python3", argv_check=True):
+    def gpus_needed(self):
+        """GPUs this node needs: tensor × pipeline parallel, shared across --nnodes."""
         args = self.profile.server_args
-        gpus = (int(args.get("tp-size") or args.get("tensor-parallel-size") or 1)
-                * int(args.get("pp-size") or args.get("pipeline-parallel-size") or 1)
-                // int(args.get("nnodes") or 1))
-        flags = [] if argv_check else ["--no-argv"]
+        return max(1, int(args.get("tp-size") or args.get("tensor-parallel-size") or 1)
+                   * int(args.get("pp-size") or args.get("pipeline-parallel-size") or 1)
+                   // int(args.get("nnodes") or 1))
+
+    def preflight(self, python="python3", argv_check=True, allow_drift=False):
+        engine = self.profile.engine
+        flags = ["--drift", *engine.drift_check] if argv_check else ["--no-argv"]
+        flags += ["--allow-drift"] if engine.allow_drift or allow_drift else []
         quoted = " ".join(shlex.quote(str(arg)) for arg in [
             "--unit", self.unit, "--argv-json", json.dumps(self.profile.argv()),
-            "--gpus-needed", max(gpus, 1), "--disk-path", self.profile.engine.venv, *flags])
+            "--gpus-needed", self.gpus_needed(), "--disk-path", self.profile.engine.venv, *flags])
         return f"{shlex.quote(python)} {shlex.quote(self.directory)}/preflight.py {quoted}"
 
     def restore_last_good(self):

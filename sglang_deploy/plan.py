@@ -37,6 +37,7 @@ class NodePlan:
     lock_wait_s: float
     lock_holder: str
     rollback: bool
+    repair: tuple | None
 
     @property
     def wheels_dir(self):
@@ -85,6 +86,8 @@ def plan_for(data, operator_env=None) -> NodePlan:
         lock_wait_s=float(_get(data, "deploy_lock_wait_s")),
         lock_holder=f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}",
         rollback=_flag(_get(data, "rollback")),
+        repair=((f"{deploy_dir}/node", profile.engine.drift_check)
+                if _flag(_get(data, "repair")) else None),
     )
 
 

@@ -127,6 +127,10 @@ class Engine(_Section):
     python: Word = "python3"              # interpreter that creates the venv
     packages: list[Pin] = Field(min_length=1)  # exact pins: the profile says what is installed
     find_links: list[str] = []            # controller-side wheel files/dirs; pip uses --no-index
+    # Distributions whose installed files are checked against their wheels' RECORD (drift):
+    # the incident's real cause was untracked edits inside installed SGLang files.
+    drift_check: list[Word] = ["sglang"]
+    allow_drift: bool = False             # true: a drifted engine only warns; false: no restart
 
 
 class Model(_Section):

@@ -1,50 +1,68 @@
-"""Per-host summary of what an inventory's nodes serve: `python -m sglang_deploy.summary INV`."""
+"""Per-host report of what an inventory's nodes serve and whether it is what they should:
+`python -m sglang_deploy.summary [INVENTORY] [--json FILE]`. Exit 1 when any check failed.
+
+Columns: host, profile, serving, workers' env, NCCL confirmation, drift, GPUs, warnings —
+each from sglang_deploy.checks, the same functions `make verify`'s tests assert.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
-import shlex
 import sys
+from pathlib import Path
 
+from . import checks
 from .cli import exit_on_deploy_error
-from .facts import _SERVING_PY
+from .gpu_health import FAILED, OK, WARNING
 from .inventory import inventory_hosts, testinfra_host
 from .plan import plan_for
 
-COLUMNS = ("host", "profile", "unit", "serving", "schedulers' env", "engine", "up since")
+COLUMNS = ("host", "profile", "serving", "workers' env", "nccl confirmation", "drift", "gpus",
+           "warnings")
 
 
-def host_row(name, data):
+def host_report(name, data):
     plan = plan_for(data)
-    node = testinfra_host(data)
-    profile = plan.profile
-    show = node.run(f"systemctl show -p ActiveState,ExecMainStartTimestamp {plan.unit}").stdout
-    unit = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
-    probe = node.run(f"python3 -c {shlex.quote(_SERVING_PY)} http://127.0.0.1:{profile.service.port} "
-                     f"{shlex.quote(profile.model.served_name)}")
-    serving = json.loads(probe.stdout or "{}").get("ready")
-    workers = node.run(f"{plan.scripts.workers()} --json")
-    report = json.loads(workers.stdout or "{}") if workers.stdout.strip().startswith("{") else {}
-    env_ok = (f"{len(report['workers'])} ok" if report.get("status") == 0
-              else f"FAIL: {report.get('message') or workers.stdout.strip()[:60]}")
-    return (name, profile.name, unit.get("ActiveState", "?"),
-            f"{profile.model.served_name} on :{profile.service.port}" if serving else "NOT READY",
-            env_ok, " ".join(profile.engine.packages), unit.get("ExecMainStartTimestamp", ""))
+    found = checks.host_checks(testinfra_host(data), plan)
+    return {"host": name, "profile": plan.profile.name,
+            "checks": [{"name": c.name, "state": c.state, "detail": c.detail} for c in found]}
+
+
+def row(report):
+    by_name = {c["name"]: c for c in report["checks"]}
+    cell = lambda name: by_name[name]["state"]  # noqa: E731
+    warnings = [f"{c['name']}: {c['detail']}" for c in report["checks"] if c["state"] == WARNING]
+    return (report["host"], report["profile"], cell("serving"), cell("workers' env"),
+            cell("nccl confirmation"), cell("drift"), cell("gpus"), str(len(warnings)))
+
+
+def failed(report):
+    return any(c["state"] == FAILED for c in report["checks"])
 
 
 def print_table(rows):
-    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip())
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    for cells in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip())
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    inventory = argv[0] if argv else "inventory/sandbox.py"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("inventory", nargs="?", default="inventory/sandbox.py")
+    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    args = parser.parse_args(argv)
     with exit_on_deploy_error():
-        rows = [COLUMNS] + [host_row(name, data) for name, data in inventory_hosts(inventory)]
-    print_table(rows)
-    return 0 if all(row[3] != "NOT READY" and row[4].endswith("ok") for row in rows[1:]) else 1
+        reports = [host_report(name, data) for name, data in inventory_hosts(args.inventory)]
+    print_table([COLUMNS] + [row(r) for r in reports])
+    for report in reports:
+        for c in report["checks"]:
+            if c["state"] != OK:
+                print(f"{report['host']}: {c['name']}: {c['state']}: {c['detail']}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(reports, indent=2) + "\n")
+    return 1 if any(failed(r) for r in reports) else 0
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ Run by the venv's interpreter, so the engine's own argument parser judges the ar
 (`sglang.srt.server_args.prepare_server_args`, the same call on SGLang and on the stand-in).
 Checks: the argv parses; the model path (and the draft model path) is a directory with a
 config.json; enough GPUs for the parallel sizes (nvidia-smi; "no GPU: skipped" without it);
-the port is free or held by this unit's own processes; free disk. One line per check:
-`ok: …`, `skipped: …` or `failed: …`; exit 0 when nothing failed, else status.PREFLIGHT_FAILED.
+the port is free or held by this unit's own processes; free disk; the engine's installed files
+match their wheels' RECORD (--drift). One line per check: `preflight ok: …`, `… skipped: …`,
+`… warning: …` or `… failed: …`; exit 0 when nothing failed, else status.PREFLIGHT_FAILED.
 """
 import argparse
 import contextlib
@@ -20,8 +21,9 @@ import subprocess
 import sys
 
 if __package__:
-    from . import procs, status, systemd
+    from . import drift, procs, status, systemd
 else:  # run as a script: the siblings' directory is on sys.path
+    import drift
     import procs
     import status
     import systemd
@@ -87,6 +89,22 @@ def check_port(port, unit):
     return "ok", "port %d is held by %s itself" % (port, unit)
 
 
+def check_drift(names, allow):
+    """Installed engine files against their wheels' RECORD: a patched engine is not what the
+    profile pins, and the incident's real cause was exactly that."""
+    if not names:
+        return None
+    result = drift.drift(names)
+    if result["status"] == status.READY:
+        checked = sum(r["files_checked"] for r in result["distributions"].values())
+        return "ok", "no drift in %s (%d files match their RECORD)" % (", ".join(names), checked)
+    problems = [line.strip() for line in drift.report_lines(result, limit=5)[:-1]
+                if line.startswith("  ") or "not installed" in line]
+    verdict = "warning" if allow else "failed"
+    suffix = " (allow_drift: starting anyway)" if allow else " (`make repair` reinstalls them)"
+    return verdict, "engine drift: %s%s" % ("; ".join(problems), suffix)
+
+
 def check_disk(path, min_free_gib):
     while not os.path.exists(path):
         path = os.path.dirname(path)
@@ -104,6 +122,9 @@ def main(argv=None):
     parser.add_argument("--gpus-needed", type=int, default=1)
     parser.add_argument("--disk-path", default="/")
     parser.add_argument("--min-free-gib", type=float, default=2.0)
+    parser.add_argument("--drift", nargs="*", default=[], metavar="DIST",
+                        help="engine distributions whose installed files must match RECORD")
+    parser.add_argument("--allow-drift", action="store_true", help="drift warns instead of failing")
     args = parser.parse_args(argv)
     server_argv = json.loads(args.argv_json)
     port = int(option(server_argv, "--port") or 30000)
@@ -115,6 +136,7 @@ def main(argv=None):
         check_gpus(args.gpus_needed),
         check_port(port, args.unit),
         check_disk(args.disk_path, args.min_free_gib),
+        None if args.no_argv else check_drift(args.drift, args.allow_drift),
     ]
     failed = False
     for result in filter(None, results):

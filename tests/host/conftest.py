@@ -42,8 +42,3 @@ def node(node_spec):
     name, data = node_spec
     return Node(name=name, host=testinfra_host(data), plan=plan_for(data))
 
-
-
-def pytest_configure(config):
-    # Sandbox nodes get new host keys on every rebuild; real fleets are checked by SSH itself.
-    config.addinivalue_line("filterwarnings", "ignore:Unknown ssh-ed25519 host key:UserWarning")

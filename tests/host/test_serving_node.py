@@ -3,6 +3,10 @@
 import json
 import shlex
 
+import pytest
+
+from sglang_deploy import checks
+
 # Run on the node with an empty environment, so only the start-up hook can set variables.
 HOOK_PROBE = (
     "import json, os, sys; "
@@ -78,3 +82,24 @@ def test_installed_engine_matches_the_pins(node):
         installed = node.run_ok(
             f"{python} -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' %s", name)
         assert installed.strip() == version
+
+
+def test_engine_files_match_their_wheels(node):
+    check = checks.drift(node.host, node.plan)
+    assert check.state == "ok", f"{node.name}: {check.line()}"
+
+
+def test_nccl_confirms_the_profile_values_on_every_rank(node):
+    check = checks.nccl_confirmation(node.host, node.plan)
+    if check.state == "warning":
+        pytest.skip(f"{node.name}: {check.line()}")
+    assert check.state == "ok", f"{node.name}: {check.line()}"
+
+
+def test_gpu_and_pcie_health(node):
+    found = checks.gpus(node.host, node.plan)
+    failed = [check.line() for check in found if check.state == "failed"]
+    assert not failed, f"{node.name}: {failed}"
+    unchecked = [check.line() for check in found if not check.checked]
+    if len(unchecked) == len(found):
+        pytest.skip(f"{node.name}: {'; '.join(unchecked)}")

@@ -81,7 +81,11 @@ def test_sandbox_replaces_lists_and_keeps_inherited_keys():
     assert profile.engine.venv == "/opt/sglang/venv"
     assert profile.server_args["tp-size"] == 2 and profile.server_args["enable-metrics"] is True
     assert profile.env == {**BASELINE_ENV, "SGLANG_STANDIN_LOAD_SECONDS": "3",
-                           "SGLANG_STANDIN_WARMUP_SECONDS": "1"}
+                           "SGLANG_STANDIN_WARMUP_SECONDS": "1",
+                           "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
+    assert profile.engine.drift_check == ["sglang"]
+    assert load_profile("eagle3-3step").engine.drift_check == [
+        "sglang", "sgl-kernel", "flashinfer-python", "torch"]
     assert profile.readiness.timeout_s == 120 and profile.readiness.poll_interval_s == 0.25
 
 

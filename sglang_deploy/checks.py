@@ -1,0 +1,115 @@
+"""What `make verify` looks at on a node, each as a Check ("ok", "warning", "failed", or
+"not checked (<tool> missing)"): computed once here, asserted by tests/host and tabulated by
+sglang_deploy.report.
+
+Each function takes a testinfra host and the host's NodePlan (profile + paths).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from .facts import _SERVING_PY
+from .gpu_health import (FAILED, OK, WARNING, Check, acs_check, gpus_check, iommu_check,
+                         is_pcie_tuned, parse_gpus, topology_check)
+from .nccl_confirm import confirm
+from .node import status
+
+NVIDIA_SMI_GPUS = "nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits"
+
+
+def _tool_output(node, tool, command):
+    """A tool's stdout, or None when the tool is not on the node."""
+    if node.run(f"command -v {tool}").rc != 0:
+        return None
+    return node.run(command).stdout
+
+
+def serving(node, plan) -> Check:
+    profile = plan.profile
+    probe = node.run(f"python3 -c {shlex.quote(_SERVING_PY)} "
+                     f"http://127.0.0.1:{profile.service.port} {shlex.quote(profile.model.served_name)}")
+    found = json.loads(probe.stdout or "{}")
+    detail = f"/health {found.get('health')}, /v1/models {found.get('models')}"
+    if found.get("ready"):
+        return Check("serving", OK, f"{profile.model.served_name} on :{profile.service.port}")
+    return Check("serving", FAILED, detail)
+
+
+def workers_env(node, plan) -> Check:
+    result = node.run(f"{plan.scripts.workers()} --json")
+    report = json.loads(result.stdout) if result.stdout.strip().startswith("{") else {}
+    if report.get("status") == status.READY:
+        return Check("workers' env", OK, f"{len(report['workers'])} schedulers carry "
+                     f"{len(plan.profile.hook_vars())} variables")
+    return Check("workers' env", FAILED, report.get("message") or result.stdout.strip()[-200:])
+
+
+def nccl_confirmation(node, plan) -> Check:
+    """NCCL's own "<VAR> set by environment to <value>" lines of the current start, per rank."""
+    env = plan.profile.hook_vars()
+    if env.get("NCCL_DEBUG", "").upper() != "INFO":
+        return Check("nccl confirmation", WARNING,
+                     "not requested: start once with NCCL_DEBUG=INFO in the profile's env")
+    invocation = node.run(f"systemctl show -p InvocationID --value {plan.unit}").stdout.strip()
+    journal = node.run(f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={invocation}").stdout
+    expected = {name: value for name, value in env.items() if name.startswith("NCCL_")}
+    tp = int(plan.profile.server_args.get("tp-size") or 1)
+    report = confirm(journal.splitlines(), expected, ranks_expected=tp)
+    source = "stand-in's NCCL-format lines (simulated)" if _is_standin(node, plan) else "NCCL's log"
+    if report.ok:
+        return Check("nccl confirmation", OK, f"{tp} ranks confirm the profile's values ({source})")
+    return Check("nccl confirmation", FAILED, f"{'; '.join(report.failures)} ({source})")
+
+
+def _is_standin(node, plan):
+    python = f"{plan.profile.engine.venv}/bin/python"
+    version = node.run(f"{python} -c 'import sglang; print(sglang.__version__)'").stdout.strip()
+    return version.endswith("+sandbox")
+
+
+def drift(node, plan) -> Check:
+    """Installed engine files against their wheels' RECORD, and versions against the pins."""
+    names = plan.profile.engine.drift_check
+    pins = plan.profile.engine.packages
+    python = f"{plan.profile.engine.venv}/bin/python"
+    result = node.run(f"{python} {plan.deploy_dir}/node/drift.py --json "
+                      f"{' '.join(map(shlex.quote, names))} --pins {' '.join(map(shlex.quote, pins))}")
+    report = json.loads(result.stdout or "{}")
+    if report.get("status") == status.READY:
+        files = sum(r["files_checked"] for r in report["distributions"].values())
+        return Check("drift", OK, f"{len(report['distributions'])} distributions, {files} files "
+                     f"match their RECORD")
+    problems = [f"{name} not installed" for name in report.get("missing_distributions", [])]
+    for name, found in report.get("distributions", {}).items():
+        problems += [f"{name}: {verdict} {path}" for verdict in ("modified", "missing", "unexpected")
+                     for path in found[verdict]]
+        if found.get("version_mismatch"):
+            problems.append(f"{name}: version {found['version']}, pinned "
+                            f"{found['version_mismatch']['expected']}")
+    verdict = WARNING if plan.profile.engine.allow_drift else FAILED
+    return Check("drift", verdict, "; ".join(problems) or result.stderr.strip()[-200:])
+
+
+def gpus(node, plan) -> list[Check]:
+    """GPU count and model, link types, ACS on PCIe bridges, IOMMU: tools missing on a node
+    make a check "not checked", never "ok"."""
+    listing = _tool_output(node, "nvidia-smi", NVIDIA_SMI_GPUS)
+    found = gpus_check(listing)
+    needed = plan.scripts.gpus_needed()
+    if found.ok and len(parse_gpus(listing)) < needed:
+        found = Check(found.name, FAILED, f"{found.detail}; {needed} needed")
+    iommu_dir = node.run("ls /sys/class/iommu 2>/dev/null")
+    return [
+        found,
+        topology_check(_tool_output(node, "nvidia-smi", "nvidia-smi topo -m"),
+                       pcie_tuned_profile=is_pcie_tuned(plan.profile.hook_vars())),
+        acs_check(_tool_output(node, "lspci", "lspci -vvv")),
+        iommu_check(node.run("cat /proc/cmdline").stdout, iommu_dir.stdout if iommu_dir.rc == 0 else None),
+    ]
+
+
+def host_checks(node, plan) -> list[Check]:
+    return [serving(node, plan), workers_env(node, plan), nccl_confirmation(node, plan),
+            drift(node, plan), *gpus(node, plan)]
