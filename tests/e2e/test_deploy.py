@@ -177,3 +177,25 @@ def test_preflight_refuses_a_bad_configuration_and_the_server_keeps_serving(
     assert "[node1] preflight failed" in run.output and reason in run.output, run.output[-3000:]
     assert unit_start("node1") == before, "the running server was touched"
     assert ssh("node1", "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30001/health") == "200"
+
+
+def test_drift_is_found_blocks_restarts_and_is_repaired(converged, profile_dir):
+    patched = "sglang/srt/managers/scheduler.py"
+    site = "/opt/sglang/venv/lib/python3.11/site-packages"
+    ssh("node1", f"echo '# a hand edit, as in the incident' >> {site}/{patched}")
+    result = verify(PROFILES)
+    assert result.returncode != 0
+    assert f"modified {patched}" in result.stdout, result.stdout[-3000:]
+    changed = write_profile(profile_dir, "drifted", """
+        extends: {profiles}/sandbox.yml
+        env:
+          NCCL_NTHREADS: 128
+    """)
+    before = unit_start("node1")
+    run = deploy({"node1": changed}, limit="node1")
+    assert run.returncode != 0
+    assert "preflight failed: engine drift" in run.output and patched in run.output, run.output[-3000:]
+    assert unit_start("node1") == before, "a drifted engine was restarted"
+    repaired = deploy(PROFILES, limit="node1", args=("--data", "repair=true"))
+    assert repaired.returncode == 0, repaired.output[-5000:]
+    assert verify(PROFILES).returncode == 0
