@@ -2,7 +2,7 @@
 
 The server's argv goes to systemd's ExecStart= (no shell), variables to the env file
 (EnvironmentFile=) and to the start-up hook (a Python module). Each is read back here the way
-its consumer reads it (systemd's rules, as written in test_render's parsers; the hook by
+its consumer reads it (systemd's rules: sglang_deploy.envfile and test_render's ExecStart parser; the hook by
 Python itself) and executed where it can be, checking that nothing ran.
 """
 
