@@ -16,7 +16,7 @@ from sglang_deploy.cli import exit_on_deploy_error
 from sglang_deploy.plan import plan_for
 
 # 1. Read this host's profile; a bad profile stops the run before any host is touched.
-with exit_on_deploy_error():
+with exit_on_deploy_error(host.name):
     plan = plan_for(host.data)
 
 # 2. One deploy at a time per node: wait for another operator's to end, or fail saying whose.

@@ -11,10 +11,11 @@ EXIT_DEPLOY_ERROR = 1
 
 
 @contextmanager
-def exit_on_deploy_error():
-    """Turn a DeployError into `sglang-deploy: <message>` on stderr and exit status 1."""
+def exit_on_deploy_error(host_name=None):
+    """Turn a DeployError into `sglang-deploy: [host: ]<message>` on stderr and exit status 1."""
     try:
         yield
     except DeployError as exc:
-        print(f"sglang-deploy: {exc}", file=sys.stderr)
+        where = f"{host_name}: " if host_name else ""
+        print(f"sglang-deploy: {where}{exc}", file=sys.stderr)
         sys.exit(EXIT_DEPLOY_ERROR)
