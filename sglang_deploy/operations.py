@@ -108,10 +108,14 @@ def secret_file(dest, content, secret_values=(), mode="0600"):
     yield f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}"
 
 
-def _log_redacted_diff(dest, content, secret_values):
+def _diff_wanted():
     from pyinfra.context import state
 
-    if not state.config.DIFF:
+    return state.config.DIFF
+
+
+def _log_redacted_diff(dest, content, secret_values):
+    if not _diff_wanted():
         return
     current = host.get_fact(FileContents, path=dest)
     redact = _redactor(secret_values)

@@ -1,0 +1,188 @@
+"""Operations case by case: what each yields for a given node state (facts faked), and that it
+calls host.noop when there is nothing to do."""
+
+from types import SimpleNamespace
+
+import pytest
+from pyinfra.api import FunctionCommand
+from pyinfra.api.command import FileUploadCommand
+from pyinfra.facts.files import File, Sha1File
+
+from sglang_deploy import operations
+from sglang_deploy.facts import (EngineDrift, InstalledDistributions, InterpreterStartup,
+                                 Serving, UnitState, WorkerEnvironment)
+from sglang_deploy.node import status
+from sglang_deploy.plan import plan_for
+
+
+class FakeHost:
+    """Answers facts from a table keyed by fact class; records noops."""
+
+    name = "node1"
+
+    def __init__(self, facts):
+        self.facts = facts
+        self.noops = []
+
+    def get_fact(self, fact, **kwargs):
+        answer = self.facts.get(fact)
+        return answer(**kwargs) if callable(answer) else answer
+
+    def noop(self, text):
+        self.noops.append(text)
+
+    def get_temp_filename(self, *args, **kwargs):
+        return "/tmp/upload"
+
+    def log(self, *args, **kwargs):
+        pass
+
+
+@pytest.fixture
+def run(monkeypatch):
+    def run(op, facts, *args, **kwargs):
+        fake = FakeHost(facts)
+        monkeypatch.setattr(operations, "host", fake)
+        monkeypatch.setattr(operations, "_diff_wanted", lambda: False)
+        monkeypatch.setattr("pyinfra.operations.files.host", fake, raising=False)
+        commands = list(op._inner(*args, **kwargs))
+        return [str(c) if isinstance(c, str) else c for c in commands], fake.noops
+    return run
+
+
+PLAN = plan_for({"profile": "sandbox", "profile_overrides": {}, "sglang_deploy_dir": "/opt/sd",
+                 "env_dir": "/etc/sglang", "unit_dir": "/etc/systemd/system",
+                 "state_dir": "/var/lib/sd", "deploy_lock_wait_s": 1, "rollback": True,
+                 "repair": False})
+PINS = ["sglang==0.5.23+sandbox"]
+
+
+# -- engine ----------------------------------------------------------------------------------
+
+def test_engine_matching_pins_is_a_noop(run):
+    commands, noops = run(operations.engine, {InstalledDistributions: {"sglang": "0.5.23+sandbox"}},
+                          "/v", "python3", PINS)
+    assert commands == [] and noops == ["/v holds sglang==0.5.23+sandbox"]
+
+
+def test_engine_without_venv_creates_it_and_installs_the_pins(run):
+    commands, _ = run(operations.engine, {InstalledDistributions: None}, "/v", "python3", PINS,
+                      wheels_dir="/w")
+    assert commands == ["python3 -m venv /v",
+                        "/v/bin/pip install --no-input --disable-pip-version-check "
+                        "--no-index --find-links /w sglang==0.5.23+sandbox"]
+
+
+def test_engine_installs_only_the_differing_pins(run):
+    installed = {"sglang": "0.5.22", "torch": "2.13.0"}
+    commands, _ = run(operations.engine, {InstalledDistributions: installed}, "/v", "python3",
+                      ["sglang==0.5.23", "torch==2.13.0"])
+    assert commands == ["/v/bin/pip install --no-input --disable-pip-version-check sglang==0.5.23"]
+
+
+def test_engine_repair_reinstalls_drifted_and_removes_strays(run):
+    drift = {"distributions": {"sglang": {"version": "0.5.23", "modified": ["sglang/a.py"],
+                                          "missing": [], "unexpected": ["sglang/stray.py"]}}}
+    facts = {InstalledDistributions: {"sglang": "0.5.23"}, EngineDrift: drift,
+             InterpreterStartup: {"purelib": "/v/lib/site", "site_dirs": ["/v/lib/site"]}}
+    commands, _ = run(operations.engine, facts, "/v", "python3", ["sglang==0.5.23"],
+                      repair=("/opt/sd/node", ["sglang"]))
+    assert commands == [
+        "/v/bin/pip install --no-input --disable-pip-version-check --force-reinstall --no-deps "
+        "sglang==0.5.23",
+        "cd /v/lib/site && rm -f -- sglang/stray.py"]
+
+
+# -- files -----------------------------------------------------------------------------------
+
+def test_secret_file_unchanged_is_a_noop(run):
+    content = "A=\"1\"\n"
+    import hashlib
+    facts = {Sha1File: hashlib.sha1(content.encode()).hexdigest(),
+             File: {"mode": 600, "user": "root"}}
+    commands, noops = run(operations.secret_file, facts, "/etc/sglang/s.env", content)
+    assert commands == [] and noops == ["/etc/sglang/s.env is up to date"]
+
+
+def test_secret_file_with_wrong_mode_is_fixed_without_upload(run):
+    content = "A=\"1\"\n"
+    import hashlib
+    facts = {Sha1File: hashlib.sha1(content.encode()).hexdigest(),
+             File: {"mode": 644, "user": "root"}}
+    commands, _ = run(operations.secret_file, facts, "/etc/sglang/s.env", content)
+    assert commands == ["chown root:root /etc/sglang/s.env && chmod 0600 /etc/sglang/s.env"]
+
+
+def test_secret_file_changed_uploads_through_its_own_private_directory(run):
+    commands, _ = run(operations.secret_file, {Sha1File: "old"}, "/etc/sglang/s.env", "A=\"2\"\n")
+    upload, chmod = commands
+    assert isinstance(upload, FileUploadCommand) and upload.dest == "/etc/sglang/s.env"
+    assert chmod == "chown root:root /etc/sglang/s.env && chmod 0600 /etc/sglang/s.env"
+
+
+def test_unit_unchanged_is_a_noop_and_changed_is_verified_before_install(run):
+    import hashlib
+    text = "[Service]\n"
+    commands, noops = run(operations.unit_file, {Sha1File: hashlib.sha1(text.encode()).hexdigest()},
+                          "sglang.service", text)
+    assert commands == [] and noops
+    commands, _ = run(operations.unit_file, {Sha1File: None}, "sglang.service", text)
+    assert [c for c in commands if isinstance(c, str)] == [
+        "mkdir -p /run/sglang-deploy",
+        "systemd-analyze verify /run/sglang-deploy/sglang.service",
+        "install -m 0644 -o root -g root /run/sglang-deploy/sglang.service "
+        "/etc/systemd/system/sglang.service",
+        "systemctl daemon-reload"]
+
+
+def test_pth_directory_is_the_one_the_interpreter_processes():
+    assert operations.pth_directory({"purelib": "/v/lib/site", "site_dirs": ["/v/lib/site"]}) == "/v/lib/site"
+    assert operations.pth_directory({"purelib": "/x", "site_dirs": ["/v/lib/dist"]}) == "/v/lib/dist"
+
+
+# -- service ---------------------------------------------------------------------------------
+
+SERVING_FACTS = {
+    UnitState: {"UnitFileState": "enabled", "ActiveState": "active"},
+    Serving: {"ready": True},
+    WorkerEnvironment: {"status": status.READY, "workers": [{}, {}]},
+}
+
+
+def test_serving_node_is_left_alone(run):
+    commands, noops = run(operations.serving, SERVING_FACTS, PLAN.scripts, "/opt/sglang/venv/bin/python")
+    assert commands == []
+    assert noops == ["sglang.service serves tiny-standin; 2 schedulers carry the profile's environment"]
+
+
+def test_stopped_disabled_unit_is_enabled_started_and_gated(run):
+    facts = {**SERVING_FACTS, UnitState: {"UnitFileState": "disabled", "ActiveState": "failed"}}
+    commands, _ = run(operations.serving, facts, PLAN.scripts, "/opt/sglang/venv/bin/python")
+    assert commands[0] == "systemctl enable sglang.service"
+    assert isinstance(commands[1], FunctionCommand) and commands[1].function is operations._start_and_record
+
+
+def test_active_but_not_ready_is_gated_not_restarted(run):
+    facts = {**SERVING_FACTS, Serving: {"ready": False}}
+    commands, _ = run(operations.serving, facts, PLAN.scripts, "/opt/sglang/venv/bin/python")
+    assert [c.function for c in commands] == [operations._gate_and_check]
+
+
+def test_workers_without_the_profile_env_fail_the_check(run):
+    facts = {**SERVING_FACTS, WorkerEnvironment: {"status": status.WORKER_ENV_MISMATCH}}
+    commands, _ = run(operations.serving, facts, PLAN.scripts, "/opt/sglang/venv/bin/python")
+    assert [c.function for c in commands] == [operations._check_workers]
+
+
+def test_node_scripts_command_lines():
+    scripts = PLAN.scripts
+    assert scripts.gate() == ("python3 /opt/sd/node/gate.py --unit sglang.service --port 30000 "
+                              "--served-name tiny-standin --timeout 120 --interval 0.25 "
+                              "--progress-every 10.0")
+    assert scripts.restart() == ("python3 /opt/sd/node/restart.py --unit sglang.service "
+                                 "--port 30000 --stop-timeout 150")
+    assert scripts.gpus_needed() == 2
+    assert "--drift sglang" in scripts.preflight("/opt/sglang/venv/bin/python")
+    assert "--no-argv" in scripts.preflight(argv_check=False)
+    assert scripts.restore_last_good() == ("python3 /opt/sd/node/lastgood.py restore "
+                                           "--dir /var/lib/sd/sglang/last-good")
