@@ -4,16 +4,18 @@
 PYTHON    ?= python3
 INVENTORY ?= inventory/sandbox.py
 NODES     ?= 1
+LIMIT     ?=
 PYINFRA   ?= $(PYTHON) -m pyinfra
 PYTEST    ?= $(PYTHON) -m pytest
 WHEELS    := build/wheels
 
-.PHONY: help setup wheels sandbox sandbox-down deploy verify demo test test-unit test-e2e clean
+.PHONY: help setup wheels sandbox sandbox-down deploy plan verify demo test test-unit test-e2e clean
 
 help:
 	@echo "make demo          sandbox nodes + deploy + verify (first run builds the node image)"
 	@echo "make test          unit tests, then end-to-end tests on fresh sandbox nodes"
 	@echo "make deploy        pyinfra \$$INVENTORY deploy.py   (INVENTORY=inventory/gpu.py for real nodes)"
+	@echo "make plan          what a deploy would change (--dry --diff)"
 	@echo "make verify        testinfra checks against \$$INVENTORY"
 	@echo "make sandbox       boot NODES sandbox nodes; make sandbox-down stops them"
 
@@ -34,9 +36,13 @@ sandbox-down:
 deploy: wheels
 	$(PYINFRA) -y $(INVENTORY) deploy.py
 
+# What a deploy would change, with diffs (secret values shown as ***); changes nothing.
+plan: wheels
+	$(PYINFRA) $(INVENTORY) deploy.py --dry --diff < /dev/null
+
 # testinfra assertions, then the per-host report (also as JSON, for machines).
 verify:
-	$(PYTEST) -p no:cacheprovider tests/host --inventory $(INVENTORY) -q
+	$(PYTEST) -p no:cacheprovider tests/host --inventory $(INVENTORY) --limit "$(LIMIT)" -q
 	$(PYTHON) -m sglang_deploy.summary $(INVENTORY) --json reports/verify.json
 
 demo: setup sandbox deploy verify

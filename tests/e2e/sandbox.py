@@ -45,21 +45,24 @@ class DeployRun:
         return self._total(3)
 
 
-def _deploy_command(profiles, limit, extra_env, args):
+def _deploy_command(profiles, limit, extra_env, args, yes=True):
     env = {**os.environ, **(extra_env or {}),
            "SGLANG_DEPLOY_SANDBOX_PROFILES": ",".join(f"{n}={p}" for n, p in profiles.items())}
-    command = [sys.executable, "-m", "pyinfra", "-y", "inventory/sandbox.py", "deploy.py", *args]
-    if limit:
-        command += ["--limit", limit]
+    command = [sys.executable, "-m", "pyinfra", *(["-y"] if yes else []),
+               "inventory/sandbox.py", "deploy.py", *args]
+    # Only the scenario's nodes, whatever else the sandbox runs.
+    for name in [limit] if limit else profiles:
+        command += ["--limit", name]
     return command, env
 
 
-def deploy(profiles: dict, limit=None, extra_env=None, args=()) -> DeployRun:
-    """Run `pyinfra inventory/sandbox.py deploy.py` with a profile per node."""
-    command, env = _deploy_command(profiles, limit, extra_env, args)
+def deploy(profiles: dict, limit=None, extra_env=None, args=(), yes=True) -> DeployRun:
+    """Run `pyinfra inventory/sandbox.py deploy.py` with a profile per node (`yes=False` for
+    `--dry --diff`, which shows diffs only without -y)."""
+    command, env = _deploy_command(profiles, limit, extra_env, args, yes)
     started = time.monotonic()
     done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, stdin=subprocess.DEVNULL)
     return DeployRun(done.returncode, done.stdout + done.stderr, time.monotonic() - started)
 
 
@@ -106,7 +109,8 @@ def verify(profiles: dict) -> subprocess.CompletedProcess:
     env = {**os.environ,
            "SGLANG_DEPLOY_SANDBOX_PROFILES": ",".join(f"{n}={p}" for n, p in profiles.items())}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/host",
-                           "--inventory", "inventory/sandbox.py", "-q"],
+                           "--inventory", "inventory/sandbox.py", "--limit", ",".join(profiles),
+                           "-q"],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 

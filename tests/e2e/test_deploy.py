@@ -199,3 +199,20 @@ def test_drift_is_found_blocks_restarts_and_is_repaired(converged, profile_dir):
     repaired = deploy(PROFILES, limit="node1", args=("--data", "repair=true"))
     assert repaired.returncode == 0, repaired.output[-5000:]
     assert verify(PROFILES).returncode == 0
+
+
+def test_dry_diff_shows_changes_hides_secrets_and_changes_nothing(converged, profile_dir):
+    changed = write_profile(profile_dir, "dry", """
+        extends: {profiles}/sandbox.yml
+        env:
+          NCCL_NTHREADS: 64
+    """)
+    before = unit_start("node1")
+    env_before = ssh("node1", "sha1sum /etc/sglang/sglang.env")
+    run = deploy({"node1": changed}, limit="node1", extra_env={"HF_TOKEN": "hf_do_not_print"},
+                 args=("--dry", "--diff"), yes=False)
+    assert run.returncode == 0, run.output[-3000:]
+    assert '+NCCL_NTHREADS="64"' in run.output and 'HF_TOKEN="***"' in run.output, run.output[-3000:]
+    assert "hf_do_not_print" not in run.output
+    assert unit_start("node1") == before
+    assert ssh("node1", "sha1sum /etc/sglang/sglang.env") == env_before

@@ -17,6 +17,8 @@ from sglang_deploy.plan import NodePlan, plan_for
 def pytest_addoption(parser):
     parser.addoption("--inventory", default="inventory/sandbox.py",
                      help="pyinfra inventory file whose hosts are verified")
+    parser.addoption("--limit", default="",
+                     help="comma-separated host names to verify (default: all)")
 
 
 @dataclass
@@ -34,6 +36,8 @@ class Node:
 def pytest_generate_tests(metafunc):
     if "node" in metafunc.fixturenames:
         hosts = inventory_hosts(metafunc.config.getoption("inventory"))
+        limit = set(filter(None, metafunc.config.getoption("limit").split(",")))
+        hosts = [(name, data) for name, data in hosts if not limit or name in limit]
         metafunc.parametrize("node_spec", hosts, ids=[name for name, _ in hosts], scope="session")
 
 
