@@ -85,16 +85,19 @@ def wait_for_output(process: subprocess.Popen, text: str, timeout: float) -> str
     raise AssertionError(f"deploy ended without {text!r}:\n{''.join(seen)}")
 
 
-def ssh(node_name, command) -> str:
+def ssh(node_name, command, check=True, stdin=None) -> str:
+    """Run a shell command on the node over real SSH; its stdout."""
     key, all_nodes = nodes()
     node = all_nodes[node_name]
     done = subprocess.run(
         ["ssh", "-i", key, "-p", str(node["ssh_port"]), "-o", "StrictHostKeyChecking=no",
          "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
          f"{node['ssh_user']}@{node['ssh_host']}", command],
-        capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, f"{node_name}: {command}: {done.stderr}"
-    return done.stdout
+        capture_output=True, timeout=120, input=stdin, text=stdin is None or isinstance(stdin, str))
+    output = done.stdout if isinstance(done.stdout, str) else done.stdout.decode()
+    if check:
+        assert done.returncode == 0, f"{node_name}: {command}: {done.stderr}"
+    return output
 
 
 def unit_start(node_name, unit="sglang.service"):

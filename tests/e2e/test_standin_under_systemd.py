@@ -1,0 +1,110 @@
+"""The SGLang stand-in under a plain systemd unit on a sandbox node (no deploy involved):
+what reaches spawned schedulers, and how each injected failure looks from outside.
+
+- variables of the unit's EnvironmentFile= are in every scheduler's /proc/<pid>/environ;
+- variables exported in an SSH shell before `systemctl restart` are not (the incident's trap);
+- each failure the stand-in can inject shows in the exit status, the journal and the port.
+"""
+
+import time
+
+import pytest
+
+from .sandbox import REPO_ROOT, ssh
+
+pytestmark = pytest.mark.e2e
+
+NODE, UNIT, PORT, VENV = "node2", "standin-plain.service", 31002, "/opt/standin-plain"
+UNIT_TEXT = f"""[Service]
+Type=exec
+EnvironmentFile=/etc/standin-plain.env
+Environment=PYTHONUNBUFFERED=1
+ExecStart={VENV}/bin/python -m sglang.launch_server --model-path /models/tiny-standin --tp-size 2 \\
+  --context-length 512 --host 127.0.0.1 --port {PORT}
+Restart=no
+"""
+ENV_TEXT = 'NCCL_PROTO="LL"\nNCCL_P2P_LEVEL="SYS"\nSPACED="a b $c # d"\nSGLANG_STANDIN_LOAD_SECONDS="1"\n'
+
+
+@pytest.fixture(scope="module")
+def plain_unit():
+    wheel = next((REPO_ROOT / "build" / "wheels").glob("sglang-*.whl"))
+    ssh(NODE, f"cat > /tmp/{wheel.name}", stdin=wheel.read_bytes())
+    ssh(NODE, f"test -x {VENV}/bin/python || python3 -m venv {VENV}; "
+              f"{VENV}/bin/pip install -q --no-index --force-reinstall /tmp/{wheel.name}")
+    ssh(NODE, f"cat > /etc/systemd/system/{UNIT}", stdin=UNIT_TEXT)
+    yield
+    ssh(NODE, f"systemctl stop {UNIT}; rm -f /etc/systemd/system/{UNIT} /etc/standin-plain.env; "
+              f"systemctl daemon-reload; systemctl reset-failed {UNIT}", check=False)
+
+
+def start(env_text=ENV_TEXT, shell_exports=""):
+    ssh(NODE, "cat > /etc/standin-plain.env", stdin=env_text)
+    ssh(NODE, f"{shell_exports} systemctl daemon-reload; systemctl reset-failed {UNIT} 2>/dev/null; "
+              f"systemctl restart {UNIT}")
+
+
+def wait_for(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def healthy():
+    return ssh(NODE, f"curl -s -o /dev/null -w '%{{http_code}}' -m 2 http://127.0.0.1:{PORT}/health",
+               check=False) == "200"
+
+
+def scheduler_environs():
+    main = ssh(NODE, f"systemctl show -p MainPID --value {UNIT}").strip()
+    pids = ssh(NODE, f"pgrep -P {main} -f '^sglang::scheduler'").split()
+    return {pid: dict(item.split("=", 1) for item in
+                      ssh(NODE, f"cat /proc/{pid}/environ").split("\0") if "=" in item)
+            for pid in pids}
+
+
+def port_listening():
+    return f":{PORT} " in ssh(NODE, f"ss -Hltn 'sport = :{PORT}'", check=False)
+
+
+def test_env_file_reaches_every_spawned_scheduler(plain_unit):
+    start()
+    assert wait_for(healthy)
+    environs = scheduler_environs()
+    assert len(environs) == 2
+    for pid, environ in environs.items():
+        assert environ["NCCL_PROTO"] == "LL" and environ["NCCL_P2P_LEVEL"] == "SYS", pid
+        assert environ["SPACED"] == "a b $c # d", pid
+
+
+def test_variables_exported_in_the_ssh_shell_do_not_reach_them(plain_unit):
+    start(shell_exports="export NCCL_ALGO=Ring NCCL_NTHREADS=512;")
+    assert wait_for(healthy)
+    for pid, environ in scheduler_environs().items():
+        assert "NCCL_ALGO" not in environ and "NCCL_NTHREADS" not in environ, pid
+
+
+@pytest.mark.parametrize("mode, journal_text, exits", [
+    ("crash-load", "Traceback (most recent call last)", True),
+    ("cuda-oom", "torch.OutOfMemoryError: CUDA out of memory", True),
+    ("nccl-error", "NCCL error", True),
+    ("warmup-fails", "Initialization failed. warmup error", True),
+    ("scheduler-dies-after-ready", "scheduler is dead", True),
+    ("hang", "Load weight begin", False),
+])
+def test_each_injected_failure_is_visible_from_outside(plain_unit, mode, journal_text, exits):
+    start(ENV_TEXT + f'SGLANG_STANDIN_FAIL="{mode}"\nSGLANG_STANDIN_FAIL_AFTER_SECONDS="1"\n')
+    state = lambda: ssh(NODE, f"systemctl show -p ActiveState,ExecMainStatus {UNIT}")  # noqa: E731
+    if exits:
+        assert wait_for(lambda: "ActiveState=failed" in state()), state()
+        assert "ExecMainStatus=0" not in state()
+    else:
+        time.sleep(4)
+        assert "ActiveState=active" in state()
+    journal = ssh(NODE, f"journalctl -u {UNIT} -o cat --no-pager "
+                        f"_SYSTEMD_INVOCATION_ID=$(systemctl show -p InvocationID --value {UNIT})")
+    assert journal_text in journal, journal[-2000:]
+    assert not port_listening()
