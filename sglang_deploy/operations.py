@@ -262,7 +262,8 @@ class NodeScripts:
                          "--served-name", self.profile.model.served_name,
                          "--timeout", readiness.timeout_s,
                          "--interval", readiness.poll_interval_s,
-                         "--progress-every", readiness.progress_every_s)
+                         "--progress-every", readiness.progress_every_s,
+                         "--hang-after", readiness.hang_after_s)
 
     def workers(self):
         expect = json.dumps(self.profile.hook_vars(), sort_keys=True)

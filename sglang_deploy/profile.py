@@ -158,6 +158,9 @@ class Readiness(_Section):
     timeout_s: int = Field(1200, gt=0)           # 20 min: 1T weights + CUDA graphs took ~9
     poll_interval_s: float = Field(0.25, gt=0)   # the gate notices ready/dead within a second
     progress_every_s: float = Field(10.0, gt=0)  # a progress line while the server loads
+    # No new log line for this long outside the long phases (loading weights, capturing CUDA
+    # graphs) is reported as a hang, before the full timeout.
+    hang_after_s: float = Field(300.0, gt=0)
 
 
 class Hook(_Section):

@@ -87,6 +87,14 @@ def _excerpt(line):
     return line if len(line) <= MAX_EXCERPT else line[: MAX_EXCERPT - 3] + "..."
 
 
+def _root_exception(lines, died_rx):
+    """The first exception line that is not the launcher's report of a dead scheduler."""
+    for line in lines:
+        if _EXCEPTION_RE.search(line) and not died_rx.search(line):
+            return line[_EXCEPTION_RE.search(line).start(1):]
+    return None
+
+
 def cause_of(lines):
     """Classify why a start failed: (cause key, one-line explanation) or None.
 
@@ -102,6 +110,11 @@ def cause_of(lines):
                     m = _EXIT_CODE_RE.search(line)
                     if m and m.group(1) == "-9":
                         text += " (killed by SIGKILL, often the host OOM killer)"
+                    # The scheduler's own exception, logged before the launcher's "died" line,
+                    # says why; the launcher's line only says that it happened.
+                    root = _root_exception(lines, rx)
+                    if root:
+                        line = root
                 return key, "%s: %s" % (text, _excerpt(line))
     for line in reversed(lines):
         if _EXCEPTION_RE.search(line):

@@ -102,6 +102,8 @@ def test_a_crashing_start_fails_the_deploy_in_seconds_with_the_journal(converged
     run = deploy({"node1": crashing}, limit="node1")
     assert run.returncode != 0
     assert "[node1] readiness gate failed" in run.output, run.output[-5000:]
+    assert ("scheduler-died: a scheduler process died: safetensors_rust.SafetensorError"
+            in run.output), run.output[-5000:]
     assert "Traceback" in run.output, "no journal excerpt in the deploy's output"
     # The last configuration that passed (the NCCL_NTHREADS=256 profile) serves again.
     assert "[node1] rolled back: serving node1 again" in run.output, run.output[-5000:]
@@ -216,3 +218,31 @@ def test_dry_diff_shows_changes_hides_secrets_and_changes_nothing(converged, pro
     assert "hf_do_not_print" not in run.output
     assert unit_start("node1") == before
     assert ssh("node1", "sha1sum /etc/sglang/sglang.env") == env_before
+
+
+@pytest.mark.parametrize("failure, cause", [
+    ("cuda-oom", "failed: cuda-oom: CUDA out of memory"),
+    ("nccl-error", "failed: nccl-error: NCCL error"),
+    ("warmup-fails", "failed: warmup-failed"),
+    ("scheduler-dies-after-ready", "failed: scheduler-died"),
+    # The stand-in hangs while loading weights, a phase allowed to be long: the timeout says so.
+    ("hang", "timeout: not ready within 6.0s; last phase: loading weights"),
+])
+def test_each_injected_failure_gets_its_cause(converged, profile_dir, failure, cause):
+    failing = write_profile(profile_dir, f"fail-{failure}", """
+        extends: {profiles}/sandbox.yml
+        env:
+          SGLANG_STANDIN_FAIL: %s
+          SGLANG_STANDIN_FAIL_AFTER_SECONDS: 1
+        readiness:
+          timeout_s: 6
+    """ % failure)
+    run = deploy({"node1": failing}, limit="node1", args=("--data", "rollback=false"))
+    assert run.returncode != 0
+    assert f"[node1] readiness gate failed: " in run.output and cause in run.output, run.output[-4000:]
+
+
+def test_back_to_the_good_profiles(converged):
+    run = deploy(PROFILES)
+    assert run.returncode == 0, run.output[-4000:]
+    assert verify(PROFILES).returncode == 0

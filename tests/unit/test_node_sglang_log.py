@@ -146,3 +146,18 @@ def test_phases_in_0_5_23_wording(line, phase):
 ])
 def test_causes_in_0_5_23_wording(line, cause):
     assert sglang_log.cause_of([line])[0] == cause
+
+
+def test_a_dead_scheduler_is_explained_by_its_own_exception():
+    lines = [
+        "[2026-11-29 10:28:09 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line 36',
+        "safetensors_rust.SafetensorError: Error while deserializing header: MetadataIncompleteBuffer",
+        "[2026-11-29 10:28:09] Received sigquit from a child process. It usually means the child failed.",
+        "RuntimeError: Rank 0 scheduler died during initialization (exit code: 1). If exit code is -9 "
+        "(SIGKILL), a common cause is the OS OOM killer.",
+    ]
+    key, text = sglang_log.cause_of(lines)
+    assert key == "scheduler-died"
+    assert text == ("a scheduler process died: safetensors_rust.SafetensorError: Error while "
+                    "deserializing header: MetadataIncompleteBuffer")
