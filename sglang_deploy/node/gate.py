@@ -370,9 +370,12 @@ class Gate:
         if found:
             text = "%s (%s)" % (found[1], problem)
             key = found[0]
+        elif key is None:
+            # Nothing SGLang logged matches a known cause: say so, the excerpt follows.
+            text = "unrecognised cause, see the journal lines below (%s)" % problem
+            key = systemd.CLD_CODES.get(systemd.as_int(self.last_show.get("ExecMainCode")), "ended")
         else:
             text = problem
-            key = key or systemd.CLD_CODES.get(systemd.as_int(self.last_show.get("ExecMainCode")), "ended")
         say("%s failed: %s: %s" % (self.stamp(), key, text))
         return self.finish(status.FAILED_START, key, text, tail=True)
 

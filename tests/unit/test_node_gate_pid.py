@@ -115,7 +115,8 @@ def test_killed_process_reports_the_signal(node):
     os.kill(node.main.pid, signal.SIGKILL)
     rc, out = finish(proc)
     assert rc == status.FAILED_START, out
-    assert "killed: process %d is gone (main process killed by signal 9)" % node.main.pid in out
+    assert ("killed: unrecognised cause, see the journal lines below (process %d is gone "
+            "(main process killed by signal 9))" % node.main.pid) in out
     assert node.summary()["cause"] == "killed"
 
 
