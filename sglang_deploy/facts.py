@@ -160,3 +160,16 @@ class EngineDrift(FactBase):
 
     def process(self, output):
         return _json_output(output)
+
+
+class EngineManifest(FactBase):
+    """
+    ``drift.py --manifest``: name, version and sha256 of RECORD per distribution.
+    """
+
+    def command(self, venv, scripts_dir, distributions):
+        names = " ".join(shlex.quote(name) for name in distributions)
+        return f"{shlex.quote(venv)}/bin/python {shlex.quote(scripts_dir)}/drift.py --manifest {names} || true"
+
+    def process(self, output):
+        return _json_output(output)

@@ -19,7 +19,8 @@ from pyinfra.api.command import FileUploadCommand
 from pyinfra.facts.files import File, FileContents, Sha1File
 from pyinfra.operations import files
 
-from .facts import (EngineDrift, InstalledDistributions, InterpreterStartup, Preflight, Serving, UnitState,
+from . import manifest
+from .facts import (EngineDrift, EngineManifest, InstalledDistributions, InterpreterStartup, Preflight, Serving, UnitState,
                     WorkerEnvironment, canonical_name)
 from .node import status
 
@@ -470,3 +471,29 @@ def _take_lock(path, wait_s, holder):
 def _fail(state, host, message):
     host.log_styled(message, fg="red", log_func=logger.error)
     return False
+
+
+# -- Records ---------------------------------------------------------------------------------
+
+@operation()
+def manifest_recorded(scripts, profile):
+    """
+    Record on the controller what the node's engine holds (distribution, version, RECORD
+    digest), so two nodes or two dates can be diffed. Writes only local files: never a change.
+
+    + scripts: ``NodeScripts`` for this node
+    + profile: the host's profile (its pins and drift_check name the distributions)
+    """
+    from pyinfra.context import state
+
+    if not state.is_executing:
+        return
+    names = list(dict.fromkeys([pin.partition("==")[0] for pin in profile.engine.packages]
+                               + profile.engine.drift_check))
+    found = host.get_fact(EngineManifest, venv=profile.engine.venv,
+                          scripts_dir=scripts.directory, distributions=names)
+    if not found:
+        host.noop("no engine manifest: the venv or our scripts are missing")
+        return
+    path = manifest.record(host.name, profile.name, found)
+    host.noop(f"engine manifest recorded in {path.relative_to(manifest.REPO_ROOT)}")

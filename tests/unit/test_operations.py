@@ -50,7 +50,9 @@ def run(monkeypatch):
     return run
 
 
-PLAN = plan_for({"profile": "sandbox", "profile_overrides": {}, "sglang_deploy_dir": "/opt/sd",
+# No find_links: unit tests do not need the stand-in wheel built.
+PLAN = plan_for({"profile": "sandbox", "profile_overrides": {"engine": {"find_links": []}},
+                 "sglang_deploy_dir": "/opt/sd",
                  "env_dir": "/etc/sglang", "unit_dir": "/etc/systemd/system",
                  "state_dir": "/var/lib/sd", "deploy_lock_wait_s": 1, "rollback": True,
                  "repair": False})
@@ -186,3 +188,27 @@ def test_node_scripts_command_lines():
     assert "--no-argv" in scripts.preflight(argv_check=False)
     assert scripts.restore_last_good() == ("python3 /opt/sd/node/lastgood.py restore "
                                            "--dir /var/lib/sd/sglang/last-good")
+
+
+def test_manifests_diff_by_version_and_record():
+    from sglang_deploy import manifest
+
+    a = {"distributions": [{"name": "sglang", "version": "0.5.23", "record_sha256": "x"},
+                           {"name": "torch", "version": "2.13.0", "record_sha256": "t"}]}
+    b = {"distributions": [{"name": "sglang", "version": "0.5.23", "record_sha256": "y"},
+                           {"name": "torch", "version": "2.14.1", "record_sha256": "t"},
+                           {"name": "sgl-kernel", "version": "0.3.0", "record_sha256": "k"}]}
+    assert manifest.diff(a, b) == ["sgl-kernel: only in B",
+                                   "sglang 0.5.23: different RECORD (a different build)",
+                                   "torch: 2.13.0 vs 2.14.1"]
+    assert manifest.diff(a, a) == []
+
+
+def test_manifest_record_writes_a_dated_file_and_latest(tmp_path):
+    from sglang_deploy import manifest
+
+    found = {"manifest": [{"name": "sglang", "version": "0.5.23", "record_sha256": "x"}],
+             "missing_distributions": []}
+    path = manifest.record("node1", "sandbox", found, directory=tmp_path)
+    assert path.parent == tmp_path / "node1"
+    assert (tmp_path / "node1" / "latest.json").read_text() == path.read_text()
