@@ -486,8 +486,12 @@ def manifest_recorded(scripts, profile):
     """
     from pyinfra.context import state
 
-    if not state.is_executing:
-        return
+    if state.is_executing:  # not while planning a --dry run
+        _record_manifest(scripts, profile)
+    yield from ()  # writes on the controller only: no command for the node
+
+
+def _record_manifest(scripts, profile):
     names = list(dict.fromkeys([pin.partition("==")[0] for pin in profile.engine.packages]
                                + profile.engine.drift_check))
     found = host.get_fact(EngineManifest, venv=profile.engine.venv,

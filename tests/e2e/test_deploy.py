@@ -2,6 +2,7 @@
 → idempotent re-run → verify → one NCCL value changed → a comment changed → a crashing start.
 """
 
+import json
 import textwrap
 import time
 
@@ -40,6 +41,10 @@ def test_converge_two_profiles_in_one_run(converged):
     assert converged.changed > 0
     assert "speculative-algorithm" in ssh("node2", "cat /etc/systemd/system/sglang.service")
     assert "speculative-algorithm" not in ssh("node1", "cat /etc/systemd/system/sglang.service")
+    recorded = json.loads((REPO_ROOT / "reports/manifests/node2/latest.json").read_text())
+    assert recorded["profile"] == "sandbox-eagle3"
+    assert [(d["name"], d["version"]) for d in recorded["distributions"]] == [
+        ("sglang", "0.5.23+sandbox")]
 
 
 def test_rerun_changes_nothing_and_restarts_nothing(converged):
