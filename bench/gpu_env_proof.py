@@ -437,7 +437,6 @@ def start_and_check(name, profile, expected_env, tuning, args, work, gpu, positi
                          "--served-name", profile.model.served_name, "--timeout", str(profile.readiness.timeout_s),
                          "--progress-every", "5", "--json", str(gate_json)],
                         timeout=profile.readiness.timeout_s + 60)
-        summary = json.loads(gate_json.read_text()) if gate_json.exists() else {}
         gate_lines = gate.stdout.strip().splitlines()
         run.results.append(Result("readiness gate (gate.py --pid --log)", gate.returncode == status.READY,
                                   gate_lines[-1] if gate_lines else "no output: %s" % gate.stderr.strip(),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .errors import DeployError
 from .inventory import REPO_ROOT
-from .operations import NodeScripts
+from .node_scripts import NodeScripts
 from .profile import Profile, load_profile
 from .render import render_env_file, render_hook_module, render_hook_pth, render_unit
 

@@ -244,7 +244,7 @@ def test_each_injected_failure_gets_its_cause(converged, profile_dir, failure, c
     """ % failure)
     run = deploy({"node1": failing}, limit="node1", args=("--data", "rollback=false"))
     assert run.returncode != 0
-    assert f"[node1] readiness gate failed: " in run.output and cause in run.output, run.output[-4000:]
+    assert "[node1] readiness gate failed: " in run.output and cause in run.output, run.output[-4000:]
 
 
 def test_back_to_the_good_profiles(converged):

@@ -6,7 +6,6 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path

@@ -1,14 +1,17 @@
 """Operations case by case: what each yields for a given node state (facts faked), and that it
 calls host.noop when there is nothing to do."""
 
-from types import SimpleNamespace
 
 import pytest
 from pyinfra.api import FunctionCommand
 from pyinfra.api.command import FileUploadCommand
 from pyinfra.facts.files import File, Sha1File
 
+from pyinfra.context import ctx_host
+
 from sglang_deploy import operations
+from sglang_deploy.operations import files as files_ops
+from sglang_deploy.operations import service
 from sglang_deploy.facts import (EngineDrift, InstalledDistributions, InterpreterStartup,
                                  Serving, UnitState, WorkerEnvironment)
 from sglang_deploy.node import status
@@ -42,10 +45,9 @@ class FakeHost:
 def run(monkeypatch):
     def run(op, facts, *args, **kwargs):
         fake = FakeHost(facts)
-        monkeypatch.setattr(operations, "host", fake)
-        monkeypatch.setattr(operations, "_diff_wanted", lambda: False)
-        monkeypatch.setattr("pyinfra.operations.files.host", fake, raising=False)
-        commands = list(op._inner(*args, **kwargs))
+        monkeypatch.setattr(files_ops, "_diff_wanted", lambda: False)
+        with ctx_host.use(fake):
+            commands = list(op._inner(*args, **kwargs))
         return [str(c) if isinstance(c, str) else c for c in commands], fake.noops
     return run
 
@@ -161,19 +163,19 @@ def test_stopped_disabled_unit_is_enabled_started_and_gated(run):
     facts = {**SERVING_FACTS, UnitState: {"UnitFileState": "disabled", "ActiveState": "failed"}}
     commands, _ = run(operations.serving, facts, PLAN.scripts, "/opt/sglang/venv/bin/python")
     assert commands[0] == "systemctl enable sglang.service"
-    assert isinstance(commands[1], FunctionCommand) and commands[1].function is operations._start_and_record
+    assert isinstance(commands[1], FunctionCommand) and commands[1].function is service._start_and_record
 
 
 def test_active_but_not_ready_is_gated_not_restarted(run):
     facts = {**SERVING_FACTS, Serving: {"ready": False}}
     commands, _ = run(operations.serving, facts, PLAN.scripts, "/opt/sglang/venv/bin/python")
-    assert [c.function for c in commands] == [operations._gate_and_check]
+    assert [c.function for c in commands] == [service._gate_and_check]
 
 
 def test_workers_without_the_profile_env_fail_the_check(run):
     facts = {**SERVING_FACTS, WorkerEnvironment: {"status": status.WORKER_ENV_MISMATCH}}
     commands, _ = run(operations.serving, facts, PLAN.scripts, "/opt/sglang/venv/bin/python")
-    assert [c.function for c in commands] == [operations._check_workers]
+    assert [c.function for c in commands] == [service._check_workers]
 
 
 def test_node_scripts_command_lines():

@@ -1,0 +1,74 @@
+"""Command lines of our on-node scripts (sglang_deploy/node/, uploaded to the node)."""
+
+import json
+import shlex
+
+
+class NodeScripts:
+    """Command lines of our on-node scripts (sglang_deploy/node/, uploaded to ``directory``)
+    for one unit and its profile."""
+
+    def __init__(self, directory, unit, profile, files, last_good_dir, wheels_dir):
+        self.directory = directory
+        self.unit = unit
+        self.profile = profile
+        self.files = files  # role -> path of what the unit runs from (env file, unit file)
+        self.last_good_dir = last_good_dir
+        self.wheels_dir = wheels_dir
+
+    def _run(self, script, *args):
+        quoted = " ".join(shlex.quote(str(arg)) for arg in args)
+        return f"python3 {shlex.quote(self.directory)}/{script} {quoted}"
+
+    def restart(self):
+        service = self.profile.service
+        # Beyond TimeoutStopSec, so systemd's own SIGKILL has happened before we give up.
+        return self._run("restart.py", "--unit", self.unit, "--port", service.port,
+                         "--stop-timeout", service.timeout_stop_sec + 30)
+
+    def start(self):
+        return f"systemctl start {shlex.quote(self.unit)}"
+
+    def gate(self):
+        readiness, service = self.profile.readiness, self.profile.service
+        return self._run("gate.py", "--unit", self.unit, "--port", service.port,
+                         "--served-name", self.profile.model.served_name,
+                         "--timeout", readiness.timeout_s,
+                         "--interval", readiness.poll_interval_s,
+                         "--progress-every", readiness.progress_every_s,
+                         "--hang-after", readiness.hang_after_s)
+
+    def workers(self):
+        expect = json.dumps(self.profile.hook_vars(), sort_keys=True)
+        return self._run("workers.py", "--unit", self.unit, "--expect-json", expect)
+
+    def save_last_good(self, hook_files):
+        files = {**self.files, **hook_files}
+        args = ["save", "--dir", self.last_good_dir, "--profile", self.profile.name,
+                "--venv", self.profile.engine.venv]
+        for role, path in sorted(files.items()):
+            args += ["--file", f"{role}={path}"]
+        for pin in self.profile.engine.packages:
+            args += ["--package", pin.partition("==")[0]]
+        if self.wheels_dir:
+            args += ["--wheels-dir", self.wheels_dir]
+        return self._run("lastgood.py", *args)
+
+    def gpus_needed(self):
+        """GPUs this node needs: tensor × pipeline parallel, shared across --nnodes."""
+        args = self.profile.server_args
+        return max(1, int(args.get("tp-size") or args.get("tensor-parallel-size") or 1)
+                   * int(args.get("pp-size") or args.get("pipeline-parallel-size") or 1)
+                   // int(args.get("nnodes") or 1))
+
+    def preflight(self, python="python3", argv_check=True, allow_drift=False):
+        engine = self.profile.engine
+        flags = ["--drift", *engine.drift_check] if argv_check else ["--no-argv"]
+        flags += ["--allow-drift"] if engine.allow_drift or allow_drift else []
+        quoted = " ".join(shlex.quote(str(arg)) for arg in [
+            "--unit", self.unit, "--argv-json", json.dumps(self.profile.argv()),
+            "--gpus-needed", self.gpus_needed(), "--disk-path", self.profile.engine.venv, *flags])
+        return f"{shlex.quote(python)} {shlex.quote(self.directory)}/preflight.py {quoted}"
+
+    def restore_last_good(self):
+        return self._run("lastgood.py", "restore", "--dir", self.last_good_dir)

@@ -1,0 +1,15 @@
+"""pyinfra operations for an SGLang node.
+
+Each operation yields commands only when the node differs from what is asked, and calls
+``host.noop`` otherwise, so a re-run with nothing changed reports no changes.
+"""
+
+from .engine import engine, engine_matches
+from .files import HOOK_MODULE, HOOK_PTH, pth_directory, secret_file, startup_hook, unit_file
+from .lock import deploy_lock
+from .records import manifest_recorded
+from .service import preflight, restarted, serving
+
+__all__ = ["engine", "engine_matches", "secret_file", "startup_hook", "unit_file", "pth_directory",
+           "HOOK_MODULE", "HOOK_PTH", "deploy_lock", "preflight", "restarted", "serving",
+           "manifest_recorded"]

@@ -1,0 +1,129 @@
+"""Files the server runs from: the env file (secret-safe), the start-up hook, the unit."""
+
+import difflib
+import hashlib
+import shlex
+from io import StringIO
+
+from pyinfra import host, logger
+from pyinfra.api import operation
+from pyinfra.api.command import FileUploadCommand
+from pyinfra.facts.files import File, FileContents, Sha1File
+from pyinfra.operations import files
+
+from ..facts import InterpreterStartup
+
+HOOK_MODULE = "sglang_deploy_env.py"
+HOOK_PTH = "sglang_deploy_env.pth"
+
+
+@operation()
+def secret_file(dest, content, secret_values=(), mode="0600"):
+    """
+    Upload ``content`` to ``dest`` (root-owned, ``mode``), never showing secrets: the upload's
+    temporary file lives beside ``dest`` and ``--diff`` shows secret values as ``***``.
+
+    + dest: remote path; its directory must exist and be private
+    + content: the file's text
+    + secret_values: strings to hide in diffs
+    + mode: file mode
+    """
+    remote_sha1 = host.get_fact(Sha1File, path=dest)
+    if remote_sha1 == hashlib.sha1(content.encode()).hexdigest():
+        remote = host.get_fact(File, path=dest) or {}
+        # pyinfra's File fact writes modes as octal digits in an int: 0600 -> 600.
+        if remote.get("mode") != int(mode) or remote.get("user") != "root":
+            yield f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}"
+        else:
+            host.noop(f"{dest} is up to date")
+        return
+    _log_redacted_diff(dest, content, secret_values)
+    directory = dest.rsplit("/", 1)[0]
+    yield FileUploadCommand(
+        StringIO(content), dest,
+        remote_temp_filename=host.get_temp_filename(dest, temp_directory=directory),
+    )
+    yield f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}"
+
+
+def _diff_wanted():
+    from pyinfra.context import state
+
+    return state.config.DIFF
+
+
+def _log_redacted_diff(dest, content, secret_values):
+    if not _diff_wanted():
+        return
+    current = host.get_fact(FileContents, path=dest)
+    redact = _redactor(secret_values)
+    before = [redact(line) + "\n" for line in (current or [])]
+    after = [redact(line) + "\n" for line in content.splitlines()]
+    note = " (secrets shown as ***)" if secret_values else ""
+    host.log(f"Will write {dest}{note}", logger.info)
+    for line in difflib.unified_diff(before, after, "remote", "desired", n=1):
+        logger.info("  %s", line.rstrip("\n"))
+
+
+def _redactor(secret_values):
+    secrets = [value for value in secret_values if value]
+
+    def redact(line):
+        for value in secrets:
+            line = line.replace(value, "***")
+        return line
+    return redact
+
+
+@operation()
+def startup_hook(python, module_text, pth_text):
+    """
+    Install the environment hook where ``python`` really runs start-up code: a module plus a
+    ``.pth`` that imports it, in a directory the interpreter processes ``.pth`` files from.
+    A ``.pth`` cannot be shadowed the way a venv's ``sitecustomize.py`` is on Debian.
+
+    + python: the interpreter whose start-up gets the hook (the venv's, or the system's)
+    + module_text: the hook module's source
+    + pth_text: the ``.pth`` line that imports it
+    """
+    startup = host.get_fact(InterpreterStartup, python=python)
+    if startup is None:
+        host.noop(f"{python} does not exist yet (a dry run before the engine step)")
+        return
+    directory = pth_directory(startup)
+    yield from files.put._inner(src=StringIO(module_text), dest=f"{directory}/{HOOK_MODULE}",
+                                mode="0644")
+    yield from files.put._inner(src=StringIO(pth_text), dest=f"{directory}/{HOOK_PTH}",
+                                mode="0644")
+
+
+def pth_directory(startup):
+    """The site directory for our ``.pth``: the purelib one if the interpreter processes it."""
+    if startup["purelib"] in startup["site_dirs"]:
+        return startup["purelib"]
+    return startup["site_dirs"][0]
+
+
+@operation()
+def unit_file(unit, content, unit_dir="/etc/systemd/system", staging_dir="/run/sglang-deploy"):
+    """
+    Install a unit file once ``systemd-analyze verify`` accepted it, then daemon-reload; a
+    rejected unit never replaces the one a running server came from.
+
+    + unit: unit name, e.g. ``sglang.service``
+    + content: the unit file's text
+    + unit_dir: where units are installed
+    + staging_dir: where the candidate is verified (its file name must be the unit's)
+    """
+    dest = f"{unit_dir}/{unit}"
+    if host.get_fact(Sha1File, path=dest) == hashlib.sha1(content.encode()).hexdigest():
+        host.noop(f"{dest} is up to date")
+        return
+    _log_redacted_diff(dest, content, ())
+    staged = f"{staging_dir}/{unit}"
+    yield f"mkdir -p {shlex.quote(staging_dir)}"
+    yield FileUploadCommand(StringIO(content), staged,
+                            remote_temp_filename=host.get_temp_filename(staged))
+    yield f"systemd-analyze verify {shlex.quote(staged)}"
+    yield f"install -m 0644 -o root -g root {shlex.quote(staged)} {shlex.quote(dest)}"
+    yield "systemctl daemon-reload"

@@ -1,0 +1,35 @@
+"""Records kept on the controller."""
+
+from pyinfra import host
+from pyinfra.api import operation
+
+from .. import manifest
+from ..facts import EngineManifest
+
+
+@operation()
+def manifest_recorded(scripts, profile):
+    """
+    Record on the controller what the node's engine holds (distribution, version, RECORD
+    digest), so two nodes or two dates can be diffed. Writes only local files: never a change.
+
+    + scripts: ``NodeScripts`` for this node
+    + profile: the host's profile (its pins and drift_check name the distributions)
+    """
+    from pyinfra.context import state
+
+    if state.is_executing:  # not while planning a --dry run
+        _record_manifest(scripts, profile)
+    yield from ()  # writes on the controller only: no command for the node
+
+
+def _record_manifest(scripts, profile):
+    names = list(dict.fromkeys([pin.partition("==")[0] for pin in profile.engine.packages]
+                               + profile.engine.drift_check))
+    found = host.get_fact(EngineManifest, venv=profile.engine.venv,
+                          scripts_dir=scripts.directory, distributions=names)
+    if not found:
+        host.noop("no engine manifest: the venv or our scripts are missing")
+        return
+    path = manifest.record(host.name, profile.name, found)
+    host.noop(f"engine manifest recorded in {path.relative_to(manifest.REPO_ROOT)}")

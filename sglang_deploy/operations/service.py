@@ -1,0 +1,164 @@
+"""The server's lifecycle: preflight, restart through the readiness gate with rollback, and
+"serving" checks that leave a serving node alone."""
+
+import shlex
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.facts.files import File
+
+from ..facts import InterpreterStartup, Preflight, Serving, UnitState, WorkerEnvironment
+from ..node import status
+from .files import HOOK_MODULE, HOOK_PTH, pth_directory
+
+
+def _fail(state, host, message):
+    host.log_styled(message, fg="red", log_func=logger.error)
+    return False
+
+
+@operation()
+def preflight(scripts, engine_ready, repairing=False):
+    """
+    Check, before anything on the node changes, that this configuration can start there: the
+    engine's own parser accepts the argv (when the pinned engine is already installed; the
+    restart repeats it after an install), model paths, GPUs, port, free disk. A check only:
+    never a change.
+
+    + scripts: ``NodeScripts`` for this node
+    + engine_ready: whether the venv already holds the pinned engine
+    + repairing: drift is about to be repaired, so it only warns here
+    """
+    if host.get_fact(File, path=f"{scripts.directory}/preflight.py") is None:
+        host.noop("preflight runs once our scripts are on the node (a dry run of a first deploy)")
+        return
+    python = f"{scripts.profile.engine.venv}/bin/python" if engine_ready else "python3"
+    result = host.get_fact(Preflight, command=scripts.preflight(
+        python, argv_check=engine_ready, allow_drift=repairing))
+    for line in result["lines"]:
+        if line.startswith("preflight warning: "):
+            host.log(line, logger.warning)
+    if result["status"] != status.READY:
+        yield FunctionCommand(_fail, ("preflight failed: " + "; ".join(
+            line.split(": ", 1)[1] for line in result["lines"] if line.startswith("preflight failed")),), {})
+        return
+    host.noop("; ".join(result["lines"]))
+
+
+def _run_step(host, what, command):
+    """Run one step, streaming its output; on failure log what failed and why (the script's
+    own cause line) and return (False, output)."""
+    ok, output = host.run_shell_command(StringCommand(command), print_output=True)
+    if not ok:
+        cause = status.cause_line(output.stdout_lines + output.stderr_lines)
+        host.log_styled(f"{what} failed: {cause}", fg="red", log_func=logger.error)
+    return ok, output
+
+
+def _run_steps(host, steps):
+    return all(_run_step(host, what, command)[0] for what, command in steps)
+
+
+def _serve_steps(scripts, first):
+    """Start (or restart), gate, check the workers."""
+    return [first, ("readiness gate", scripts.gate()),
+            ("worker environment check", scripts.workers())]
+
+
+def _record_last_good(host, scripts, hook_python):
+    startup = host.get_fact(InterpreterStartup, python=hook_python)
+    directory = pth_directory(startup)
+    hook_files = {"hook": f"{directory}/{HOOK_MODULE}", "hook_pth": f"{directory}/{HOOK_PTH}"}
+    return _run_steps(host, [("recording last known good", scripts.save_last_good(hook_files))])
+
+
+def _restart_or_roll_back(state, host, scripts, hook_python, rollback):
+    """Preflight, then restart on the new configuration; if it does not pass the gate, put the
+    last one that did back, restart on it and gate again. Either way a failed change fails the
+    deploy. A failed preflight stops nothing: the files go back and the server keeps serving."""
+    venv_python = f"{scripts.profile.engine.venv}/bin/python"
+    if not _run_steps(host, [("preflight", scripts.preflight(venv_python))]):
+        ok, _ = _run_step(host, "restoring the last known good files", scripts.restore_last_good())
+        if ok:
+            host.log_styled("nothing was stopped: the running server is untouched", fg="yellow",
+                            log_func=logger.error)
+        return False
+    if _run_steps(host, _serve_steps(scripts, ("restart", scripts.restart()))):
+        return _record_last_good(host, scripts, hook_python)
+    if not rollback:
+        host.log_styled("rollback disabled: the node is left as it is", fg="red",
+                        log_func=logger.error)
+        return False
+    host.log("rolling back to the last configuration that passed the gate", logger.warning)
+    ok, output = host.run_shell_command(StringCommand(scripts.restore_last_good()),
+                                        print_output=True)
+    if not ok:
+        cause = status.cause_line(output.stdout_lines + output.stderr_lines)
+        host.log_styled(f"rollback impossible: {cause}", fg="red", log_func=logger.error)
+        return False
+    previous = output.stdout_lines[-1].split()[1] if output.stdout_lines else "?"
+    if _run_steps(host, _serve_steps(scripts, ("restart", scripts.restart()))[:2]):
+        host.log_styled(f"rolled back: serving {previous} again", fg="yellow",
+                        log_func=logger.error)
+    else:
+        host.log_styled(f"rollback to {previous} failed too", fg="red", log_func=logger.error)
+    return False
+
+
+@operation(is_idempotent=False)
+def restarted(scripts, hook_python, rollback=True):
+    """
+    Restart the server and hold the deploy until it serves: stop and wait for the old
+    processes, port and GPU memory to be released; start; readiness gate; worker environment;
+    then record this configuration as the node's last known good. A start that fails is rolled
+    back to the last known good (unless ``rollback`` is off) and fails the deploy.
+
+    + scripts: ``NodeScripts`` for this node
+    + hook_python: interpreter whose start-up hook belongs to the configuration
+    + rollback: restore the last known good when the new configuration fails its gate
+    """
+    yield FunctionCommand(_restart_or_roll_back, (scripts, hook_python, rollback), {})
+
+
+def _start_and_record(state, host, scripts, hook_python):
+    return (_run_steps(host, _serve_steps(scripts, ("start", scripts.start())))
+            and _record_last_good(host, scripts, hook_python))
+
+
+def _gate_and_check(state, host, scripts):
+    return _run_steps(host, _serve_steps(scripts, ("readiness gate", scripts.gate()))[1:])
+
+
+def _check_workers(state, host, scripts):
+    return _run_steps(host, [("worker environment check", scripts.workers())])
+
+
+@operation()
+def serving(scripts, hook_python):
+    """
+    Ensure the unit is enabled and serving without touching a server that already serves:
+    start and gate it when it is not active, gate it when it is active but not ready, and
+    check that every scheduler carries the profile's environment.
+
+    + scripts: ``NodeScripts`` for this node
+    + hook_python: interpreter whose start-up hook belongs to the configuration
+    """
+    unit, profile = scripts.unit, scripts.profile
+    unit_state = host.get_fact(UnitState, unit=unit)
+    if unit_state.get("UnitFileState") != "enabled":
+        yield f"systemctl enable {shlex.quote(unit)}"
+    if unit_state.get("ActiveState") not in ("active", "activating"):
+        yield FunctionCommand(_start_and_record, (scripts, hook_python), {})
+        return
+    serving_now = host.get_fact(Serving, port=profile.service.port,
+                                served_name=profile.model.served_name)
+    if not (serving_now and serving_now["ready"]):
+        yield FunctionCommand(_gate_and_check, (scripts,), {})
+        return
+    report = host.get_fact(WorkerEnvironment, scripts_dir=scripts.directory, unit=unit,
+                           expect=profile.hook_vars())
+    if not report or report.get("status") != status.READY:
+        yield FunctionCommand(_check_workers, (scripts,), {})
+        return
+    host.noop(f"{unit} serves {profile.model.served_name}; "
+              f"{len(report['workers'])} schedulers carry the profile's environment")
