@@ -231,7 +231,9 @@ def test_dry_diff_shows_changes_hides_secrets_and_changes_nothing(converged, pro
     ("warmup-fails", "failed: warmup-failed"),
     ("scheduler-dies-after-ready", "failed: scheduler-died"),
     # The stand-in hangs while loading weights, a phase allowed to be long: the timeout says so.
-    ("hang", "timeout: not ready within 6.0s; last phase: loading weights"),
+    ("hang", "timeout: not ready within 10.0s; last phase: loading weights"),
+    # A hang outside the long phases is called a hang, before the timeout.
+    ("hang-warmup", "hung: no new journal line for 3"),
 ])
 def test_each_injected_failure_gets_its_cause(converged, profile_dir, failure, cause):
     failing = write_profile(profile_dir, f"fail-{failure}", """
@@ -240,7 +242,8 @@ def test_each_injected_failure_gets_its_cause(converged, profile_dir, failure, c
           SGLANG_STANDIN_FAIL: %s
           SGLANG_STANDIN_FAIL_AFTER_SECONDS: 1
         readiness:
-          timeout_s: 6
+          timeout_s: 10
+          hang_after_s: 3
     """ % failure)
     run = deploy({"node1": failing}, limit="node1", args=("--data", "rollback=false"))
     assert run.returncode != 0

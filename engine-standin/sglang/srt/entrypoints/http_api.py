@@ -52,6 +52,7 @@ class ServerState:
             generator=self.generator,
             first_forward_at=now + knobs.warmup_seconds,
             broken_at=now + knobs.fail_after_seconds if knobs.fail == "warmup-fails" else None,
+            hangs=knobs.fail == "hang-warmup",
         )
         self.healthy = False        # set once warmup succeeded
         self.shutting_down = False

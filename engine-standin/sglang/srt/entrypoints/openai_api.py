@@ -13,6 +13,7 @@ to EOS or the context limit; a fixed default keeps a careless benchmark short).
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 import uuid
 from typing import Any, Iterator, List, Optional
@@ -47,7 +48,8 @@ class Backend:
     """What the endpoints need from the server: model facts, pacing, warmup gating."""
 
     def __init__(self, served_model_name: str, context_len: int, generator: Generator,
-                 first_forward_at: float, broken_at: Optional[float] = None):
+                 first_forward_at: float, broken_at: Optional[float] = None,
+                 hangs: bool = False):
         self.served_model_name = served_model_name
         self.context_len = context_len
         self.generator = generator
@@ -56,9 +58,14 @@ class Backend:
         self.first_forward_at = first_forward_at
         # SGLANG_STANDIN_FAIL=warmup-fails: from this time on every generation fails.
         self.broken_at = broken_at
+        # SGLANG_STANDIN_FAIL=hang-warmup: the first forward pass never returns (what a
+        # deadlocked first all-reduce looks like): no answer, no more log lines.
+        self.hangs = hangs
         self.last_gen_throughput = 0.0
 
     def prepare(self, prompt_tokens: int, max_new_tokens: Any) -> int:
+        if self.hangs:
+            threading.Event().wait()
         if self.broken_at is not None:
             delay = self.broken_at - time.monotonic()
             if delay > 0:

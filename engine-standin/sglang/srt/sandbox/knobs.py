@@ -14,6 +14,7 @@ FAILURES = (
     "cuda-oom",
     "nccl-error",
     "hang",
+    "hang-warmup",
     "scheduler-dies-after-ready",
     "warmup-fails",
 )
