@@ -110,6 +110,19 @@ def gpus(node, plan) -> list[Check]:
     ]
 
 
+def last_start(node, plan) -> Check:
+    """The readiness gate's account of the last start it gated: time per phase, or the cause."""
+    found = node.run(f"cat {plan.scripts.gate_report}")
+    if found.rc != 0:
+        return Check("last start", WARNING, "no gate report on the node (started outside a deploy)")
+    report = json.loads(found.stdout)
+    if report["status"] != status.READY:
+        return Check("last start", WARNING, f"{report['status_name']}: {report['cause_text']}")
+    phases = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in report["phases"].items()
+                       if name != "ready")
+    return Check("last start", OK, f"ready in {report['elapsed_s']:.1f}s ({phases})")
+
+
 def host_checks(node, plan) -> list[Check]:
-    return [serving(node, plan), workers_env(node, plan), nccl_confirmation(node, plan),
-            drift(node, plan), *gpus(node, plan)]
+    return [serving(node, plan), last_start(node, plan), workers_env(node, plan),
+            nccl_confirmation(node, plan), drift(node, plan), *gpus(node, plan)]

@@ -36,7 +36,13 @@ class NodeScripts:
                          "--timeout", readiness.timeout_s,
                          "--interval", readiness.poll_interval_s,
                          "--progress-every", readiness.progress_every_s,
-                         "--hang-after", readiness.hang_after_s)
+                         "--hang-after", readiness.hang_after_s,
+                         "--json", self.gate_report)
+
+    @property
+    def gate_report(self):
+        """Where the gate leaves its summary (phase times, cause) of the last start it gated."""
+        return f"/run/sglang-deploy/{self.unit}.gate.json"
 
     def workers(self):
         expect = json.dumps(self.profile.hook_vars(), sort_keys=True)

@@ -1,7 +1,8 @@
 """Per-host report of what an inventory's nodes serve and whether it is what they should:
 `python -m sglang_deploy.summary [INVENTORY] [--json FILE]`. Exit 1 when any check failed.
 
-Columns: host, profile, serving, workers' env, NCCL confirmation, drift, GPUs, warnings —
+Columns: host, profile, serving, last start (time per phase), workers' env, NCCL
+confirmation, drift, GPUs, warnings —
 each from sglang_deploy.checks, the same functions `make verify`'s tests assert.
 """
 
@@ -18,8 +19,8 @@ from .gpu_health import FAILED, OK, WARNING
 from .inventory import inventory_hosts, testinfra_host
 from .plan import plan_for
 
-COLUMNS = ("host", "profile", "serving", "workers' env", "nccl confirmation", "drift", "gpus",
-           "warnings")
+COLUMNS = ("host", "profile", "serving", "last start", "workers' env", "nccl confirmation",
+           "drift", "gpus", "warnings")
 
 
 def host_report(name, data):
@@ -33,7 +34,9 @@ def row(report):
     by_name = {c["name"]: c for c in report["checks"]}
     cell = lambda name: by_name[name]["state"]  # noqa: E731
     warnings = [f"{c['name']}: {c['detail']}" for c in report["checks"] if c["state"] == WARNING]
-    return (report["host"], report["profile"], cell("serving"), cell("workers' env"),
+    start = by_name["last start"]
+    return (report["host"], report["profile"], cell("serving"),
+            start["detail"] if start["state"] == OK else start["state"], cell("workers' env"),
             cell("nccl confirmation"), cell("drift"), cell("gpus"), str(len(warnings)))
 
 

@@ -59,6 +59,7 @@ def test_rerun_changes_nothing_and_restarts_nothing(converged):
 def test_verify_passes_after_converge(converged):
     result = verify(PROFILES)
     assert result.returncode == 0, result.stdout[-5000:]
+    assert "skipped" not in result.stdout.splitlines()[-1], result.stdout[-2000:]
 
 
 def test_changing_one_nccl_value_restarts_once_and_reaches_workers(converged, profile_dir):

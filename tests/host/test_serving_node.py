@@ -103,3 +103,10 @@ def test_gpu_and_pcie_health(node):
     unchecked = [check.line() for check in found if not check.checked]
     if len(unchecked) == len(found):
         pytest.skip(f"{node.name}: {'; '.join(unchecked)}")
+
+
+def test_the_last_start_passed_the_readiness_gate(node):
+    check = checks.last_start(node.host, node.plan)
+    if "no gate report" in check.detail:
+        pytest.skip(f"{node.name}: {check.line()}")
+    assert check.state == "ok", f"{node.name}: {check.line()}"

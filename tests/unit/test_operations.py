@@ -182,7 +182,8 @@ def test_node_scripts_command_lines():
     scripts = PLAN.scripts
     assert scripts.gate() == ("python3 /opt/sd/node/gate.py --unit sglang.service --port 30000 "
                               "--served-name tiny-standin --timeout 120 --interval 0.25 "
-                              "--progress-every 10.0 --hang-after 300.0")
+                              "--progress-every 10.0 --hang-after 300.0 "
+                              "--json /run/sglang-deploy/sglang.service.gate.json")
     assert scripts.restart() == ("python3 /opt/sd/node/restart.py --unit sglang.service "
                                  "--port 30000 --stop-timeout 150")
     assert scripts.gpus_needed() == 2
