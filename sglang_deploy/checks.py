@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from .facts import _SERVING_PY
+from .facts import Serving, WorkerEnvironment
 from .gpu_health import (FAILED, OK, WARNING, Check, acs_check, gpus_check, iommu_check,
                          is_pcie_tuned, parse_gpus, topology_check)
 from .nccl_confirm import confirm
@@ -26,11 +26,16 @@ def _tool_output(node, tool, command):
     return node.run(command).stdout
 
 
+def _fact(node, fact_class, **kwargs):
+    """A pyinfra fact of ours, gathered over testinfra: the same command, the same parsing."""
+    fact = fact_class()
+    return fact.process(node.run(fact.command(**kwargs)).stdout.splitlines())
+
+
 def serving(node, plan) -> Check:
     profile = plan.profile
-    probe = node.run(f"python3 -c {shlex.quote(_SERVING_PY)} "
-                     f"http://127.0.0.1:{profile.service.port} {shlex.quote(profile.model.served_name)}")
-    found = json.loads(probe.stdout or "{}")
+    found = _fact(node, Serving, port=profile.service.port,
+                  served_name=profile.model.served_name) or {}
     detail = f"/health {found.get('health')}, /v1/models {found.get('models')}"
     if found.get("ready"):
         return Check("serving", OK, f"{profile.model.served_name} on :{profile.service.port}")
@@ -38,12 +43,12 @@ def serving(node, plan) -> Check:
 
 
 def workers_env(node, plan) -> Check:
-    result = node.run(f"{plan.scripts.workers()} --json")
-    report = json.loads(result.stdout) if result.stdout.strip().startswith("{") else {}
+    report = _fact(node, WorkerEnvironment, scripts_dir=plan.scripts.directory, unit=plan.unit,
+                   expect=plan.profile.hook_vars()) or {}
     if report.get("status") == status.READY:
         return Check("workers' env", OK, f"{len(report['workers'])} schedulers carry "
                      f"{len(plan.profile.hook_vars())} variables")
-    return Check("workers' env", FAILED, report.get("message") or result.stdout.strip()[-200:])
+    return Check("workers' env", FAILED, report.get("message") or "our scripts are not on the node")
 
 
 def nccl_confirmation(node, plan) -> Check:

@@ -21,7 +21,8 @@ _STARTUP_PY = (
     "'sitecustomize': spec.origin if spec else None, "
     "'version': '%d.%d' % sys.version_info[:2]}))"
 )
-_SERVING_PY = """
+# Run on the node by the Serving fact and by `make verify`: health status, model ids, verdict.
+SERVING_PROBE_PY = """
 import json, sys, urllib.request
 base, name = sys.argv[1], sys.argv[2]
 def get(path):
@@ -109,7 +110,7 @@ class Serving(FactBase):
 
     def command(self, port, served_name):
         args = f"http://127.0.0.1:{int(port)} {shlex.quote(served_name)}"
-        return f"python3 -c {shlex.quote(_SERVING_PY)} {args}"
+        return f"python3 -c {shlex.quote(SERVING_PROBE_PY)} {args}"
 
     def process(self, output):
         return _json_output(output)
