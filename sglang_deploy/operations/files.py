@@ -28,12 +28,12 @@ def secret_file(dest, content, secret_values=(), mode="0600"):
     + secret_values: strings to hide in diffs
     + mode: file mode
     """
-    remote_sha1 = host.get_fact(Sha1File, path=dest)
-    if remote_sha1 == hashlib.sha1(content.encode()).hexdigest():
+    own = f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}"
+    if _same_content(dest, content):
         remote = host.get_fact(File, path=dest) or {}
         # pyinfra's File fact writes modes as octal digits in an int: 0600 -> 600.
         if remote.get("mode") != int(mode) or remote.get("user") != "root":
-            yield f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}"
+            yield own
         else:
             host.noop(f"{dest} is up to date")
         return
@@ -43,7 +43,11 @@ def secret_file(dest, content, secret_values=(), mode="0600"):
         StringIO(content), dest,
         remote_temp_filename=host.get_temp_filename(dest, temp_directory=directory),
     )
-    yield f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}"
+    yield own
+
+
+def _same_content(dest, content):
+    return host.get_fact(Sha1File, path=dest) == hashlib.sha1(content.encode()).hexdigest()
 
 
 def _diff_wanted():
@@ -86,15 +90,22 @@ def startup_hook(python, module_text, pth_text):
     + module_text: the hook module's source
     + pth_text: the ``.pth`` line that imports it
     """
-    startup = host.get_fact(InterpreterStartup, python=python)
-    if startup is None:
+    paths = hook_paths(python)
+    if paths is None:
         host.noop(f"{python} does not exist yet (a dry run before the engine step)")
         return
+    yield from files.put._inner(src=StringIO(module_text), dest=paths["hook"], mode="0644")
+    yield from files.put._inner(src=StringIO(pth_text), dest=paths["hook_pth"], mode="0644")
+
+
+def hook_paths(python):
+    """Where ``python``'s start-up hook lives: ``{"hook": module, "hook_pth": .pth}``, asked of
+    the interpreter (a fact); None while it does not exist."""
+    startup = host.get_fact(InterpreterStartup, python=python)
+    if startup is None:
+        return None
     directory = pth_directory(startup)
-    yield from files.put._inner(src=StringIO(module_text), dest=f"{directory}/{HOOK_MODULE}",
-                                mode="0644")
-    yield from files.put._inner(src=StringIO(pth_text), dest=f"{directory}/{HOOK_PTH}",
-                                mode="0644")
+    return {"hook": f"{directory}/{HOOK_MODULE}", "hook_pth": f"{directory}/{HOOK_PTH}"}
 
 
 def pth_directory(startup):
@@ -116,7 +127,7 @@ def unit_file(unit, content, unit_dir="/etc/systemd/system", staging_dir="/run/s
     + staging_dir: where the candidate is verified (its file name must be the unit's)
     """
     dest = f"{unit_dir}/{unit}"
-    if host.get_fact(Sha1File, path=dest) == hashlib.sha1(content.encode()).hexdigest():
+    if _same_content(dest, content):
         host.noop(f"{dest} is up to date")
         return
     _log_redacted_diff(dest, content, ())

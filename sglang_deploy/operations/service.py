@@ -7,9 +7,9 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.facts.files import File
 
-from ..facts import InterpreterStartup, Preflight, Serving, UnitState, WorkerEnvironment
+from ..facts import Preflight, Serving, UnitState, WorkerEnvironment
 from ..node import status
-from .files import HOOK_MODULE, HOOK_PTH, pth_directory
+from .files import hook_paths
 
 
 def _fail(state, host, message):
@@ -59,17 +59,14 @@ def _run_steps(host, steps):
     return all(_run_step(host, what, command)[0] for what, command in steps)
 
 
-def _serve_steps(scripts, first):
-    """Start (or restart), gate, check the workers."""
-    return [first, ("readiness gate", scripts.gate()),
-            ("worker environment check", scripts.workers())]
+def _gate_steps(scripts):
+    """Readiness gate, then the workers' environment."""
+    return [("readiness gate", scripts.gate()), ("worker environment check", scripts.workers())]
 
 
 def _record_last_good(host, scripts, hook_python):
-    startup = host.get_fact(InterpreterStartup, python=hook_python)
-    directory = pth_directory(startup)
-    hook_files = {"hook": f"{directory}/{HOOK_MODULE}", "hook_pth": f"{directory}/{HOOK_PTH}"}
-    return _run_steps(host, [("recording last known good", scripts.save_last_good(hook_files))])
+    return _run_steps(host, [("recording last known good",
+                              scripts.save_last_good(hook_paths(hook_python)))])
 
 
 def _restart_or_roll_back(state, host, scripts, hook_python, rollback):
@@ -83,21 +80,19 @@ def _restart_or_roll_back(state, host, scripts, hook_python, rollback):
             host.log_styled("nothing was stopped: the running server is untouched", fg="yellow",
                             log_func=logger.error)
         return False
-    if _run_steps(host, _serve_steps(scripts, ("restart", scripts.restart()))):
+    if _run_steps(host, [("restart", scripts.restart()), *_gate_steps(scripts)]):
         return _record_last_good(host, scripts, hook_python)
     if not rollback:
         host.log_styled("rollback disabled: the node is left as it is", fg="red",
                         log_func=logger.error)
         return False
     host.log("rolling back to the last configuration that passed the gate", logger.warning)
-    ok, output = host.run_shell_command(StringCommand(scripts.restore_last_good()),
-                                        print_output=True)
+    ok, output = _run_step(host, "rollback", scripts.restore_last_good())
     if not ok:
-        cause = status.cause_line(output.stdout_lines + output.stderr_lines)
-        host.log_styled(f"rollback impossible: {cause}", fg="red", log_func=logger.error)
         return False
     previous = output.stdout_lines[-1].split()[1] if output.stdout_lines else "?"
-    if _run_steps(host, _serve_steps(scripts, ("restart", scripts.restart()))[:2]):
+    # The workers are not checked against this profile's env: they run the previous one's.
+    if _run_steps(host, [("restart", scripts.restart()), ("readiness gate", scripts.gate())]):
         host.log_styled(f"rolled back: serving {previous} again", fg="yellow",
                         log_func=logger.error)
     else:
@@ -121,12 +116,12 @@ def restarted(scripts, hook_python, rollback=True):
 
 
 def _start_and_record(state, host, scripts, hook_python):
-    return (_run_steps(host, _serve_steps(scripts, ("start", scripts.start())))
+    return (_run_steps(host, [("start", scripts.start()), *_gate_steps(scripts)])
             and _record_last_good(host, scripts, hook_python))
 
 
 def _gate_and_check(state, host, scripts):
-    return _run_steps(host, _serve_steps(scripts, ("readiness gate", scripts.gate()))[1:])
+    return _run_steps(host, _gate_steps(scripts))
 
 
 def _check_workers(state, host, scripts):
