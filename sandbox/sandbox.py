@@ -250,17 +250,63 @@ def tail(path, lines=20):
     return "\n".join([line for line in text.splitlines() if line.strip()][-lines:])
 
 
+# Host tools the sandbox needs, and the Debian/Ubuntu packages that provide them.
+HOST_TOOLS = {"systemd-nspawn": "systemd-container", "debootstrap": "debootstrap",
+              "ssh": "openssh-client", "ssh-keygen": "openssh-client", "cp": "coreutils",
+              "mountpoint": "util-linux"}
+
+
+def os_release(path="/etc/os-release"):
+    """The host's /etc/os-release as a dict ({} when there is none)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return {}
+    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return {key: shlex.split(value)[0] if value.strip() else "" for key, value in pairs}
+
+
+def is_apt_host(release):
+    """Debian, Ubuntu or a derivative that says it is one."""
+    ids = {release.get("ID", "")} | set(release.get("ID_LIKE", "").split())
+    return bool(ids & {"debian", "ubuntu"}) and shutil.which("apt-get") is not None
+
+
+def missing_packages(which=None):
+    """Packages to install for the host tools that are not on PATH, in a stable order."""
+    which = which or shutil.which
+    return sorted({pkg for tool, pkg in HOST_TOOLS.items() if not which(tool)})
+
+
+def install_packages(packages):
+    """apt-get install, saying so; the index is refreshed first (a fresh host has none)."""
+    print(f"sandbox: installing host prerequisites: {' '.join(packages)} (apt-get)", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in (["apt-get", "update", "-qq"],
+                 ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
+        res = run(argv, env=env)
+        if res.returncode != 0:
+            raise SandboxError(f"{' '.join(argv)} failed (exit {res.returncode}):\n"
+                               + (res.stderr or res.stdout).strip()[-2000:])
+
+
 def check_host():
-    """Root, and the tools this needs."""
+    """Root, and the tools this needs: installed here on Debian/Ubuntu, named elsewhere."""
     if os.geteuid() != 0:
         raise SandboxError("must run as root (systemd-nspawn and debootstrap need it)")
-    missing = [t for t in ("systemd-nspawn", "debootstrap") if not shutil.which(t)]
-    if missing:
-        raise SandboxError(f"{' and '.join(missing)} not found: "
-                           "apt-get install systemd-container debootstrap")
-    for tool in ("ssh", "ssh-keygen", "cp"):
-        if not shutil.which(tool):
-            raise SandboxError(f"{tool} not found: apt-get install openssh-client coreutils")
+    packages = missing_packages()
+    if not packages:
+        return
+    release = os_release()
+    if not is_apt_host(release):
+        tools = ", ".join(t for t in HOST_TOOLS if not shutil.which(t))
+        raise SandboxError(f"{tools} not found on {release.get('PRETTY_NAME', 'this host')}: "
+                           f"install the packages that provide them (on Debian/Ubuntu: "
+                           f"apt-get install {' '.join(packages)})")
+    install_packages(packages)
+    still = missing_packages()
+    if still:
+        raise SandboxError(f"still missing after apt-get install: {' '.join(still)}")
 
 
 @contextlib.contextmanager

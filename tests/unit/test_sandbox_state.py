@@ -179,3 +179,60 @@ def test_cgroup_leaf_is_per_node_directory(tmp_path):
     b = sandbox.cgroup_leaf(sandbox.node_record(1, tmp_path / "b"))
     assert a.startswith("sglang-sandbox-node1-") and a != b
     assert a == sandbox.cgroup_leaf(sandbox.node_record(1, tmp_path / "a"))
+
+
+# ---------------------------------------------------------------- host prerequisites
+
+DEBIAN_12 = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nID=debian\n'
+UBUNTU_24 = 'PRETTY_NAME="Ubuntu 24.04.1 LTS"\nID=ubuntu\nID_LIKE=debian\n'
+FEDORA_40 = 'PRETTY_NAME="Fedora Linux 40 (Server Edition)"\nID=fedora\n'
+
+
+@pytest.mark.parametrize("text, apt", [(DEBIAN_12, True), (UBUNTU_24, True), (FEDORA_40, False)])
+def test_apt_hosts_are_debian_and_ubuntu(tmp_path, monkeypatch, text, apt):
+    (tmp_path / "os-release").write_text(text)
+    monkeypatch.setattr(sandbox.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    release = sandbox.os_release(tmp_path / "os-release")
+    assert sandbox.is_apt_host(release) is apt
+
+
+def test_missing_tools_map_to_their_packages():
+    present = {"ssh", "ssh-keygen", "cp", "mountpoint"}
+    which = lambda tool: f"/usr/bin/{tool}" if tool in present else None  # noqa: E731
+    assert sandbox.missing_packages(which) == ["debootstrap", "systemd-container"]
+    assert sandbox.missing_packages(lambda tool: "/bin/x") == []
+
+
+def test_non_apt_host_is_told_exactly_what_to_install(tmp_path, monkeypatch):
+    (tmp_path / "os-release").write_text(FEDORA_40)
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(sandbox.shutil, "which",
+                        lambda tool: None if tool in ("systemd-nspawn", "debootstrap") else "/x")
+    release = sandbox.os_release(tmp_path / "os-release")
+    monkeypatch.setattr(sandbox, "os_release", lambda path=None: release)
+    with pytest.raises(sandbox.SandboxError) as err:
+        sandbox.check_host()
+    msg = str(err.value)
+    assert "systemd-nspawn, debootstrap not found on Fedora Linux 40" in msg
+    assert "apt-get install debootstrap systemd-container" in msg
+
+
+def test_apt_host_installs_what_is_missing_and_says_so(monkeypatch, capsys):
+    installed = set()
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(sandbox, "os_release", lambda path=None: {"ID": "debian"})
+    monkeypatch.setattr(sandbox.shutil, "which", lambda tool: (
+        "/x" if tool not in ("systemd-nspawn", "debootstrap") or tool in installed else None))
+    calls = []
+
+    def fake_run(argv, **kwargs):
+        calls.append(argv)
+        if argv[:2] == ["apt-get", "install"]:
+            installed.update({"systemd-nspawn", "debootstrap"})
+        return sandbox.subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(sandbox, "run", fake_run)
+    sandbox.check_host()
+    assert calls[0][:2] == ["apt-get", "update"]
+    assert calls[1][-2:] == ["debootstrap", "systemd-container"]
+    assert "installing host prerequisites: debootstrap systemd-container" in capsys.readouterr().out
