@@ -1,9 +1,11 @@
-"""Check profiles before a deploy: the schema (through the loader), then the NCCL variables.
+"""Check profiles before a deploy: the schema (through the loader), the flag names against the
+pinned engine's option list (engine_flags), then the NCCL variables.
 
     python -m sglang_deploy.lint [--strict] [PROFILE_OR_PATH ...]   # default: profiles/*.yml
     python -m sglang_deploy.lint --schema                            # JSON Schema of a profile
 
-One line per problem (`profiles/x.yml: warning: NCCL_BUFFSIZE: ...`; a profile that does not
+One line per problem (`profiles/x.yml: error: server_args.tp-sizee: ...`,
+`profiles/x.yml: warning: NCCL_BUFFSIZE: ...`; a profile that does not
 load prints the loader's `file:line: key: reason`), then a count. Exit status 1 when a profile
 does not load or has an error (with --strict: or a warning), otherwise 0.
 """
@@ -15,15 +17,25 @@ import sys
 from pathlib import Path
 from typing import Optional, TextIO
 
+from .engine_flags import lint_flags
 from .errors import ProfileError
 from .nccl_lint import Finding, lint_env
 from .profile import PROFILES_DIR, Profile, load_profile, schema_json
 
 
 def lint_profile(profile: Profile, *, pcie_only: bool = True) -> list[Finding]:
-    """The findings of one loaded profile. Every node this project provisions is PCIe-only,
-    so `pcie_only` is true unless a caller knows better; profiles do not say (yet)."""
-    return lint_env(profile.env, pcie_only=pcie_only)
+    """The findings of one loaded profile: its flag names, then its NCCL variables. Every node
+    this project provisions is PCIe-only, so `pcie_only` is true unless a caller knows better;
+    profiles do not say (yet)."""
+    return lint_flags(profile) + lint_env(profile.env, pcie_only=pcie_only)
+
+
+def finding_lines(profile: Profile, *, where: Optional[str] = None) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of one loaded profile, each a line naming its file (or `where`)."""
+    where = where or _display(profile.source[0])
+    findings = lint_profile(profile)
+    return ([f"{where}: {f}" for f in findings if f.severity == "error"],
+            [f"{where}: {f}" for f in findings if f.severity != "error"])
 
 
 def default_profiles() -> list[str]:
@@ -43,13 +55,11 @@ def run(refs: list[str], *, strict: bool = False, out: Optional[TextIO] = None) 
             print(exc, file=out)
             errors += 1
             continue
-        where = _display(profile.source[0])
-        for finding in lint_profile(profile):
-            print(f"{where}: {finding}", file=out)
-            if finding.severity == "error":
-                errors += 1
-            else:
-                warnings += 1
+        found_errors, found_warnings = finding_lines(profile)
+        for line in found_errors + found_warnings:
+            print(line, file=out)
+        errors += len(found_errors)
+        warnings += len(found_warnings)
     print(f"{_count(len(refs), 'profile')} checked: {_count(errors, 'error')}, "
           f"{_count(warnings, 'warning')}", file=out)
     return 1 if errors or (strict and warnings) else 0
@@ -58,7 +68,7 @@ def run(refs: list[str], *, strict: bool = False, out: Optional[TextIO] = None) 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m sglang_deploy.lint",
-        description="Check profiles: schema, then NCCL variables (PCIe-only nodes).")
+        description="Check profiles: schema, flag names, then NCCL variables (PCIe-only nodes).")
     parser.add_argument("profiles", nargs="*", metavar="PROFILE_OR_PATH",
                         help="profile names or files (default: every profiles/*.yml)")
     parser.add_argument("--strict", action="store_true", help="warnings fail too")

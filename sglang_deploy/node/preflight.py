@@ -4,7 +4,9 @@
         [--gpus-needed 8] [--min-free-gib 2 --disk-path /opt/sglang] [--no-argv]
 
 Run by the venv's interpreter, so the engine's own argument parser judges the argv
-(`sglang.srt.server_args.prepare_server_args`, the same call on SGLang and on the stand-in).
+(`sglang.srt.server_args.prepare_server_args`, the same call on SGLang and on the stand-in),
+after every flag name is checked exactly against that parser's option strings (flags.py:
+argparse alone would accept an abbreviation).
 Checks: the argv parses; the model path (and the draft model path) is a directory with a
 config.json; enough GPUs for the parallel sizes (nvidia-smi; "no GPU: skipped" without it);
 the port is free or held by this unit's own processes; free disk; the engine's installed files
@@ -21,9 +23,10 @@ import subprocess
 import sys
 
 if __package__:
-    from . import drift, procs, status, systemd
+    from . import drift, flags, procs, status, systemd
 else:  # run as a script: the siblings' directory is on sys.path
     import drift
+    import flags
     import procs
     import status
     import systemd
@@ -40,8 +43,13 @@ def option(argv, *names):
 def check_argv(argv):
     try:
         from sglang.srt.server_args import prepare_server_args
+        options = flags.installed_options()
     except ImportError as exc:
         return "failed", "the engine's argument parser cannot be imported: %s" % exc
+    # argparse would run an abbreviation as the flag it abbreviates: names must be exact.
+    unknown = flags.argv_problems(argv, options)
+    if unknown:
+        return "failed", "; ".join(why for _, why in unknown)
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
