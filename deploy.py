@@ -13,11 +13,13 @@ from pyinfra.operations.util import any_changed
 
 from sglang_deploy import operations as sglang
 from sglang_deploy.cli import exit_on_deploy_error
-from sglang_deploy.plan import plan_for
+from sglang_deploy.plan import plan_for, print_lint_warnings
 
-# 1. Read this host's profile; a bad profile stops the run before any host is touched.
+# 1. Read this host's profile and lint it; a bad profile or a lint error stops the run before
+#    any host is touched. Lint warnings are printed once per profile.
 with exit_on_deploy_error(host.name):
     plan = plan_for(host.data)
+print_lint_warnings(plan)
 
 # 2. One deploy at a time per node: wait for another operator's to end, or fail saying whose.
 sglang.deploy_lock(name="Deploy lock", path=plan.lock_path, wait_s=plan.lock_wait_s,

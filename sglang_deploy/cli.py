@@ -12,10 +12,12 @@ EXIT_DEPLOY_ERROR = 1
 
 @contextmanager
 def exit_on_deploy_error(host_name=None):
-    """Turn a DeployError into `sglang-deploy: [host: ]<message>` on stderr and exit status 1."""
+    """Turn a DeployError into `sglang-deploy: [host: ]<message>` on stderr (each line of it)
+    and exit status 1."""
     try:
         yield
     except DeployError as exc:
         where = f"{host_name}: " if host_name else ""
-        print(f"sglang-deploy: {where}{exc}", file=sys.stderr)
+        for line in str(exc).splitlines() or [""]:  # each line says whose it is
+            print(f"sglang-deploy: {where}{line}", file=sys.stderr)
         sys.exit(EXIT_DEPLOY_ERROR)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import getpass
 import os
 import socket
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import DeployError
 from .inventory import REPO_ROOT
+from .lint import finding_lines
 from .node_scripts import NodeScripts
 from .profile import Profile, load_profile
 from .render import render_env_file, render_hook_module, render_hook_pth, render_unit
@@ -38,6 +40,7 @@ class NodePlan:
     lock_holder: str
     rollback: bool
     repair: tuple | None
+    lint_warnings: list  # the profile's lint warnings, one line each, naming its file
 
     @property
     def wheels_dir(self):
@@ -53,7 +56,9 @@ class NodePlan:
 def plan_for(data, operator_env=None) -> NodePlan:
     """The plan for a host whose data is ``data`` (pyinfra host.data or a plain mapping)."""
     operator_env = os.environ if operator_env is None else operator_env
-    profile = load_profile(_get(data, "profile"), overrides=_get(data, "profile_overrides") or None)
+    overrides = _get(data, "profile_overrides") or None
+    profile = load_profile(_get(data, "profile"), overrides=overrides)
+    lint_warnings = _lint(profile, overrides)
     service = profile.service.name
     unit = f"{service}.service"
     deploy_dir = _get(data, "sglang_deploy_dir")
@@ -88,7 +93,38 @@ def plan_for(data, operator_env=None) -> NodePlan:
         rollback=_flag(_get(data, "rollback")),
         repair=((f"{deploy_dir}/node", profile.engine.drift_check)
                 if _flag(_get(data, "repair")) else None),
+        lint_warnings=lint_warnings,
     )
+
+
+_WARNED: set = set()  # warning lines printed in this run: hosts sharing a profile share them
+
+
+def print_lint_warnings(plan: NodePlan, out=None) -> None:
+    """Print the plan's lint warnings that this run has not printed yet (once, not once per
+    host of the same profile)."""
+    for line in plan.lint_warnings:
+        if line not in _WARNED:
+            _WARNED.add(line)
+            print(f"sglang-deploy: {line}", file=out or sys.stderr)
+
+
+def _lint(profile: Profile, overrides) -> list:
+    """The profile's lint (flag names, NCCL variables): its errors refuse the deploy, before
+    any host is touched; its warnings are returned."""
+    where = _display(profile.source[0]) + (" with profile_overrides" if overrides else "")
+    errors, warnings = finding_lines(profile, where=where)
+    if errors:
+        raise DeployError("\n".join(errors + ["the profile has lint errors "
+                                               "(`make lint-profiles`): nothing was changed"]))
+    return warnings
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
 
 
 def _get(data, key):
