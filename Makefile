@@ -18,6 +18,7 @@ help:
 	@echo "make plan          what a deploy would change (--dry --diff)"
 	@echo "make verify        testinfra checks against \$$INVENTORY"
 	@echo "make sandbox       boot NODES sandbox nodes; make sandbox-down stops them"
+	@echo "make lint-profiles schema, flag names and NCCL lint of every profile"
 
 setup:
 	$(PYTHON) -m pip install --quiet -r requirements.txt
@@ -76,3 +77,12 @@ schema:
 .PHONY: repair
 repair: wheels
 	$(PYINFRA) -y $(INVENTORY) deploy.py --data repair=true
+
+# The option list of the pinned engine's parser, which `make lint-profiles` checks flag names
+# against (sglang_deploy/engine_options/, committed). SGLANG_REAL_VENV: a venv with the real
+# engine; tests/unit/test_real_sglang_parser.py builds one there (CPU only) on first run.
+SGLANG_REAL_VENV ?= $(HOME)/.cache/sglang-deploy/real-sglang-venv
+.PHONY: engine-options
+engine-options:
+	@test -x $(SGLANG_REAL_VENV)/bin/python || { echo "no engine venv at $(SGLANG_REAL_VENV): run $(PYTEST) tests/unit/test_real_sglang_parser.py first (it builds one)"; exit 1; }
+	$(PYTHON) -m sglang_deploy.engine_flags --python $(SGLANG_REAL_VENV)/bin/python

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_deploy import engine_flags
 from sglang_deploy.profile import load_profile
 
 HERE = Path(__file__).resolve().parent
@@ -180,6 +181,8 @@ PARITY = {
     "missing-value": lambda: BASE + ["--tp-size"],
     "no-model-path": lambda: ["--tp-size", "2"],
     "underscore-flag": lambda: BASE + ["--tp_size", "2"],
+    # argparse takes an unambiguous prefix as the flag it abbreviates: our check refuses it
+    "abbreviated-flag": lambda: BASE + ["--speculative-num-step", "2"],
 }
 
 
@@ -264,3 +267,35 @@ def test_standin_rejects_a_misspelled_flag(standin_answers):
 @pytest.mark.parametrize("name", SHIPPED)
 def test_standin_accepts_profile_argv(standin_answers, name):
     assert standin_answers[f"profile-{name}"]["exit"] == 0, standin_answers[f"profile-{name}"]
+
+
+# -- The option list the lint checks flag names against --------------------------------------
+
+def test_committed_option_list_is_the_real_parsers(real_python, tmp_path):
+    """After an engine upgrade: `make engine-options` writes the new version's list."""
+    result = subprocess.run([real_python, str(engine_flags.FLAGS_SCRIPT)], env=clean_env(),
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == engine_flags.options_file(SGLANG_VERSION).read_text()
+
+
+def test_real_sglang_runs_an_abbreviated_flag_as_the_full_one(real_python, tmp_path):
+    """Why the exact check exists: SGLang itself accepts `--speculative-num-step 2`."""
+    answer = ask(real_python, [{"argv": BASE + ["--speculative-num-step", "2"],
+                                "fields": ["speculative_num_steps"]}], tmp_path, clean_env())
+    assert answer["results"][0] == {"exit": 0, "error": "",
+                                    "fields": {"speculative_num_steps": 2}}
+
+
+def test_preflight_refuses_the_abbreviation_with_the_real_parser(real_python, tmp_path):
+    """preflight.py's argv check, run by the real engine's interpreter as on a node."""
+    node_dir = engine_flags.FLAGS_SCRIPT.parent
+    code = ("import json, sys; sys.path.insert(0, %r); import preflight; "
+            "print(json.dumps(preflight.check_argv(json.loads(sys.argv[1]))))" % str(node_dir))
+    argv = BASE + ["--speculative-num-step", "2"]
+    result = subprocess.run([real_python, "-c", code, json.dumps(argv)], env=clean_env(),
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == [
+        "failed", "--speculative-num-step is not a flag of the engine (argparse would take it "
+        "as an abbreviation of --speculative-num-steps): did you mean --speculative-num-steps?"]
