@@ -8,8 +8,12 @@ import time
 
 import pytest
 
-from .sandbox import (REPO_ROOT, deploy, ssh, start_deploy, unit_start, verify,
-                      wait_for_output, wipe)
+from sglang_deploy.node import status
+from sglang_deploy.node_scripts import NodeScripts
+from sglang_deploy.profile import load_profile
+
+from .sandbox import (DEPLOYED_PATHS, REPO_ROOT, deploy, nodes, ssh, start_deploy, unit_start,
+                      verify, wait_for_output, wipe)
 
 pytestmark = pytest.mark.e2e
 
@@ -171,8 +175,6 @@ def test_a_second_deploy_waits_for_the_lock_and_a_killed_deploy_leaves_none(conv
 
 
 @pytest.mark.parametrize("body, reason", [
-    ("server_args:\n  speculative-num-stepz: 2\n",
-     "unrecognized arguments: --speculative-num-stepz 2"),
     ("model:\n  path: /models/not-staged\n",
      "model path /models/not-staged is not a directory on this node"),
 ])
@@ -185,6 +187,71 @@ def test_preflight_refuses_a_bad_configuration_and_the_server_keeps_serving(
     assert "[node1] preflight failed" in run.output and reason in run.output, run.output[-3000:]
     assert unit_start("node1") == before, "the running server was touched"
     assert ssh("node1", "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30001/health") == "200"
+
+
+def health(node):
+    port = nodes()[1][node]["server_port"]
+    return ssh(node, f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{port}/health")
+
+
+def node_fingerprint(node):
+    """Every deployed file's path, size and mtime, the deploy lock's directory included, and
+    the unit's start: anything a deploy touches changes it."""
+    listing = ssh(node, "find %s /run/sglang-deploy -printf '%%p %%s %%T@\\n' 2>/dev/null | sort "
+                        "| sha1sum" % " ".join(DEPLOYED_PATHS), check=False)
+    return listing, unit_start(node)
+
+
+@pytest.mark.parametrize("body, first_error", [
+    ("env:\n  NCCL_PROTO: LL,Fast\n  NCCL_NTHREADS: 100\n",
+     "error: NCCL_PROTO: unknown protocol 'Fast' (expected one of: LL, LL128, Simple)"),
+    ("server_args:\n  speculative-num-stepz: 2\n",
+     "error: server_args.speculative-num-stepz: --speculative-num-stepz is not a flag of sglang "
+     "0.5.23+sandbox: did you mean --speculative-num-steps?"),
+])
+def test_a_profile_with_lint_errors_is_refused_before_any_host_is_touched(
+        converged, profile_dir, body, first_error):
+    bad = write_profile(profile_dir, "linted", "extends: {profiles}/sandbox-eagle3.yml\n" + body)
+    before = {node: node_fingerprint(node) for node in PROFILES}
+    run = deploy({"node1": "sandbox", "node2": bad})
+    assert run.returncode != 0
+    # The sandbox inventory gives each node its port through profile_overrides.
+    where = f"sglang-deploy: node2: {bad} with profile_overrides"
+    assert f"{where}: {first_error}" in run.output, run.output[-3000:]
+    assert "sglang-deploy: node2: the profile has lint errors" in run.output, run.output[-3000:]
+    assert "Grand total" not in run.output, "operations ran"
+    assert {node: node_fingerprint(node) for node in PROFILES} == before, "a host was touched"
+    assert health("node2") == "200"
+
+
+def test_lint_warnings_are_printed_once_for_hosts_sharing_a_profile(converged):
+    run = deploy({"node1": "sandbox", "node2": "sandbox"}, args=("--dry",), yes=False)
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.output.count("warning: NCCL_MAX_NCHANNELS: deprecated since NCCL 2.17") == 1, (
+        run.output[-3000:])
+    assert ("sglang-deploy: profiles/sandbox.yml with profile_overrides: warning: NCCL_BUFFSIZE: "
+            in run.output), run.output[-3000:]
+
+
+def test_preflight_on_the_node_refuses_an_abbreviated_flag(converged):
+    """The lint refuses it on the controller; the node's preflight, asking the installed
+    parser (which would run it as --speculative-num-steps), refuses it too."""
+    port = nodes()[1]["node2"]["server_port"]
+    profile = load_profile("sandbox-eagle3",
+                           overrides={"service": {"port": port},
+                                      "server_args": {"speculative-num-steps": None,
+                                                      "speculative-num-step": 2}})
+    assert "--speculative-num-step" in profile.argv()
+    scripts = NodeScripts("/opt/sglang-deploy/node", "sglang.service", profile, files={},
+                          last_good_dir="/var/lib/sglang-deploy/sglang/last-good", wheels_dir=None)
+    before = node_fingerprint("node2")
+    out = ssh("node2", scripts.preflight(f"{profile.engine.venv}/bin/python") + "; echo rc=$?")
+    assert f"rc={status.PREFLIGHT_FAILED}" in out, out
+    assert ("preflight failed: --speculative-num-step is not a flag of the engine (argparse "
+            "would take it as an abbreviation of --speculative-num-steps): did you mean "
+            "--speculative-num-steps?") in out, out
+    assert node_fingerprint("node2") == before, "the server was touched"
+    assert health("node2") == "200"
 
 
 def test_drift_is_found_blocks_restarts_and_is_repaired(converged, profile_dir):
