@@ -63,7 +63,7 @@ test: setup test-unit test-e2e
 clean:
 	rm -rf build engine-standin/build .pytest_cache
 
-# Profiles: schema + NCCL lint (warnings printed; --strict makes them fatal).
+# Profiles: schema, flag names, NCCL lint (warnings printed; --strict makes them fatal).
 .PHONY: lint-profiles schema
 lint-profiles:
 	$(PYTHON) -m sglang_deploy.lint

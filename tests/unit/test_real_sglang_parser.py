@@ -1,5 +1,7 @@
 """The profiles' argv against the argument parser of the real SGLang 0.5.23, and the stand-in
-(engine-standin/) against the same parser: what one accepts, the other must accept.
+(engine-standin/) against the same parser: what one accepts, the other must accept (an
+abbreviated flag included: both are argparse, the deploy's exact check refuses it); and the
+committed option list the lint checks flag names against, against the real parser's.
 
 The real SGLang lives in a venv of its own (SGLang with --no-deps, CPU torch and the light
 packages its import chain needs, every version pinned in real_sglang_requirements.txt), built
