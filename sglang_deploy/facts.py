@@ -8,11 +8,9 @@ import shlex
 
 from pyinfra.api import FactBase
 
+from .node.installed import VERSIONS_PY, canonical
+
 # Run by the node's interpreters: standard library only, one JSON line out.
-_DISTRIBUTIONS_PY = (
-    "import importlib.metadata as m, json; "
-    "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
-)
 _STARTUP_PY = (
     "import importlib.util, json, site, sys, sysconfig; "
     "spec = importlib.util.find_spec('sitecustomize'); "
@@ -41,11 +39,6 @@ print(json.dumps({'health': health, 'models': models, 'ready': health == 200 and
 """
 
 
-def canonical_name(name: str) -> str:
-    """PEP 503 normalisation, so `Flashinfer_Python` and `flashinfer-python` compare equal."""
-    return "-".join(name.replace("_", "-").replace(".", "-").lower().split("-"))
-
-
 def _json_output(output):
     """The JSON document a node-side command printed, or None if it printed nothing."""
     text = "\n".join(output).strip()
@@ -60,13 +53,13 @@ class InstalledDistributions(FactBase):
 
     def command(self, venv):
         python = shlex.quote(f"{venv}/bin/python")
-        return f"! test -x {python} || {python} -c {shlex.quote(_DISTRIBUTIONS_PY)}"
+        return f"! test -x {python} || {python} -c {shlex.quote(VERSIONS_PY)}"
 
     def process(self, output):
         found = _json_output(output)
         if found is None:
             return None
-        return {canonical_name(name): version for name, version in found.items()}
+        return {canonical(name): version for name, version in found.items()}
 
 
 class InterpreterStartup(FactBase):

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from .nccl_vars import PCIE_TUNING, tunes_for_pcie
+
 OK = "ok"
 WARNING = "warning"
 FAILED = "failed"
@@ -195,11 +197,9 @@ def link_kind(matrix: Matrix) -> str:
 
 def is_pcie_tuned(env: Mapping[str, str]) -> bool:
     """Whether a profile's environment carries PCIe-only NCCL tuning (the set from the incident:
-    NCCL_P2P_LEVEL past NVLink, or a forced NCCL_PROTO / NCCL_ALGO / NCCL_MAX_NCHANNELS)."""
-    level = env.get("NCCL_P2P_LEVEL", "").strip().upper()
-    if level and level not in ("LOC", "NVL", "0"):  # legacy integers: 0 LOC, 1 PIX ... 4 SYS
-        return True
-    return any(env.get(name) for name in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_MAX_NCHANNELS"))
+    NCCL_P2P_LEVEL past NVLink, or a forced NCCL_PROTO / NCCL_ALGO / NCCL_MAX_NCHANNELS: the
+    `pcie_tuning` column of nccl_vars)."""
+    return any(tunes_for_pcie(name, env.get(name, "")) for name in PCIE_TUNING)
 
 
 def topology_warnings(kind: str, pcie_tuned: bool = True) -> List[str]:

@@ -15,7 +15,7 @@ A rank is one process, keyed by (host, pid); every NCCL line of a process makes 
 worker that logs NCCL lines but none for a variable is seen as lacking it.
 
 Failure semantics of confirm():
-- a variable in `expected` that NCCL is known to log (KNOWN_LOGGED, or passed in
+- a variable in `expected` that NCCL is known to log (nccl_vars.LOGGED, or passed in
   `also_required`) must be logged by every rank with the expected value: otherwise
   "wrong value (seen X)" or "not logged" on that rank is a failure;
 - NCCL_PROTO and NCCL_ALGO are logged by the tuning code (src/graph/tuning.cc) only for a
@@ -29,17 +29,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-# NCCL_* variables known to produce a "set by environment to" line whenever NCCL reads them
-# during communicator initialisation (NCCL 2.2x sources: src/misc/param.cc for every
-# NCCL_PARAM, src/graph/paths.cc for NCCL_P2P_LEVEL, src/graph/tuning.cc for PROTO/ALGO).
-KNOWN_LOGGED = frozenset({
-    "NCCL_P2P_LEVEL",
-    "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_CTAS", "NCCL_MIN_CTAS",
-    "NCCL_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE",
-    "NCCL_NTHREADS", "NCCL_LL128_NTHREADS",
-    "NCCL_PROTO", "NCCL_ALGO",
-})
-NEEDS_TWO_RANKS = frozenset({"NCCL_PROTO", "NCCL_ALGO"})
+# The variables NCCL logs whenever it reads them (the table's `logged` column), and those it
+# logs only in a communicator of at least two ranks.
+from .nccl_vars import LOGGED, NEEDS_TWO_RANKS
 
 CONFIRMED = "confirmed"
 WRONG = "wrong value"
@@ -198,7 +190,7 @@ def confirm(lines: Iterable[str], expected: Mapping[str, str], ranks_expected: O
     NCCL logged at init, else from how many processes logged at all.
     """
     expected = {str(k): str(v) for k, v in expected.items()}
-    required = (KNOWN_LOGGED | frozenset(also_required)) & frozenset(expected)
+    required = (LOGGED | frozenset(also_required)) & frozenset(expected)
     ranks = parse(lines)
     logged_sizes = [r.nranks for r in ranks if r.nranks]
     if ranks_expected is not None:

@@ -5,7 +5,8 @@ settings that do nothing or can hurt, most of all on PCIe-only nodes (no NVLink)
 this project is for. The rules follow NCCL's own parsing (NCCL 2.30 sources:
 src/graph/tuning.cc parseList() for NCCL_PROTO/NCCL_ALGO, src/graph/paths.cc ncclGetLevel()
 for NCCL_P2P_LEVEL, src/include/param.h and src/misc/param.cc for integers, which NCCL reads
-with strtoll(value, NULL, 0)) and its user guide (env.html).
+with strtoll(value, NULL, 0)) and its user guide (env.html). What is known about each variable
+(kind, valid values, range, deprecation, "Debugging" status) is its row in nccl_vars.VARIABLES.
 
 Messages are part of the interface: tests and operators match them, so they change only on
 purpose.
@@ -19,10 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+from .nccl_vars import (COLLECTIVES, KNOWN, NVLINK_ONLY_ALGORITHMS, P2P_LEVELS,
+                        P2P_LEVELS_DOCUMENTED, PROTOCOLS, PYTORCH, RETIRED, VARIABLES, NcclVar,
+                        p2p_level, strtoll)
+
 Severity = Literal["error", "warning"]
-
-MAXCHANNELS = 64  # NCCL's channel (CTA) limit: larger counts are capped to it
-
 
 @dataclass(frozen=True)
 class Finding:
@@ -34,128 +36,7 @@ class Finding:
         return f"{self.severity}: {self.variable}: {self.message}"
 
 
-# -- What NCCL knows -------------------------------------------------------------------------
-
-# Every variable NCCL 2.30 reads (NCCL_PARAM, DEFINE_NCCL_PARAM and ncclGetEnv in src/).
-KNOWN = frozenset("NCCL_" + name for name in """
-ALGO ALLGATHERV_ENABLE ALLOC_P2P_NET_LL_BUFFERS BUFFSIZE CGA_CLUSTER_SIZE CHECK_MODE
-CHECK_POINTERS CHUNK_SIZE COLLNET_ENABLE COLLNET_NODE_THRESHOLD COMM_BLOCKING COMM_ID
-COMM_SHRINK_SHARE_RESOURCES COMM_SPLIT_SHARE_RESOURCES CONF_FILE CONNECT_ROUND_MAX_PEERS
-CROSS_NIC CTA_POLICY CUMEM_ENABLE CUMEM_HOST_ENABLE DEBUG DEBUG_FILE DEBUG_SUBSYS
-DEBUG_TIMESTAMP_FORMAT DEBUG_TIMESTAMP_LEVELS DEV_API_JIT DISABLE_MEM_MANAGER DMABUF_ENABLE
-ELASTIC_BUFFER_REGISTER ENABLE_VERSION_CHECK ENV_PLUGIN GDAKI_USE_RELIABLE_DB GDRCOPY_ENABLE
-GDRCOPY_FIFO_ENABLE GDRCOPY_FLUSH_ENABLE GDRCOPY_SYNC_ENABLE GDR_FLUSH_DISABLE
-GIN_CONNECTION_RAIL GIN_ENABLE GIN_ERROR_QUERY_SEC GIN_GDAKI_MAX_DEST_RD_ATOMIC
-GIN_GDAKI_MAX_QP_RD_ATOMIC GIN_GDAKI_NIC_HANDLER GIN_GDAKI_QP_DEPTH GIN_IB_TC
-GIN_NCONNECTIONS GIN_PLUGIN GIN_PLUGIN_REF_COUNT GIN_PROXY_QUEUE_SIZE GIN_TYPE
-GRAPH_DUMP_FILE GRAPH_DUMP_FILE_RANK GRAPH_FILE GRAPH_HELPER_DISABLE GRAPH_MIXING_SUPPORT
-GRAPH_REGISTER GRAPH_STREAM_ORDERING GROUP_CUDA_STREAM HOSTID IBVERBS_LIB
-IB_ADAPTIVE_ROUTING IB_ADDR_FAMILY IB_ADDR_RANGE IB_AR_THRESHOLD IB_DATA_DIRECT
-IB_DEVICE_PCI_ORDER IB_DISABLE IB_ECE_ENABLE IB_FIFO_TC IB_GID_INDEX IB_HCA IB_MERGE_NICS
-IB_MERGE_VFS IB_MQP_RETRY_ALL IB_MQP_RETRY_CNT IB_MQP_RETRY_SLEEP_MSEC IB_OOO_RQ
-IB_PCI_RELAXED_ORDERING IB_PKEY IB_PREPOST_RECEIVE_WORK_REQUESTS IB_QPS_PER_CONNECTION
-IB_QUERY_PORT_SPEED IB_RECEIVER_SIDE_MATCHING_SCHEME IB_RESILIENCY_PORT_FAILOVER
-IB_RESILIENCY_PORT_FAILOVER_MAX_ATTEMPTS IB_RESILIENCY_PORT_FAILOVER_PROBE_DELAY
-IB_RESILIENCY_PORT_RECOVERY IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT
-IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_INTERVAL
-IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_SIZE
-IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_SEQUENCE_SIZE
-IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_TIMEOUT IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX
-IB_RESILIENCY_PORT_RECOVERY_START_DELAY IB_RETRY_CNT IB_RETURN_ASYNC_EVENTS
-IB_ROCE_VERSION_NUM IB_ROUTABLE_FLID_GID_INDEX IB_SL IB_SPLIT_DATA_ON_QPS
-IB_SUBNET_AWARE_ROUTING IB_SUBNET_PREFIX_LEN IB_TC IB_TIMEOUT IB_USE_INLINE
-IB_WARN_RAIL_LOCAL IGNORE_COLLNET_MISMATCH IGNORE_CPU_AFFINITY IGNORE_DISABLED_P2P
-IGNORE_NET_MISMATCH IPC_USE_ABSTRACT_SOCKET L1_SHARED_MEMORY_CARVEOUT LAUNCH_MODE
-LAUNCH_ORDER_IMPLICIT LAUNCH_RACE_FATAL LEGACY_CUDA_REGISTER LL128_BUFFSIZE LL128_C2C
-LL128_NTHREADS LL_BUFFSIZE LOCAL_REGISTER LSA_TEAM_SIZE MAX_CTAS MAX_NCHANNELS MAX_NRINGS
-MAX_P2P_NCHANNELS MEM_SYNC_DOMAIN MIN_CTAS MIN_NCHANNELS MIN_NRINGS MIN_P2P_NCHANNELS
-MLOPART_RDMA_ENABLE MNNVL_CLIQUE_ID MNNVL_CROSS_CLIQUE MNNVL_ENABLE MNNVL_RAIL_PER_HOST
-MNNVL_SCATTER_NETS_ENABLE MNNVL_UUID MULTI_RANK_GPU_ENABLE MULTI_SEGMENT_REGISTER
-NCHANNELS_PER_NET_PEER NET NETDEVS_POLICY NET_DISABLE_INTRA NET_FORCE_FLUSH NET_FORCE_MERGE
-NET_GDR_C2C NET_GDR_LEVEL NET_GDR_MLOPART NET_GDR_READ NET_MERGE_LEVEL NET_MERGE_POLICY
-NET_OPTIONAL_RECV_COMPLETION NET_OVERHEAD NET_PLUGIN NET_PLUGIN_REF_COUNT NET_SHARED_BUFFERS
-NET_SHARED_COMMS NO_CACHE NSOCKS_PERTHREAD NTHREADS NUM_RMA_CTX NVB_DISABLE NVB_PRECONNECT
-NVLINK_UTIL_CENTRIC_SCHED_ENABLE NVLSTREE_MAX_CHUNKSIZE NVLS_CHUNKSIZE NVLS_ENABLE
-NVLS_NCHANNELS NVTX_DISABLE OOB_NET_ENABLE OOB_NET_IFNAME P2P_DIRECT_DISABLE P2P_DISABLE
-P2P_EPOCH_ENABLE P2P_LEVEL P2P_LL_THRESHOLD P2P_MAX_PEERS P2P_NET_CHUNKSIZE
-P2P_NVL_CHUNKSIZE P2P_PCI_CHUNKSIZE P2P_PER_CHANNEL_NET_BW P2P_PXN_LEVEL P2P_READ_ENABLE
-P2P_SCHEDULE_GROUP_SIZE P2P_USE_CUDA_MEMCPY PARAM_DUMP_ALL PAT_ENABLE PROFILER_PLUGIN
-PROGRESS_APPENDOP_FREQ PROTO PROXY_APPEND_BATCH_SIZE PROXY_CPUSET PROXY_DUMP_SIGNAL PXN_C2C
-PXN_DISABLE RAS_ADDR RAS_ENABLE RAS_TIMEOUT_FACTOR REPORT_CONNECT_PROGRESS RMA_DISABLE
-RMA_PLUGIN RMA_PLUGIN_REF_COUNT RMA_PROXY_DUMP_SIGNAL RMA_PROXY_QUEUE_SIZE RUNTIME_CONNECT
-SET_CPU_STACK_SIZE SET_STACK_SIZE SET_THREAD_NAME SHADOW_MEMPOOL_MAX_SIZE SHM_DISABLE
-SHM_LOCALITY SINGLE_PROC_MEM_REG_ENABLE SOCKET_FAMILY SOCKET_IFNAME SOCKET_INLINE
-SOCKET_MAGIC SOCKET_MIN_TASKSIZE SOCKET_NTHREADS SOCKET_POLL_TIMEOUT_MSEC SOCKET_RCVBUF
-SOCKET_RETRY_CNT SOCKET_RETRY_SLEEP_MSEC SOCKET_SNDBUF SYM_CE_THRESHOLD SYM_CTAS
-SYM_GIN_KERNELS_ENABLE SYM_KERNEL SYM_NOWIN_ENABLE SYM_REUSE_SYSMEM_HANDLES
-SYM_RS_GIN_CHUNK_SIZE SYM_TMA_ENABLE THREAD_THRESHOLDS TOPO_DUMP_FILE TOPO_DUMP_FILE_RANK
-TOPO_FILE TOPO_SPLIT_MLOPART TUNER_PLUGIN UID_STAGGER_RATE UID_STAGGER_THRESHOLD
-UNPACK_DOUBLE_NCHANNELS WARN_ENABLE_DEBUG_INFO WIN_ENABLE WIN_STRIDE WORK_ARGS_BYTES
-WORK_FIFO_BYTES
-""".split())
-
-# Names from older guides that NCCL 2.30 no longer reads, and names PyTorch reads.
-RETIRED = {
-    "NCCL_CHECKS_DISABLE": "", "NCCL_IB_CUDA_SUPPORT": "", "NCCL_LL_THRESHOLD": "",
-    "NCCL_TREE_THRESHOLD": "", "NCCL_SINGLE_RING_THRESHOLD": "", "NCCL_RINGS": "",
-    "NCCL_IB_GDR_LEVEL": " (renamed NCCL_NET_GDR_LEVEL)",
-}
-PYTORCH = {name: "TORCH_" + name for name in (
-    "NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT", "NCCL_DESYNC_DEBUG", "NCCL_ENABLE_TIMING")}
-
-# The variables of this lint's rules that NCCL's guide lists under "Debugging": "should not be
-# used in production nor retained in scripts ... may result in sub-optimal behavior, crashes,
-# or hangs".
-DEBUGGING = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE",
-             "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_CTAS", "NCCL_MIN_CTAS",
-             "NCCL_BUFFSIZE", "NCCL_NTHREADS")
-
-COLLECTIVES = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
-PROTOCOLS = ("LL", "LL128", "Simple")
-ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
-NVLINK_ONLY_ALGORITHMS = ("NVLS", "NVLSTree")  # NVLink SHARP: needs NVSwitch
-# ncclGetLevel() takes the path types up to SYS, compared case-sensitively; the guide
-# documents LOC NVL PIX PXB PHB SYS. Legacy integers: 0 LOC, 1 PIX, 2 PXB, 3 PHB, 4+ SYS.
-P2P_LEVELS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
-P2P_LEVELS_DOCUMENTED = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
-DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE")
-NTHREADS = (64, 128, 256, 512)
-
-# name: (smallest value NCCL uses, largest before NCCL caps it, or None)
-INTEGERS = {
-    "NCCL_MAX_NCHANNELS": (1, MAXCHANNELS), "NCCL_MIN_NCHANNELS": (0, MAXCHANNELS),
-    "NCCL_MAX_CTAS": (1, MAXCHANNELS), "NCCL_MIN_CTAS": (1, MAXCHANNELS),
-    "NCCL_BUFFSIZE": (1, None), "NCCL_LL_BUFFSIZE": (1, None), "NCCL_LL128_BUFFSIZE": (1, None),
-    "NCCL_LL128_NTHREADS": (1, None), "NCCL_NVLS_NCHANNELS": (1, None),
-}
-# name: the values NCCL gives a meaning to
-CHOICES = {name: (0, 1) for name in (
-    "NCCL_IB_DISABLE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_P2P_DIRECT_DISABLE",
-    "NCCL_NVB_DISABLE", "NCCL_PXN_DISABLE", "NCCL_CUMEM_ENABLE", "NCCL_CUMEM_HOST_ENABLE",
-    "NCCL_DMABUF_ENABLE", "NCCL_NET_GDR_READ", "NCCL_GDRCOPY_ENABLE", "NCCL_COLLNET_ENABLE",
-    "NCCL_RUNTIME_CONNECT", "NCCL_LOCAL_REGISTER", "NCCL_GRAPH_REGISTER",
-    "NCCL_IGNORE_CPU_AFFINITY")}
-CHOICES["NCCL_NVLS_ENABLE"] = (0, 1, 2)  # 2, the default: use NVLS where the GPUs support it
-CHOICES["NCCL_NTHREADS"] = NTHREADS
-
-
 # -- Reading values the way NCCL does --------------------------------------------------------
-
-_STRTOLL = re.compile(r"\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)?")
-
-
-def strtoll(value: str) -> tuple[int, bool]:
-    """C's strtoll(value, NULL, 0), as NCCL reads integer variables: (number, whole value
-    read). Base 0: 0x... is hexadecimal, a leading 0 octal; reading stops at the first
-    character that does not fit, and a value without digits reads as 0."""
-    match = _STRTOLL.match(value)
-    sign, digits = match.group(1), match.group(2)
-    if not digits:
-        return 0, False
-    base = 16 if digits[:2].lower() == "0x" else 8 if digits.startswith("0") else 10
-    number = int(digits, base) * (-1 if sign == "-" else 1)
-    return number, match.end() == len(value)
-
 
 def _integer(name: str, value: str, out: list[Finding]) -> Optional[int]:
     """`value` as NCCL reads it, or None (with an error) when it is not an integer."""
@@ -295,7 +176,8 @@ def lint_env(env: Mapping[str, str], *, pcie_only: bool = True) -> list[Finding]
             out.append(Finding("warning", name, "empty: NCCL treats it as unset (remove it)"))
         else:
             _check(name, value, env, proto, pcie_only, out)
-    debugging = [name for name in env if name in DEBUGGING and env[name] != ""]
+    debugging = [name for name in env
+                 if name in VARIABLES and VARIABLES[name].debugging and env[name] != ""]
     if debugging:
         out.append(Finding("warning", ", ".join(debugging),
                            'NCCL\'s guide lists these under "Debugging", not for production '
@@ -306,19 +188,43 @@ def lint_env(env: Mapping[str, str], *, pcie_only: bool = True) -> list[Finding]
 
 def _check(name: str, value: str, env: Mapping[str, str], proto: Optional[Selection],
            pcie_only: bool, out: list[Finding]) -> None:
-    """The findings of one known, non-empty NCCL variable."""
-    if name == "NCCL_PROTO":
-        selection = parse_selection(name, value, PROTOCOLS, out)
-        if selection and pcie_only and selection.forced("LL128"):
+    """The findings of one known, non-empty NCCL variable: its value, as its row in the table
+    says NCCL reads it, then what the value does here."""
+    var = VARIABLES[name]
+    number = _check_value(var, value, pcie_only, out)
+    if number is False:
+        return
+    if var.power_of_two and number & (number - 1):
+        out.append(Finding("warning", name, f"{number} is not a power of two (NCCL recommends "
+                                            f"powers of two; default {var.default})"))
+    if proto and var.protocols and all(proto.everywhere_off(p) for p in var.protocols):
+        out.append(Finding("warning", name, f"has no effect with NCCL_PROTO={env['NCCL_PROTO']}: "
+                                            f"{var.elsewhere}"))
+    if name == "NCCL_NVLS_ENABLE" and number == 1 and pcie_only:
+        out.append(Finding("warning", name, "1 forces NVLink SHARP, which needs NVSwitch; a "
+                                            "PCIe-only node has none (leave it unset: NCCL "
+                                            "detects support)"))
+    if var.deprecated_since:
+        out.append(Finding("warning", name, f"deprecated since NCCL {var.deprecated_since}: use "
+                                            f"{var.replaced_by}"))
+
+
+def _check_value(var: NcclVar, value: str, pcie_only: bool, out: list[Finding]):
+    """False (with errors) where NCCL rejects or ignores `value`; else the integer it reads
+    (None for a variable that is not an integer)."""
+    name = var.name
+    if var.kind == "selection":
+        selection = parse_selection(name, value, var.values, out)
+        if selection is None:
+            return False
+        if pcie_only and name == "NCCL_PROTO" and selection.forced("LL128"):
             named = any("LL128" in n for n in selection.named.values())
             how = "forces LL128" if named else (
                 "forces LL128 as well (a '^' list switches on every protocol it does not name)")
             out.append(Finding("warning", name, f"{how}: NCCL enables LL128 by itself only "
                                                 f"where it is supported, which PCIe is not; "
                                                 f"forced where unsupported it can corrupt data"))
-    elif name == "NCCL_ALGO":
-        selection = parse_selection(name, value, ALGORITHMS, out)
-        if selection and pcie_only:
+        if pcie_only and name == "NCCL_ALGO":
             nvlink = [a for a in NVLINK_ONLY_ALGORITHMS
                       if any(a in n for n in selection.named.values())]
             if nvlink:
@@ -326,60 +232,47 @@ def _check(name: str, value: str, env: Mapping[str, str], proto: Optional[Select
                 out.append(Finding("warning", name, f"{' and '.join(nvlink)} {verb} NVLink SHARP "
                                                     f"(NVSwitch), which a PCIe-only node does not "
                                                     f"have: NCCL cannot use {pronoun} here"))
-    elif name == "NCCL_P2P_LEVEL":
-        _check_p2p_level(name, value, pcie_only, out)
-    elif name == "NCCL_DEBUG":
-        if _lookup(value, DEBUG_LEVELS) is None:
+        return None
+    if var.kind == "p2p_level":
+        return None if _check_p2p_level(name, value, pcie_only, out) else False
+    if var.kind == "name":
+        if _lookup(value, var.values) is None:
             out.append(Finding("error", name,
-                               f"unknown level {value!r}" + _hint(value, DEBUG_LEVELS)))
-    elif name in CHOICES:
-        choices = CHOICES[name]
+                               f"unknown level {value!r}" + _hint(value, var.values)))
+            return False
+        return None
+    if var.kind == "choice":
+        choices = var.values
         number, whole = strtoll(value)
         if not (whole and value == value.strip() and number in choices):
             alternatives = ", ".join(map(str, choices[:-1])) + f" or {choices[-1]}"
             read = "" if whole else f", which NCCL reads as {number}"
             out.append(Finding("error", name, f"must be {alternatives} (got {value!r}{read})"))
-        elif name == "NCCL_NTHREADS" and proto and proto.only("LL128"):
-            out.append(Finding("warning", name, "has no effect with NCCL_PROTO="
-                                                f"{env['NCCL_PROTO']}: LL128 uses "
-                                                "NCCL_LL128_NTHREADS"))
-        elif name == "NCCL_NVLS_ENABLE" and number == 1 and pcie_only:
-            out.append(Finding("warning", name, "1 forces NVLink SHARP, which needs NVSwitch; a "
-                                                "PCIe-only node has none (leave it unset: NCCL "
-                                                "detects support)"))
-    elif name in INTEGERS:
+            return False
+        return number
+    if var.kind == "integer":
         number = _integer(name, value, out)
         if number is None:
-            return
-        low, cap = INTEGERS[name]
-        if number < low:
-            out.append(Finding("error", name, f"must be at least {low} (got {number})"))
-            return
-        if cap is not None and number > cap:
-            out.append(Finding("warning", name, f"NCCL caps it at {cap} (got {number})"))
-        if name == "NCCL_BUFFSIZE":
-            if number & (number - 1):
-                out.append(Finding("warning", name, f"{number} is not a power of two (NCCL "
-                                                    f"recommends powers of two; default 4194304)"))
-            if proto and proto.everywhere_off("Simple"):
-                out.append(Finding("warning", name, "has no effect with NCCL_PROTO="
-                                                    f"{env['NCCL_PROTO']}: it sizes only the "
-                                                    "Simple protocol's buffer (LL uses "
-                                                    "NCCL_LL_BUFFSIZE)"))
-        if name in ("NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS"):
-            ctas = name.replace("NCHANNELS", "CTAS")
-            out.append(Finding("warning", name, f"deprecated since NCCL 2.17: use {ctas}"))
+            return False
+        if number < var.minimum:
+            out.append(Finding("error", name, f"must be at least {var.minimum} (got {number})"))
+            return False
+        if var.cap is not None and number > var.cap:
+            out.append(Finding("warning", name, f"NCCL caps it at {var.cap} (got {number})"))
+        return number
+    return None
 
 
-def _check_p2p_level(name: str, value: str, pcie_only: bool, out: list[Finding]) -> None:
-    documented = ", ".join(P2P_LEVELS_DOCUMENTED)
-    if value in P2P_LEVELS:
-        if value == "NVL" and pcie_only:
+def _check_p2p_level(name: str, value: str, pcie_only: bool, out: list[Finding]) -> bool:
+    """Whether NCCL reads `value` as a level (findings about it in `out`)."""
+    level = p2p_level(value)
+    if level is not None:
+        if level == "NVL" and pcie_only:
             out.append(Finding("warning", name, "NVL on a PCIe-only node: P2P only over NVLink, "
                                                 "so never (use PXB, PHB or SYS)"))
-    elif re.fullmatch(r"[0-9]+", value):
-        pass  # legacy integers: 0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and above SYS
-    elif value.upper() in P2P_LEVELS:
+        return True
+    documented = ", ".join(P2P_LEVELS_DOCUMENTED)
+    if value.upper() in P2P_LEVELS:
         out.append(Finding("error", name, f"{value!r}: NCCL matches level names case-sensitively "
                                           f"and ignores this one (write {value.upper()!r})"))
     elif value.upper() == "NODE":
@@ -388,3 +281,4 @@ def _check_p2p_level(name: str, value: str, pcie_only: bool, out: list[Finding])
     else:
         out.append(Finding("error", name, f"unknown level {value!r}: NCCL ignores it (expected "
                                           f"one of: {documented}, or 0-4)"))
+    return False

@@ -20,13 +20,12 @@ import sys
 import time
 
 if __package__:
-    from . import status
+    from . import installed, status
 else:  # run as a script: the siblings' directory is on sys.path
+    import installed
     import status
 
 MANIFEST = "manifest.json"
-VERSIONS_PY = ("import importlib.metadata as m, json; "
-               "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))")
 
 
 def sha256(path):
@@ -35,7 +34,7 @@ def sha256(path):
 
 
 def installed_versions(venv):
-    out = subprocess.run([os.path.join(venv, "bin", "python"), "-c", VERSIONS_PY],
+    out = subprocess.run([os.path.join(venv, "bin", "python"), "-c", installed.VERSIONS_PY],
                          stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
     return json.loads(out)
 

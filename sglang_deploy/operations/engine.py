@@ -5,7 +5,8 @@ import shlex
 from pyinfra import host
 from pyinfra.api import operation
 
-from ..facts import EngineDrift, InstalledDistributions, InterpreterStartup, canonical_name
+from ..facts import EngineDrift, InstalledDistributions, InterpreterStartup
+from ..node.installed import canonical
 from .files import pth_directory
 
 
@@ -53,7 +54,7 @@ def _drift(venv, scripts_dir, distributions):
 
 def _pin_differs(pin, installed):
     name, _, version = pin.partition("==")
-    return installed.get(canonical_name(name)) != version
+    return installed.get(canonical(name)) != version
 
 
 def engine_matches(venv, packages):

@@ -1,6 +1,8 @@
 """drift.py run by a real venv's interpreter against real wheels built and installed with pip."""
 import hashlib
 import json
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -8,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.node import drift
+from sglang_deploy.facts import InstalledDistributions
+from sglang_deploy.node import drift, installed, status
+from sglang_deploy.plan import plan_for
 
 DRIFT = Path(drift.__file__).resolve()
 
@@ -252,3 +256,45 @@ def test_other_interpreters(tmp_path, wheels, version):
     assert (r["modified"], r["missing"], r["unexpected"], r["version_mismatch"]) == (
         ["tinypkg/core.py"], ["tinypkg/sub/data.txt"], ["tinypkg/stray.py"], None)
     assert report["python"] == str(vpy)
+
+
+def test_the_uploaded_scripts_run_on_their_own(tmp_path, pristine):
+    """drift.py and the modules it was split into travel together: run from a directory holding
+    only what the deploy uploads, as the node runs them."""
+    plan = plan_for({"profile": "sandbox", "profile_overrides": {"engine": {"find_links": []}},
+                     "sglang_deploy_dir": "/opt/sd", "env_dir": "/etc/sglang",
+                     "unit_dir": "/etc/systemd/system", "state_dir": "/var/lib/sd",
+                     "deploy_lock_wait_s": 1, "rollback": False, "repair": False})
+    node = tmp_path / "node"
+    node.mkdir()
+    for local, remote in plan.node_scripts:
+        assert remote == "/opt/sd/node/" + local.name
+        shutil.copy(local, node / local.name)
+    vpy, _site = pristine
+    proc = subprocess.run([str(vpy), str(node / "drift.py"), "--json", "tinypkg"], capture_output=True, text=True)
+    assert proc.returncode == status.READY, proc.stderr
+    assert json.loads(proc.stdout)["distributions"]["tinypkg"]["files_checked"] >= 6
+    proc = subprocess.run([str(vpy), str(node / "drift.py"), "--manifest", "TinyPkg_Plugins", "nope"],
+                          capture_output=True, text=True)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == status.NOT_INSTALLED == report["status"], proc.stderr
+    assert [e["name"] for e in report["manifest"]] == ["tinypkg-plugins"]
+
+
+def test_controller_reads_the_node_versions_with_the_node_names(pristine):
+    """One versions one-liner and one PEP 503 normalisation, for the controller's fact and the
+    node's scripts alike."""
+    vpy, _site = pristine
+    fact = InstalledDistributions()
+    assert shlex.quote(installed.VERSIONS_PY) in fact.command(str(vpy.parent.parent))
+    out = subprocess.run([str(vpy), "-c", installed.VERSIONS_PY], capture_output=True, text=True, check=True)
+    assert fact.process(out.stdout.splitlines()) == {"tinypkg": "1.2.3", "tinypkg-plugins": "0.1"}
+    assert fact.process(['{"Foo__Bar..Baz": "1", "A-_-b": "2"}']) == {"foo-bar-baz": "1", "a-b": "2"}
+    assert {installed.canonical(n) for n in ("Foo__Bar..Baz", "foo.bar-baz", "FOO-BAR_BAZ")} == {"foo-bar-baz"}
+
+
+def test_drift_names_its_exit_statuses_from_status_only():
+    doc = drift.__doc__
+    named = set(re.findall(r"status\.([A-Z_]+)", doc))
+    assert named == {"READY", "DRIFT", "NOT_INSTALLED"} and named <= set(status.NAMES.values())
+    assert not re.search(r"\b[A-Z_]+ \(\d+\)", doc), "exit values are status.py's to state"

@@ -133,7 +133,7 @@ def test_a_variable_never_logged_fails_and_unknown_ones_are_not_required():
     assert states(report, 0)["NCCL_LL_BUFFSIZE"] == "not logged"
     assert states(report, 0)["NCCL_DEBUG"] == "not logged (NCCL is not known to log it)"
     assert not any(v.failure for v in report.ranks[0].vars if v.var in ("NCCL_DEBUG", "CUDA_DEVICE_MAX_CONNECTIONS"))
-    # a variable outside KNOWN_LOGGED becomes required once any rank logs it
+    # a variable outside nccl_vars.LOGGED becomes required once any rank logs it
     lines = JOURNAL.splitlines() + [
         "Nov 29 10:00:12 node1 sglang[446]: node1:446:446 [0] NCCL INFO NCCL_CUMEM_ENABLE set by environment to 0."]
     report = nc.confirm(lines, {"NCCL_CUMEM_ENABLE": "0"}, ranks_expected=2)

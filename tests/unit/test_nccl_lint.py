@@ -3,8 +3,8 @@ PCIe-only nodes (warnings). Messages are asserted exactly: they are part of the 
 
 import pytest
 
-from sglang_deploy.nccl_lint import (DEBUGGING, KNOWN, Finding, lint_env, parse_selection,
-                                     strtoll, PROTOCOLS)
+from sglang_deploy.nccl_lint import Finding, lint_env, parse_selection
+from sglang_deploy.nccl_vars import DEBUGGING, KNOWN, PROTOCOLS, strtoll
 from sglang_deploy.profile import load_profile
 
 NOTE = ('NCCL\'s guide lists these under "Debugging", not for production (sub-optimal '
