@@ -17,7 +17,7 @@ Methods
 
 Figures
   P1        really ready -> verdict: the journal's own timestamp (__REALTIME_TIMESTAMP, µs) of
-            `The server is fired up and ready to roll!` (logged just after /health turned 200)
+            `The server is fired up and ready to roll!` (logged just after /ping turned 200)
             to the verdict. Negative = the method said "ready" before the server was (wrong).
   P2        crash -> failure reported with a cause: the journal timestamp of the first
             Traceback/error line of the start to the deploy's `readiness gate failed:` line.
@@ -323,12 +323,12 @@ def summarize(out, args, ready, crashes):
         w = median(windows)
         out()
         out(f"Wrong 'ready' verdicts of the incident loop: {len(wrong)}/{len(inc_r)} starts "
-            f"(/v1/models lists the model while warmup still runs; /health is 503 then).")
+            f"(/v1/models lists the model while warmup still runs; /ping and /health are 503 then).")
         out(f"  That window (port open -> fired up) was {w:.2f} s per start here, {w / args.interval:.0%} "
             f"of the loop's {args.interval:g} s period: the share of starts such a loop calls ready "
             f"too early.")
         out(f"  Gate wrong verdicts: {sum(1 for s in gate_r if s.p1 < 0)}/{len(gate_r)} "
-            f"(it needs /health 200 as well as the name in /v1/models).")
+            f"(it needs /ping 200 and the 'fired up' line as well as the name in /v1/models).")
 
 
 # -- Main -----------------------------------------------------------------------------------

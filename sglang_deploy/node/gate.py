@@ -1,7 +1,14 @@
 """Readiness gate for an SGLang systemd unit, run on the node right after a (re)start.
 
-Ready means GET /health answers 200 AND GET /v1/models lists the served name (/v1/models
-alone already answers during warmup). Every --interval the gate also reads the unit
+Ready means three things seen together (docs/architecture.md, "Which endpoint means what"):
+GET /v1/models lists the served name (it already answers during warmup, so alone it proves
+nothing), GET /ping answers 200 (SGLang 0.5.23's is_healthy(): a flag, set when the warmup's
+generation succeeded, cleared by SIGTERM; answered at once) and the start's journal holds
+"The server is fired up and ready to roll!" (logged just after /ping turns 200). /health is
+not waited for: in 0.5.23 it runs a one-token generation and answers no sooner than 1 s. It
+stands in only where /ping is missing (404: an older release), and as the confirmation when
+/ping has said 200 for --fired-up-grace seconds but the journal has no "fired up" line (a
+dropped journal line must not fail a serving start). Every --interval the gate also reads the unit
 (systemctl show) and the journal of this start, so it fails within about a second when the
 main process dies, the unit leaves activating/active or systemd restarts it; it reports each
 start-up phase, a heartbeat every --progress-every seconds, a hang (no journal line for
@@ -41,6 +48,10 @@ else:  # run as a script: the siblings' directory is on sys.path
 TAIL_LINES = 30
 KEEP_LINES = 5000
 DEATH_GRACE_S = 0.3  # let journald catch up with the last lines of a dying process
+# Once /ping is 200 the "fired up" line is a /freeze_gc round trip away: read the journal this
+# often for up to UP_FAST_S, so the verdict does not wait for a whole --interval.
+UP_POLL_S = 0.05
+UP_FAST_S = 1.0
 
 
 def say(text):
@@ -53,7 +64,9 @@ def probe_host(host):
 
 
 class HttpProbe(threading.Thread):
-    """Polls /v1/models until it lists the served name, then /health until 200."""
+    """Polls /v1/models until it lists the served name, then /ping until 200 (/health where the
+    server has no /ping); sets `up` then. With `confirm` set (the gate has waited long enough
+    for "fired up"), it also asks /health and sets `health_ok` on a 200."""
 
     def __init__(self, host, port, served_name, interval, timeout=1.0, health_timeout=25.0):
         super().__init__(daemon=True)
@@ -63,9 +76,11 @@ class HttpProbe(threading.Thread):
         self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         self.state = "not probed yet"
         self.models_ok = False
-        self.ready = threading.Event()
-        self.ready_at = None  # time.time() when readiness was seen
-        self.ready_mono = None
+        self.up_path = "/ping"
+        self.up = threading.Event()         # models listed and /ping (or /health) 200
+        self.up_mono = None
+        self.confirm = threading.Event()    # set by the gate: ask /health too
+        self.health_ok = threading.Event()
         self.wake = threading.Event()
         self.stopped = threading.Event()
 
@@ -98,20 +113,32 @@ class HttpProbe(threading.Thread):
                 self.state = "/v1/models lists %s, not %r" % (names, self.served_name)
                 return
             self.models_ok = True
-        code, reason = self.get("/health", self.health_timeout)
-        if code == 200:
-            self.ready_at, self.ready_mono = time.time(), time.monotonic()
-            self.state = "ready"
-            self.ready.set()
-        else:
-            self.state = "/v1/models ok, " + (reason if code is None else "/health %d" % code)
+        if not self.up.is_set():
+            health = self.up_path == "/health"
+            code, reason = self.get(self.up_path, self.health_timeout if health else self.timeout)
+            if code == 404 and not health:  # a release without /ping
+                self.up_path = "/health"
+                return self.probe_once()
+            if code != 200:
+                self.state = "/v1/models ok, " + (reason if code is None else "%s %d" % (self.up_path, code))
+                return
+            self.up_mono = time.monotonic()
+            self.up.set()
+            if health:
+                self.health_ok.set()
+            self.state = "/v1/models ok, %s 200" % self.up_path
+        if self.confirm.is_set() and not self.health_ok.is_set():
+            code, reason = self.get("/health", self.health_timeout)
+            if code == 200:
+                self.health_ok.set()
+            self.state = "/v1/models ok, %s 200, no 'fired up' line, /health %s" % (
+                self.up_path, reason if code is None else code)
 
     def run(self):
-        while not self.stopped.is_set() and not self.ready.is_set():
+        while not self.stopped.is_set():
             self.probe_once()
-            if not self.ready.is_set():
-                self.wake.wait(self.interval)
-                self.wake.clear()
+            self.wake.wait(self.interval)
+            self.wake.clear()
 
 
 def unit_problem(show, base):
@@ -294,6 +321,7 @@ class Gate:
         self.cursor = args.since_cursor
         self.phase, self.phase_entered, self.phase_times = "starting", None, {}
         self.journal_error = False
+        self.ready_at = self.ready_mono = None  # time.time() / monotonic of the verdict
 
     def show(self):
         return self.watch.show()
@@ -333,7 +361,7 @@ class Gate:
         return {k: round(times[k], 1) for k in sglang_log.PHASE_KEYS if k in times}
 
     def finish(self, code, cause=None, cause_text=None, tail=False):
-        end = self.probe.ready_mono if code == status.READY else time.monotonic()
+        end = self.ready_mono if code == status.READY else time.monotonic()
         self.probe.stopped.set()
         self.probe.wake.set()
         phases = self.phases(end)
@@ -350,7 +378,7 @@ class Gate:
         if self.args.json:
             summary = {"status": code, "status_name": status.name(code), "cause": cause,
                        "cause_text": cause_text, "elapsed_s": elapsed, "phases": phases,
-                       "phase": self.phase, "ready_at": self.probe.ready_at,
+                       "phase": self.phase, "ready_at": self.ready_at,
                        "unit": self.args.unit, "log": self.args.log, "main_pid": self.base.get("MainPID"),
                        "invocation_id": self.base.get("InvocationID"),
                        "journal_tail": excerpt if code != status.READY else []}
@@ -400,8 +428,7 @@ class Gate:
         self.probe.start()
         next_beat = time.monotonic() + a.progress_every
         while True:
-            if self.probe.ready.is_set():
-                self.read_journal()
+            if self.is_ready():
                 return self.finish(status.READY)
             show = self.last_show = self.show()
             problem = self.watch.problem(show, self.base)
@@ -425,7 +452,30 @@ class Gate:
                 next_beat = now + a.progress_every
                 say("%s waiting: phase %s, %s, main pid %d, http: %s" % (
                     self.stamp(now), in_phase, self.watch.state(show), self.base["MainPID"], self.probe.state))
-            self.probe.ready.wait(a.interval)
+            if not self.probe.up.is_set():
+                self.probe.up.wait(a.interval)
+            else:
+                time.sleep(UP_POLL_S if time.monotonic() - self.probe.up_mono < UP_FAST_S else a.interval)
+
+    def is_ready(self):
+        """/v1/models and /ping said so (the probe's `up`) and the journal has "fired up"; or,
+        --fired-up-grace seconds after `up` without that line, /health 200 confirms."""
+        if not self.probe.up.is_set():
+            if self.phase == "ready":
+                self.probe.wake.set()  # fired up: ask /ping now rather than at its next turn
+            return False
+        self.read_journal()
+        if self.phase != "ready":
+            if time.monotonic() - self.probe.up_mono < self.args.fired_up_grace:
+                return False
+            self.probe.confirm.set()
+            self.probe.wake.set()
+            if not self.probe.health_ok.is_set():
+                return False
+            say("%s note: %s 200 for %.0fs but no 'fired up' line in the %s; /health 200 confirms" % (
+                self.stamp(), self.probe.up_path, time.monotonic() - self.probe.up_mono, self.watch.source))
+        self.ready_at, self.ready_mono = time.time(), time.monotonic()
+        return True
 
 
 def main(argv=None):
@@ -443,9 +493,13 @@ def main(argv=None):
     p.add_argument("--progress-every", type=float, default=10.0, help="heartbeat interval, seconds")
     p.add_argument("--hang-after", type=float, default=300.0,
                    help="no journal line for this long outside loading/graph capture = hung")
-    p.add_argument("--http-timeout", type=float, default=1.0, help="timeout of /v1/models requests")
+    p.add_argument("--http-timeout", type=float, default=1.0, help="timeout of /v1/models and /ping requests")
     p.add_argument("--health-timeout", type=float, default=25.0,
-                   help="timeout of /health requests (SGLang's handler takes >= 1 s once ready)")
+                   help="timeout of /health requests (0.5.23's handler takes >= 1 s, up to "
+                        "SGLANG_HEALTH_CHECK_TIMEOUT=20 s)")
+    p.add_argument("--fired-up-grace", type=float, default=15.0,
+                   help="/ping 200 this long without a 'fired up' journal line: accept /health 200 "
+                        "instead (the warmup's /freeze_gc, between the two, times out after 10 s)")
     since = p.add_mutually_exclusive_group()
     since.add_argument("--since-cursor", help="read the unit's journal after this cursor")
     since.add_argument("--since-start", action="store_true",

@@ -61,7 +61,7 @@ CAUSE_SUMMARIES["exception"] = "Python exception"
 
 _EXCEPTION_RE = re.compile(r"(?:^|[\s\]])((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception)): ")
 _EXIT_CODE_RE = re.compile(r"exit ?code[:= ]+(-?\d+)", re.I)
-_PROBE_RE = re.compile(r'"(?:GET|HEAD) /(?:health|health_generate|v1/models) HTTP/1\.[01]"')
+_PROBE_RE = re.compile(r'"(?:GET|HEAD) /(?:health|health_generate|ping|ready|v1/models) HTTP/1\.[01]"')
 MAX_EXCERPT = 200
 
 
@@ -78,7 +78,8 @@ def phase_index(key):
 
 
 def is_probe_access(line):
-    """An access-log line of a readiness probe (/health, /v1/models): not start-up activity."""
+    """An access-log line of a readiness probe (/health, /ping, /ready, /v1/models): not
+    start-up activity."""
     return bool(_PROBE_RE.search(line))
 
 

@@ -1,5 +1,6 @@
 """The readiness gate against fake systemctl/journalctl executables and a local HTTP server
-that behaves like SGLang (port closed, then /v1/models listing with /health 503, then 200)."""
+that behaves like SGLang 0.5.23 (port closed, then /v1/models listing with /health and /ping
+503 at once; once up, /ping 200 at once and /health 200 after its 1 s generation check)."""
 import http.server
 import json
 import os
@@ -70,6 +71,8 @@ class FakeNode:
         self.port = free_port()
         self.served = served
         self.health = 503
+        self.health_delay = 1.0  # 0.5.23: once up, health_generate sleeps 1 s before it looks
+        self.ping = True  # False: a release without /ping (404)
         self.ready_time = None
         self.server = None
         self.main = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
@@ -102,6 +105,10 @@ class FakeNode:
                     body = json.dumps({"object": "list", "data": [
                         {"id": node.served, "object": "model", "owned_by": "sglang", "root": node.served}]})
                 elif self.path == "/health":
+                    if node.health == 200:
+                        time.sleep(node.health_delay)
+                    code, body = node.health, ""
+                elif self.path == "/ping" and node.ping:
                     code, body = node.health, ""
                 else:
                     code, body = 404, ""
@@ -192,12 +199,58 @@ def test_ready_path_reports_phases_and_is_quick_after_readiness(node):
     assert "_SYSTEMD_INVOCATION_ID=0a1b2c3d4e5f" in calls
 
 
+def test_ping_200_waits_for_the_fired_up_line_then_is_quick(node):
+    # 0.5.23 sets status Up (/ping 200) when the warmup's /generate returns, then POSTs
+    # /freeze_gc, then logs "fired up": ready is /ping 200 with that line, not /ping alone.
+    node.open_port()
+    node.log("[2026-11-29 10:01:10] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)")
+    proc = node.gate()
+    time.sleep(0.5)
+    node.become_ready()
+    time.sleep(1.0)
+    assert proc.poll() is None, "ready before the fired up line"
+    fired = time.time()
+    node.log("[2026-11-29 10:01:13] The server is fired up and ready to roll!")
+    rc, out = finish(proc)
+    assert rc == status.READY, out
+    assert 0 <= node.summary()["ready_at"] - fired < 0.3, out
+
+
+def test_fired_up_line_without_ping_200_is_not_ready(node):
+    node.open_port()  # /ping 503: e.g. SIGTERM already set gracefully_exit
+    node.log("[2026-11-29 10:01:13] The server is fired up and ready to roll!")
+    rc, out = finish(node.gate("--timeout", "2"))
+    assert rc == status.TIMEOUT, out
+    assert "/ping 503" in out
+
+
+def test_release_without_ping_falls_back_to_health(node):
+    node.ping = False
+    node.open_port()
+    node.become_ready()
+    node.log("[2026-11-29 10:01:13] The server is fired up and ready to roll!")
+    rc, out = finish(node.gate())
+    assert rc == status.READY, out
+    log = node.journal.read_text()
+    assert '"GET /ping HTTP/1.1" 404' in log and '"GET /health HTTP/1.1" 200' in log
+
+
+def test_lost_fired_up_line_is_confirmed_by_health_after_the_grace(node):
+    node.open_port()
+    node.become_ready()
+    start = time.monotonic()
+    rc, out = finish(node.gate("--fired-up-grace", "1.5"))
+    assert rc == status.READY, out
+    assert "no 'fired up' line in the journal; /health 200 confirms" in out
+    assert 2.5 <= time.monotonic() - start < 6  # the grace, then /health's 1 s
+
+
 def test_models_listed_while_health_503_is_not_ready(node):
     node.open_port()
     node.log("[2026-11-29 10:01:10] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)")
     rc, out = finish(node.gate("--timeout", "2"))
     assert rc == status.TIMEOUT, out
-    assert "/health 503" in out
+    assert "/ping 503" in out
     assert node.summary()["ready_at"] is None
 
 

@@ -199,8 +199,10 @@ def test_models_listed_during_warmup_while_health_is_503(server):
     assert server.wait_for(server.port_open, timeout=10, interval=0.01)
     opened = time.monotonic()
     status, _ = server.request("GET", "/health")
-    assert status == 503
+    assert status == 503  # 0.5.23: status Starting -> 503 at once, no generation
+    assert time.monotonic() - opened < 0.5
     assert server.request("GET", "/ping")[0] == 503  # 0.5.23: /ping follows is_healthy()
+    assert server.request("GET", "/ready")[0] == 503
     status, models = server.get_json("/v1/models")
     assert status == 200 and [m["id"] for m in models["data"]] == ["tiny-standin"]
     assert time.monotonic() - opened < 1.0, "too slow to observe the warmup window"
@@ -223,6 +225,37 @@ def test_health_200_after_warmup_and_phase_order(server):
     assert -1 not in positions, [t for t, p in zip(order, positions) if p == -1]
     assert positions == sorted(positions)
     assert re.search(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP1\] Load weight begin", log, re.M)
+
+
+def timed(server, path):
+    start = time.monotonic()
+    status, _ = server.request("GET", path, timeout=30)
+    return status, time.monotonic() - start
+
+
+def test_once_up_health_generates_a_token_and_takes_a_second_while_ping_is_a_flag(server):
+    assert server.wait_log("fired up")
+    # 0.5.23's health_generate: submit max_new_tokens=1, `await asyncio.sleep(1)`, then look.
+    status, took = timed(server, "/health")
+    assert status == 200 and 1.0 <= took < 1.8, took
+    status, took = timed(server, "/health_generate")
+    assert status == 200 and 1.0 <= took < 1.8, took
+    for path in ("/ping", "/ready"):  # is_healthy() / is_ready(): flag checks
+        status, took = timed(server, path)
+        assert status == 200 and took < 0.3, (path, took)
+    # The warmup's first /model_info comes 1 s after the port opened (SGLang sleeps first).
+    log = server.log()
+    assert log.find("Uvicorn running on") < log.find('"GET /model_info HTTP/1.1" 200 OK')
+
+
+def test_health_without_generation_when_disabled(standins):
+    s = standins(env={"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false",
+                      "SGLANG_STANDIN_WARMUP_SECONDS": "0.1"})
+    assert s.wait_log("fired up")
+    status, took = timed(s, "/health")
+    assert status == 200 and took < 0.3, took
+    status, took = timed(s, "/health_generate")  # the switch covers /health only
+    assert status == 200 and took >= 1.0, took
 
 
 def test_schedulers_are_titled_spawn_children_with_the_parents_environment(server):
@@ -368,7 +401,7 @@ def test_hang_keeps_the_port_closed_and_goes_quiet(standins):
 
 def test_scheduler_dying_after_ready_takes_the_tree_down(standins):
     s = standins(env={"SGLANG_STANDIN_FAIL": "scheduler-dies-after-ready",
-                      "SGLANG_STANDIN_FAIL_AFTER_SECONDS": "0.8", "SGLANG_STANDIN_WARMUP_SECONDS": "0.1"})
+                      "SGLANG_STANDIN_FAIL_AFTER_SECONDS": "2.5", "SGLANG_STANDIN_WARMUP_SECONDS": "0.1"})
     assert s.wait_log("The server is fired up and ready to roll!")
     rc = s.wait_exit()
     log = s.log()
@@ -452,6 +485,13 @@ def test_sigterm_drains_a_running_request_first(standins):
     resp = conn.getresponse()
     assert resp.readline().startswith(b"data: ")  # the first token is out
     s.proc.send_signal(signal.SIGTERM)
+    assert s.wait_log("Gracefully exiting... Remaining number of requests 1.")
+    # gracefully_exit: the health endpoints say 503 at once, /v1/models still answers.
+    for path in ("/health", "/ping", "/ready"):
+        status, took = timed(s, path)
+        assert status == 503 and took < 0.3, (path, took)
+    assert s.request("GET", "/v1/models")[0] == 200
+    assert "Health check request received during shutdown. Returning 503." in s.log()
     rest = resp.read()
     conn.close()
     assert rest.rstrip().endswith(b"data: [DONE]")

@@ -1,8 +1,10 @@
 """SGLang's HTTP endpoints on the standard library's ThreadingHTTPServer.
 
 Served on --host/--port once every scheduler is ready (uvicorn + FastAPI in SGLang):
-/health and /health_generate (503 until warmup is done and during shutdown, then 200),
-/ping and /ready (is_healthy()), /v1/models[/<name>], /model_info, /server_info (and their
+/health and /health_generate (503 at once while the status is Starting and during shutdown;
+otherwise a one-token generation, answered 200 no sooner than 1 s later, as in 0.5.23),
+/ping and /ready (is_healthy(): a flag, answered at once), /v1/models[/<name>], /model_info,
+/server_info (and their
 deprecated /get_* forms, which log a warning), /get_load, /freeze_gc, /metrics (only with
 --enable-metrics), /generate, /v1/completions, /v1/chat/completions (JSON or chunked
 server-sent events). Access lines are uvicorn's:
@@ -15,8 +17,10 @@ import dataclasses
 import http.server
 import json
 import logging
+import os
 import socket
 import sys
+import threading
 import time
 import urllib.parse
 from http import HTTPStatus
@@ -30,7 +34,24 @@ from sglang.version import __version__
 
 logger = logging.getLogger("sglang.srt.entrypoints.http_server")
 
-HEALTH_SLEEP_S = 0.05
+# SGLang 0.5.23's health_generate: poll for an answer every 1 s, give up after
+# SGLANG_HEALTH_CHECK_TIMEOUT (20) seconds.
+HEALTH_POLL_S = 1.0
+
+
+def health_check_timeout() -> float:
+    return float(int(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20")))
+
+
+def health_generation_enabled() -> bool:
+    """SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION (default true); false makes /health a flag check."""
+    return os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true").strip().lower() \
+        not in ("0", "false", "no", "off", "")
+
+
+class ServerStatus:
+    """TokenizerManager.server_status in 0.5.23."""
+    UP, STARTING, UNHEALTHY = "Up", "Starting", "UnHealthy"
 
 
 class ServerState:
@@ -54,8 +75,10 @@ class ServerState:
             broken_at=now + knobs.fail_after_seconds if knobs.fail == "warmup-fails" else None,
             hangs=knobs.fail == "hang-warmup",
         )
-        self.healthy = False        # set once warmup succeeded
-        self.shutting_down = False
+        # Starting until the warmup's /generate answered 200 (then Up); /health sets Up or
+        # UnHealthy after each generation check.
+        self.server_status = ServerStatus.STARTING
+        self.shutting_down = False  # SGLang's gracefully_exit, set by SIGTERM
         self.startup_time = 0.0     # seconds from launch to ready, set by launch_server
 
     # -------------------------------------------------------------- read-only endpoints
@@ -66,8 +89,29 @@ class ServerState:
             "root": name, "parent": None, "max_model_len": self.context_len}]}
 
     def healthy_now(self) -> bool:
-        """SGLang's is_healthy(): warmup done and not shutting down."""
-        return self.healthy and not self.shutting_down
+        """SGLang's is_healthy(): status Up and not shutting down."""
+        return self.server_status == ServerStatus.UP and not self.shutting_down
+
+    def health_generate(self) -> bool:
+        """SGLang's health_generate: a one-token generation, then every 1 s a look whether the
+        engine answered anything since; True (status Up) or, after the timeout, False
+        (status UnHealthy, logged)."""
+        tic = time.monotonic()
+        threading.Thread(target=self.backend.health_token, name="health-check", daemon=True).start()
+        deadline = tic + health_check_timeout()
+        while time.monotonic() < deadline:
+            time.sleep(HEALTH_POLL_S)
+            if self.generator.last_receive > tic:
+                self.server_status = ServerStatus.UP
+                return True
+        started = time.strftime("%H:%M:%S", time.localtime(time.time() - (time.monotonic() - tic)))
+        last = self.generator.last_receive
+        last_wall = time.strftime("%H:%M:%S", time.localtime(time.time() - (time.monotonic() - last)))
+        logger.error(f"Health check failed. Server couldn't get a response from detokenizer for last "
+                     f"{int(health_check_timeout())} seconds. tic start time: {started}. "
+                     f"last_heartbeat time: {last_wall}")
+        self.server_status = ServerStatus.UNHEALTHY
+        return False
 
     def model_info(self) -> dict:
         return {
@@ -209,10 +253,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if state.shutting_down:
                 logger.info("Health check request received during shutdown. Returning 503.")
                 return self._empty(503)
-            if not state.healthy:
+            if state.server_status == ServerStatus.STARTING:
                 return self._empty(503)
-            time.sleep(HEALTH_SLEEP_S)
-            return self._empty(200)
+            if path == "/health" and not health_generation_enabled():
+                return self._empty(200)
+            return self._empty(200 if state.health_generate() else 503)
         if self.dummy_health_only:
             return self._json(404, {"detail": "Not Found"})
         if path in ("/ping", "/ready"):

@@ -5,16 +5,17 @@ Sequence, as in SGLang 0.5.23:
   2. log `server_args={...}`, set the environment, spawn the subprocesses;
   3. wait until every scheduler is ready -- the port stays CLOSED meanwhile;
   4. bind the port and log uvicorn's start-up lines; /v1/models, /model_info answer at
-     once, /health, /health_generate, /ping and /ready answer 503;
-  5. warmup: GET /model_info, POST a short /generate (the first forward pass takes
-     SGLANG_STANDIN_WARMUP_SECONDS), POST /freeze_gc, then log "The server is fired up and
-     ready to roll!"; /health answers 200 from then on. A failed warmup logs
-     "Initialization failed. warmup error: <traceback>" and tears the tree down (exit 1).
+     once, /health, /health_generate, /ping and /ready answer 503 (status Starting);
+  5. warmup: sleep 1 s, GET /model_info (again every 1 s until 200), POST a short /generate
+     (the first forward pass takes SGLANG_STANDIN_WARMUP_SECONDS); its 200 sets the status
+     Up, so /ping and /ready answer 200 from here on; POST /freeze_gc, then log "The server
+     is fired up and ready to roll!". /health answers 200 once Up, after a one-token
+     generation and at least 1 s. A failed warmup logs "Initialization failed. warmup error:
+     <traceback>" and tears the tree down (exit 1).
   6. supervise until SIGTERM (drain running requests, clean stop, exit 0) or a dead
      subprocess (exit 1).
 
-/health sleeps 0.05 s before answering 200 where SGLang runs a one-token generation and
-polls every 1 s: a real round trip, short enough for a 0.25 s poll interval.
+As in 0.5.23, /ping turns 200 a moment before the "fired up" line (the /freeze_gc round trip).
 Nodes with --node-rank >= 1 serve only a dummy /health (200) on --port, like SGLang.
 """
 
@@ -32,7 +33,8 @@ import urllib.request
 from typing import Optional
 
 from sglang.srt.entrypoints.engine import Engine, Lifecycle, set_envs_and_config
-from sglang.srt.entrypoints.http_api import Server, ServerState, display_url, local_url, make_server
+from sglang.srt.entrypoints.http_api import (Server, ServerState, ServerStatus, display_url, local_url,
+                                             make_server)
 from sglang.srt.hf_transformers_utils import derive_context_length, get_config
 from sglang.srt.sandbox.knobs import KnobError, from_environ
 from sglang.srt.server_args import ServerArgs
@@ -54,11 +56,12 @@ def _http(method: str, url: str, body: Optional[dict] = None, timeout: float = 6
         return e.code, e.read().decode(errors="replace")
 
 
-def _execute_server_warmup(url: str) -> None:
-    """SGLang's warmup: wait for /model_info, one short /generate, then /freeze_gc."""
+def _execute_server_warmup(url: str, state: ServerState) -> None:
+    """SGLang's warmup: wait for /model_info, one short /generate (its 200 sets the status Up),
+    then /freeze_gc."""
     last_error = None
-    for _ in range(200):
-        time.sleep(0.05)  # SGLang sleeps 1 s before each try
+    for _ in range(120):
+        time.sleep(1)  # as SGLang: 1 s before each try, the first one included
         try:
             status, text = _http("GET", url + "/model_info", timeout=5)
             if status == 200:
@@ -72,6 +75,7 @@ def _execute_server_warmup(url: str) -> None:
                  "text": "The capital city of France is"}
     status, text = _http("POST", url + "/generate", json_data)
     assert status == 200, f"{text}"
+    state.server_status = ServerStatus.UP
     try:
         _http("POST", url + "/freeze_gc", timeout=10)
     except OSError:
@@ -80,14 +84,13 @@ def _execute_server_warmup(url: str) -> None:
 
 def _wait_and_warmup(state: ServerState, url: str, lifecycle: Lifecycle, launched: float) -> None:
     try:
-        _execute_server_warmup(url)
+        _execute_server_warmup(url, state)
     except Exception:
         last_traceback = get_exception_traceback()
         logger.error(f"Initialization failed. warmup error: {last_traceback}")
         lifecycle.fatal.set()
         return
     state.startup_time = round(time.monotonic() - launched, 3)
-    state.healthy = True
     logger.info("The server is fired up and ready to roll!")
 
 

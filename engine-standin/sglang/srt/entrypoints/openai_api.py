@@ -82,6 +82,15 @@ class Backend:
             time.sleep(delay)
         return min(max_new_tokens, self.context_len - prompt_tokens)
 
+    def health_token(self) -> None:
+        """The /health check's generation (input_ids=[0], max_new_tokens=1): it waits for the
+        first forward pass, hangs or fails like any request; a failure is never answered."""
+        try:
+            self.prepare(1, 1)
+        except ApiError:
+            return
+        self.generator.health_token()
+
     def tokens(self, prompt_tokens: int, n: int, rid: Optional[str] = None) -> Iterator[str]:
         start = time.monotonic()
         count = 0

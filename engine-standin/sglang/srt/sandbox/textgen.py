@@ -37,6 +37,9 @@ class Generator:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self._active = {}  # rid -> True, for "Remaining requests" while draining
+        # Monotonic time of the last token of any request (SGLang's last_receive_tstamp: when
+        # the tokenizer manager last heard from the detokenizer); /health compares against it.
+        self.last_receive = time.monotonic()
 
     def active_rids(self) -> List[str]:
         with self._lock:
@@ -60,8 +63,15 @@ class Generator:
                     time.sleep(delay)
                 with self._lock:
                     self.generation_tokens_total += 1
+                    self.last_receive = time.monotonic()
                 yield _WORDS[i % len(_WORDS)]
         finally:
             with self._lock:
                 self.running -= 1
                 self._active.pop(rid, None)
+
+    def health_token(self) -> None:
+        """The health check's one token: not counted as a request (log_metrics=False)."""
+        time.sleep(1.0 / self.tokens_per_second)
+        with self._lock:
+            self.last_receive = time.monotonic()
