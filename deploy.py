@@ -64,7 +64,8 @@ sglang.restarted(name="Restart (configuration changed)", scripts=plan.scripts,
                  _if=any_changed(engine, env_file, hook, unit))
 
 # 11. Enabled and serving, with every worker carrying the profile's environment.
-sglang.serving(name="Serving", scripts=plan.scripts, hook_python=plan.hook_python)
+sglang.serving(name="Serving", scripts=plan.scripts, hook_python=plan.hook_python,
+               rollback=plan.rollback)
 
 # 12. A record on the controller of what the engine holds, to diff nodes or dates.
 sglang.manifest_recorded(name="Engine manifest", scripts=plan.scripts, profile=plan.profile)

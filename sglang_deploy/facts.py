@@ -167,3 +167,19 @@ class EngineManifest(FactBase):
 
     def process(self, output):
         return _json_output(output)
+
+
+class LastGood(FactBase):
+    """
+    ``lastgood.py compare`` run on the node: ``{"last_good": profile or None, "differs": [what
+    differs between the last known good and what is installed], "not_running": why the unit's
+    server does not run what is installed, or None}``. ``None`` before our scripts exist. The
+    command is built by ``NodeScripts.compare_last_good``.
+    """
+
+    def command(self, scripts_dir, command):
+        script = shlex.quote(f"{scripts_dir}/lastgood.py")
+        return f"! test -f {script} || {command} || true"
+
+    def process(self, output):
+        return _json_output(output)

@@ -49,9 +49,18 @@ class NodeScripts:
         return self._run("workers.py", "--unit", self.unit, "--expect-json", expect)
 
     def save_last_good(self, hook_files):
+        """Save what is installed as the last known good, if the unit's server runs it."""
+        return self._last_good("save", hook_files)
+
+    def compare_last_good(self, hook_files):
+        """JSON: the last known good's profile, what differs from what is installed, and why
+        the server does not run what is installed (null when it does)."""
+        return self._last_good("compare", hook_files)
+
+    def _last_good(self, action, hook_files):
         files = {**self.files, **hook_files}
-        args = ["save", "--dir", self.last_good_dir, "--profile", self.profile.name,
-                "--venv", self.profile.engine.venv]
+        args = [action, "--dir", self.last_good_dir, "--profile", self.profile.name,
+                "--venv", self.profile.engine.venv, "--unit", self.unit]
         for role, path in sorted(files.items()):
             args += ["--file", f"{role}={path}"]
         for pin in self.profile.engine.packages:

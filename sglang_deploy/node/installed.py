@@ -9,6 +9,15 @@ import re
 # Run as `python -c VERSIONS_PY` by a venv's interpreter: {name: version}, one JSON line.
 VERSIONS_PY = ("import importlib.metadata as m, json; "
                "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))")
+# Per distribution: version and when it was installed (its RECORD is written last by pip).
+INSTALLED_PY = """
+import importlib.metadata as m, json, os
+found = {}
+for d in m.distributions():
+    record = [f for f in (d.files or []) if f.name == 'RECORD' and f.parent.name.endswith('.dist-info')]
+    found[d.metadata['Name']] = [d.version, os.stat(record[0].locate()).st_mtime if record else None]
+print(json.dumps(found))
+"""
 
 
 def canonical(name):

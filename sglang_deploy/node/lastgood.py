@@ -1,14 +1,21 @@
 """The last configuration that passed the readiness gate on this node, kept for rollback.
 
     python3 lastgood.py save --dir D --profile NAME --venv V --file ROLE=PATH [--file ...]
+        [--package DIST ...] [--unit U]
+    python3 lastgood.py compare (as save)      # JSON: does D hold what is installed; does it run?
     python3 lastgood.py restore --dir D        # files back, daemon-reload, engine pins checked
     python3 lastgood.py show --dir D           # the manifest, as JSON
 
 `save` copies each file (env file, unit, start-up hook, …) into D with a manifest of paths,
-modes, sha256s, the profile's name and the engine's installed versions. `restore` puts the files
-back byte for byte with their modes, runs `systemctl daemon-reload`, reinstalls the saved engine
-versions when they differ (pip, from the wheel directory when one was used) and prints
-`restored <profile>`. Exit statuses: 0 done, 10 nothing saved (status.NO_LAST_GOOD).
+modes, sha256s, the profile's name and the engine's installed versions. With --unit it first
+makes sure the unit's running server was started from exactly these files and this engine (its
+main process started after each of them was last written, and systemd has loaded the installed
+unit file): files installed after the server started never passed its gate. A save of what D
+already holds changes nothing. `restore` puts the files back byte for byte with their modes,
+runs `systemctl daemon-reload`, reinstalls the saved engine versions when they differ (pip, from
+the wheel directory when one was used) and prints `restored <profile>`. Exit statuses: 0 done,
+10 nothing saved (status.NO_LAST_GOOD), 14 the server does not run the installed configuration
+(status.NOT_INSTALLED_CONFIG).
 """
 import argparse
 import hashlib
@@ -20,10 +27,11 @@ import sys
 import time
 
 if __package__:
-    from . import installed, status
+    from . import installed, status, systemd
 else:  # run as a script: the siblings' directory is on sys.path
     import installed
     import status
+    import systemd
 
 MANIFEST = "manifest.json"
 
@@ -39,7 +47,77 @@ def installed_versions(venv):
     return json.loads(out)
 
 
-def save(directory, profile, venv, files, packages, wheels_dir):
+def installed_engine(venv):
+    """{distribution: (version, install time or None)} of a venv."""
+    out = subprocess.run([os.path.join(venv, "bin", "python"), "-c", installed.INSTALLED_PY],
+                         stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
+    return {name: tuple(value) for name, value in json.loads(out).items()}
+
+
+def differences(manifest, profile, files, engine):
+    """What differs between a saved manifest and what is installed now, as short phrases
+    (empty: the manifest is exactly this configuration)."""
+    if manifest is None:
+        return ["nothing saved yet"]
+    found = [] if manifest["profile"] == profile else ["profile %s -> %s" % (manifest["profile"], profile)]
+    saved = manifest["files"]
+    for role, path in sorted(files.items()):
+        entry = saved.get(role)
+        if entry is None or entry["path"] != path or entry["sha256"] != sha256(path):
+            found.append(role)
+    found += ["%s (no longer a file of the configuration)" % role for role in sorted(set(saved) - set(files))]
+    found += ["%s %s -> %s" % (name, manifest["engine"].get(name), version)
+              for name, version in sorted(engine.items()) if manifest["engine"].get(name) != version]
+    return found
+
+
+def start_wallclock(show, now=None, monotonic=None):
+    """Wall-clock time of the main process' start, from systemd's monotonic timestamp."""
+    started_us = systemd.as_int(show.get("ExecMainStartTimestampMonotonic"))
+    if not started_us:
+        return None
+    now = time.time() if now is None else now
+    monotonic = time.monotonic() if monotonic is None else monotonic
+    return now - (monotonic - started_us / 1e6)
+
+
+def not_running(show, written, now=None, monotonic=None):
+    """Why the unit's server does not run the installed configuration, or None when it does.
+    ``written``: {what: when it was last written (wall clock)}."""
+    if show.get("ActiveState") != "active" or not systemd.as_int(show.get("MainPID")):
+        return "%s is %s/%s, not running" % (show.get("Id") or "the unit", show.get("ActiveState"),
+                                             show.get("SubState"))
+    if show.get("NeedDaemonReload") == "yes":
+        return "systemd has not loaded the installed unit file (daemon-reload pending)"
+    started = start_wallclock(show, now, monotonic)
+    if started is None:
+        return "the unit's start time is unknown"
+    later = sorted(what for what, when in written.items() if when is not None and when > started)
+    if later:
+        return "the server started before %s changed: it does not run the installed configuration" % (
+            ", ".join(later))
+    return None
+
+
+def running_check(unit, files, engine_installed):
+    show = systemd.unit_show(unit, ("Id", "ActiveState", "SubState", "MainPID", "NeedDaemonReload",
+                                    "ExecMainStartTimestampMonotonic"))
+    written = {role: os.stat(path).st_mtime for role, path in files.items()}
+    written.update({name: when for name, (_, when) in engine_installed.items()})
+    return not_running(show, written)
+
+
+def save(directory, profile, venv, files, packages, wheels_dir, unit=None):
+    if unit:
+        engine_installed = installed_engine(venv)
+        engine = {name: engine_installed.get(name, (None, None))[0] for name in packages}
+        why = running_check(unit, files, {n: v for n, v in engine_installed.items() if n in packages})
+        if why:
+            print("not saved as last known good: %s" % why)
+            return status.NOT_INSTALLED_CONFIG
+        if not differences(load(directory), profile, files, engine):
+            print("%s is already the last known good" % profile)
+            return status.READY
     staging = directory + ".new"
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(staging, mode=0o700)
@@ -57,6 +135,18 @@ def save(directory, profile, venv, files, packages, wheels_dir):
     shutil.rmtree(directory, ignore_errors=True)
     os.rename(staging, directory)
     print("saved %s as last known good" % profile)
+    return status.READY
+
+
+def compare(directory, profile, venv, files, packages, unit):
+    """Whether the last known good is what is installed now, and whether the unit's server
+    runs what is installed: {last_good, differs, not_running}."""
+    engine_installed = {n: v for n, v in installed_engine(venv).items() if n in packages}
+    manifest = load(directory)
+    engine = {name: engine_installed.get(name, (None, None))[0] for name in packages}
+    return {"last_good": manifest and manifest["profile"],
+            "differs": differences(manifest, profile, files, engine),
+            "not_running": running_check(unit, files, engine_installed) if unit else None}
 
 
 def load(directory):
@@ -76,7 +166,8 @@ def restore(directory):
         target = entry["path"]
         os.makedirs(os.path.dirname(target), exist_ok=True)
         temporary = target + ".lastgood"
-        shutil.copy2(os.path.join(directory, role), temporary)
+        # A fresh mtime: these files are written now, after whatever server runs at present.
+        shutil.copyfile(os.path.join(directory, role), temporary)
         os.chmod(temporary, entry["mode"])
         os.replace(temporary, target)
     subprocess.run(["systemctl", "daemon-reload"], check=True)
@@ -106,18 +197,23 @@ def role_path(text):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("save", "restore", "show"))
+    parser.add_argument("action", choices=("save", "compare", "restore", "show"))
     parser.add_argument("--dir", required=True, help="where the last known good is kept")
     parser.add_argument("--profile")
     parser.add_argument("--venv")
     parser.add_argument("--file", type=role_path, action="append", default=[])
     parser.add_argument("--package", action="append", default=[], help="engine distribution name")
     parser.add_argument("--wheels-dir")
+    parser.add_argument("--unit", help="save only if this unit's server runs exactly these files and engine")
     args = parser.parse_args(argv)
+    if args.action in ("save", "compare") and not (args.profile and args.venv and args.file):
+        parser.error("%s needs --profile, --venv and at least one --file" % args.action)
     if args.action == "save":
-        if not (args.profile and args.venv and args.file):
-            parser.error("save needs --profile, --venv and at least one --file")
-        save(args.dir, args.profile, args.venv, dict(args.file), args.package, args.wheels_dir)
+        return save(args.dir, args.profile, args.venv, dict(args.file), args.package,
+                    args.wheels_dir, unit=args.unit)
+    if args.action == "compare":
+        print(json.dumps(compare(args.dir, args.profile, args.venv, dict(args.file), args.package,
+                                 args.unit)))
         return status.READY
     if args.action == "restore":
         return restore(args.dir)

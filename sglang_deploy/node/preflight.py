@@ -85,9 +85,14 @@ def check_gpus(needed, nvidia_smi="nvidia-smi"):
 
 
 def check_port(port, unit):
-    holders = procs.socket_owners(row["inode"] for row in procs.listening(port))
-    if not holders:
+    rows = procs.listening(port)
+    if not rows:
         return "ok", "port %d is free" % port
+    holders = procs.socket_owners(row["inode"] for row in rows)
+    if not holders:
+        # Our stop would wait for it in vain: nothing we stop can release it.
+        return "failed", ("port %d is listening but no process on this node owns it "
+                          "(another network namespace or container?)" % port)
     group = procs.cgroup_dir(systemd.unit_show(unit, ["ControlGroup"]).get("ControlGroup"))
     ours = set(procs.cgroup_pids(group)) if group else set()
     strangers = {pid: title for pid, title in holders.items() if pid not in ours}

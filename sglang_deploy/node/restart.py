@@ -14,7 +14,9 @@ One line per step, with seconds since the script started:
     [   4.7s] started sglang.service: main pid 5678, invocation 3f2a...
 On failure: '[ 120.0s] stop timeout: still there: pids 1240 (sglang::scheduler_TP3); port
 30000 listening (pid 1234 python3 -m sglang.launch_server ...); GPU memory held by pid 1240
-(70120 MiB)'. Exit status: see status.py (READY, STOP_TIMEOUT, FAILED_START, LOCKED).
+(70120 MiB)'. Once the old processes are gone, a port still held by another process, or by
+none this node can see (another network namespace), fails within seconds: '[   6.4s] failed:
+port 30000 is held by pid 777 (python3 -m http.server 30000), not by sglang.service'. Exit status: see status.py (READY, STOP_TIMEOUT, FAILED_START, LOCKED).
 """
 import argparse
 import fcntl
@@ -91,6 +93,21 @@ class Restart:
             parts.append("GPU memory held by " + ", ".join("pid %d (%s)" % (p, _mib(u)) for p, u in gpu))
         return "; ".join(parts)
 
+    def foreign_holder(self, old, rows):
+        """Why the port is held by something our stop does not end, or None: a process that
+        is not one of the unit's, or none this node can see (another network namespace)."""
+        if not rows:
+            return None
+        owners = procs.socket_owners([row["inode"] for row in rows])
+        if not owners:
+            return ("port %d is listening but no process on this node owns it "
+                    "(another network namespace or container?)" % self.args.port)
+        strangers = {pid: name for pid, name in owners.items() if pid not in old}
+        if strangers:
+            return "port %d is held by %s, not by %s" % (self.args.port, ", ".join(
+                "pid %d (%s)" % item for item in sorted(strangers.items())), self.args.unit)
+        return None
+
     def run(self):
         a = self.args
         if a.lock:
@@ -127,8 +144,15 @@ class Restart:
         if not self.nvidia_smi:
             self.say("nvidia-smi not found: GPU memory check skipped")
         done = set()
+        procs_gone_at = None
         while True:
             alive, rows, gpu = self.leftovers(old, cgroup)
+            procs_gone_at = None if alive else procs_gone_at or time.monotonic()
+            foreign = self.foreign_holder(old, rows) if procs_gone_at else None
+            if foreign and time.monotonic() - procs_gone_at >= a.foreign_grace:
+                # Waiting out the stop timeout would release nothing: it is not ours.
+                self.say("failed: %s" % foreign)
+                return status.STOP_TIMEOUT
             for key, ok, text in (("procs", not alive, "old processes gone"),
                                   ("port", not rows, "port %d free" % a.port),
                                   ("gpu", self.nvidia_smi and gpu is not None and not gpu,
@@ -176,6 +200,7 @@ def main(argv=None):
     p.add_argument("--start-timeout", type=float, default=120.0, help="timeout of `systemctl start`")
     p.add_argument("--lock", metavar="FILE", help="hold an exclusive lock on FILE (exit LOCKED if taken)")
     p.add_argument("--poll", type=float, default=0.2, help=argparse.SUPPRESS)
+    p.add_argument("--foreign-grace", type=float, default=2.0, help=argparse.SUPPRESS)
     p.add_argument("--systemctl", default=systemd.SYSTEMCTL)
     p.add_argument("--nvidia-smi", default="nvidia-smi")
     return Restart(p.parse_args(argv)).run()

@@ -24,6 +24,7 @@ NO_LAST_GOOD = 10
 PREFLIGHT_FAILED = 11
 DRIFT = 12
 NOT_INSTALLED = 13
+NOT_INSTALLED_CONFIG = 14
 
 DESCRIPTIONS = {
     READY: "success (gate: the server is ready; restart/workers: done, all checks passed)",
@@ -40,6 +41,7 @@ DESCRIPTIONS = {
     PREFLIGHT_FAILED: "the configuration cannot start on this node (preflight check failed)",
     DRIFT: "installed engine files differ from their wheels' RECORD (modified, missing, unexpected)",
     NOT_INSTALLED: "a distribution the profile names is not installed",
+    NOT_INSTALLED_CONFIG: "the server does not run the installed configuration (started before it was written)",
 }
 
 NAMES = {

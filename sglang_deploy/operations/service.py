@@ -7,7 +7,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.facts.files import File
 
-from ..facts import Preflight, Serving, UnitState, WorkerEnvironment
+from ..facts import LastGood, Preflight, Serving, UnitState, WorkerEnvironment
 from ..node import status
 from .files import hook_paths
 
@@ -120,8 +120,32 @@ def _start_and_record(state, host, scripts, hook_python):
             and _record_last_good(host, scripts, hook_python))
 
 
-def _gate_and_check(state, host, scripts):
-    return _run_steps(host, _gate_steps(scripts))
+def _gate_and_record(state, host, scripts, hook_python, rollback):
+    return (_run_steps(host, _gate_steps(scripts))
+            and _last_good_is_what_serves(state, host, scripts, hook_python, rollback))
+
+
+def _last_good_is_what_serves(state, host, scripts, hook_python, rollback):
+    """A server that passed its gate and worker check runs a configuration: if that is not the
+    recorded last known good (a deploy died before recording it), record it. If the server
+    started before what is installed was written (a deploy died before restarting), what is
+    installed never passed a gate: restart through the gate, with rollback."""
+    paths = hook_paths(hook_python)
+    ok, output = host.run_shell_command(StringCommand(scripts.compare_last_good(paths)))
+    found = LastGood().process(output.stdout_lines) if ok else None
+    if found is None:
+        host.log_styled("comparing with the last known good failed: "
+                        + status.cause_line(output.stdout_lines + output.stderr_lines),
+                        fg="red", log_func=logger.error)
+        return False
+    if not found["differs"]:
+        return True
+    if found["not_running"]:
+        host.log(f"{found['not_running']}: restarting", logger.warning)
+        return _restart_or_roll_back(state, host, scripts, hook_python, rollback)
+    host.log(f"serving a configuration other than the last known good "
+             f"({', '.join(found['differs'])}): recording it", logger.warning)
+    return _record_last_good(host, scripts, hook_python)
 
 
 def _check_workers(state, host, scripts):
@@ -129,14 +153,17 @@ def _check_workers(state, host, scripts):
 
 
 @operation()
-def serving(scripts, hook_python):
+def serving(scripts, hook_python, rollback=True):
     """
     Ensure the unit is enabled and serving without touching a server that already serves:
     start and gate it when it is not active, gate it when it is active but not ready, and
-    check that every scheduler carries the profile's environment.
+    check that every scheduler carries the profile's environment. A serving configuration
+    that is not the recorded last known good is recorded; one installed after the server
+    started is restarted into (a deploy that died midway leaves either).
 
     + scripts: ``NodeScripts`` for this node
     + hook_python: interpreter whose start-up hook belongs to the configuration
+    + rollback: restore the last known good when a restart here fails its gate
     """
     unit, profile = scripts.unit, scripts.profile
     unit_state = host.get_fact(UnitState, unit=unit)
@@ -148,12 +175,18 @@ def serving(scripts, hook_python):
     serving_now = host.get_fact(Serving, port=profile.service.port,
                                 served_name=profile.model.served_name)
     if not (serving_now and serving_now["ready"]):
-        yield FunctionCommand(_gate_and_check, (scripts,), {})
+        yield FunctionCommand(_gate_and_record, (scripts, hook_python, rollback), {})
         return
     report = host.get_fact(WorkerEnvironment, scripts_dir=scripts.directory, unit=unit,
                            expect=profile.hook_vars())
     if not report or report.get("status") != status.READY:
         yield FunctionCommand(_check_workers, (scripts,), {})
+        return
+    paths = hook_paths(hook_python)
+    last_good = paths and host.get_fact(LastGood, scripts_dir=scripts.directory,
+                                        command=scripts.compare_last_good(paths))
+    if last_good and last_good["differs"]:
+        yield FunctionCommand(_last_good_is_what_serves, (scripts, hook_python, rollback), {})
         return
     host.noop(f"{unit} serves {profile.model.served_name}; "
               f"{len(report['workers'])} schedulers carry the profile's environment")

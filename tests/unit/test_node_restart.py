@@ -205,6 +205,42 @@ def test_foreign_listener_on_port_is_named(node, capsys):
     assert "port %d listening (pid %d " % (node.port, os.getpid()) in out
 
 
+def hold_port_elsewhere(node, other):
+    other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    node.launcher.kill()
+    node.launcher.wait()
+    node.write(ActiveState="failed", SubState="failed", MainPID=0)
+    other.bind(("127.0.0.1", node.port))
+    other.listen()
+
+
+def test_a_port_held_by_another_process_fails_fast_naming_it(node, capsys):
+    with socket.socket() as other:
+        hold_port_elsewhere(node, other)
+        started = time.monotonic()
+        assert node.run("--stop-timeout", "60") == status.STOP_TIMEOUT
+        assert time.monotonic() - started < 5, "waited for a port our stop cannot release"
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert "failed: port %d is held by pid %d (" % (node.port, os.getpid()) in last
+    assert last.endswith("not by sglang.service")
+
+
+def test_a_port_no_process_here_owns_fails_fast(node, capsys, monkeypatch):
+    # As from inside a container sharing the host's network: the socket is listed, its owner
+    # is not among this node's processes.
+    monkeypatch.setattr(restart.procs, "listening",
+                        lambda port: [{"addr": "127.0.0.1", "port": port, "state": "0A", "inode": 4000000000}])
+    node.launcher.kill()
+    node.launcher.wait()
+    node.write(ActiveState="failed", SubState="failed", MainPID=0)
+    started = time.monotonic()
+    assert node.run("--stop-timeout", "60") == status.STOP_TIMEOUT
+    assert time.monotonic() - started < 5
+    assert capsys.readouterr().out.splitlines()[-1].endswith(
+        "failed: port %d is listening but no process on this node owns it "
+        "(another network namespace or container?)" % node.port)
+
+
 def test_start_failure(node, capsys):
     node.write(fail_start=True)
     assert node.run() == status.FAILED_START

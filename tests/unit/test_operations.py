@@ -13,7 +13,7 @@ from sglang_deploy import operations
 from sglang_deploy.operations import files as files_ops
 from sglang_deploy.operations import service
 from sglang_deploy.facts import (EngineDrift, InstalledDistributions, InterpreterStartup,
-                                 Serving, UnitState, WorkerEnvironment)
+                                 LastGood, Serving, UnitState, WorkerEnvironment)
 from sglang_deploy.node import status
 from sglang_deploy.plan import plan_for
 
@@ -169,7 +169,34 @@ def test_stopped_disabled_unit_is_enabled_started_and_gated(run):
 def test_active_but_not_ready_is_gated_not_restarted(run):
     facts = {**SERVING_FACTS, Serving: {"ready": False}}
     commands, _ = run(operations.serving, facts, PLAN.scripts, "/opt/sglang/venv/bin/python")
-    assert [c.function for c in commands] == [service._gate_and_check]
+    assert [c.function for c in commands] == [service._gate_and_record]
+
+
+STARTUP = {"purelib": "/opt/sglang/venv/lib/python3.11/site-packages",
+           "site_dirs": ["/opt/sglang/venv/lib/python3.11/site-packages"]}
+
+
+def test_serving_the_last_known_good_is_left_alone(run):
+    facts = {**SERVING_FACTS, InterpreterStartup: STARTUP,
+             LastGood: {"last_good": "sandbox", "differs": [], "not_running": None}}
+    commands, noops = run(operations.serving, facts, PLAN.scripts, "/opt/sglang/venv/bin/python")
+    assert commands == [] and len(noops) == 1
+
+
+def test_serving_a_configuration_not_recorded_as_last_good_records_it(run):
+    # A deploy killed while its gate waited: the new configuration serves, the record is older.
+    facts = {**SERVING_FACTS, InterpreterStartup: STARTUP,
+             LastGood: {"last_good": "sandbox-old", "differs": ["env"], "not_running": None}}
+    commands, noops = run(operations.serving, facts, PLAN.scripts, "/opt/sglang/venv/bin/python")
+    assert [c.function for c in commands] == [service._last_good_is_what_serves]
+    assert noops == []
+
+
+def test_last_good_compare_and_save_name_the_unit():
+    hook = {"hook": "/v/site/h.py", "hook_pth": "/v/site/h.pth"}
+    for command in (PLAN.scripts.save_last_good(hook), PLAN.scripts.compare_last_good(hook)):
+        assert "--unit sglang.service" in command and "--file hook=/v/site/h.py" in command
+    assert " compare " in PLAN.scripts.compare_last_good(hook)
 
 
 def test_workers_without_the_profile_env_fail_the_check(run):

@@ -1,0 +1,107 @@
+"""The last known good: saved only from a server that runs exactly what is installed; a save of
+what is already recorded changes nothing; compare says what differs."""
+
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from sglang_deploy.node import lastgood, status
+
+
+def show(started_wall, now, monotonic, **extra):
+    props = {"Id": "sglang.service", "ActiveState": "active", "SubState": "running", "MainPID": "42",
+             "NeedDaemonReload": "no",
+             "ExecMainStartTimestampMonotonic": str(int((monotonic - (now - started_wall)) * 1e6))}
+    props.update(extra)
+    return props
+
+
+NOW, MONO = 1_800_000_000.0, 5000.0
+
+
+def test_a_server_started_after_its_files_runs_them():
+    assert lastgood.not_running(show(NOW - 60, NOW, MONO), {"env": NOW - 120, "sglang": NOW - 600},
+                                now=NOW, monotonic=MONO) is None
+
+
+def test_files_written_after_the_start_are_not_what_runs():
+    why = lastgood.not_running(show(NOW - 60, NOW, MONO), {"env": NOW - 30, "unit": NOW - 120},
+                               now=NOW, monotonic=MONO)
+    assert why == "the server started before env changed: it does not run the installed configuration"
+
+
+@pytest.mark.parametrize("extra, reason", [
+    ({"ActiveState": "failed", "SubState": "failed", "MainPID": "0"}, "sglang.service is failed/failed"),
+    ({"ActiveState": "activating", "SubState": "start"}, "is activating/start, not running"),
+    ({"NeedDaemonReload": "yes"}, "daemon-reload pending"),
+])
+def test_a_unit_not_running_its_installed_files(extra, reason):
+    assert reason in lastgood.not_running(show(NOW - 60, NOW, MONO, **extra), {}, now=NOW, monotonic=MONO)
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    """Installed files, a venv whose interpreter is this one, and a unit started at `started`."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, venv / "bin" / "python")
+    env = tmp_path / "sglang.env"
+    env.write_text("A=1\n")
+    unit = tmp_path / "sglang.service"
+    unit.write_text("[Service]\n")
+    state = {"started": time.time() + 5}  # by default the server started after everything
+
+    def unit_show(name, props=None, **kwargs):
+        return {"Id": name, "ActiveState": "active", "SubState": "running", "MainPID": "42",
+                "NeedDaemonReload": "no",
+                "ExecMainStartTimestampMonotonic": str(int((time.monotonic() - (time.time() - state["started"])) * 1e6))}
+
+    monkeypatch.setattr(lastgood.systemd, "unit_show", unit_show)
+    return {"venv": str(venv), "files": {"env": str(env), "unit": str(unit)}, "dir": str(tmp_path / "lg"),
+            "state": state, "env": env}
+
+
+def save(node, profile, unit="sglang.service"):
+    return lastgood.save(node["dir"], profile, node["venv"], node["files"], ["pytest"], None, unit=unit)
+
+
+def test_the_serving_configuration_is_saved_then_compare_finds_nothing_to_record(node, capsys):
+    before = lastgood.compare(node["dir"], "p1", node["venv"], node["files"], ["pytest"], "sglang.service")
+    assert before["last_good"] is None and before["differs"] == ["nothing saved yet"]
+    assert save(node, "p1") == status.READY
+    after = lastgood.compare(node["dir"], "p1", node["venv"], node["files"], ["pytest"], "sglang.service")
+    assert after == {"last_good": "p1", "differs": [], "not_running": None}
+    assert save(node, "p1") == status.READY
+    assert "p1 is already the last known good" in capsys.readouterr().out
+
+
+def test_a_changed_file_differs_and_is_saved_once_the_server_runs_it(node, capsys):
+    assert save(node, "p1") == status.READY
+    node["env"].write_text("A=2\n")
+    os.utime(node["files"]["unit"], (time.time() - 600, time.time() - 600))
+    node["state"]["started"] = time.time() - 60  # the server predates the new env file
+    found = lastgood.compare(node["dir"], "p2", node["venv"], node["files"], ["pytest"], "sglang.service")
+    assert found["differs"] == ["profile p1 -> p2", "env"]
+    assert "started before env changed" in found["not_running"]
+    assert save(node, "p2") == status.NOT_INSTALLED_CONFIG
+    assert "not saved as last known good: the server started before env changed" in capsys.readouterr().out
+    assert lastgood.load(node["dir"])["profile"] == "p1"
+    node["state"]["started"] = time.time() + 5  # restarted: now it runs the new env file
+    assert save(node, "p2") == status.READY
+    manifest = lastgood.load(node["dir"])
+    assert manifest["profile"] == "p2" and manifest["engine"]["pytest"] == pytest.__version__
+
+
+def test_a_restored_file_is_written_now(node, monkeypatch):
+    # Not the saved copy's old mtime: a server that predates the restore does not run it.
+    os.utime(node["files"]["env"], (1, 1))
+    assert save(node, "p1") == status.READY
+    node["env"].write_text("A=2\n")
+    monkeypatch.setattr(lastgood.subprocess, "run", lambda *a, **k: None)  # no daemon-reload here
+    monkeypatch.setattr(lastgood, "restore_engine", lambda manifest: None)
+    lastgood.restore(node["dir"])
+    assert node["env"].read_text() == "A=1\n"
+    assert os.stat(node["files"]["env"]).st_mtime > time.time() - 60
