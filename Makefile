@@ -76,3 +76,9 @@ schema:
 .PHONY: repair
 repair: wheels
 	$(PYINFRA) -y $(INVENTORY) deploy.py --data repair=true
+
+# A/B all-reduce on each host's GPUs: NCCL's defaults vs the profile's env file, interleaved
+# (reports/nccl-ab/<host>/). NCCL_AB_ARGS: --ablate, --stop-server, --rounds N, --sizes 4K,1M.
+.PHONY: nccl-ab
+nccl-ab:
+	$(PYTHON) -m sglang_deploy.nccl_ab $(INVENTORY) $(if $(LIMIT),--limit $(LIMIT)) $(NCCL_AB_ARGS)

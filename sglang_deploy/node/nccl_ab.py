@@ -453,19 +453,7 @@ def main(argv=None):
             return finish(FAILED, "cannot read the env file %s: %s" % (args.env_file, exc.strerror), details)
     details["env_file"] = args.env_file
 
-    if args.unit and unit_active(args.unit):
-        if not args.stop_server:
-            return finish(SERVER_RUNNING, "%s is active and holds the GPUs; measuring now would disturb it "
-                          "and be disturbed (pass --stop-server to stop it first)" % args.unit, details)
-        banner = "!" * 72
-        print("\n".join([banner, "STOPPING %s on %s to measure NCCL (--stop-server)." % (args.unit, args.host_label),
-                         "It stays STOPPED afterwards: a deploy (make deploy) will start it again.", banner]),
-              flush=True)
-        done = subprocess.run(["systemctl", "stop", args.unit])
-        if done.returncode != 0:
-            return finish(FAILED, "systemctl stop %s failed (exit %d)" % (args.unit, done.returncode), details)
-        details["stopped_server"] = args.unit
-
+    # No GPU first: on a node without one, nothing here can be measured, server or not.
     smi = gpu_count()
     base_env = dict(os.environ)
     count, versions = torch_probe(args.python, dict(base_env, **HELD_FIXED))
@@ -481,6 +469,19 @@ def main(argv=None):
     world = args.nprocs or count
     if world > count:
         return finish(FAILED, "%d ranks asked, torch sees %d GPU(s)" % (world, count), details)
+    if args.unit and unit_active(args.unit):
+        if not args.stop_server:
+            return finish(SERVER_RUNNING, "%s is active and holds the GPUs; measuring now would disturb it "
+                          "and be disturbed (pass --stop-server to stop it first)" % args.unit, details)
+        banner = "!" * 72
+        print("\n".join([banner, "STOPPING %s on %s to measure NCCL (--stop-server)." % (args.unit, args.host_label),
+                         "It stays STOPPED afterwards: a deploy (make deploy) will start it again.", banner]),
+              flush=True)
+        done = subprocess.run(["systemctl", "stop", args.unit])
+        if done.returncode != 0:
+            return finish(FAILED, "systemctl stop %s failed (exit %d)" % (args.unit, done.returncode), details)
+        details["stopped_server"] = args.unit
+
     details["versions"] = versions
     arms = arm_environments(base_env, env_file_vars, ablate=args.ablate)
     tuning = tuning_of(env_file_vars)
