@@ -43,8 +43,8 @@ NO_GPU = "no-gpu"
 SERVER_RUNNING = "server-running"
 FAILED = "failed"
 
-# Exit statuses (see status.py: NO_GPU, SERVER_HOLDS_GPUS, MEASURE_FAILED); literal here so the
-# script runs uploaded alone.
+# Exit statuses of this script, after status.py's last (13); kept here so the script runs
+# uploaded alone.
 EXIT = {MEASURED: 0, NO_GPU: 14, SERVER_RUNNING: 15, FAILED: 16}
 
 
