@@ -86,3 +86,9 @@ SGLANG_REAL_VENV ?= $(HOME)/.cache/sglang-deploy/real-sglang-venv
 engine-options:
 	@test -x $(SGLANG_REAL_VENV)/bin/python || { echo "no engine venv at $(SGLANG_REAL_VENV): run $(PYTEST) tests/unit/test_real_sglang_parser.py first (it builds one)"; exit 1; }
 	$(PYTHON) -m sglang_deploy.engine_flags --python $(SGLANG_REAL_VENV)/bin/python
+
+# A/B all-reduce on each host's GPUs: NCCL's defaults vs the profile's env file, interleaved
+# (reports/nccl-ab/<host>/). NCCL_AB_ARGS: --ablate, --stop-server, --rounds N, --sizes 4K,1M.
+.PHONY: nccl-ab
+nccl-ab:
+	$(PYTHON) -m sglang_deploy.nccl_ab $(INVENTORY) $(if $(LIMIT),--limit $(LIMIT)) $(NCCL_AB_ARGS)

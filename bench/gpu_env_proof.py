@@ -3,7 +3,8 @@
 The chain the incident broke: profile -> rendered env file -> the server's environment ->
 spawned scheduler processes -> NCCL. One run walks it end to end, without systemd:
 
-1. positive run: the `sandbox` profile with `tp-size: 1` (one GPU) plus NCCL_DEBUG=INFO,
+1. positive run: the `sandbox` profile with `tp-size` = every local GPU (--tp; 1 when
+   simulated) plus NCCL_DEBUG=INFO,
    NCCL_DEBUG_SUBSYS=INIT,ENV (and SGLANG_STANDIN_REAL_NCCL=1 with --real-nccl) is rendered
    with our renderer, read back with systemd's EnvironmentFile= rules, and the stand-in is
    started as the unit would start it: `python -m sglang.launch_server <profile argv>` in an
@@ -11,7 +12,8 @@ spawned scheduler processes -> NCCL. One run walks it end to end, without system
    Environment=) and PYTHONPATH for the stand-in (what the venv install would give). Nothing
    is inherited from the calling shell. Then: the readiness gate (gate.py --pid/--log), every
    scheduler's /proc/<pid>/environ (workers.py --pid), NCCL's own "set by environment" lines
-   (nccl_confirm; with one rank NCCL_PROTO/NCCL_ALGO are not logged: they need >= 2 ranks), the
+   (nccl_confirm, all six on every rank; with one rank NCCL_PROTO/NCCL_ALGO are not logged:
+   they need >= 2 ranks), the
    worker PIDs holding GPU memory (nvidia-smi), and none after a SIGTERM stop.
 2. negative control: the same start with the six NCCL tuning variables NOT in the env file,
    only exported in this (calling) process, as an operator's shell would: systemd would not
@@ -98,19 +100,34 @@ class Result:
 
 # ------------------------------------------------------------------------- pure pieces
 
-def proof_profile(model_dir: str, port: int, real_nccl: bool, with_tuning: bool = True):
-    """The sandbox profile for one GPU, with NCCL's debug output on; without the six tuning
-    variables for the negative control. Returns (profile, the tuning values it was loaded with)."""
+def proof_profile(model_dir: str, port: int, real_nccl: bool, with_tuning: bool = True, tp: int = 1):
+    """The sandbox profile for `tp` GPUs (one scheduler, one NCCL rank each), with NCCL's debug
+    output on; without the six tuning variables for the negative control. Returns (profile, the
+    tuning values it was loaded with)."""
+    if tp < 1:
+        raise ValueError("tp-size must be at least 1 (got %d)" % tp)
     env = dict(DEBUG_ENV)
     if real_nccl:
         env["SGLANG_STANDIN_REAL_NCCL"] = "1"
-    overrides = {"server_args": {"tp-size": 1}, "model": {"path": model_dir},
+    overrides = {"server_args": {"tp-size": tp}, "model": {"path": model_dir},
                  "service": {"host": "127.0.0.1", "port": port}, "env": env}
     profile = load_profile(PROFILE, overrides=overrides)
     tuning = {k: profile.env[k] for k in TUNING if k in profile.env}
     if not with_tuning:
         profile = profile.model_copy(update={"env": {k: v for k, v in profile.env.items() if k not in TUNING}})
     return profile, tuning
+
+
+def proof_tp(asked: Optional[int], gpus: int) -> int:
+    """The tensor-parallel size of the proof: --tp if given, else every local GPU (at least 1).
+    With >= 2 ranks NCCL also logs NCCL_PROTO and NCCL_ALGO, so all six are confirmed."""
+    if asked is not None:
+        if asked < 1:
+            raise ValueError("--tp must be at least 1 (got %d)" % asked)
+        if gpus and asked > gpus:
+            raise ValueError("--tp %d: only %d GPU(s) here" % (asked, gpus))
+        return asked
+    return max(1, gpus)
 
 
 def server_environment(env_file_vars: Dict[str, str], pass_env: Dict[str, str] = None) -> Dict[str, str]:
@@ -515,6 +532,8 @@ def main(argv=None):
     p.add_argument("--pass-env", action="append", default=[], metavar="NAME",
                    help="carry this host-runtime variable (e.g. LD_LIBRARY_PATH) from the calling environment "
                         "into the server's; never an NCCL_* variable")
+    p.add_argument("--tp", type=int, help="tensor-parallel size: one rank per GPU; default every GPU "
+                                          "nvidia-smi lists (--real-nccl), 1 (--simulated)")
     p.add_argument("--keep", metavar="DIR", help="keep env files, server logs and gate summaries here")
     args = p.parse_args(argv)
     for name in args.pass_env:
@@ -544,16 +563,17 @@ def main(argv=None):
     else:
         out.append("torch: not used (simulated)")
 
-    positive, tuning = proof_profile(str(model_dir), free_port(), args.real_nccl, with_tuning=True)
+    tp = proof_tp(args.tp, len(gpu.describe()) if args.real_nccl else 0)
+    positive, tuning = proof_profile(str(model_dir), free_port(), args.real_nccl, with_tuning=True, tp=tp)
     expected_env = positive.env_file_vars({})
-    out.append("profile: %s (+ tp-size 1, NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,ENV%s); tuning: %s" % (
-        positive.name, ", SGLANG_STANDIN_REAL_NCCL=1" if args.real_nccl else "",
+    out.append("profile: %s (+ tp-size %d, NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,ENV%s); tuning: %s" % (
+        positive.name, tp, ", SGLANG_STANDIN_REAL_NCCL=1" if args.real_nccl else "",
         " ".join("%s=%s" % kv for kv in tuning.items())))
 
     runs = []
     try:
         runs.append(start_and_check("positive", positive, expected_env, tuning, args, work, gpu, True))
-        negative, _ = proof_profile(str(model_dir), free_port(), args.real_nccl, with_tuning=False)
+        negative, _ = proof_profile(str(model_dir), free_port(), args.real_nccl, with_tuning=False, tp=tp)
         saved = {k: os.environ.get(k) for k in tuning}
         os.environ.update(tuning)  # "exported in the operator's shell"
         try:

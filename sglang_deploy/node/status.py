@@ -25,6 +25,9 @@ PREFLIGHT_FAILED = 11
 DRIFT = 12
 NOT_INSTALLED = 13
 NOT_INSTALLED_CONFIG = 14
+NO_GPU = 15
+GPUS_BUSY = 16
+MEASUREMENT_FAILED = 17
 
 DESCRIPTIONS = {
     READY: "success (gate: the server is ready; restart/workers: done, all checks passed)",
@@ -42,6 +45,9 @@ DESCRIPTIONS = {
     DRIFT: "installed engine files differ from their wheels' RECORD (modified, missing, unexpected)",
     NOT_INSTALLED: "a distribution the profile names is not installed",
     NOT_INSTALLED_CONFIG: "the server does not run the installed configuration (started before it was written)",
+    NO_GPU: "no GPU or no CUDA-capable torch on this node: nothing was measured",
+    GPUS_BUSY: "the server holds the GPUs (stop it explicitly to measure)",
+    MEASUREMENT_FAILED: "the measurement itself failed (a worker died or timed out)",
 }
 
 NAMES = {

@@ -247,3 +247,52 @@ def test_channel_check_skips_without_evidence():
     assert proof.check_channels({}, "16", simulated=True).skipped
     assert "NCCL logged no" in proof.check_channels({}, "16").detail
     assert proof.check_channels({1: 64}, None).skipped
+
+
+def test_tp_is_every_local_gpu_unless_given():
+    assert proof.proof_tp(None, 2) == 2
+    assert proof.proof_tp(None, 8) == 8
+    assert proof.proof_tp(None, 0) == 1  # simulated: no GPU, one rank
+    assert proof.proof_tp(1, 2) == 1
+    with pytest.raises(ValueError, match="only 2 GPU"):
+        proof.proof_tp(4, 2)
+    with pytest.raises(ValueError):
+        proof.proof_tp(0, 2)
+
+
+def test_proof_profile_runs_at_the_given_tp(tmp_path):
+    profile, tuning = proof.proof_profile(str(tmp_path), 30000, real_nccl=True, tp=2)
+    argv = profile.argv()
+    assert argv[argv.index("--tp-size") + 1] == "2"
+    assert tuning == TUNING
+    negative, _ = proof.proof_profile(str(tmp_path), 30001, real_nccl=True, with_tuning=False, tp=2)
+    assert not set(SIX) & set(negative.env)
+
+
+def _two_rank_lines(drop=None):
+    """What NCCL 2.28.9 logged on 2 x H200 at TP 2: all six on each rank; PROTO/ALGO (strings)
+    without a trailing period."""
+    lines = []
+    for pid, dev in ((1354, 0), (1355, 1)):
+        head = "vm:%d:%d [%d] NCCL INFO " % (pid, pid, dev)
+        lines.append(head + "NCCL version 2.28.9+cuda13.0")
+        for var, value in TUNING.items():
+            if (pid, var) == drop:
+                continue
+            string = var in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL")
+            lines.append(head + "%s set by environment to %s%s" % (var, value, "" if string else "."))
+    return lines
+
+
+def test_two_ranks_must_confirm_all_six_on_every_rank():
+    ok = proof.check_nccl_positive(nccl_confirm.confirm(_two_rank_lines(), TUNING, 2), [1354, 1355], 2)
+    assert ok.ok, ok.detail
+    assert "2 rank(s); confirmed NCCL_ALGO, NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, NCCL_NTHREADS, NCCL_P2P_LEVEL, " \
+           "NCCL_PROTO" in ok.detail
+    # With two ranks a rank that does not log NCCL_PROTO lacks it: that fails.
+    missing = proof.check_nccl_positive(
+        nccl_confirm.confirm(_two_rank_lines(drop=(1355, "NCCL_PROTO")), TUNING, 2), [1354, 1355], 2)
+    assert not missing.ok and "NCCL_PROTO" in missing.detail
+    one_rank_only = proof.check_nccl_positive(
+        nccl_confirm.confirm(_two_rank_lines()[:7], TUNING, 2), [1354, 1355], 2)
+    assert not one_rank_only.ok and "1 ranks logged, expected 2" in one_rank_only.detail

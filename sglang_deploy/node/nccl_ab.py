@@ -1,0 +1,503 @@
+"""A/B all-reduce sweep on this node: NCCL's defaults (a) against the profile's env file (b).
+
+    python3 nccl_ab.py --env-file /etc/sglang/sglang.env --python /opt/sglang/venv/bin/python \
+        --nprocs 8 [--unit sglang.service] [--stop-server] [--ablate] [--rounds 3]
+
+One process per GPU (torch.distributed, NCCL backend), started with the engine's own
+interpreter, so its torch and its NCCL are measured. Both arms get the same sizes and process
+layout; rounds interleave the arms (a b, b a, a b, ...) so drift (clocks, heat, neighbours)
+falls on both. Per size: median time per all-reduce over the rounds, bus bandwidth
+(nccl-tests' definition: size / time * 2(n-1)/n), and b/a. With --ablate, each tuning
+variable is also removed from (b) in turn, which shows what that one variable does.
+
+Both arms hold NCCL_CUMEM_ENABLE=0 and NCCL_NVLS_ENABLE=0 fixed, as SGLang's launcher sets
+them for its workers; NVLink multicast (NVLS) therefore stays off, which some machines require.
+
+Standard library only, except the worker (--worker), which imports torch lazily: the
+argument handling, statistics, verdicts and result JSON import without torch.
+The last output line is one JSON object: {"status", "cause", "details"}.
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+# Variables that are not tuning: left out of both arms (debug output would cost time).
+NOT_TUNING = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_DEBUG_TIMESTAMP_FORMAT",
+              "NCCL_DEBUG_TIMESTAMP_LEVELS")
+# What SGLang's launcher sets for its workers (it overrides the env file): fixed in both arms.
+HELD_FIXED = {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
+# 4 KB .. 64 MB: tensor-parallel decode all-reduces are a few KB to a few MB (hidden size x
+# 2 bytes x batch 1-32); the large ones are prefill-sized.
+DEFAULT_SIZES = tuple(4096 * 4 ** i for i in range(8))
+# A difference smaller than this (or than the spread between rounds) is called noise.
+MIN_EFFECT = 0.05
+
+MEASURED = "measured"
+NO_GPU = "no-gpu"
+SERVER_RUNNING = "server-running"
+FAILED = "failed"
+
+# Exit statuses of this script (status.py's NO_GPU, GPUS_BUSY, MEASUREMENT_FAILED); repeated
+# here because the script runs uploaded alone.
+EXIT = {MEASURED: 0, NO_GPU: 15, SERVER_RUNNING: 16, FAILED: 17}
+
+
+# ----------------------------------------------------------------------- pure parts
+
+def parse_env_file(text):
+    """KEY=VALUE lines of a systemd EnvironmentFile (the deploy writes one variable per line,
+    double-quoted where needed); comments and blank lines skipped."""
+    env = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+            if raw.strip().partition("=")[2].strip()[0] == '"':
+                value = value.replace('\\"', '"').replace("\\\\", "\\")
+        env[key.strip()] = value
+    return env
+
+
+def tuning_of(env_file_vars):
+    """The env file's NCCL variables under test (debug output and what SGLang fixes left out)."""
+    return {k: v for k, v in env_file_vars.items()
+            if k.startswith("NCCL_") and k not in NOT_TUNING and k not in HELD_FIXED}
+
+
+def arm_environments(base_env, env_file_vars, ablate=False):
+    """[(arm name, environment)]: 'a' (defaults), 'b' (the env file's tuning), and with ablate
+    'b-<VAR>' (b without VAR) per tuning variable. Every arm: the calling environment without
+    any NCCL_* of its own, the env file's other variables, and HELD_FIXED."""
+    common = {k: v for k, v in base_env.items() if not k.startswith("NCCL_")}
+    common.update({k: v for k, v in env_file_vars.items() if not k.startswith("NCCL_")})
+    common.update(HELD_FIXED)
+    tuning = tuning_of(env_file_vars)
+    arms = [("a", dict(common)), ("b", dict(common, **tuning))]
+    if ablate and len(tuning) > 1:
+        for var in tuning:
+            arms.append(("b-" + var, dict(common, **{k: v for k, v in tuning.items() if k != var})))
+    return arms
+
+
+def round_orders(names, rounds):
+    """Interleaved order of the arms per round: forward, then backward, alternating."""
+    return [list(names) if r % 2 == 0 else list(reversed(names)) for r in range(rounds)]
+
+
+def bus_factor(world):
+    """nccl-tests' all-reduce bus bandwidth factor 2(n-1)/n; 0 for one rank (no traffic)."""
+    return 2.0 * (world - 1) / world if world > 0 else 0.0
+
+
+def size_label(n):
+    for unit, div in (("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return "%d %s" % (n // div, unit)
+    return "%d B" % n
+
+
+def parse_size(text):
+    text = text.strip().upper().replace("IB", "B")
+    for suffix, mult in (("KB", 1 << 10), ("MB", 1 << 20), ("GB", 1 << 30), ("K", 1 << 10),
+                         ("M", 1 << 20), ("G", 1 << 30), ("B", 1)):
+        if text.endswith(suffix):
+            return int(float(text[:-len(suffix)]) * mult)
+    return int(text)
+
+
+def parse_worker_output(text):
+    """The worker's result: its last line that is a JSON object with 'times_us'."""
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and "times_us" in obj:
+                obj["times_us"] = {int(k): float(v) for k, v in obj["times_us"].items()}
+                return obj
+    return None
+
+
+def summarize(samples, world):
+    """samples: {arm: [{size: us}, ...one per round]} -> {arm: {size: {us, spread, busbw_gbps}}}.
+    us is the median over rounds; spread the rounds' (max - min) / median."""
+    out = {}
+    for arm, rounds in samples.items():
+        sizes = sorted({s for r in rounds for s in r})
+        out[arm] = {}
+        for size in sizes:
+            values = [r[size] for r in rounds if size in r]
+            med = statistics.median(values)
+            busbw = size / (med * 1e-6) * bus_factor(world) / 1e9 if med > 0 and world > 1 else None
+            out[arm][size] = {"us": med, "spread": (max(values) - min(values)) / med if med > 0 else 0.0,
+                              "rounds_us": values, "busbw_gbps": busbw}
+    return out
+
+
+def compare(stats, test, ref):
+    """{size: {ratio, change, significant}}: ratio = time(test) / time(ref); change = speed
+    change of test against ref (+ faster, - slower) = 1/ratio - 1; significant when the change
+    is beyond MIN_EFFECT and beyond either arm's spread between rounds."""
+    out = {}
+    for size in sorted(set(stats[test]) & set(stats[ref])):
+        t, r = stats[test][size], stats[ref][size]
+        ratio = t["us"] / r["us"]
+        change = 1.0 / ratio - 1.0
+        noise = max(MIN_EFFECT, t["spread"], r["spread"])
+        out[size] = {"ratio": ratio, "change": change, "significant": abs(ratio - 1.0) > noise}
+    return out
+
+
+def _pct(change):
+    return "%s%d%%" % ("+" if change >= 0 else "\u2212", round(abs(change) * 100))
+
+
+def _span(sizes):
+    return size_label(sizes[0]) if len(sizes) == 1 else "%s\u2013%s" % (size_label(sizes[0]), size_label(sizes[-1]))
+
+
+def verdict(label, comparison):
+    """One line, e.g. 'NCCL_PROTO=LL: +12% at 64 KB (faster), -30% at 16 MB (slower)'; the
+    largest gain and loss among significant sizes, then where it is faster/slower."""
+    faster = [s for s, c in comparison.items() if c["significant"] and c["change"] > 0]
+    slower = [s for s, c in comparison.items() if c["significant"] and c["change"] < 0]
+    if not faster and not slower:
+        return "%s: no effect beyond noise at any size (%s)" % (label, _span(sorted(comparison)))
+    parts = []
+    if faster:
+        best = max(faster, key=lambda s: comparison[s]["change"])
+        parts.append("%s at %s (faster)" % (_pct(comparison[best]["change"]), size_label(best)))
+    if slower:
+        worst = min(slower, key=lambda s: comparison[s]["change"])
+        parts.append("%s at %s (slower)" % (_pct(comparison[worst]["change"]), size_label(worst)))
+    where = []
+    if faster:
+        where.append("faster at %s" % ", ".join(size_label(s) for s in sorted(faster)))
+    if slower:
+        where.append("slower at %s" % ", ".join(size_label(s) for s in sorted(slower)))
+    return "%s: %s; %s" % (label, ", ".join(parts), "; ".join(where))
+
+
+def overall_cause(comparison):
+    faster = any(c["significant"] and c["change"] > 0 for c in comparison.values())
+    slower = any(c["significant"] and c["change"] < 0 for c in comparison.values())
+    return {(True, True): "mixed", (True, False): "faster", (False, True): "slower"}.get(
+        (faster, slower), "no-effect")
+
+
+def build_report(stats, world, tuning, meta, ablate_names=()):
+    """The result's details: per size rows, the overall verdict, and per-variable verdicts."""
+    ab = compare(stats, "b", "a")
+    rows = []
+    for size in sorted(ab):
+        a, b = stats["a"][size], stats["b"][size]
+        rows.append({"bytes": size, "label": size_label(size), "a_us": round(a["us"], 2),
+                     "b_us": round(b["us"], 2), "a_busbw_gbps": _round(a["busbw_gbps"]),
+                     "b_busbw_gbps": _round(b["busbw_gbps"]), "ratio_b_a": round(ab[size]["ratio"], 3),
+                     "a_spread": round(a["spread"], 3), "b_spread": round(b["spread"], 3),
+                     "significant": ab[size]["significant"]})
+    label = " ".join("%s=%s" % kv for kv in tuning.items()) or "(no NCCL tuning in the env file)"
+    verdicts = [{"group": "all", "variables": sorted(tuning), "verdict": verdict(label, ab)}]
+    for arm in ablate_names:
+        var = arm[2:]
+        # What the variable does: b against b without it.
+        var_cmp = compare(stats, "b", arm)
+        verdicts.append({"group": var, "variables": [var],
+                         "verdict": verdict("%s=%s" % (var, tuning[var]), var_cmp),
+                         "ratio_b_without": {str(s): round(c["ratio"], 3) for s, c in var_cmp.items()}})
+    details = dict(meta)
+    details.update({"world_size": world, "tuning": tuning, "held_fixed": HELD_FIXED, "rows": rows,
+                    "verdicts": verdicts, "overall": overall_cause(ab)})
+    return details
+
+
+def _round(x):
+    return None if x is None else round(x, 2)
+
+
+def table(details):
+    """The text table of a result (what the controller stores next to the JSON)."""
+    out = ["%s: %d GPU(s), %s" % (details.get("host", "?"), details["world_size"], details.get("versions", "")),
+           "a = NCCL's defaults; b = the env file's: %s" % (" ".join("%s=%s" % kv for kv in
+                                                                    details["tuning"].items()) or "none"),
+           "held in both: %s; median of %s interleaved rounds; timing: %s" % (
+               " ".join("%s=%s" % kv for kv in details["held_fixed"].items()), details.get("rounds", "?"),
+               details.get("timing", "?")),
+           "%10s  %10s  %10s  %8s  %12s  %12s" % ("size", "a us", "b us", "b/a", "a busbw GB/s", "b busbw GB/s")]
+    for r in details["rows"]:
+        bw = lambda x: "-" if x is None else "%.1f" % x  # noqa: E731
+        out.append("%10s  %10.1f  %10.1f  %7.2f%s  %12s  %12s" % (
+            r["label"], r["a_us"], r["b_us"], r["ratio_b_a"], "*" if r["significant"] else " ",
+            bw(r["a_busbw_gbps"]), bw(r["b_busbw_gbps"])))
+    out.append("(* beyond noise: > %d%% and beyond the spread between rounds)" % round(MIN_EFFECT * 100))
+    if details["world_size"] < 2:
+        out.append("one rank: no traffic between GPUs; times show the harness and launch cost only")
+    out += ["verdict: " + v["verdict"] for v in details["verdicts"]]
+    out += ["lint: " + f for f in details.get("lint", [])]
+    return out
+
+
+def result_line(status, cause, details):
+    return json.dumps({"status": status, "cause": cause, "details": details}, sort_keys=True)
+
+
+# ----------------------------------------------------------------------- node checks
+
+def gpu_count():
+    """GPUs nvidia-smi lists, or None where it is missing or fails."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        done = subprocess.run([exe, "-L"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU "))
+
+
+def torch_probe(python, env):
+    """(cuda devices, versions text) from the engine's interpreter; (None, why) if unusable."""
+    code = ("import torch, json; v = torch.cuda.nccl.version() if torch.cuda.is_available() else None; "
+            "print(json.dumps([torch.cuda.device_count() if torch.cuda.is_available() else 0, "
+            "torch.__version__, torch.version.cuda, '.'.join(map(str, v)) if isinstance(v, tuple) else v]))")
+    try:
+        done = subprocess.run([python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=180, env=env)
+    except OSError as exc:
+        return None, "cannot run %s: %s" % (python, exc)
+    except subprocess.TimeoutExpired:
+        return None, "%s: importing torch timed out" % python
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        return None, "torch is not importable by %s (%s)" % (python, last)
+    try:
+        count, torch_v, cuda_v, nccl_v = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None, "unexpected answer from %s: %r" % (python, done.stdout[-200:])
+    return count, "torch %s, CUDA %s, NCCL %s" % (torch_v, cuda_v, nccl_v)
+
+
+def unit_active(unit):
+    if not unit or not shutil.which("systemctl"):
+        return False
+    done = subprocess.run(["systemctl", "is-active", "--quiet", unit])
+    return done.returncode == 0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ----------------------------------------------------------------------- running
+
+def run_arm(args, env, world, timeout):
+    """One launch of the sweep: world processes; rank 0's timings (max over ranks) or an error."""
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        penv = dict(env, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        argv = [args.python, os.path.abspath(__file__), "--worker", "--sizes",
+                ",".join(map(str, args.sizes)), "--iters-us", str(args.iters_us), "--dtype", args.dtype]
+        procs.append(subprocess.Popen(argv, env=penv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      universal_newlines=True, start_new_session=True))
+    outputs, deadline, failed = [], time.monotonic() + timeout, None
+    for rank, proc in enumerate(procs):
+        try:
+            out, _ = proc.communicate(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            failed = failed or "rank %d timed out after %ds" % (rank, timeout)
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, 9)
+            out, _ = proc.communicate()
+        outputs.append(out)
+        if proc.returncode != 0 and not failed:
+            tail = " | ".join(out.strip().splitlines()[-3:])
+            failed = "rank %d exited %s: %s" % (rank, proc.returncode, tail)
+    if failed:
+        return None, failed
+    parsed = parse_worker_output(outputs[0])
+    if not parsed:
+        return None, "rank 0 printed no result: %s" % outputs[0][-300:]
+    return parsed["times_us"], None
+
+
+def measure(args, arms, world):
+    names = [name for name, _ in arms]
+    envs = dict(arms)
+    samples = {name: [] for name in names}
+    for order in round_orders(names, args.rounds):
+        for name in order:
+            times, error = run_arm(args, envs[name], world, args.timeout)
+            if error:
+                return None, "arm %s: %s" % (name, error)
+            samples[name].append(times)
+            print("round %d arm %s: %s" % (len(samples[name]), name, " ".join(
+                "%s=%.1fus" % (size_label(s), t) for s, t in sorted(times.items()))), flush=True)
+    return samples, None
+
+
+def worker(args):
+    """One rank: all-reduce each size; prints {'times_us': {size: us}, 'mode': ...} where us is
+    the largest mean time per all-reduce over the ranks (a loop of plain calls timed with CUDA
+    events: for small messages it includes the launch cost, in both arms alike)."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    device = torch.device("cuda", torch.cuda.current_device())
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
+    dtype = getattr(torch, args.dtype)
+    elem = torch.tensor([], dtype=dtype).element_size()
+    times, mode = {}, "eager"
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def timed(fn):
+        dist.barrier()
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) * 1000.0
+
+    for size in args.sizes:
+        x = torch.zeros(max(1, size // elem), dtype=dtype, device=device)  # zeros: sums stay finite
+        for _ in range(5):
+            dist.all_reduce(x)
+        guess = torch.tensor([timed(lambda: dist.all_reduce(x))], device=device)
+        dist.all_reduce(guess, op=dist.ReduceOp.MAX)
+        iters = int(min(2000, max(20, args.iters_us / max(guess.item(), 1.0))))
+
+        def eager():
+            for _ in range(iters):
+                dist.all_reduce(x)
+        run = eager
+        run()
+        samples = sorted(timed(run) / iters for _ in range(3))
+        t = torch.tensor([samples[1]], device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        times[size] = t.item()
+    dist.destroy_process_group()
+    if rank == 0:
+        print(json.dumps({"times_us": times, "mode": mode}), flush=True)
+    return 0
+
+
+def finish(status, cause, details, lines=()):
+    for line in lines:
+        print(line)
+    if status in (NO_GPU, SERVER_RUNNING, FAILED):
+        print("nccl-ab: %s: %s" % (status, cause), file=sys.stderr)
+    print(result_line(status, cause, details), flush=True)
+    return EXIT[status]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--env-file", help="the profile's env file (b); without it only NCCL's defaults exist")
+    p.add_argument("--python", default=sys.executable, help="the engine venv's interpreter (its torch and NCCL)")
+    p.add_argument("--nprocs", type=int, help="ranks (the tensor-parallel size); default: every visible GPU")
+    p.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
+                   help="message sizes in bytes (4K, 1M allowed), comma-separated")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per arm (median over them)")
+    p.add_argument("--iters-us", type=float, default=20000, help="timed work per size and launch, in us")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--control", action="store_true",
+                   help="A/A control: (b) gets NCCL's defaults too; any 'effect' is the harness's noise")
+    p.add_argument("--ablate", action="store_true", help="also (b) without each tuning variable in turn")
+    p.add_argument("--unit", help="the server's systemd unit: refuse while it is active")
+    p.add_argument("--stop-server", action="store_true", help="stop --unit first (a deploy starts it again)")
+    p.add_argument("--timeout", type=int, default=300, help="seconds per launch of the ranks")
+    p.add_argument("--host-label", default=socket.gethostname())
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    try:
+        args.sizes = sorted({parse_size(s) for s in str(args.sizes).split(",") if s.strip()})
+    except ValueError:
+        p.error("--sizes: expected sizes like 4096,64K,16M")
+    if args.worker:
+        return worker(args)
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+
+    details = {"host": args.host_label, "python": args.python, "rounds": args.rounds,
+               "sizes": args.sizes, "dtype": args.dtype, "timing": "eager calls, CUDA events"}
+    env_file_vars = {}
+    if args.env_file:
+        try:
+            with open(args.env_file) as f:
+                env_file_vars = parse_env_file(f.read())
+        except OSError as exc:
+            return finish(FAILED, "cannot read the env file %s: %s" % (args.env_file, exc.strerror), details)
+    details["env_file"] = args.env_file
+
+    # No GPU first: on a node without one, nothing here can be measured, server or not.
+    smi = gpu_count()
+    base_env = dict(os.environ)
+    count, versions = torch_probe(args.python, dict(base_env, **HELD_FIXED))
+    if not smi and not count:
+        why = "nvidia-smi %s" % ("lists no GPU" if smi == 0 else "not found or failed")
+        if count is None:
+            why += "; " + versions
+        return finish(NO_GPU, "no GPU: %s; nothing measured" % why, details)
+    if count is None:
+        return finish(NO_GPU, "no GPU usable by the engine: %s; nothing measured" % versions, details)
+    if not count:
+        return finish(NO_GPU, "no GPU: torch in %s sees no CUDA device; nothing measured" % args.python, details)
+    world = args.nprocs or count
+    if world > count:
+        return finish(FAILED, "%d ranks asked, torch sees %d GPU(s)" % (world, count), details)
+    if args.unit and unit_active(args.unit):
+        if not args.stop_server:
+            return finish(SERVER_RUNNING, "%s is active and holds the GPUs; measuring now would disturb it "
+                          "and be disturbed (pass --stop-server to stop it first)" % args.unit, details)
+        banner = "!" * 72
+        print("\n".join([banner, "STOPPING %s on %s to measure NCCL (--stop-server)." % (args.unit, args.host_label),
+                         "It stays STOPPED afterwards: a deploy (make deploy) will start it again.", banner]),
+              flush=True)
+        done = subprocess.run(["systemctl", "stop", args.unit])
+        if done.returncode != 0:
+            return finish(FAILED, "systemctl stop %s failed (exit %d)" % (args.unit, done.returncode), details)
+        details["stopped_server"] = args.unit
+
+    details["versions"] = versions
+    arms = arm_environments(base_env, env_file_vars, ablate=args.ablate)
+    tuning = tuning_of(env_file_vars)
+    if args.control:
+        arms, tuning = [("a", arms[0][1]), ("b", dict(arms[0][1]))], {}
+        details["control"] = "A/A: both arms NCCL's defaults"
+    print("nccl-ab on %s: %d rank(s), %s; a = defaults, b = %s" % (
+        args.host_label, world, versions, " ".join("%s=%s" % kv for kv in tuning.items()) or "(none)"), flush=True)
+    samples, error = measure(args, arms, world)
+    if error:
+        return finish(FAILED, error, details)
+    stats = summarize(samples, world)
+    ablated = [name for name, _ in arms if name.startswith("b-")]
+    details = build_report(stats, world, tuning, details, ablated)
+    return finish(MEASURED, details["overall"], details, table(details))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
