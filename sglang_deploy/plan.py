@@ -5,7 +5,7 @@ from __future__ import annotations
 import getpass
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import DeployError
@@ -23,8 +23,8 @@ class NodePlan:
     unit: str
     unit_text: str
     env_path: str
-    env_text: str
-    secret_values: list
+    env_text: str = field(repr=False)       # may hold secret values: never in a repr
+    secret_values: list = field(repr=False)
     hook_module: str
     hook_pth: str
     hook_python: str
