@@ -44,9 +44,10 @@ class Redactor:
                 self.values |= {value, repr(value)[1:-1], json.dumps(value)[1:-1]}
         names = "|".join(re.escape(name) for name in sorted(self.names, key=len, reverse=True))
         self._pattern = names and re.compile(
-            # NAME=value up to a separator, as in an env file, environ or shell line; or a
+            # NAME=value up to a separator, as in an env file, environ or shell line (also
+            # right after an escape such as the "\\n" of a bytes repr: no word boundary); or a
             # quoted dict key followed by its quoted value (repr or JSON).
-            rf"(?:(?<![A-Za-z0-9_])|(?<=\\x00))({names})(=)(?:\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|[^\s'\",\\\x00]+)"
+            rf"({names})(=)(?:\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|[^\s'\",\\\x00]+)"
             rf"|(['\"])({names})\3(\s*:\s*)(?:'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"|b'(?:[^'\\\n]|\\.)*')")
 
     def text(self, text):

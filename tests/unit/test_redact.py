@@ -33,6 +33,7 @@ def test_known_values_are_masked_as_printed_plain_repr_and_json():
     "HF_TOKEN={v}",                                     # environ entry, shell line
     "['PATH=/bin', 'HF_TOKEN={v}']",                    # a list of env file lines
     "b'PATH=/bin\\x00HF_TOKEN={v}\\x00LANG=C'",          # raw /proc/<pid>/environ
+    "_stdout=b'A=\"1\"\\nHF_TOKEN=\"{v}\"\\n'",         # testinfra's debug log of a cat
     "{{'HF_TOKEN': '{v}', 'A': '1'}}",                  # a dict's repr
     '{{"HF_TOKEN": "{v}"}}',                            # JSON
 ])
