@@ -41,10 +41,13 @@ deploy: wheels
 plan: wheels
 	$(PYINFRA) $(INVENTORY) deploy.py --dry --diff < /dev/null
 
-# testinfra assertions, then the per-host report (also as JSON, for machines).
+# testinfra assertions, then the per-host report (also as JSON, for machines), printed whether
+# or not an assertion failed; fails when either did. Secret values never appear in either.
 verify:
-	$(PYTEST) -p no:cacheprovider tests/host --inventory $(INVENTORY) --limit "$(LIMIT)" -q
-	$(PYTHON) -m sglang_deploy.summary $(INVENTORY) --json reports/verify.json
+	status=0; \
+	  $(PYTEST) -p no:cacheprovider tests/host --inventory $(INVENTORY) --limit "$(LIMIT)" -q || status=1; \
+	  $(PYTHON) -m sglang_deploy.summary $(INVENTORY) --limit "$(LIMIT)" --json reports/verify.json || status=1; \
+	  exit $$status
 
 demo: setup sandbox deploy verify
 

@@ -2,11 +2,14 @@
 "not checked (<tool> missing)"): computed once here, asserted by tests/host and tabulated by
 sglang_deploy.report.
 
-Each function takes a testinfra host and the host's NodePlan (profile + paths).
+Each function takes a testinfra host and the host's NodePlan (profile + paths). Every check's
+detail passes through the profile's Redactor (`@_redacted`): node output (journal lines, a gate
+report's cause, a script's message) never carries a secret value into a report.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 
@@ -15,8 +18,20 @@ from .gpu_health import (FAILED, OK, WARNING, Check, acs_check, gpus_check, iomm
                          is_pcie_tuned, parse_gpus, topology_check)
 from .nccl_confirm import confirm
 from .node import status
+from .redact import Redactor
 
 NVIDIA_SMI_GPUS = "nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits"
+
+
+def _redacted(check_function):
+    @functools.wraps(check_function)
+    def check(node, plan):
+        redact = Redactor.for_profile(plan.profile)
+        redact.add(values=plan.secret_values)
+        found = check_function(node, plan)
+        clean = lambda c: Check(c.name, c.state, redact.text(c.detail))  # noqa: E731
+        return [clean(c) for c in found] if isinstance(found, list) else clean(found)
+    return check
 
 
 def _tool_output(node, tool, command):
@@ -32,6 +47,7 @@ def _fact(node, fact_class, **kwargs):
     return fact.process(node.run(fact.command(**kwargs)).stdout.splitlines())
 
 
+@_redacted
 def serving(node, plan) -> Check:
     profile = plan.profile
     found = _fact(node, Serving, port=profile.service.port,
@@ -42,6 +58,7 @@ def serving(node, plan) -> Check:
     return Check("serving", FAILED, detail)
 
 
+@_redacted
 def workers_env(node, plan) -> Check:
     report = _fact(node, WorkerEnvironment, scripts_dir=plan.scripts.directory, unit=plan.unit,
                    expect=plan.profile.hook_vars()) or {}
@@ -51,6 +68,7 @@ def workers_env(node, plan) -> Check:
     return Check("workers' env", FAILED, report.get("message") or "our scripts are not on the node")
 
 
+@_redacted
 def nccl_confirmation(node, plan) -> Check:
     """NCCL's own "<VAR> set by environment to <value>" lines of the current start, per rank."""
     env = plan.profile.hook_vars()
@@ -74,6 +92,7 @@ def _is_standin(node, plan):
     return version.endswith("+sandbox")
 
 
+@_redacted
 def drift(node, plan) -> Check:
     """Installed engine files against their wheels' RECORD, and versions against the pins."""
     names = plan.profile.engine.drift_check
@@ -97,6 +116,7 @@ def drift(node, plan) -> Check:
     return Check("drift", verdict, "; ".join(problems) or result.stderr.strip()[-200:])
 
 
+@_redacted
 def gpus(node, plan) -> list[Check]:
     """GPU count and model, link types, ACS on PCIe bridges, IOMMU: tools missing on a node
     make a check "not checked", never "ok"."""
@@ -115,6 +135,7 @@ def gpus(node, plan) -> list[Check]:
     ]
 
 
+@_redacted
 def last_start(node, plan) -> Check:
     """The readiness gate's account of the last start it gated: time per phase, or the cause."""
     found = node.run(f"cat {plan.scripts.gate_report}")
@@ -128,6 +149,20 @@ def last_start(node, plan) -> Check:
     return Check("last start", OK, f"ready in {report['elapsed_s']:.1f}s ({phases})")
 
 
+@_redacted
+def last_good(node, plan) -> Check:
+    """The profile the node last passed its readiness gate with (kept for rollback): after a
+    rollback it is not the profile verify checks against."""
+    found = node.run(f"cat {plan.scripts.last_good_dir}/manifest.json")
+    if found.rc != 0:
+        return Check("last good", WARNING, "no configuration has passed the gate here yet")
+    manifest = json.loads(found.stdout)
+    if manifest["profile"] != plan.profile.name:
+        return Check("last good", WARNING, f"{manifest['profile']} (passed the gate at "
+                     f"{manifest['saved_at']}; verified against {plan.profile.name}: rolled back?)")
+    return Check("last good", OK, f"{manifest['profile']} (passed the gate at {manifest['saved_at']})")
+
+
 def host_checks(node, plan) -> list[Check]:
-    return [serving(node, plan), last_start(node, plan), workers_env(node, plan),
+    return [serving(node, plan), last_start(node, plan), last_good(node, plan), workers_env(node, plan),
             nccl_confirmation(node, plan), drift(node, plan), *gpus(node, plan)]

@@ -6,7 +6,7 @@ import getpass
 import os
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import DeployError
@@ -25,8 +25,8 @@ class NodePlan:
     unit: str
     unit_text: str
     env_path: str
-    env_text: str
-    secret_values: list
+    env_text: str = field(repr=False)       # may hold secret values: never in a repr
+    secret_values: list = field(repr=False)
     hook_module: str
     hook_pth: str
     hook_python: str

@@ -1,9 +1,11 @@
 """Per-host report of what an inventory's nodes serve and whether it is what they should:
-`python -m sglang_deploy.summary [INVENTORY] [--json FILE]`. Exit 1 when any check failed.
+`python -m sglang_deploy.summary [INVENTORY] [--limit H1,H2] [--json FILE]`. Exit 1 when any check failed.
 
-Columns: host, profile, serving, last start (time per phase), workers' env, NCCL
-confirmation, drift, GPUs, warnings —
-each from sglang_deploy.checks, the same functions `make verify`'s tests assert.
+Columns: host, the profile it was checked against, the profile it last passed its readiness
+gate with (they differ after a rollback), serving, last start (time per phase), workers' env,
+NCCL confirmation, drift, GPUs, warnings — each from sglang_deploy.checks, the same functions
+`make verify`'s tests assert (their details already redacted of secret values). A host that
+cannot be checked at all gets a row saying so; the table is printed whatever failed.
 """
 
 from __future__ import annotations
@@ -15,29 +17,47 @@ from pathlib import Path
 
 from . import checks
 from .cli import exit_on_deploy_error
-from .gpu_health import FAILED, OK, WARNING
+from .gpu_health import FAILED, OK, WARNING, Check
 from .inventory import inventory_hosts, testinfra_host
 from .plan import plan_for
+from .redact import Redactor
 
-COLUMNS = ("host", "profile", "serving", "last start", "workers' env", "nccl confirmation",
+COLUMNS = ("host", "checked against", "last passed gate", "serving", "last start", "workers' env", "nccl confirmation",
            "drift", "gpus", "warnings")
 
 
 def host_report(name, data):
     plan = plan_for(data)
-    found = checks.host_checks(testinfra_host(data), plan)
-    return {"host": name, "profile": plan.profile.name,
-            "checks": [{"name": c.name, "state": c.state, "detail": c.detail} for c in found]}
+    try:
+        found = checks.host_checks(testinfra_host(data), plan)
+    except Exception as exc:  # e.g. unreachable: still a row, with the reason
+        redact = Redactor.for_profile(plan.profile)
+        redact.add(values=plan.secret_values)
+        found = [Check("host", FAILED, redact.text(f"not checked: {type(exc).__name__}: {exc}"))]
+    report = {"host": name, "profile": plan.profile.name,
+              "checks": [{"name": c.name, "state": c.state, "detail": c.detail} for c in found]}
+    report["last_passed_gate"] = last_passed(report)
+    return report
 
 
 def row(report):
     by_name = {c["name"]: c for c in report["checks"]}
-    cell = lambda name: by_name[name]["state"]  # noqa: E731
+    cell = lambda name: by_name[name]["state"] if name in by_name else "-"  # noqa: E731
     warnings = [f"{c['name']}: {c['detail']}" for c in report["checks"] if c["state"] == WARNING]
-    start = by_name["last start"]
-    return (report["host"], report["profile"], cell("serving"),
+    start = by_name.get("last start", {"state": "-"})
+    return (report["host"], report["profile"], report["last_passed_gate"], cell("serving"),
             start["detail"] if start["state"] == OK else start["state"], cell("workers' env"),
             cell("nccl confirmation"), cell("drift"), cell("gpus"), str(len(warnings)))
+
+
+def last_passed(report):
+    """The profile name the node last passed its gate with, or "none"."""
+    found = next((c for c in report["checks"] if c["name"] == "last good"), None)
+    if found is None:
+        return "-"
+    if found["detail"].startswith("no configuration"):
+        return "none"
+    return found["detail"].split(" (", 1)[0]
 
 
 def failed(report):
@@ -54,9 +74,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("inventory", nargs="?", default="inventory/sandbox.py")
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    parser.add_argument("--limit", default="", help="comma-separated host names (default: all)")
     args = parser.parse_args(argv)
+    limit = set(filter(None, args.limit.split(",")))
     with exit_on_deploy_error():
-        reports = [host_report(name, data) for name, data in inventory_hosts(args.inventory)]
+        reports = [host_report(name, data) for name, data in inventory_hosts(args.inventory)
+                   if not limit or name in limit]
     print_table([COLUMNS] + [row(r) for r in reports])
     for report in reports:
         for c in report["checks"]:

@@ -6,6 +6,7 @@ import shlex
 import pytest
 
 from sglang_deploy import checks
+from sglang_deploy.envfile import parse_env_file
 
 # Run on the node with an empty environment, so only the start-up hook can set variables.
 HOOK_PROBE = (
@@ -20,10 +21,27 @@ def test_env_file_is_private_and_rendered_from_the_profile(node):
     assert (env_dir.user, env_dir.mode) == ("root", 0o700)
     env_file = node.host.file(node.plan.env_path)
     assert (env_file.user, env_file.group, env_file.mode) == ("root", "root", 0o600)
-    on_node = env_file.content_string.splitlines()
+    on_node = node.env_file()
+    expected = parse_env_file(node.plan.env_text)
     for name in node.plan.profile.hook_vars():
-        expected = [line for line in node.plan.env_text.splitlines() if line.startswith(f"{name}=")]
-        assert expected and expected[0] in on_node, f"{name} line differs in {node.plan.env_path}"
+        assert on_node.get(name) == expected[name], f"{name} differs in {node.plan.env_path}"
+    # The secrets the operator exported are there (by name: values never appear in a report).
+    for name in node.plan.profile.secrets:
+        if name in expected:
+            assert name in on_node, f"secret {name} missing from {node.plan.env_path}"
+
+
+def test_last_known_good_copy_of_the_env_file_is_as_private(node):
+    """The last configuration that passed the gate keeps a copy of the env file (secrets
+    included) for rollback: root-only like the original."""
+    last_good = node.host.file(node.plan.scripts.last_good_dir)
+    if not last_good.exists:
+        pytest.skip(f"{node.name}: no configuration has passed the gate here yet")
+    state_dir = node.host.file(last_good.path.rsplit("/", 1)[0])
+    assert (last_good.user, last_good.mode) == ("root", 0o700)
+    assert state_dir.user == "root" and not state_dir.mode & 0o022
+    copy = node.host.file(f"{last_good.path}/env")
+    assert (copy.user, copy.group, copy.mode) == ("root", "root", 0o600)
 
 
 def test_unit_is_valid_enabled_and_active(node):
@@ -47,6 +65,7 @@ def test_port_listens_and_server_is_ready(node):
 def test_hook_is_what_the_venv_interpreter_really_imports(node):
     python = f"{node.plan.profile.engine.venv}/bin/python"
     probe = json.loads(node.run_ok(f"env -i {python} -c {shlex.quote(HOOK_PROBE)}"))
+    probe["env"] = node.redact.mapping(probe["env"])
     assert probe["hook"], "the venv interpreter did not import sglang_deploy_env at start-up"
     site_dirs = json.loads(node.run_ok(
         f"{python} -c 'import json, site; print(json.dumps(site.getsitepackages()))'"))
@@ -59,6 +78,7 @@ def test_hook_leaves_variables_already_set_alone(node):
     python = f"{node.plan.profile.engine.venv}/bin/python"
     name = next(iter(node.plan.profile.hook_vars()))
     probe = json.loads(node.run_ok(f"env -i {name}=set-by-caller {python} -c {shlex.quote(HOOK_PROBE)}"))
+    probe["env"] = node.redact.mapping(probe["env"])
     assert probe["env"][name] == "set-by-caller"
 
 
@@ -69,8 +89,7 @@ def test_every_scheduler_carries_the_profile_environment(node):
                   if ppid == main_pid and args.startswith("sglang::scheduler")]
     assert len(schedulers) == int(node.plan.profile.server_args.get("tp-size", 1))
     for pid in schedulers:
-        environ = node.host.file(f"/proc/{pid}/environ").content.split(b"\0")
-        pairs = dict(item.decode().split("=", 1) for item in environ if b"=" in item)
+        pairs = node.environ(pid)
         for name, value in node.plan.profile.hook_vars().items():
             assert pairs.get(name) == value, f"scheduler pid {pid}: {name}"
 
