@@ -114,7 +114,8 @@ def check_drift(names, allow):
     problems = [line.strip() for line in drift.report_lines(result, limit=5)[:-1]
                 if line.startswith("  ") or "not installed" in line]
     verdict = "warning" if allow else "failed"
-    suffix = " (allow_drift: starting anyway)" if allow else " (`make repair` reinstalls them)"
+    suffix = (" (engine.allow_drift: starting anyway)" if allow else
+              " (`make repair` reinstalls them; engine.allow_drift: true in the profile starts anyway)")
     return verdict, "engine drift: %s%s" % ("; ".join(problems), suffix)
 
 
