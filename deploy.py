@@ -35,7 +35,8 @@ sglang.preflight(name="Preflight", scripts=plan.scripts, repairing=bool(plan.rep
 
 # 5. Wheels the profile installs from (the sandbox's stand-in engine, or none).
 for wheel in plan.wheels:
-    files.put(name=f"Wheel {wheel.name}", src=str(wheel), dest=f"{plan.wheels_dir}/{wheel.name}")
+    sglang.binary_file(name=f"Wheel {wheel.name}", src=str(wheel),
+                       dest=f"{plan.wheels_dir}/{wheel.name}")
 
 # 6. The engine: a venv holding exactly the profile's pinned packages.
 engine = sglang.engine(name="Engine venv and pinned packages", venv=plan.profile.engine.venv,
