@@ -14,6 +14,10 @@ from pyinfra.operations.util import any_changed
 from sglang_deploy import operations as sglang
 from sglang_deploy.cli import exit_on_deploy_error
 from sglang_deploy.plan import plan_for
+from sglang_deploy.outcome import report_at_exit
+
+# Every run ends with one line per host: deployed, unchanged, failed or unreachable (and why).
+report_at_exit()
 
 # 1. Read this host's profile; a bad profile stops the run before any host is touched.
 with exit_on_deploy_error(host.name):
