@@ -23,10 +23,12 @@ help:
 setup:
 	$(PYTHON) -m pip install --quiet -r requirements.txt
 
-# The SGLang stand-in the sandbox profile installs, as a wheel uploaded to the nodes.
+# The SGLang stand-in the sandbox profile installs, as a wheel uploaded to the nodes. Built
+# reproducibly (same source, same bytes), so a rebuild is no change to deploy.
 wheels:
-	rm -rf $(WHEELS) engine-standin/build
+	rm -rf $(WHEELS) engine-standin/build engine-standin/*.egg-info
 	$(PYTHON) -m pip wheel --quiet --no-deps --no-build-isolation ./engine-standin -w $(WHEELS)
+	$(PYTHON) -m sglang_deploy.wheel_normal $(WHEELS)/*.whl
 
 sandbox:
 	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES)

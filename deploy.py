@@ -13,7 +13,11 @@ from pyinfra.operations.util import any_changed
 
 from sglang_deploy import operations as sglang
 from sglang_deploy.cli import exit_on_deploy_error
+from sglang_deploy.outcome import report_at_exit
 from sglang_deploy.plan import plan_for, print_lint_warnings
+
+# Every run ends with one line per host: deployed, unchanged, failed or unreachable (and why).
+report_at_exit()
 
 # 1. Read this host's profile and lint it; a bad profile or a lint error stops the run before
 #    any host is touched. Lint warnings are printed once per profile.
@@ -37,7 +41,8 @@ sglang.preflight(name="Preflight", scripts=plan.scripts, repairing=bool(plan.rep
 
 # 5. Wheels the profile installs from (the sandbox's stand-in engine, or none).
 for wheel in plan.wheels:
-    files.put(name=f"Wheel {wheel.name}", src=str(wheel), dest=f"{plan.wheels_dir}/{wheel.name}")
+    sglang.binary_file(name=f"Wheel {wheel.name}", src=str(wheel),
+                       dest=f"{plan.wheels_dir}/{wheel.name}")
 
 # 6. The engine: a venv holding exactly the profile's pinned packages.
 engine = sglang.engine(name="Engine venv and pinned packages", venv=plan.profile.engine.venv,

@@ -1,4 +1,4 @@
-"""How our entry points fail: one line naming what went wrong, exit status 1, no traceback."""
+"""How our entry points fail: one line naming what went wrong, an exit status, no traceback."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from contextlib import contextmanager
 
 from .errors import DeployError
 
-EXIT_DEPLOY_ERROR = 1
+# A deploy's exit statuses (sglang_deploy/outcome.py sets them from the per-host outcomes).
+EXIT_DEPLOY_ERROR = 1  # a bad profile or inventory, or a host's deploy failed or never ran
+EXIT_UNREACHABLE = 3   # no host failed, but at least one could not be reached
 
 
 @contextmanager

@@ -80,13 +80,26 @@ def render_unit(profile: Profile, env_dir: str = ENV_DIR) -> str:
 
 
 def render_env_file(profile: Profile, operator_env: Mapping[str, str]) -> str:
-    """The env file (mode 0600): env, then the secrets set in `operator_env`."""
-    return _render("sglang.env.j2", profile, variables=profile.env_file_vars(operator_env))
+    """The env file (mode 0600): env, then the secrets set in `operator_env`, each by name."""
+    variables = profile.env_file_vars(operator_env)
+    env = {name: value for name, value in variables.items() if name not in profile.secrets}
+    secrets = {name: value for name, value in variables.items() if name in profile.secrets}
+    return _render("sglang.env.j2", profile,
+                   variables={**canonical_order(env), **canonical_order(secrets)})
 
 
 def render_hook_module(profile: Profile) -> str:
-    """sglang_deploy_env.py: setdefault of every `env` variable (never secrets)."""
-    return _render("sglang_env_hook.py.j2", profile, variables=profile.hook_vars())
+    """sglang_deploy_env.py: setdefault of every `env` variable (never secrets), by name."""
+    return _render("sglang_env_hook.py.j2", profile,
+                   variables=canonical_order(profile.hook_vars()))
+
+
+def canonical_order(variables: Mapping[str, str]) -> dict:
+    """`variables` sorted by name. Environment variables have no order (none refers to another:
+    neither EnvironmentFile= nor the hook expands anything), so the files a node gets depend
+    only on what the variables are: reordering `env:` in a profile rewrites nothing and
+    restarts nothing."""
+    return dict(sorted(variables.items()))
 
 
 def render_hook_pth(profile: Profile) -> str:

@@ -5,11 +5,12 @@ Each operation yields commands only when the node differs from what is asked, an
 """
 
 from .engine import engine, engine_matches
-from .files import HOOK_MODULE, HOOK_PTH, pth_directory, secret_file, startup_hook, unit_file
+from .files import (HOOK_MODULE, HOOK_PTH, binary_file, pth_directory, secret_file, startup_hook,
+                    unit_file)
 from .lock import deploy_lock
 from .records import manifest_recorded
 from .service import preflight, restarted, serving
 
-__all__ = ["engine", "engine_matches", "secret_file", "startup_hook", "unit_file", "pth_directory",
-           "HOOK_MODULE", "HOOK_PTH", "deploy_lock", "preflight", "restarted", "serving",
+__all__ = ["engine", "engine_matches", "binary_file", "secret_file", "startup_hook", "unit_file",
+           "pth_directory", "HOOK_MODULE", "HOOK_PTH", "deploy_lock", "preflight", "restarted", "serving",
            "manifest_recorded"]

@@ -46,6 +46,31 @@ def secret_file(dest, content, secret_values=(), mode="0600"):
     yield own
 
 
+@operation()
+def binary_file(src, dest, mode="0644"):
+    """
+    Upload the local file ``src`` (a wheel) to ``dest`` when their SHA-1s differ. ``--diff``
+    names the file and both checksums: a binary file has no text diff (pyinfra's files.put
+    would try one and fail on it).
+
+    + src: local path
+    + dest: remote path; its directory is created
+    + mode: file mode
+    """
+    with open(src, "rb") as local:
+        wanted = hashlib.sha1(local.read()).hexdigest()
+    present = host.get_fact(Sha1File, path=dest)
+    if present == wanted:
+        host.noop(f"{dest} is up to date")
+        return
+    if _diff_wanted():
+        verb = f"replace {dest} (sha1 {present})" if present else f"create {dest}"
+        host.log(f"Will {verb} with {src} (binary, sha1 {wanted})", logger.info)
+    yield f"mkdir -p {shlex.quote(dest.rsplit('/', 1)[0] or '/')}"
+    yield FileUploadCommand(src, dest, remote_temp_filename=host.get_temp_filename(dest))
+    yield f"chmod {mode} {shlex.quote(dest)}"
+
+
 def _same_content(dest, content):
     return host.get_fact(Sha1File, path=dest) == hashlib.sha1(content.encode()).hexdigest()
 

@@ -108,7 +108,7 @@ def test_env_file_round_trip():
     operator = {"HF_TOKEN": 'hf_"$x" #;\\'}
     text = render_env_file(profile, operator)
     assert parse_env_file(text) == profile.env_file_vars(operator)
-    assert list(parse_env_file(text))[-1] == "HF_TOKEN"  # env in profile order, then secrets
+    assert list(parse_env_file(text))[-1] == "HF_TOKEN"  # env by name, then secrets by name
 
 
 def test_env_file_golden():
@@ -116,8 +116,41 @@ def test_env_file_golden():
     assert text == (
         "# Rendered by sglang-deploy from profile baseline. Do not edit by hand.\n"
         "# systemd EnvironmentFile of sglang.service; mode 0600: it may hold secrets.\n"
-        'NCCL_PROTO="LL"\nNCCL_ALGO="Ring"\nNCCL_P2P_LEVEL="SYS"\nNCCL_MAX_NCHANNELS="16"\n'
-        'NCCL_BUFFSIZE="16777216"\nNCCL_NTHREADS="512"\nHF_TOKEN="hf_\\$abc"\n')
+        'NCCL_ALGO="Ring"\nNCCL_BUFFSIZE="16777216"\nNCCL_MAX_NCHANNELS="16"\n'
+        'NCCL_NTHREADS="512"\nNCCL_P2P_LEVEL="SYS"\nNCCL_PROTO="LL"\nHF_TOKEN="hf_\\$abc"\n')
+
+
+def _profile_file(tmp_path, name, env, secrets):
+    lines = [f"extends: {Path('profiles/sandbox.yml').resolve()}", "env:"]
+    lines += [f"  {key}: {value!r}" for key, value in env]
+    lines += ["secrets:"] * bool(secrets)
+    lines += [f"  {key}: {{from_env: {source}}}" for key, source in secrets]
+    (tmp_path / name).mkdir()
+    path = tmp_path / name / "reordered.yml"  # the profile's name is its file's
+    path.write_text("\n".join(lines) + "\n")
+    return load_profile(str(path))
+
+
+def test_reordering_env_and_secrets_changes_no_rendered_file(tmp_path):
+    env = [("ZETA", "1"), ("ALPHA", "two words"), ("MID", "$x")]
+    secrets = [("Z_TOKEN", "Z_SRC"), ("A_TOKEN", "A_SRC")]
+    one = _profile_file(tmp_path, "one", env, secrets)
+    other = _profile_file(tmp_path, "other", env[::-1], secrets[::-1])
+    operator = {"Z_SRC": "z-secret", "A_SRC": "a-secret"}
+    assert list(one.env) != list(other.env)  # the profiles really list them differently
+    assert render_env_file(one, operator) == render_env_file(other, operator)
+    assert render_hook_module(one) == render_hook_module(other)
+    assert render_unit(one) == render_unit(other)
+    names = list(parse_env_file(render_env_file(one, operator)))
+    env_names = [n for n in names if n not in ("A_TOKEN", "Z_TOKEN")]
+    assert env_names == sorted(env_names) and names[-2:] == ["A_TOKEN", "Z_TOKEN"]
+
+
+def test_a_changed_value_still_changes_the_env_file(tmp_path):
+    one = _profile_file(tmp_path, "one", [("A", "1"), ("B", "2")], [])
+    other = _profile_file(tmp_path, "other", [("B", "3"), ("A", "1")], [])
+    assert render_env_file(one, {}) != render_env_file(other, {})
+    assert render_hook_module(one) != render_hook_module(other)
 
 
 def test_env_file_optional_secret_left_out():
