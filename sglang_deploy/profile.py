@@ -193,6 +193,31 @@ class Profile(_Section):
         """The files this profile was read from, leaf first."""
         return self._source
 
+    @property
+    def tp_size(self) -> int:
+        """Tensor-parallel size (`tp-size` or its alias `tensor-parallel-size`); 1 if unset."""
+        return self._server_arg_int("tp-size", "tensor-parallel-size")
+
+    @property
+    def pp_size(self) -> int:
+        """Pipeline-parallel size (`pp-size` or `pipeline-parallel-size`); 1 if unset."""
+        return self._server_arg_int("pp-size", "pipeline-parallel-size")
+
+    @property
+    def nnodes(self) -> int:
+        """Nodes one server spans (`nnodes`); 1 if unset."""
+        return self._server_arg_int("nnodes")
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs each node needs: tensor × pipeline parallel, shared across the nodes."""
+        return max(1, self.tp_size * self.pp_size // self.nnodes)
+
+    def _server_arg_int(self, *spellings: str) -> int:
+        # SGLang's defaults are 1; the first spelling set (not null/false/0) wins, as in argparse
+        # when only one of them is given.
+        return int(next((self.server_args[s] for s in spellings if self.server_args.get(s)), 1))
+
     def argv(self) -> list[str]:
         """SGLang's command-line arguments (after `python -m sglang.launch_server`)."""
         argv = ["--model-path", self.model.path, "--served-model-name", self.model.served_name,
