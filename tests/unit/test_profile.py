@@ -74,6 +74,26 @@ def test_argv_value_kinds():
     assert profile.argv()[8:] == ["--on", "--many", "1", "b", "0.5", "--text", "a b", "--f", "0.85"]
 
 
+@pytest.mark.parametrize("server_args, sizes", [
+    ({}, (1, 1, 1, 1)),
+    ({"tp-size": 8}, (8, 1, 1, 8)),
+    ({"tensor-parallel-size": 4}, (4, 1, 1, 4)),
+    ({"tp-size": "2", "tensor-parallel-size": 4}, (2, 1, 1, 2)),  # quoted in YAML; first wins
+    ({"tp-size": None, "tensor-parallel-size": 4}, (4, 1, 1, 4)),
+    ({"tp-size": 4, "pp-size": 2}, (4, 2, 1, 8)),
+    ({"tensor-parallel-size": 8, "pipeline-parallel-size": 2, "nnodes": 2}, (8, 2, 2, 8)),
+    ({"tp-size": 8, "nnodes": 4}, (8, 1, 4, 2)),
+])
+def test_parallel_sizes_understand_aliases(server_args, sizes):
+    profile = Profile.model_validate({**MINIMAL, "server_args": server_args})
+    assert (profile.tp_size, profile.pp_size, profile.nnodes, profile.gpus_per_node) == sizes
+
+
+def test_parallel_sizes_of_shipped_profiles():
+    assert (load_profile("baseline").tp_size, load_profile("baseline").gpus_per_node) == (8, 8)
+    assert load_profile("sandbox").tp_size == 2
+
+
 def test_sandbox_replaces_lists_and_keeps_inherited_keys():
     profile = load_profile("sandbox")
     assert profile.engine.packages == ["sglang==0.5.23+sandbox"]
