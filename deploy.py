@@ -60,7 +60,7 @@ hook = sglang.startup_hook(name="Start-up hook", python=plan.hook_python,
 
 # 9. The systemd unit, verified before it is installed; daemon-reload only when it changed.
 unit = sglang.unit_file(name="systemd unit", unit=plan.unit, content=plan.unit_text,
-                        unit_dir=plan.unit_dir)
+                        staging_dir=plan.run_dir, unit_dir=plan.unit_dir)
 
 # 10. Restart only when what the server runs changed, then gate until it serves; a start that
 #    fails its gate is rolled back to the last configuration that passed.

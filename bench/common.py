@@ -219,12 +219,13 @@ class DeployLock:
 
     def __init__(self, node, service, wait_s=600.0):
         self.node, self.wait_s = node, wait_s
-        self.path = f"/run/sglang-deploy/{service}.lock"
+        self.path = f"{node.data['run_dir']}/{service}.lock"
         self.process = None
 
     def __enter__(self):
         holder = f"bench pid {os.getpid()}"
-        command = (f"python3 /opt/sglang-deploy/node/lock.py --path {shlex.quote(self.path)} "
+        lock_py = f"{self.node.data['sglang_deploy_dir']}/node/lock.py"
+        command = (f"python3 {shlex.quote(lock_py)} --path {shlex.quote(self.path)} "
                    f"--wait {self.wait_s} --holder {shlex.quote(holder)}")
         self.process = subprocess.Popen(self.node.ssh_argv(command), stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True)

@@ -51,6 +51,7 @@ if str(REPO) not in sys.path:
 from sglang_deploy import gpu_health, nccl_confirm  # noqa: E402
 from sglang_deploy.envfile import parse_env_file  # noqa: E402
 from sglang_deploy.node import procs, status  # noqa: E402
+from sglang_deploy.node_scripts import gate_args  # noqa: E402
 from sglang_deploy.profile import load_profile  # noqa: E402
 from sglang_deploy.render import render_env_file  # noqa: E402
 
@@ -450,8 +451,7 @@ def start_and_check(name, profile, expected_env, tuning, args, work, gpu, positi
     try:
         gate_json = work / ("%s-gate.json" % name)
         gate = run_cmd([sys.executable, str(NODE / "gate.py"), "--pid", str(server.pid), "--log", str(log_path),
-                         "--port", str(profile.service.port), "--host", profile.service.host,
-                         "--served-name", profile.model.served_name, "--timeout", str(profile.readiness.timeout_s),
+                         *(str(arg) for arg in gate_args(profile)), "--host", profile.service.host,
                          "--progress-every", "5", "--json", str(gate_json)],
                         timeout=profile.readiness.timeout_s + 60)
         gate_lines = gate.stdout.strip().splitlines()

@@ -20,6 +20,9 @@ env_dir = "/etc/sglang"
 unit_dir = "/etc/systemd/system"
 # Node-side state: the last configuration that passed the gate, per service.
 state_dir = "/var/lib/sglang-deploy"
+# Runtime files of a deploy (lost on reboot): the deploy lock, units being verified, the
+# readiness gate's report of the last start.
+run_dir = "/run/sglang-deploy"
 
 # -- Deploys ---------------------------------------------------------------------------------
 # One deploy at a time per node: how long a second deploy waits before it fails saying who

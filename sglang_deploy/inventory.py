@@ -115,12 +115,16 @@ def _profile_choices(spec: str) -> dict[str, str]:
     return choices
 
 
+def deploy_defaults() -> dict:
+    """The host data defaults of group_data/all.py (deploy-level paths and switches)."""
+    return {key: value for key, value in runpy.run_path(str(REPO_ROOT / "group_data" / "all.py")).items()
+            if not key.startswith("_")}
+
+
 def inventory_hosts(inventory_file) -> list[tuple[str, dict]]:
     """(name, data) pairs of every host group a pyinfra inventory file defines, with the
     defaults of group_data/all.py under each host's own data (as pyinfra layers them)."""
-    defaults = {key: value for key, value in
-                runpy.run_path(str(REPO_ROOT / "group_data" / "all.py")).items()
-                if not key.startswith("_")}
+    defaults = deploy_defaults()
     namespace = runpy.run_path(str(REPO_ROOT / inventory_file))
     hosts = []
     for value in namespace.values():

@@ -4,17 +4,35 @@ import json
 import shlex
 
 
+def gate_args(profile):
+    """gate.py's arguments for a server of ``profile``, all but what to gate (``--unit``, or
+    ``--pid``/``--log``) and ``--json``."""
+    return ["--port", profile.service.port, "--served-name", profile.model.served_name,
+            *gate_timings(profile.readiness)]
+
+
+def gate_timings(readiness):
+    """gate.py's timing arguments, from the profile's readiness section: the gate has no
+    defaults of its own for them."""
+    return ["--timeout", readiness.timeout_s,
+            "--interval", readiness.poll_interval_s,
+            "--progress-every", readiness.progress_every_s,
+            "--hang-after", readiness.hang_after_s,
+            "--fired-up-grace", readiness.fired_up_grace_s]
+
+
 class NodeScripts:
     """Command lines of our on-node scripts (sglang_deploy/node/, uploaded to ``directory``)
     for one unit and its profile."""
 
-    def __init__(self, directory, unit, profile, files, last_good_dir, wheels_dir):
+    def __init__(self, directory, unit, profile, files, last_good_dir, wheels_dir, run_dir):
         self.directory = directory
         self.unit = unit
         self.profile = profile
         self.files = files  # role -> path of what the unit runs from (env file, unit file)
         self.last_good_dir = last_good_dir
         self.wheels_dir = wheels_dir
+        self.run_dir = run_dir  # the deploy's runtime files (gate reports)
 
     def _run(self, script, *args):
         quoted = " ".join(shlex.quote(str(arg)) for arg in args)
@@ -30,19 +48,13 @@ class NodeScripts:
         return f"systemctl start {shlex.quote(self.unit)}"
 
     def gate(self):
-        readiness, service = self.profile.readiness, self.profile.service
-        return self._run("gate.py", "--unit", self.unit, "--port", service.port,
-                         "--served-name", self.profile.model.served_name,
-                         "--timeout", readiness.timeout_s,
-                         "--interval", readiness.poll_interval_s,
-                         "--progress-every", readiness.progress_every_s,
-                         "--hang-after", readiness.hang_after_s,
+        return self._run("gate.py", "--unit", self.unit, *gate_args(self.profile),
                          "--json", self.gate_report)
 
     @property
     def gate_report(self):
         """Where the gate leaves its summary (phase times, cause) of the last start it gated."""
-        return f"/run/sglang-deploy/{self.unit}.gate.json"
+        return f"{self.run_dir}/{self.unit}.gate.json"
 
     def workers(self):
         expect = json.dumps(self.profile.hook_vars(), sort_keys=True)

@@ -33,6 +33,7 @@ class NodePlan:
     deploy_dir: str
     env_dir: str
     unit_dir: str
+    run_dir: str
     wheels: list
     scripts: NodeScripts
     lock_path: str
@@ -63,6 +64,7 @@ def plan_for(data, operator_env=None) -> NodePlan:
     unit = f"{service}.service"
     deploy_dir = _get(data, "sglang_deploy_dir")
     env_dir = _get(data, "env_dir")
+    run_dir = _get(data, "run_dir")
     secrets = profile.env_file_vars(operator_env)
     venv_python = f"{profile.engine.venv}/bin/python"
     env_path = f"{env_dir}/{service}.env"
@@ -82,12 +84,13 @@ def plan_for(data, operator_env=None) -> NodePlan:
         deploy_dir=deploy_dir,
         env_dir=env_dir,
         unit_dir=_get(data, "unit_dir"),
+        run_dir=run_dir,
         wheels=wheels,
         scripts=NodeScripts(f"{deploy_dir}/node", unit, profile,
                             files={"env": env_path, "unit": unit_path},
                             last_good_dir=f"{_get(data, 'state_dir')}/{service}/last-good",
-                            wheels_dir=wheels_dir),
-        lock_path=f"/run/sglang-deploy/{service}.lock",
+                            wheels_dir=wheels_dir, run_dir=run_dir),
+        lock_path=f"{run_dir}/{service}.lock",
         lock_wait_s=float(_get(data, "deploy_lock_wait_s")),
         lock_holder=f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}",
         rollback=_flag(_get(data, "rollback")),

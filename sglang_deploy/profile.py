@@ -154,6 +154,9 @@ class Readiness(_Section):
     # No new log line for this long outside the long phases (loading weights, capturing CUDA
     # graphs) is reported as a hang, before the full timeout.
     hang_after_s: float = Field(300.0, gt=0)
+    # /ping 200 this long without the "fired up" log line: /health 200 confirms instead (a lost
+    # log line must not fail a serving start; the warmup's /freeze_gc between them times out at 10 s).
+    fired_up_grace_s: float = Field(15.0, gt=0)
 
 
 class Hook(_Section):

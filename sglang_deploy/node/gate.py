@@ -27,23 +27,23 @@ Exit status: see status.py (READY, FAILED_START, TIMEOUT, HUNG).
 Without systemd (a GPU box, a test): `--pid PID --log FILE` gates a plain process instead of a
 unit, with the same phases, causes and readiness rules: the process being alive stands for the
 unit being active, the lines of its log file (its stdout and stderr) for the journal.
-    python3 gate.py --pid 4242 --log /tmp/server.log --port 30000 --served-name x --timeout 120
+    python3 gate.py --pid 4242 --log /tmp/server.log --port 30000 --served-name x --timeout 120 \
+        --interval 0.25 --progress-every 10 --hang-after 300 --fired-up-grace 15
 """
 import argparse
 import json
-import os
-import threading
 import time
-import urllib.error
-import urllib.request
 
 if __package__:
-    from . import procs, sglang_log, status, systemd
+    from . import sglang_log, status, systemd
+    from .http_probe import HttpProbe
+    from .watch import ProcessWatch, UnitWatch
 else:  # run as a script: the siblings' directory is on sys.path
-    import procs
     import sglang_log
     import status
     import systemd
+    from http_probe import HttpProbe
+    from watch import ProcessWatch, UnitWatch
 
 TAIL_LINES = 30
 KEEP_LINES = 5000
@@ -56,258 +56,6 @@ UP_FAST_S = 1.0
 
 def say(text):
     print(text, flush=True)
-
-
-def probe_host(host):
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-    return "[%s]" % host if ":" in host else host
-
-
-class HttpProbe(threading.Thread):
-    """Polls /v1/models until it lists the served name, then /ping until 200 (/health where the
-    server has no /ping); sets `up` then. With `confirm` set (the gate has waited long enough
-    for "fired up"), it also asks /health and sets `health_ok` on a 200."""
-
-    def __init__(self, host, port, served_name, interval, timeout=1.0, health_timeout=25.0):
-        super().__init__(daemon=True)
-        self.base = "http://%s:%d" % (probe_host(host), port)
-        self.served_name, self.interval = served_name, interval
-        self.timeout, self.health_timeout = timeout, health_timeout
-        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        self.state = "not probed yet"
-        self.models_ok = False
-        self.up_path = "/ping"
-        self.up = threading.Event()         # models listed and /ping (or /health) 200
-        self.up_mono = None
-        self.confirm = threading.Event()    # set by the gate: ask /health too
-        self.health_ok = threading.Event()
-        self.wake = threading.Event()
-        self.stopped = threading.Event()
-
-    def get(self, path, timeout):
-        """(status code, body) or (None, reason)."""
-        try:
-            with self.opener.open(self.base + path, timeout=timeout) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, b""
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            if isinstance(reason, ConnectionRefusedError):
-                return None, "port closed"
-            return None, "%s: %s" % (path, reason)
-        except OSError as exc:  # timeouts, resets
-            return None, "%s: %s" % (path, exc.__class__.__name__)
-
-    def probe_once(self):
-        if not self.models_ok:
-            code, body = self.get("/v1/models", self.timeout)
-            if code != 200:
-                self.state = body if code is None else "/v1/models %d" % code
-                return
-            try:
-                names = [m.get("id") for m in json.loads(body.decode("utf-8")).get("data", [])]
-            except (ValueError, AttributeError):
-                names = []
-            if self.served_name not in names:
-                self.state = "/v1/models lists %s, not %r" % (names, self.served_name)
-                return
-            self.models_ok = True
-        if not self.up.is_set():
-            health = self.up_path == "/health"
-            code, reason = self.get(self.up_path, self.health_timeout if health else self.timeout)
-            if code == 404 and not health:  # a release without /ping
-                self.up_path = "/health"
-                return self.probe_once()
-            if code != 200:
-                self.state = "/v1/models ok, " + (reason if code is None else "%s %d" % (self.up_path, code))
-                return
-            self.up_mono = time.monotonic()
-            self.up.set()
-            if health:
-                self.health_ok.set()
-            self.state = "/v1/models ok, %s 200" % self.up_path
-        if self.confirm.is_set() and not self.health_ok.is_set():
-            code, reason = self.get("/health", self.health_timeout)
-            if code == 200:
-                self.health_ok.set()
-            self.state = "/v1/models ok, %s 200, no 'fired up' line, /health %s" % (
-                self.up_path, reason if code is None else code)
-
-    def run(self):
-        while not self.stopped.is_set():
-            self.probe_once()
-            self.wake.wait(self.interval)
-            self.wake.clear()
-
-
-def unit_problem(show, base):
-    """Why the start being gated is over, or None while it is still going."""
-    active, sub = show.get("ActiveState", "?"), show.get("SubState", "?")
-    where = "unit %s/%s, %s" % (active, sub, systemd.describe_exit(show))
-    pid = systemd.as_int(show.get("MainPID"))
-    if show.get("LoadState", "loaded") != "loaded":
-        return "unit %s is not loaded (LoadState=%s)" % (base["unit"], show.get("LoadState"))
-    if active not in ("active", "activating", "reloading") or sub == "auto-restart":
-        return where
-    if show.get("InvocationID", "") != base["InvocationID"] or \
-            systemd.as_int(show.get("NRestarts")) > systemd.as_int(base["NRestarts"]):
-        return "unit was restarted by systemd (%s)" % where
-    if pid != base["MainPID"]:
-        return "main process changed from %d to %d (%s)" % (base["MainPID"], pid, where)
-    if pid <= 0 or not procs.alive(pid):
-        return "main process %d is gone (%s)" % (pid, where)
-    return None
-
-
-class UnitWatch:
-    """What the gate watches by default: a systemd unit (`systemctl show`) and its journal."""
-
-    source = "journal"
-
-    def __init__(self, unit, systemctl=systemd.SYSTEMCTL, journalctl=systemd.JOURNALCTL, since_cursor=None):
-        self.unit, self.systemctl, self.journalctl = unit, systemctl, journalctl
-        self.since_cursor = since_cursor
-        self.matches = None
-
-    @property
-    def label(self):
-        return self.unit
-
-    def show(self):
-        return systemd.unit_show(self.unit, systemctl=self.systemctl)
-
-    def begin(self, show):
-        """Select the lines of the start being gated."""
-        self.matches = ["-u", self.unit] if self.since_cursor else systemd.start_matches(self.unit, show)
-
-    def read(self, cursor):
-        """([(monotonic seconds or None, line)], cursor) of the lines after cursor."""
-        return systemd.journal_read(self.matches, cursor, journalctl=self.journalctl)
-
-    def problem(self, show, base):
-        return unit_problem(show, base)
-
-    def no_start(self, show):
-        """(problem, cause key) when there is no start to gate at all, else None."""
-        if show.get("LoadState", "loaded") != "loaded":
-            return unit_problem(show, {"unit": self.unit}), "unit-not-loaded"
-        if systemd.as_int(show.get("ExecMainStartTimestampMonotonic")) <= 0:
-            return "unit %s has not been started" % self.unit, "not-started"
-        return None
-
-    def state(self, show):
-        return "unit %s/%s" % (show.get("ActiveState"), show.get("SubState"))
-
-
-def parse_exit_code(stat_text):
-    """The waitpid()-style exit status in /proc/PID/stat (field 52, Linux >= 3.5; set once the
-    process is a zombie), or None where the kernel does not give it."""
-    fields = stat_text.rpartition(")")[2].split()  # fields[0] is field 3 (state)
-    try:
-        return int(fields[49])
-    except (IndexError, ValueError):
-        return None
-
-
-def exit_props(wait_status):
-    """systemd's ExecMainCode/ExecMainStatus for a waitpid()-style status (None: unknown)."""
-    if wait_status is None:
-        return {"ExecMainCode": "0", "ExecMainStatus": "0"}
-    if wait_status & 0x7F == 0:
-        return {"ExecMainCode": "1", "ExecMainStatus": str((wait_status >> 8) & 0xFF)}
-    return {"ExecMainCode": "3" if wait_status & 0x80 else "2", "ExecMainStatus": str(wait_status & 0x7F)}
-
-
-class ProcessWatch:
-    """A plain process instead of a unit: alive = active, its log file = its journal.
-
-    show() answers in systemctl's terms (LoadState, ActiveState, MainPID, ExecMain*...) so that
-    the gate's rules apply unchanged. A process that died is a zombie until its parent reaps it:
-    its exit status is read from /proc/PID/stat then. Log lines are handed over whole (a line
-    still being written waits for its newline, unless the process is gone).
-    """
-
-    source = "log"
-
-    def __init__(self, pid, log, proc=procs.PROC):
-        self.pid, self.log, self.proc = pid, log, proc
-        stat = procs.read_stat(pid, proc)
-        self.starttime = stat["starttime"] if stat else None
-
-    @property
-    def label(self):
-        return "pid %d (log %s)" % (self.pid, self.log)
-
-    def _stat_text(self):
-        try:
-            with open("%s/%d/stat" % (self.proc, self.pid)) as f:
-                return f.read()
-        except OSError:
-            return None
-
-    def started_monotonic_us(self):
-        """When the process started, on CLOCK_MONOTONIC (stat counts clock ticks since boot)."""
-        if self.starttime is None:
-            return 0
-        since_boot = self.starttime / float(os.sysconf("SC_CLK_TCK"))
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot
-        return max(0, int((time.monotonic() - age) * 1e6))
-
-    def alive(self):
-        return self.starttime is not None and procs.alive(self.pid, self.starttime, self.proc)
-
-    def show(self):
-        props = {"LoadState": "loaded", "MainPID": str(self.pid), "InvocationID": "", "NRestarts": "0",
-                 "ExecMainStartTimestampMonotonic": str(self.started_monotonic_us())}
-        if self.alive():
-            props.update(ActiveState="active", SubState="running", **exit_props(None))
-            return props
-        wait_status = None
-        text = self._stat_text() if self.starttime is not None else None
-        if text is not None:
-            try:
-                if procs.parse_stat(text)["starttime"] == self.starttime:  # not a reused pid
-                    wait_status = parse_exit_code(text)
-            except (ValueError, IndexError):
-                pass
-        props.update(ActiveState="failed", SubState="dead", **exit_props(wait_status))
-        return props
-
-    def begin(self, show):
-        pass
-
-    def read(self, cursor):
-        offset = int(cursor or 0)
-        try:
-            with open(self.log, "rb") as f:
-                if os.fstat(f.fileno()).st_size < offset:  # truncated: start over
-                    offset = 0
-                f.seek(offset)
-                data = f.read()
-        except FileNotFoundError:
-            return [], cursor
-        end = len(data) if not self.alive() else data.rfind(b"\n") + 1
-        text = data[:end].decode("utf-8", "replace")
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        return [(None, line.rstrip("\r")) for line in lines], offset + end
-
-    def problem(self, show, base):
-        if show.get("ActiveState") == "active":
-            return None
-        if show.get("ExecMainCode", "0") == "0":
-            return "process %d is gone (exit status unknown: already reaped)" % self.pid
-        return "process %d is gone (%s)" % (self.pid, systemd.describe_exit(show))
-
-    def no_start(self, show):
-        if self.starttime is None:
-            return "process %d does not exist" % self.pid, "no-process"
-        return None
-
-    def state(self, show):
-        return "process alive" if show.get("ActiveState") == "active" else "process gone"
 
 
 class Gate:
@@ -478,7 +226,7 @@ class Gate:
         return True
 
 
-def main(argv=None):
+def parser():
     p = argparse.ArgumentParser(description="Wait until an SGLang unit (or a plain process) is ready, "
                                             "or say why it is not.")
     target = p.add_mutually_exclusive_group(required=True)
@@ -489,15 +237,16 @@ def main(argv=None):
     p.add_argument("--served-name", required=True)
     p.add_argument("--timeout", type=float, required=True, help="seconds to wait for readiness")
     p.add_argument("--host", default="127.0.0.1", help="address to probe (0.0.0.0 means 127.0.0.1)")
-    p.add_argument("--interval", type=float, default=0.25, help="poll interval, seconds")
-    p.add_argument("--progress-every", type=float, default=10.0, help="heartbeat interval, seconds")
-    p.add_argument("--hang-after", type=float, default=300.0,
+    # The timings come from the profile's readiness section (their one default is there).
+    p.add_argument("--interval", type=float, required=True, help="poll interval, seconds")
+    p.add_argument("--progress-every", type=float, required=True, help="heartbeat interval, seconds")
+    p.add_argument("--hang-after", type=float, required=True,
                    help="no journal line for this long outside loading/graph capture = hung")
     p.add_argument("--http-timeout", type=float, default=1.0, help="timeout of /v1/models and /ping requests")
     p.add_argument("--health-timeout", type=float, default=25.0,
                    help="timeout of /health requests (0.5.23's handler takes >= 1 s, up to "
                         "SGLANG_HEALTH_CHECK_TIMEOUT=20 s)")
-    p.add_argument("--fired-up-grace", type=float, default=15.0,
+    p.add_argument("--fired-up-grace", type=float, required=True,
                    help="/ping 200 this long without a 'fired up' journal line: accept /health 200 "
                         "instead (the warmup's /freeze_gc, between the two, times out after 10 s)")
     since = p.add_mutually_exclusive_group()
@@ -507,6 +256,11 @@ def main(argv=None):
     p.add_argument("--json", metavar="FILE", help="also write a JSON summary here")
     p.add_argument("--systemctl", default=systemd.SYSTEMCTL)
     p.add_argument("--journalctl", default=systemd.JOURNALCTL)
+    return p
+
+
+def main(argv=None):
+    p = parser()
     args = p.parse_args(argv)
     if args.pid is not None:
         if not args.log:

@@ -141,15 +141,15 @@ def pth_directory(startup):
 
 
 @operation()
-def unit_file(unit, content, unit_dir="/etc/systemd/system", staging_dir="/run/sglang-deploy"):
+def unit_file(unit, content, staging_dir, unit_dir="/etc/systemd/system"):
     """
     Install a unit file once ``systemd-analyze verify`` accepted it, then daemon-reload; a
     rejected unit never replaces the one a running server came from.
 
     + unit: unit name, e.g. ``sglang.service``
     + content: the unit file's text
-    + unit_dir: where units are installed
     + staging_dir: where the candidate is verified (its file name must be the unit's)
+    + unit_dir: where units are installed
     """
     dest = f"{unit_dir}/{unit}"
     if _same_content(dest, content):

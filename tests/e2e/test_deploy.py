@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from sglang_deploy.inventory import deploy_defaults
 from sglang_deploy.node import status
 from sglang_deploy.node_scripts import NodeScripts
 from sglang_deploy.profile import load_profile
@@ -197,8 +198,8 @@ def health(node):
 def node_fingerprint(node):
     """Every deployed file's path, size and mtime, the deploy lock's directory included, and
     the unit's start: anything a deploy touches changes it."""
-    listing = ssh(node, "find %s /run/sglang-deploy -printf '%%p %%s %%T@\\n' 2>/dev/null | sort "
-                        "| sha1sum" % " ".join(DEPLOYED_PATHS), check=False)
+    paths = " ".join([*DEPLOYED_PATHS, deploy_defaults()["run_dir"]])
+    listing = ssh(node, "find %s -printf '%%p %%s %%T@\\n' 2>/dev/null | sort | sha1sum" % paths, check=False)
     return listing, unit_start(node)
 
 
@@ -242,8 +243,10 @@ def test_preflight_on_the_node_refuses_an_abbreviated_flag(converged):
                                       "server_args": {"speculative-num-steps": None,
                                                       "speculative-num-step": 2}})
     assert "--speculative-num-step" in profile.argv()
-    scripts = NodeScripts("/opt/sglang-deploy/node", "sglang.service", profile, files={},
-                          last_good_dir="/var/lib/sglang-deploy/sglang/last-good", wheels_dir=None)
+    data = deploy_defaults()
+    scripts = NodeScripts(f"{data['sglang_deploy_dir']}/node", "sglang.service", profile, files={},
+                          last_good_dir=f"{data['state_dir']}/sglang/last-good", wheels_dir=None,
+                          run_dir=data["run_dir"])
     before = node_fingerprint("node2")
     out = ssh("node2", scripts.preflight(f"{profile.engine.venv}/bin/python") + "; echo rc=$?")
     assert f"rc={status.PREFLIGHT_FAILED}" in out, out

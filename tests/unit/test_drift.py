@@ -264,7 +264,7 @@ def test_the_uploaded_scripts_run_on_their_own(tmp_path, pristine):
     plan = plan_for({"profile": "sandbox", "profile_overrides": {"engine": {"find_links": []}},
                      "sglang_deploy_dir": "/opt/sd", "env_dir": "/etc/sglang",
                      "unit_dir": "/etc/systemd/system", "state_dir": "/var/lib/sd",
-                     "deploy_lock_wait_s": 1, "rollback": False, "repair": False})
+                     "run_dir": "/run/sd", "deploy_lock_wait_s": 1, "rollback": False, "repair": False})
     node = tmp_path / "node"
     node.mkdir()
     for local, remote in plan.node_scripts:

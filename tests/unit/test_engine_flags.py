@@ -24,7 +24,7 @@ STANDIN = REPO / "engine-standin"
 PREFLIGHT = REPO / "sglang_deploy" / "node" / "preflight.py"
 OPTIONS = engine_flags.options_for("0.5.23")
 HOST_DATA = {"sglang_deploy_dir": "/opt/sd", "env_dir": "/etc/sglang",
-             "unit_dir": "/etc/systemd/system", "state_dir": "/var/lib/sd",
+             "unit_dir": "/etc/systemd/system", "state_dir": "/var/lib/sd", "run_dir": "/run/sd",
              "deploy_lock_wait_s": 1, "rollback": True, "repair": False}
 NO_WHEELS = {"engine": {"find_links": []}}  # unit tests do not need the stand-in wheel built
 

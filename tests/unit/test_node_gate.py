@@ -13,9 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.node import gate, status
+from sglang_deploy.node import http_probe, status, watch
+from sglang_deploy.node_scripts import gate_timings
+from sglang_deploy.profile import Readiness
 
 NODE = Path(__file__).resolve().parents[2] / "sglang_deploy" / "node"
+
+
+def gate_argv(target, port=1, served="x", timeout=20, json_path=None, extra=()):
+    """gate.py's command line for ``target`` (``--unit ...`` or ``--pid ... --log ...``), with
+    the timings as the controller passes them (the profile's readiness defaults, ``timeout``
+    apart), then the test's ``extra`` arguments (argparse: the last one given wins)."""
+    argv = [sys.executable, str(NODE / "gate.py"), *target, "--port", str(port), "--served-name", served,
+            *(str(arg) for arg in gate_timings(Readiness(timeout_s=timeout)))]
+    return argv + (["--json", str(json_path)] if json_path else []) + list(extra)
 
 FAKE_SYSTEMCTL = """\
 import json, os, sys
@@ -138,9 +149,8 @@ class FakeNode:
 
     def gate(self, *extra, timeout=20):
         """Start gate.py as a script (as on the node); returns the Popen."""
-        argv = [sys.executable, str(NODE / "gate.py"), "--unit", "sglang.service", "--port", str(self.port),
-                "--served-name", "kimi-k2.5", "--systemctl", self.systemctl, "--journalctl", self.journalctl,
-                "--json", str(self.dir / "gate.json"), "--timeout", str(timeout)] + list(extra)
+        argv = gate_argv(["--unit", "sglang.service", "--systemctl", self.systemctl, "--journalctl", self.journalctl],
+                         self.port, "kimi-k2.5", timeout, self.dir / "gate.json", extra)
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
 
     def summary(self):
@@ -337,22 +347,22 @@ def test_unit_problem_rules():
     base = {"unit": "u", "MainPID": os.getpid(), "InvocationID": "a", "NRestarts": "0"}
     ok = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "MainPID": str(os.getpid()),
           "InvocationID": "a", "NRestarts": "0"}
-    assert gate.unit_problem(ok, base) is None
-    assert gate.unit_problem(dict(ok, ActiveState="activating", SubState="start"), base) is None
-    assert "auto-restart" in gate.unit_problem(dict(ok, ActiveState="activating", SubState="auto-restart"), base)
-    assert "deactivating" in gate.unit_problem(dict(ok, ActiveState="deactivating", SubState="stop-sigterm"), base)
-    assert "restarted" in gate.unit_problem(dict(ok, NRestarts="1"), base)
-    assert "restarted" in gate.unit_problem(dict(ok, InvocationID="b"), base)
-    assert "changed" in gate.unit_problem(dict(ok, MainPID="1"), base)
-    assert "not loaded" in gate.unit_problem(dict(ok, LoadState="not-found"), base)
+    assert watch.unit_problem(ok, base) is None
+    assert watch.unit_problem(dict(ok, ActiveState="activating", SubState="start"), base) is None
+    assert "auto-restart" in watch.unit_problem(dict(ok, ActiveState="activating", SubState="auto-restart"), base)
+    assert "deactivating" in watch.unit_problem(dict(ok, ActiveState="deactivating", SubState="stop-sigterm"), base)
+    assert "restarted" in watch.unit_problem(dict(ok, NRestarts="1"), base)
+    assert "restarted" in watch.unit_problem(dict(ok, InvocationID="b"), base)
+    assert "changed" in watch.unit_problem(dict(ok, MainPID="1"), base)
+    assert "not loaded" in watch.unit_problem(dict(ok, LoadState="not-found"), base)
     killed = dict(ok, ActiveState="failed", SubState="failed", ExecMainCode="2", ExecMainStatus="9")
-    assert "killed by signal 9" in gate.unit_problem(killed, base)
+    assert "killed by signal 9" in watch.unit_problem(killed, base)
 
 
 def test_probe_host_mapping():
-    assert gate.probe_host("0.0.0.0") == "127.0.0.1"
-    assert gate.probe_host("::") == "[::1]"
-    assert gate.probe_host("10.0.0.5") == "10.0.0.5"
+    assert http_probe.probe_host("0.0.0.0") == "127.0.0.1"
+    assert http_probe.probe_host("::") == "[::1]"
+    assert http_probe.probe_host("10.0.0.5") == "10.0.0.5"
 
 
 def test_runs_from_a_flat_directory_like_on_the_node(tmp_path):

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from sglang_deploy.node import gate, status
-from test_node_gate import NODE, FakeNode, finish
+from sglang_deploy.node import status, watch
+from test_node_gate import FakeNode, finish, gate_argv
 
 MISSING_TOOL = "/nonexistent/never-called"
 
@@ -35,10 +35,9 @@ class ProcessNode(FakeNode):
             f.write(text)
 
     def gate(self, *extra, timeout=20, pid=None):
-        argv = [sys.executable, str(NODE / "gate.py"), "--pid", str(pid or self.main.pid),
-                "--log", str(self.logfile), "--port", str(self.port), "--served-name", "kimi-k2.5",
-                "--systemctl", MISSING_TOOL, "--journalctl", MISSING_TOOL,
-                "--json", str(self.dir / "gate.json"), "--timeout", str(timeout)] + list(extra)
+        argv = gate_argv(["--pid", str(pid or self.main.pid), "--log", str(self.logfile),
+                          "--systemctl", MISSING_TOOL, "--journalctl", MISSING_TOOL],
+                         self.port, "kimi-k2.5", timeout, self.dir / "gate.json", extra)
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
 
 
@@ -163,21 +162,21 @@ def test_hang_detected_from_the_log(node):
 def test_log_read_from_offsets(tmp_path):
     log = tmp_path / "x.log"
     log.write_bytes(b"one\ntw")
-    watch = gate.ProcessWatch(os.getpid(), str(log))
-    entries, cursor = watch.read(None)
+    log_watch = watch.ProcessWatch(os.getpid(), str(log))
+    entries, cursor = log_watch.read(None)
     assert entries == [(None, "one")] and cursor == 4
     with open(log, "ab") as f:
         f.write(b"o\r\nthr\xc3\xa9e\n")
-    entries, cursor = watch.read(cursor)
+    entries, cursor = log_watch.read(cursor)
     assert [line for _, line in entries] == ["two", "thr\u00e9e"]
-    assert watch.read(cursor) == ([], cursor)
+    assert log_watch.read(cursor) == ([], cursor)
     log.write_bytes(b"new\n")  # truncated and rewritten: read from the start again
-    assert watch.read(cursor) == ([(None, "new")], 4)
-    assert gate.ProcessWatch(os.getpid(), str(tmp_path / "none.log")).read(None) == ([], None)
+    assert log_watch.read(cursor) == ([(None, "new")], 4)
+    assert watch.ProcessWatch(os.getpid(), str(tmp_path / "none.log")).read(None) == ([], None)
 
 
 def test_show_in_systemctl_terms_for_a_live_process():
-    show = gate.ProcessWatch(os.getpid(), "/dev/null").show()
+    show = watch.ProcessWatch(os.getpid(), "/dev/null").show()
     assert show["ActiveState"] == "active" and show["MainPID"] == str(os.getpid())
     started = int(show["ExecMainStartTimestampMonotonic"]) / 1e6
     assert 0 < started <= time.monotonic()
@@ -187,14 +186,14 @@ def test_show_in_systemctl_terms_for_a_live_process():
     (0, "1", "0"), (1 << 8, "1", "1"), (2 << 8, "1", "2"), (9, "2", "9"), (15, "2", "15"), (0x80 | 6, "3", "6"),
 ])
 def test_exit_props_from_wait_status(wait_status, code, exit_status):
-    assert gate.exit_props(wait_status) == {"ExecMainCode": code, "ExecMainStatus": exit_status}
+    assert watch.exit_props(wait_status) == {"ExecMainCode": code, "ExecMainStatus": exit_status}
 
 
 def test_exit_code_field_of_proc_stat():
     head = "4242 (sglang::sched) uler) Z 1 " + " ".join(["0"] * 46)  # fields 5..50
-    assert gate.parse_exit_code(head + " 0 256") == 256            # field 52
-    assert gate.parse_exit_code(head) is None                      # an old kernel: no field 52
-    assert gate.exit_props(None) == {"ExecMainCode": "0", "ExecMainStatus": "0"}
+    assert watch.parse_exit_code(head + " 0 256") == 256            # field 52
+    assert watch.parse_exit_code(head) is None                      # an old kernel: no field 52
+    assert watch.exit_props(None) == {"ExecMainCode": "0", "ExecMainStatus": "0"}
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -205,8 +204,7 @@ def test_exit_code_field_of_proc_stat():
     ([], "one of the arguments --unit --pid is required"),
 ])
 def test_usage_errors(argv, message):
-    proc = subprocess.run([sys.executable, str(NODE / "gate.py"), "--port", "1", "--served-name", "x",
-                           "--timeout", "1"] + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.run(gate_argv(argv, timeout=1), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True)
     assert proc.returncode == status.USAGE
     assert message in proc.stderr

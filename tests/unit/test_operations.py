@@ -56,7 +56,8 @@ def run(monkeypatch):
 PLAN = plan_for({"profile": "sandbox", "profile_overrides": {"engine": {"find_links": []}},
                  "sglang_deploy_dir": "/opt/sd",
                  "env_dir": "/etc/sglang", "unit_dir": "/etc/systemd/system",
-                 "state_dir": "/var/lib/sd", "deploy_lock_wait_s": 1, "rollback": True,
+                 "state_dir": "/var/lib/sd", "run_dir": "/run/sglang-deploy",
+                 "deploy_lock_wait_s": 1, "rollback": True,
                  "repair": False})
 PINS = ["sglang==0.5.23+sandbox"]
 
@@ -128,9 +129,9 @@ def test_unit_unchanged_is_a_noop_and_changed_is_verified_before_install(run):
     import hashlib
     text = "[Service]\n"
     commands, noops = run(operations.unit_file, {Sha1File: hashlib.sha1(text.encode()).hexdigest()},
-                          "sglang.service", text)
+                          "sglang.service", text, PLAN.run_dir)
     assert commands == [] and noops
-    commands, _ = run(operations.unit_file, {Sha1File: None}, "sglang.service", text)
+    commands, _ = run(operations.unit_file, {Sha1File: None}, "sglang.service", text, PLAN.run_dir)
     assert [c for c in commands if isinstance(c, str)] == [
         "mkdir -p /run/sglang-deploy",
         "systemd-analyze verify /run/sglang-deploy/sglang.service",
@@ -209,7 +210,7 @@ def test_node_scripts_command_lines():
     scripts = PLAN.scripts
     assert scripts.gate() == ("python3 /opt/sd/node/gate.py --unit sglang.service --port 30000 "
                               "--served-name tiny-standin --timeout 120 --interval 0.25 "
-                              "--progress-every 10.0 --hang-after 300.0 "
+                              "--progress-every 10.0 --hang-after 300.0 --fired-up-grace 15.0 "
                               "--json /run/sglang-deploy/sglang.service.gate.json")
     assert scripts.restart() == ("python3 /opt/sd/node/restart.py --unit sglang.service "
                                  "--port 30000 --stop-timeout 150")
