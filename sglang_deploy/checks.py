@@ -253,6 +253,7 @@ def hook(node, plan) -> Check:
     hook_vars = redact.mapping(plan.profile.hook_vars())
 
     def fresh(env=""):
+        """(the hook's file or None, the environment) of a fresh interpreter, or (None, error)."""
         found = node.run(f"env -i {env} {shlex.quote(python)} -c {shlex.quote(HOOK_PROBE)}")
         if found.rc != 0:
             return None, f"{python}: {found.stderr.strip()[-300:]}"
@@ -260,7 +261,7 @@ def hook(node, plan) -> Check:
         return probe["hook"], redact.mapping(probe["env"])
 
     imported, env = fresh()
-    if imported is None:
+    if isinstance(env, str):
         return Check("hook", FAILED, env)
     if not imported:
         return Check("hook", FAILED, "the venv interpreter did not import sglang_deploy_env at start-up")
