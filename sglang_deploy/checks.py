@@ -1,37 +1,97 @@
-"""What `make verify` looks at on a node, each as a Check ("ok", "warning", "failed", or
-"not checked (<tool> missing)"): computed once here, asserted by tests/host and tabulated by
-sglang_deploy.report.
+"""Every check `make verify` makes on a node, and the one list of them: REGISTRY.
 
-Each function takes a testinfra host and the host's NodePlan (profile + paths). Every check's
-detail passes through the profile's Redactor (`@_redacted`): node output (journal lines, a gate
-report's cause, a script's message) never carries a secret value into a report.
+A check is a function (testinfra host, the host's NodePlan) -> Check or [Check, ...], registered
+by its `@verify_check(...)` line, which also says how it shows in the per-host table. From
+REGISTRY come tests/host (one test per host and check), the table and reports/verify.json
+(sglang_deploy.summary). The registration order is the table's column order.
+
+To add a check: write the function here, with its `@verify_check("name")` line above it.
+
+Every check's detail passes through the profile's Redactor: node output (journal lines, a gate
+report's cause, a script's message, a file's values) never carries a secret value into a
+report.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import functools
 import json
+import re
 import shlex
+from dataclasses import dataclass
+from typing import Callable
 
+from .check import FAILED, OK, WARNING, Check
+from .envfile import parse_env_file
 from .facts import Serving, WorkerEnvironment
-from .gpu_health import (FAILED, OK, WARNING, Check, acs_check, gpus_check, iommu_check,
-                         is_pcie_tuned, parse_gpus, topology_check)
+from .gpu_health import (acs_check, gpus_check, iommu_check, is_pcie_tuned, parse_gpus,
+                         topology_check)
 from .nccl_confirm import confirm
 from .node import status
 from .redact import Redactor
 
 NVIDIA_SMI_GPUS = "nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits"
+# Run by the venv's interpreter with an empty environment, so only the start-up hook sets variables.
+HOOK_PROBE = (
+    "import json, os, sys; "
+    "hook = sys.modules.get('sglang_deploy_env'); "
+    "print(json.dumps({'hook': hook and hook.__file__, 'env': dict(os.environ)}))"
+)
+SITE_DIRS_PROBE = "import json, site; print(json.dumps(site.getsitepackages()))"
 
 
-def _redacted(check_function):
-    @functools.wraps(check_function)
-    def check(node, plan):
-        redact = Redactor.for_profile(plan.profile)
-        redact.add(values=plan.secret_values)
-        found = check_function(node, plan)
-        clean = lambda c: Check(c.name, c.state, redact.text(c.detail))  # noqa: E731
-        return [clean(c) for c in found] if isinstance(found, list) else clean(found)
-    return check
+def state_of(name):
+    """The table cell of most checks: the state of the check called ``name``."""
+    return lambda by_name: by_name[name]["state"] if name in by_name else "-"
+
+
+@dataclass(frozen=True)
+class VerifyCheck:
+    name: str                 # the Check's name: its line in the output, its entry in the JSON
+    function: Callable        # (testinfra host, NodePlan) -> Check or [Check, ...], redacted
+    column: str | None        # its header in the table (None: not a column of its own)
+    cell: Callable            # {check name: JSON form of the check} -> what the table shows
+    warning_fails: bool       # whether a warning fails tests/host (a failure always does)
+
+    @property
+    def id(self) -> str:
+        """The check's name as a pytest id: `test_check[node1-workers-env]`."""
+        return re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-")
+
+    def run(self, node, plan) -> list[Check]:
+        found = self.function(node, plan)
+        return found if isinstance(found, list) else [found]
+
+
+REGISTRY: list[VerifyCheck] = []
+
+
+def redactor(plan) -> Redactor:
+    redact = Redactor.for_profile(plan.profile)
+    redact.add(values=plan.secret_values)
+    return redact
+
+
+def verify_check(name, column=None, cell=None, warning_fails=True):
+    """Registers the decorated check under ``name``, shown in the table under ``column``
+    (default: ``name``; False: no column of its own) by ``cell`` (default: its state)."""
+    def register(check_function):
+        @functools.wraps(check_function)
+        def check(node, plan):
+            redact = redactor(plan)
+            found = check_function(node, plan)
+            clean = lambda c: dataclasses.replace(c, detail=redact.text(c.detail))  # noqa: E731
+            return [clean(c) for c in found] if isinstance(found, list) else clean(found)
+        REGISTRY.append(VerifyCheck(name, check, name if column is None else column or None,
+                                    cell or state_of(name), warning_fails))
+        return check
+    return register
+
+
+def host_checks(node, plan) -> list[Check]:
+    return [found for entry in REGISTRY for found in entry.run(node, plan)]
 
 
 def _tool_output(node, tool, command):
@@ -47,38 +107,213 @@ def _fact(node, fact_class, **kwargs):
     return fact.process(node.run(fact.command(**kwargs)).stdout.splitlines())
 
 
-@_redacted
+def _tp_size(plan) -> int:
+    return int(plan.profile.server_args.get("tp-size") or 1)
+
+
+def _ownership(node, path, want_user, want_mode, want_group=None):
+    """"<path> is <mode> <user>[:<group>], not ..." when a file or directory is not as wanted."""
+    found = node.file(path)
+    if not found.exists:
+        return [f"{path} is missing"]
+    have = (found.user, found.group if want_group else None, found.mode)
+    if have == (want_user, want_group, want_mode):
+        return []
+    owner = lambda user, group: user + (f":{group}" if group else "")  # noqa: E731
+    return [f"{path} is {have[2]:o} {owner(*have[:2])}, not {want_mode:o} {owner(want_user, want_group)}"]
+
+
+def last_passed(by_name) -> str:
+    """The table's "last passed gate": the profile the node last passed its gate with, or "none"."""
+    found = by_name.get("last good")
+    if found is None:
+        return "-"
+    if found["detail"].startswith("no configuration"):
+        return "none"
+    return found["detail"].split(" (", 1)[0]
+
+
+def _last_start_cell(by_name):
+    start = by_name.get("last start", {"state": "-"})
+    return start["detail"] if start["state"] == OK else start["state"]
+
+
+@verify_check("last good", column="last passed gate", cell=last_passed, warning_fails=False)
+def last_good(node, plan) -> Check:
+    """The profile the node last passed its readiness gate with (kept for rollback: after a
+    rollback it is not the profile verify checks against), and that its copy of the env file
+    (secrets included) is as private as the original."""
+    directory = plan.scripts.last_good_dir
+    if not node.file(directory).exists:
+        return Check.nothing_to_check("last good", "no configuration has passed the gate here yet")
+    private = (_ownership(node, directory, "root", 0o700)
+               + _ownership(node, f"{directory}/env", "root", 0o600, want_group="root"))
+    state_dir = node.file(directory.rsplit("/", 1)[0])
+    if state_dir.user != "root" or state_dir.mode & 0o022:
+        private.append(f"{state_dir.path} is {state_dir.mode:o} {state_dir.user}: not root's alone")
+    found = node.run(f"cat {shlex.quote(directory)}/manifest.json")
+    if found.rc != 0:
+        check = Check.nothing_to_check("last good", "no configuration has passed the gate here yet")
+    else:
+        manifest = json.loads(found.stdout)
+        passed = f"{manifest['profile']} (passed the gate at {manifest['saved_at']}"
+        if manifest["profile"] != plan.profile.name:
+            check = Check("last good", WARNING,
+                          f"{passed}; verified against {plan.profile.name}: rolled back?)")
+        else:
+            check = Check("last good", OK, f"{passed})")
+    if private:
+        return Check("last good", FAILED, f"{check.detail}; not private: {'; '.join(private)}")
+    return check
+
+
+@verify_check("serving")
 def serving(node, plan) -> Check:
+    """The port listens on every address, /health answers 200 and /v1/models lists the name."""
     profile = plan.profile
     found = _fact(node, Serving, port=profile.service.port,
                   served_name=profile.model.served_name) or {}
-    detail = f"/health {found.get('health')}, /v1/models {found.get('models')}"
-    if found.get("ready"):
+    listening = node.socket(f"tcp://0.0.0.0:{profile.service.port}").is_listening
+    if found.get("ready") and listening:
         return Check("serving", OK, f"{profile.model.served_name} on :{profile.service.port}")
+    detail = f"/health {found.get('health')}, /v1/models {found.get('models')}"
+    if not listening:
+        detail = f"nothing listens on 0.0.0.0:{profile.service.port}; {detail}"
     return Check("serving", FAILED, detail)
 
 
-@_redacted
+@verify_check("last start", cell=_last_start_cell)
+def last_start(node, plan) -> Check:
+    """The readiness gate's account of the last start it gated: time per phase, or the cause."""
+    found = node.run(f"cat {plan.scripts.gate_report}")
+    if found.rc != 0:
+        return Check.nothing_to_check("last start", "no gate report on the node (started outside a deploy)")
+    report = json.loads(found.stdout)
+    if report["status"] != status.READY:
+        return Check("last start", WARNING, f"{report['status_name']}: {report['cause_text']}")
+    phases = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in report["phases"].items()
+                       if name != "ready")
+    return Check("last start", OK, f"ready in {report['elapsed_s']:.1f}s ({phases})")
+
+
+@verify_check("env file")
+def env_file(node, plan) -> Check:
+    """Root's alone (0600 in a 0700 directory), every variable of the profile with its value,
+    and every secret the operator exported (by name)."""
+    redact = redactor(plan)
+    problems = (_ownership(node, plan.env_dir, "root", 0o700)
+                + _ownership(node, plan.env_path, "root", 0o600, want_group="root"))
+    if not node.file(plan.env_path).exists:
+        return Check("env file", FAILED, "; ".join(problems))
+    on_node = redact.mapping(parse_env_file(node.file(plan.env_path).content_string))
+    expected = redact.mapping(parse_env_file(plan.env_text))
+    hook_vars = plan.profile.hook_vars()
+    problems += [f"{name} is {on_node.get(name)!r}, expected {expected.get(name)!r}"
+                 for name in hook_vars if on_node.get(name) != expected.get(name)]
+    problems += [f"secret {name} missing" for name in plan.profile.secrets
+                 if name in expected and name not in on_node]
+    if problems:
+        return Check("env file", FAILED, f"{plan.env_path}: {'; '.join(problems)}")
+    return Check("env file", OK, f"{len(hook_vars)} variables as the profile has them")
+
+
+@verify_check("unit")
+def unit(node, plan) -> Check:
+    """The installed unit is the profile's rendering, `systemd-analyze verify` accepts it, and
+    the service is enabled and running."""
+    path = f"{plan.unit_dir}/{plan.unit}"
+    installed = node.file(path)
+    if not installed.exists:
+        return Check("unit", FAILED, f"{path} is missing")
+    problems = []
+    if installed.content_string != plan.unit_text:
+        changed = [line for line in difflib.unified_diff(
+            installed.content_string.splitlines(), plan.unit_text.splitlines(), n=0, lineterm="")
+            if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+        difference = changed[0] if changed else "line endings"
+        problems.append(f"{path} differs from the profile's rendering (- on the node, + rendered; "
+                        f"first: {difference})")
+    verified = node.run(f"systemd-analyze verify {shlex.quote(path)}")
+    if verified.rc != 0:
+        problems.append(f"systemd-analyze verify: {verified.stderr.strip()[-300:]}")
+    service = node.service(plan.profile.service.name)
+    problems += [f"{plan.unit} is not {what}" for what, yes in
+                 (("enabled", service.is_enabled), ("running", service.is_running)) if not yes]
+    if problems:
+        return Check("unit", FAILED, "; ".join(problems))
+    return Check("unit", OK, f"{plan.unit} as rendered, enabled, running")
+
+
+@verify_check("hook")
+def hook(node, plan) -> Check:
+    """The venv's interpreter really imports the start-up hook, from a site directory, and it
+    sets every variable of the profile, leaving one the caller already set alone."""
+    redact = redactor(plan)
+    python = f"{plan.profile.engine.venv}/bin/python"
+    hook_vars = redact.mapping(plan.profile.hook_vars())
+
+    def fresh(env=""):
+        """(the hook's file or None, the environment) of a fresh interpreter, or (None, error)."""
+        found = node.run(f"env -i {env} {shlex.quote(python)} -c {shlex.quote(HOOK_PROBE)}")
+        if found.rc != 0:
+            return None, f"{python}: {found.stderr.strip()[-300:]}"
+        probe = json.loads(found.stdout)
+        return probe["hook"], redact.mapping(probe["env"])
+
+    imported, env = fresh()
+    if isinstance(env, str):
+        return Check("hook", FAILED, env)
+    if not imported:
+        return Check("hook", FAILED, "the venv interpreter did not import sglang_deploy_env at start-up")
+    problems = []
+    site_dirs = json.loads(node.run(f"{shlex.quote(python)} -c {shlex.quote(SITE_DIRS_PROBE)}").stdout)
+    if imported.rsplit("/", 1)[0] not in site_dirs:
+        problems.append(f"{imported} is not in a site directory ({', '.join(site_dirs)})")
+    problems += [f"fresh {python}: {name} is {env.get(name)!r}, expected {value!r}"
+                 for name, value in hook_vars.items() if env.get(name) != value]
+    name = next(iter(hook_vars), None)
+    if name:
+        _, env = fresh(f"{name}=set-by-caller")
+        if not isinstance(env, dict) or env.get(name) != "set-by-caller":
+            problems.append(f"the hook overrides {name} that the caller set")
+    if problems:
+        return Check("hook", FAILED, "; ".join(problems))
+    return Check("hook", OK, f"{imported} sets {len(hook_vars)} variables, none the caller set")
+
+
+@verify_check("workers' env")
 def workers_env(node, plan) -> Check:
+    """tp-size schedulers, every one carrying every variable of the profile."""
     report = _fact(node, WorkerEnvironment, scripts_dir=plan.scripts.directory, unit=plan.unit,
                    expect=plan.profile.hook_vars()) or {}
-    if report.get("status") == status.READY:
-        return Check("workers' env", OK, f"{len(report['workers'])} schedulers carry "
-                     f"{len(plan.profile.hook_vars())} variables")
-    return Check("workers' env", FAILED, report.get("message") or "our scripts are not on the node")
+    if not report:
+        return Check("workers' env", FAILED, "our scripts are not on the node")
+    if report["status"] != status.READY:
+        return Check("workers' env", FAILED, report.get("message") or "; ".join(
+            f"pid {worker['pid']}: {worker['error'] or _mismatches(worker['mismatches'])}"
+            for worker in report["workers"] if not worker["ok"]))
+    if len(report["workers"]) != _tp_size(plan):
+        return Check("workers' env", FAILED, f"{len(report['workers'])} schedulers, tp-size {_tp_size(plan)}")
+    return Check("workers' env", OK, f"{len(report['workers'])} schedulers carry "
+                 f"{len(plan.profile.hook_vars())} variables")
 
 
-@_redacted
+def _mismatches(mismatches):
+    return ", ".join(f"{m['var']} is {m['actual']!r}, expected {m['expected']!r}"
+                     if m["actual"] is not None else f"{m['var']} is missing" for m in mismatches)
+
+
+@verify_check("nccl confirmation")
 def nccl_confirmation(node, plan) -> Check:
     """NCCL's own "<VAR> set by environment to <value>" lines of the current start, per rank."""
     env = plan.profile.hook_vars()
     if env.get("NCCL_DEBUG", "").upper() != "INFO":
-        return Check("nccl confirmation", WARNING,
-                     "not requested: start once with NCCL_DEBUG=INFO in the profile's env")
+        return Check.nothing_to_check(
+            "nccl confirmation", "not requested: start once with NCCL_DEBUG=INFO in the profile's env")
     invocation = node.run(f"systemctl show -p InvocationID --value {plan.unit}").stdout.strip()
     journal = node.run(f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={invocation}").stdout
     expected = {name: value for name, value in env.items() if name.startswith("NCCL_")}
-    tp = int(plan.profile.server_args.get("tp-size") or 1)
+    tp = _tp_size(plan)
     report = confirm(journal.splitlines(), expected, ranks_expected=tp)
     source = "stand-in's NCCL-format lines (simulated)" if _is_standin(node, plan) else "NCCL's log"
     if report.ok:
@@ -92,9 +327,10 @@ def _is_standin(node, plan):
     return version.endswith("+sandbox")
 
 
-@_redacted
+@verify_check("drift")
 def drift(node, plan) -> Check:
-    """Installed engine files against their wheels' RECORD, and versions against the pins."""
+    """Installed engine files against their wheels' RECORD, and every pinned distribution's
+    installed version against its pin."""
     names = plan.profile.engine.drift_check
     pins = plan.profile.engine.packages
     python = f"{plan.profile.engine.venv}/bin/python"
@@ -116,7 +352,7 @@ def drift(node, plan) -> Check:
     return Check("drift", verdict, "; ".join(problems) or result.stderr.strip()[-200:])
 
 
-@_redacted
+@verify_check("gpus", warning_fails=False)
 def gpus(node, plan) -> list[Check]:
     """GPU count and model, link types, ACS on PCIe bridges, IOMMU: tools missing on a node
     make a check "not checked", never "ok"."""
@@ -133,36 +369,3 @@ def gpus(node, plan) -> list[Check]:
         acs_check(_tool_output(node, "lspci", "lspci -vvv")),
         iommu_check(node.run("cat /proc/cmdline").stdout, iommu_dir.stdout if iommu_dir.rc == 0 else None),
     ]
-
-
-@_redacted
-def last_start(node, plan) -> Check:
-    """The readiness gate's account of the last start it gated: time per phase, or the cause."""
-    found = node.run(f"cat {plan.scripts.gate_report}")
-    if found.rc != 0:
-        return Check("last start", WARNING, "no gate report on the node (started outside a deploy)")
-    report = json.loads(found.stdout)
-    if report["status"] != status.READY:
-        return Check("last start", WARNING, f"{report['status_name']}: {report['cause_text']}")
-    phases = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in report["phases"].items()
-                       if name != "ready")
-    return Check("last start", OK, f"ready in {report['elapsed_s']:.1f}s ({phases})")
-
-
-@_redacted
-def last_good(node, plan) -> Check:
-    """The profile the node last passed its readiness gate with (kept for rollback): after a
-    rollback it is not the profile verify checks against."""
-    found = node.run(f"cat {plan.scripts.last_good_dir}/manifest.json")
-    if found.rc != 0:
-        return Check("last good", WARNING, "no configuration has passed the gate here yet")
-    manifest = json.loads(found.stdout)
-    if manifest["profile"] != plan.profile.name:
-        return Check("last good", WARNING, f"{manifest['profile']} (passed the gate at "
-                     f"{manifest['saved_at']}; verified against {plan.profile.name}: rolled back?)")
-    return Check("last good", OK, f"{manifest['profile']} (passed the gate at {manifest['saved_at']})")
-
-
-def host_checks(node, plan) -> list[Check]:
-    return [serving(node, plan), last_start(node, plan), last_good(node, plan), workers_env(node, plan),
-            nccl_confirmation(node, plan), drift(node, plan), *gpus(node, plan)]

@@ -6,7 +6,7 @@ Parsers (each takes the command's stdout as text):
     parse_topology      nvidia-smi topo -m                      -> {(gpu_a, gpu_b): link type}
     parse_acs           lspci -vvv  (or `lspci -vvv | grep ACSCtl`) -> devices with ACSCtl SrcValid+
     iommu_state         /proc/cmdline and `ls /sys/class/iommu` (or dmesg lines) -> on / off / unknown
-and the verdicts built on them, each a Check whose state is "ok", "warning", "failed" or
+and the verdicts built on them, each a Check (sglang_deploy.check) whose state is "ok", "warning", "failed" or
 "not checked (<tool> missing)". Pass None for the output of a tool that is not installed:
 a check that could not look is never "ok".
 
@@ -18,42 +18,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from .check import FAILED, OK, WARNING, Check
 from .nccl_vars import PCIE_TUNING, tunes_for_pcie
-
-OK = "ok"
-WARNING = "warning"
-FAILED = "failed"
-_NOT_CHECKED = re.compile(r"^not checked \(.+ missing\)$")
 
 
 class ParseError(ValueError):
     """Command output in a shape the parser does not know."""
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    state: str          # OK, WARNING, FAILED, or "not checked (<tool> missing)"
-    detail: str = ""
-
-    def __post_init__(self):
-        if self.state not in (OK, WARNING, FAILED) and not _NOT_CHECKED.match(self.state):
-            raise ValueError("unknown check state %r" % self.state)
-
-    @classmethod
-    def not_checked(cls, name: str, tool: str, detail: str = "") -> "Check":
-        return cls(name, "not checked (%s missing)" % tool, detail)
-
-    @property
-    def ok(self) -> bool:
-        return self.state == OK
-
-    @property
-    def checked(self) -> bool:
-        return not self.state.startswith("not checked")
-
-    def line(self) -> str:
-        return "%s: %s%s" % (self.name, self.state, " - " + self.detail if self.detail else "")
 
 
 # ---------------------------------------------------------------------------------- nvidia-smi CSV

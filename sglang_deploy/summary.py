@@ -1,11 +1,11 @@
 """Per-host report of what an inventory's nodes serve and whether it is what they should:
 `python -m sglang_deploy.summary [INVENTORY] [--limit H1,H2] [--json FILE]`. Exit 1 when any check failed.
 
-Columns: host, the profile it was checked against, the profile it last passed its readiness
-gate with (they differ after a rollback), serving, last start (time per phase), workers' env,
-NCCL confirmation, drift, GPUs, warnings — each from sglang_deploy.checks, the same functions
-`make verify`'s tests assert (their details already redacted of secret values). A host that
-cannot be checked at all gets a row saying so; the table is printed whatever failed.
+Columns: host, the profile it was checked against, then one per check of
+sglang_deploy.checks.REGISTRY (the same checks `make verify`'s tests assert, their details
+already redacted of secret values; "last passed gate" is the profile the host last passed its
+readiness gate with: it differs from the one checked against after a rollback), warnings. A host
+that cannot be checked at all gets a row saying so; the table is printed whatever failed.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from pathlib import Path
 
 from . import checks
 from .cli import exit_on_deploy_error
-from .gpu_health import FAILED, OK, WARNING, Check
+from .check import FAILED, OK, WARNING, Check
 from .inventory import inventory_hosts, testinfra_host
 from .plan import plan_for
 from .redact import Redactor
 
-COLUMNS = ("host", "checked against", "last passed gate", "serving", "last start", "workers' env", "nccl confirmation",
-           "drift", "gpus", "warnings")
+COLUMNS = ("host", "checked against", *(entry.column for entry in checks.REGISTRY if entry.column),
+           "warnings")
 
 
 def host_report(name, data):
@@ -42,22 +42,14 @@ def host_report(name, data):
 
 def row(report):
     by_name = {c["name"]: c for c in report["checks"]}
-    cell = lambda name: by_name[name]["state"] if name in by_name else "-"  # noqa: E731
-    warnings = [f"{c['name']}: {c['detail']}" for c in report["checks"] if c["state"] == WARNING]
-    start = by_name.get("last start", {"state": "-"})
-    return (report["host"], report["profile"], report["last_passed_gate"], cell("serving"),
-            start["detail"] if start["state"] == OK else start["state"], cell("workers' env"),
-            cell("nccl confirmation"), cell("drift"), cell("gpus"), str(len(warnings)))
+    warnings = [c for c in report["checks"] if c["state"] == WARNING]
+    return (report["host"], report["profile"],
+            *(entry.cell(by_name) for entry in checks.REGISTRY if entry.column), str(len(warnings)))
 
 
 def last_passed(report):
     """The profile name the node last passed its gate with, or "none"."""
-    found = next((c for c in report["checks"] if c["name"] == "last good"), None)
-    if found is None:
-        return "-"
-    if found["detail"].startswith("no configuration"):
-        return "none"
-    return found["detail"].split(" (", 1)[0]
+    return checks.last_passed({c["name"]: c for c in report["checks"]})
 
 
 def failed(report):

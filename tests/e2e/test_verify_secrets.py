@@ -59,8 +59,8 @@ def assert_no_secret_at_any_verbosity(profile, failing, token=TOKEN):
     for args in VERBOSITIES:
         returncode, output = verify_tests(profile, args, token)
         assert returncode == 1, f"{args}: expected failures\n{output[-3000:]}"
-        for test in failing:
-            assert f"{test}[{NODE}]" in output, f"{args}: {test} did not fail\n{output[-3000:]}"
+        for check in failing:
+            assert f"test_check[{NODE}-{check}]" in output, f"{args}: {check} did not fail\n{output[-3000:]}"
         assert not shown_parts(output), f"{args}: shows {shown_parts(output)}"
 
 
@@ -85,13 +85,13 @@ def test_every_copy_of_the_secret_on_the_node_is_root_only(deployed):
 def test_passing_verify_shows_no_secret(deployed):
     returncode, output = verify_tests("sandbox", ["-vv", "-l", "-rA"])
     assert returncode == 0, output[-3000:]
-    assert "test_last_known_good_copy_of_the_env_file_is_as_private[node1] PASSED" in output
+    # The last good check includes its copy of the env file being as private as the original.
+    assert f"test_check[{NODE}-last-good] PASSED" in output
     assert not shown_parts(output)
 
 
 def test_verify_against_another_profile_fails_without_showing_the_secret(deployed):
-    assert_no_secret_at_any_verbosity("sandbox-eagle3", [
-        "test_unit_is_valid_enabled_and_active"])
+    assert_no_secret_at_any_verbosity("sandbox-eagle3", ["unit"])
     returncode, output = make_verify("sandbox-eagle3")
     assert returncode != 0 and not shown_parts(output), output[-3000:]
     header, row = [line.split() for line in output.splitlines() if line.startswith(("host ", f"{NODE} "))][:2]
@@ -110,8 +110,7 @@ def test_hand_edited_env_file_fails_without_showing_the_secret(deployed):
     while "2" != ssh(NODE, "pgrep -c -f '^sglang::scheduler'", check=False).strip():
         assert time.monotonic() < deadline, "the schedulers did not come back"
         time.sleep(1)
-    failing = ["test_env_file_is_private_and_rendered_from_the_profile",
-               "test_every_scheduler_carries_the_profile_environment"]
+    failing = ["env-file", "workers-env"]
     assert_no_secret_at_any_verbosity("sandbox", failing)
     # A verify run by someone who never exported the value: masked by the secret's name.
     assert_no_secret_at_any_verbosity("sandbox", failing, token=None)
@@ -122,7 +121,7 @@ def test_hand_edited_env_file_fails_without_showing_the_secret(deployed):
 
 def test_stopped_server_fails_without_showing_the_secret(deployed):
     ssh(NODE, "systemctl stop sglang.service")
-    assert_no_secret_at_any_verbosity("sandbox", ["test_port_listens_and_server_is_ready"])
+    assert_no_secret_at_any_verbosity("sandbox", ["serving"])
     returncode, output = make_verify("sandbox")
     assert returncode != 0 and not shown_parts(output), output[-3000:]
     assert f"{NODE}: serving: failed" in output

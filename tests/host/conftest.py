@@ -2,10 +2,11 @@
 
 Expected values come from the same profile loader and renderers the deploy uses.
 
-No secret value reaches the output, passing or failing, at any verbosity: tests get a plan whose
-env text has its secrets masked, and read secret-bearing node data (the env file, a worker's
-environ) only through Node's redacting readers; and every report passes through
-sglang_deploy.redact_reports before anything prints it.
+The tests are sglang_deploy.checks.REGISTRY, one per host and check. No secret value reaches the
+output, passing or failing, at any verbosity: the checks get a plan whose env text has its
+secrets masked, mask secret-bearing node data (the env file, a worker's environ) as they read
+it and redact every detail; and every report passes through sglang_deploy.redact_reports before
+anything prints it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 import testinfra
 
-from sglang_deploy.envfile import parse_env_file
+from sglang_deploy.checks import REGISTRY
 from sglang_deploy.inventory import inventory_hosts, testinfra_host
 from sglang_deploy.plan import NodePlan, plan_for
 from sglang_deploy.redact import Redactor
@@ -42,23 +43,6 @@ class Node:
     name: str
     host: testinfra.host.Host
     plan: NodePlan  # env_text with secrets masked, secret_values empty
-    redact: Redactor
-
-    def run_ok(self, command, *args):
-        result = self.host.run(command, *args)
-        assert result.rc == 0, self.redact.text(
-            f"{self.name}: {command % args if args else command}: {result.stderr}")
-        return result.stdout
-
-    def env_file(self) -> dict:
-        """The env file on the node as systemd reads it, secrets masked."""
-        return self.redact.mapping(parse_env_file(self.host.file(self.plan.env_path).content_string))
-
-    def environ(self, pid) -> dict:
-        """A process's /proc/<pid>/environ, secrets masked."""
-        items = self.host.file(f"/proc/{pid}/environ").content.split(b"\0")
-        return self.redact.mapping(dict(item.decode(errors="replace").split("=", 1)
-                                        for item in items if b"=" in item))
 
 
 def redacted_plan(plan: NodePlan, redact: Redactor) -> NodePlan:
@@ -71,6 +55,8 @@ def pytest_generate_tests(metafunc):
         limit = set(filter(None, metafunc.config.getoption("limit").split(",")))
         hosts = [(name, data) for name, data in hosts if not limit or name in limit]
         metafunc.parametrize("node_spec", hosts, ids=[name for name, _ in hosts], scope="session")
+    if "check" in metafunc.fixturenames:
+        metafunc.parametrize("check", REGISTRY, ids=[check.id for check in REGISTRY])
 
 
 @pytest.fixture(scope="session")
@@ -81,4 +67,4 @@ def node(node_spec):
     redact.add(values=plan.secret_values)
     SECRETS.add(redact.names, plan.secret_values)
     SECRETS.add_profile(plan.profile)
-    return Node(name=name, host=testinfra_host(data), plan=redacted_plan(plan, redact), redact=redact)
+    return Node(name=name, host=testinfra_host(data), plan=redacted_plan(plan, redact))

@@ -1,0 +1,175 @@
+"""The registry of verify checks: every check is a column of the per-host table, a line of
+reports/verify.json and a test of tests/host; what a check asserts, against a fake node."""
+
+import json
+import secrets
+from dataclasses import dataclass, field
+
+import pytest
+
+from sglang_deploy import checks, summary
+from sglang_deploy.check import FAILED, OK, WARNING
+from sglang_deploy.plan import plan_for
+
+SECRET = "hf_" + secrets.token_hex(16)
+HOST_DATA = {"profile": "baseline", "sglang_deploy_dir": "/opt/d", "env_dir": "/etc/s",
+             "unit_dir": "/etc/systemd/system", "state_dir": "/var/lib/d",
+             "deploy_lock_wait_s": 1, "rollback": True, "repair": False}
+
+
+@dataclass
+class Result:
+    rc: int
+    stdout: str = ""
+    stderr: str = ""
+
+
+@dataclass
+class File:
+    path: str
+    exists: bool = True
+    user: str = "root"
+    group: str = "root"
+    mode: int = 0o600
+    content_string: str = ""
+
+
+@dataclass
+class Node:
+    """A testinfra-like host: files by path, command outputs by a word of the command."""
+    files: dict = field(default_factory=dict)
+    outputs: dict = field(default_factory=dict)
+    listening: bool = True
+    running: bool = True
+
+    def file(self, path):
+        return self.files.get(path, File(path, exists=False))
+
+    def run(self, command):
+        return next((result for word, result in self.outputs.items() if word in command), Result(1))
+
+    def socket(self, spec):
+        return type("Socket", (), {"is_listening": self.listening})()
+
+    def service(self, name):
+        return type("Service", (), {"is_enabled": True, "is_running": self.running})()
+
+
+@pytest.fixture
+def plan(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    return plan_for(HOST_DATA)
+
+
+def deployed(plan, **changes):
+    """A node as the deploy leaves it (files only), with ``changes`` to its files."""
+    files = {plan.env_dir: File(plan.env_dir, mode=0o700),
+             plan.env_path: File(plan.env_path, content_string=plan.env_text),
+             f"{plan.unit_dir}/{plan.unit}": File(f"{plan.unit_dir}/{plan.unit}", mode=0o644,
+                                                   content_string=plan.unit_text)}
+    return Node(files={**files, **changes}, outputs={"systemd-analyze": Result(0)})
+
+
+def test_every_registered_check_is_a_column_of_the_table():
+    names = [entry.name for entry in checks.REGISTRY]
+    assert len(set(names)) == len(names) and len({e.id for e in checks.REGISTRY}) == len(names)
+    report = {"host": "node1", "profile": "p", "last_passed_gate": "p",
+              "checks": [{"name": name, "state": FAILED, "detail": "x"} for name in names]}
+    row = dict(zip(summary.COLUMNS, summary.row(report)))
+    assert list(row)[:3] == ["host", "checked against", "last passed gate"]
+    for entry in checks.REGISTRY:
+        if entry.name != "last good":
+            assert row[entry.column] == FAILED, entry.name
+    assert set(summary.COLUMNS) >= {"env file", "unit", "hook", "serving", "workers' env"}
+
+
+def test_every_registered_check_runs_and_no_detail_carries_a_secret(plan):
+    """A node whose every answer holds the secret: each check still gives a verdict, redacted."""
+    leaky = Result(1, "", f"error: {SECRET}; HF_TOKEN={SECRET}")
+    node = Node(files={path: File(path, content_string=f"HF_TOKEN={SECRET}\n")
+                       for path in (plan.env_path, plan.env_dir)},
+                outputs={"": leaky}, listening=False)
+    found = checks.host_checks(node, plan)
+    assert [c.name for c in found][:len(checks.REGISTRY)] == [e.name for e in checks.REGISTRY]
+    assert not any(SECRET in c.detail for c in found), [c.line() for c in found]
+    assert {c.name: c.state for c in found}["env file"] == FAILED
+
+
+def test_env_file_check_asserts_modes_and_every_value(plan):
+    assert checks.env_file(deployed(plan), plan).state == OK
+    name = next(iter(plan.profile.hook_vars()))
+    edited = plan.env_text.replace(f'{name}="', f'{name}="edited-')
+    found = checks.env_file(deployed(plan, **{
+        plan.env_dir: File(plan.env_dir, mode=0o755),
+        plan.env_path: File(plan.env_path, mode=0o644, content_string=edited)}), plan)
+    assert found.state == FAILED
+    assert f"{plan.env_dir} is 755 root, not 700 root" in found.detail
+    assert f"{plan.env_path} is 644 root:root, not 600 root:root" in found.detail
+    assert f"{name} is 'edited-" in found.detail and SECRET not in found.detail
+
+
+def test_unit_check_asserts_content_verify_enabled_and_running(plan):
+    assert checks.unit(deployed(plan), plan).state == OK
+    path = f"{plan.unit_dir}/{plan.unit}"
+    node = deployed(plan, **{path: File(path, content_string=plan.unit_text.replace("Restart=", "#"))})
+    node.running = False
+    node.outputs["systemd-analyze"] = Result(1, stderr="Unknown key")
+    found = checks.unit(node, plan)
+    assert found.state == FAILED
+    assert "differs from the profile's rendering" in found.detail and "-#" in found.detail
+    assert "systemd-analyze verify: Unknown key" in found.detail and "not running" in found.detail
+
+
+def test_serving_needs_the_port_listening_on_every_address(plan):
+    ready = json.dumps({"health": 200, "models": [plan.profile.model.served_name], "ready": True})
+    node = Node(outputs={"urllib": Result(0, ready)})
+    assert checks.serving(node, plan).state == OK
+    node.listening = False
+    assert checks.serving(node, plan).state == FAILED
+    assert "nothing listens on 0.0.0.0" in checks.serving(node, plan).detail
+
+
+def test_workers_env_needs_tp_size_schedulers_each_with_every_variable(plan):
+    worker = {"pid": 7, "title": "sglang::scheduler_TP0", "ok": True, "error": None, "mismatches": []}
+    report = {"status": 0, "message": None, "workers": [worker]}
+    found = checks.workers_env(Node(outputs={"workers.py": Result(0, json.dumps(report))}), plan)
+    assert found.state == FAILED and found.detail == "1 schedulers, tp-size 8"
+    name = next(iter(plan.profile.hook_vars()))
+    worker = {**worker, "ok": False, "mismatches": [{"var": name, "expected": "a", "actual": "b"}]}
+    report = {"status": 7, "message": None, "workers": [worker] * 8}
+    found = checks.workers_env(Node(outputs={"workers.py": Result(0, json.dumps(report))}), plan)
+    assert found.state == FAILED and f"pid 7: {name} is 'b', expected 'a'" in found.detail
+
+
+def test_hook_check_asserts_site_dir_every_value_and_precedence(plan):
+    site = "/opt/sglang/venv/lib/python3.11/site-packages"
+    env = plan.profile.hook_vars()
+    name = next(iter(env))
+    probe = lambda env: Result(0, json.dumps({"hook": f"{site}/sglang_deploy_env.py", "env": env}))  # noqa: E731
+    node = Node(outputs={f"env -i {name}=set-by-caller": probe({**env, name: "set-by-caller"}),
+                         "env -i": probe(env), "getsitepackages": Result(0, json.dumps([site]))})
+    assert checks.hook(node, plan).state == OK
+    node.outputs[f"env -i {name}=set-by-caller"] = probe(env)
+    found = checks.hook(node, plan)
+    assert found.state == FAILED and f"the hook overrides {name} that the caller set" in found.detail
+    node.outputs["env -i"] = Result(0, json.dumps({"hook": None, "env": {}}))
+    assert "did not import sglang_deploy_env" in checks.hook(node, plan).detail
+
+
+def test_last_good_asserts_its_env_copy_is_private_and_still_names_the_profile(plan):
+    directory = plan.scripts.last_good_dir
+    manifest = json.dumps({"profile": "baseline", "saved_at": "2026-11-30 19:00:00 UTC"})
+    node = Node(files={directory: File(directory, mode=0o700),
+                       directory.rsplit("/", 1)[0]: File(directory.rsplit("/", 1)[0], mode=0o755),
+                       f"{directory}/env": File(f"{directory}/env", mode=0o644)},
+                outputs={"manifest.json": Result(0, manifest)})
+    found = checks.last_good(node, plan)
+    assert found.state == FAILED and f"{directory}/env is 644 root:root, not 600 root:root" in found.detail
+    assert checks.last_passed({"last good": {"state": found.state, "detail": found.detail}}) == "baseline"
+    node.files[f"{directory}/env"].mode = 0o600
+    assert checks.last_good(node, plan).state == OK
+
+
+def test_nothing_to_check_is_a_warning_that_does_not_apply(plan):
+    for found in (checks.last_good(Node(), plan), checks.last_start(Node(), plan)):
+        assert found.state == WARNING and not found.applies
