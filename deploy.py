@@ -29,10 +29,8 @@ print_lint_warnings(plan)
 sglang.deploy_lock(name="Deploy lock", path=plan.lock_path, wait_s=plan.lock_wait_s,
                    holder=plan.lock_holder)
 
-# 3. Our on-node scripts: readiness gate, restart sequence, worker environment check.
-for local_script, remote_script in plan.node_scripts:
-    files.put(name=f"On-node script {local_script.name}", src=str(local_script),
-              dest=remote_script, mode="0755")
+# 3. Our on-node scripts (readiness gate, restart sequence, worker check, ...), as one set.
+sglang.node_scripts(name="On-node scripts", files=plan.node_scripts)
 
 # 4. Preflight, before anything the server runs from changes: can this configuration start here?
 sglang.preflight(name="Preflight", scripts=plan.scripts, repairing=bool(plan.repair),

@@ -20,6 +20,7 @@ _STARTUP_PY = (
     "'version': '%d.%d' % sys.version_info[:2]}))"
 )
 # Run on the node by the Serving fact and by `make verify`: health status, model ids, verdict.
+# The deploy asks /ping (a flag, instant); verify asks /health (0.5.23: a 1-token generation, >= 1 s).
 SERVING_PROBE_PY = """
 import json, sys, urllib.request
 base, name = sys.argv[1], sys.argv[2]
@@ -97,12 +98,13 @@ class UnitState(FactBase):
 
 class Serving(FactBase):
     """
-    Whether the server on ``port`` serves ``served_name``: ``/health`` status, the model ids of
-    ``/v1/models`` and ``ready`` (health 200 and the name listed).
+    Whether the server on ``port`` serves ``served_name``: the status of ``health_path``
+    (``/ping``: healthy flag, instant; ``/health``: a generation, >= 1 s on SGLang 0.5.23), the
+    model ids of ``/v1/models`` and ``ready`` (health 200 and the name listed).
     """
 
-    def command(self, port, served_name):
-        args = f"http://127.0.0.1:{int(port)} {shlex.quote(served_name)}"
+    def command(self, port, served_name, health_path="/health"):
+        args = f"http://127.0.0.1:{int(port)} {shlex.quote(served_name)} {shlex.quote(health_path)}"
         return f"python3 -c {shlex.quote(SERVING_PROBE_PY)} {args}"
 
     def process(self, output):

@@ -9,8 +9,9 @@ from .files import (HOOK_MODULE, HOOK_PTH, binary_file, pth_directory, secret_fi
                     unit_file)
 from .lock import deploy_lock
 from .records import manifest_recorded
+from .scripts import node_scripts
 from .service import preflight, restarted, serving
 
 __all__ = ["engine", "engine_matches", "binary_file", "secret_file", "startup_hook", "unit_file",
            "pth_directory", "HOOK_MODULE", "HOOK_PTH", "deploy_lock", "preflight", "restarted", "serving",
-           "manifest_recorded"]
+           "manifest_recorded", "node_scripts"]

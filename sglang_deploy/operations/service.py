@@ -172,7 +172,7 @@ def serving(scripts, hook_python, rollback=True):
     if unit_state.get("ActiveState") not in ("active", "activating"):
         yield FunctionCommand(_start_and_record, (scripts, hook_python), {})
         return
-    serving_now = host.get_fact(Serving, port=profile.service.port,
+    serving_now = host.get_fact(Serving, port=profile.service.port, health_path="/ping",
                                 served_name=profile.model.served_name)
     if not (serving_now and serving_now["ready"]):
         yield FunctionCommand(_gate_and_record, (scripts, hook_python, rollback), {})
