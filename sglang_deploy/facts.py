@@ -23,14 +23,14 @@ _STARTUP_PY = (
 # The deploy asks /ping (a flag, instant); verify asks /health (0.5.23: a 1-token generation, >= 1 s).
 SERVING_PROBE_PY = """
 import json, sys, urllib.request
-base, name = sys.argv[1], sys.argv[2]
+base, name, health_path = sys.argv[1], sys.argv[2], sys.argv[3]
 def get(path):
     try:
         with urllib.request.urlopen(base + path, timeout=3) as r:
             return r.status, r.read()
     except OSError as e:
         return getattr(e, 'code', None), b''
-health, _ = get('/health')
+health, _ = get(health_path)
 code, body = get('/v1/models')
 try:
     models = [m['id'] for m in json.loads(body)['data']] if code == 200 else []
