@@ -51,18 +51,23 @@ class Outcome:
         return f"sglang-deploy: {self.host}: {self.state}" + (f" ({self.why})" if self.why else "")
 
 
-def host_outcome(name, *, unreachable=None, failed_at=None, executed, prepared_ops, changed_ops):
+def host_outcome(name, *, unreachable=None, failed_at=None, executed, prepared_ops, changed_ops,
+                 stopped_before=None):
     """One host's outcome from what the run saw of it.
 
     unreachable: why the connection failed (None: connected); failed_at: the operation that
     failed (None: none did); executed: whether operations ran at all (not a dry run);
     prepared_ops: operations prepared for the host; changed_ops: those that changed (executed)
-    or would change (not executed).
+    or would change (not executed); stopped_before: the first operation an executed run never
+    completed for the host, with no failure recorded (pyinfra stopped on an internal error).
     """
     if unreachable is not None:
         return Outcome(name, UNREACHABLE, unreachable)
     if failed_at is not None:
         return Outcome(name, FAILED, f"at {failed_at}; its cause is above")
+    if executed and stopped_before is not None:
+        return Outcome(name, FAILED, f"the run stopped before {stopped_before} completed; "
+                                     "its cause is above")
     if not prepared_ops:
         return Outcome(name, NOT_RUN, "the deploy stopped before its operations; see above")
     if not executed:
@@ -125,8 +130,7 @@ class OutcomeRecorder(BaseStateCallback):
 
     def operation_host_error(self, state, host, op_hash, retry_count=0, max_retries=0):
         if retry_count >= max_retries:
-            names = state.op_meta[op_hash].names
-            self.failed_at.setdefault(host.name, repr(", ".join(sorted(names)) or op_hash))
+            self.failed_at.setdefault(host.name, _names(state, op_hash))
 
     def outcomes(self, state) -> list:
         executed = state.current_stage >= StateStage.Execute
@@ -145,10 +149,16 @@ class OutcomeRecorder(BaseStateCallback):
                 changed = sum(1 for data in ops.values() if _changed(data.operation_meta))
             else:
                 changed = state.meta[host].ops_change if host in state.meta else 0
+            stopped_before = next((_names(state, op_hash) for op_hash, data in ops.items()
+                                   if not data.operation_meta.is_complete()), None)
             found.append(host_outcome(host.name, unreachable=unreachable, failed_at=failed_at,
                                       executed=executed, prepared_ops=len(ops),
-                                      changed_ops=changed))
+                                      changed_ops=changed, stopped_before=stopped_before))
         return found
+
+
+def _names(state, op_hash) -> str:
+    return repr(", ".join(sorted(state.op_meta[op_hash].names)) or op_hash)
 
 
 def _changed(meta) -> bool:

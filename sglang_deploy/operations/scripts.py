@@ -10,6 +10,8 @@ from pyinfra.api.command import FileUploadCommand
 
 
 class FileDigests(FactBase):
+    default = dict  # no file found: pyinfra does not call process() on empty output
+
     """
     ``{path: (mode, sha256)}`` of the given remote files, in one command; missing files are
     absent. ``mode`` as octal text, e.g. ``"755"``.

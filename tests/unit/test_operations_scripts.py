@@ -74,3 +74,8 @@ def test_the_fact_parses_mode_digest_and_path():
     fact = FileDigests()
     assert "sha256sum" in fact.command(["/opt/sd/node/a b.py"]) and "'/opt/sd/node/a b.py'" in fact.command(["/opt/sd/node/a b.py"])
     assert fact.process(["755 abc /opt/sd/node/a b.py"]) == {"/opt/sd/node/a b.py": ("755", "abc")}
+
+
+def test_no_file_on_the_node_reads_as_an_empty_mapping():
+    # pyinfra hands an empty output to default(), not to process().
+    assert FileDigests().default() == {}

@@ -47,8 +47,11 @@ def test_report_ends_with_the_exit_status():
 
 
 class Meta:
-    def __init__(self, changed):
-        self.changed = changed
+    def __init__(self, changed, complete=True):
+        self.changed, self.complete = changed, complete
+
+    def is_complete(self):
+        return self.complete
 
     def did_succeed(self, _raise_if_not_complete=True):
         return True
@@ -104,3 +107,15 @@ def test_a_dry_run_says_what_would_change():
     outcomes = OutcomeRecorder().outcomes(state)
     assert outcomes[0] == Outcome("node1", WOULD_CHANGE, "1 operation")
     assert outcomes[1].state == NOT_RUN
+
+
+def test_a_run_stopped_by_an_internal_error_is_a_failure_not_unchanged():
+    # pyinfra's greenlet died inside an operation: nothing recorded a failure, and the
+    # operations from there on never completed.
+    state, node1, node2 = fake_state(StateStage.Disconnect)
+    state.ops[node1] = {"a": SimpleNamespace(operation_meta=Meta(False, complete=False))}
+    state.failed_hosts, state.activated_hosts = set(), {node1, node2}
+    found = OutcomeRecorder().outcomes(state)
+    assert found[0] == Outcome("node1", FAILED,
+                               "the run stopped before 'Serving' completed; its cause is above")
+    assert exit_status(found) == EXIT_DEPLOY_ERROR
