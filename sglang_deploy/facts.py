@@ -185,3 +185,24 @@ class LastGood(FactBase):
 
     def process(self, output):
         return _json_output(output)
+
+
+class FileDigests(FactBase):
+    """
+    ``{path: {"mode": "644", "user": "root", "sha256": hex}}`` of the given remote files, in
+    one command (pyinfra's File + Sha1File cost two per file); missing files are absent.
+    """
+
+    default = dict  # no file found: pyinfra does not call process() on empty output
+
+    def command(self, paths):
+        quoted = " ".join(shlex.quote(path) for path in paths)
+        return (f"for f in {quoted}; do test -f \"$f\" && echo \"$(stat -c '%a %U' \"$f\") "
+                f"$(sha256sum < \"$f\" | cut -d' ' -f1) $f\"; done; true")
+
+    def process(self, output):
+        found = {}
+        for line in output:
+            mode, user, digest, path = line.split(" ", 3)
+            found[path] = {"mode": mode, "user": user, "sha256": digest}
+        return found

@@ -8,10 +8,9 @@ from io import StringIO
 from pyinfra import host, logger
 from pyinfra.api import operation
 from pyinfra.api.command import FileUploadCommand
-from pyinfra.facts.files import File, FileContents, Sha1File
-from pyinfra.operations import files
+from pyinfra.facts.files import FileContents
 
-from ..facts import InterpreterStartup
+from ..facts import FileDigests, InterpreterStartup
 
 HOOK_MODULE = "sglang_deploy_env.py"
 HOOK_PTH = "sglang_deploy_env.pth"
@@ -29,10 +28,9 @@ def secret_file(dest, content, secret_values=(), mode="0600"):
     + mode: file mode
     """
     own = f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}"
-    if _same_content(dest, content):
-        remote = host.get_fact(File, path=dest) or {}
-        # pyinfra's File fact writes modes as octal digits in an int: 0600 -> 600.
-        if remote.get("mode") != int(mode) or remote.get("user") != "root":
+    remote = _remote(dest)
+    if _same_content(remote, content):
+        if remote["mode"] != mode.lstrip("0") or remote["user"] != "root":
             yield own
         else:
             host.noop(f"{dest} is up to date")
@@ -58,21 +56,26 @@ def binary_file(src, dest, mode="0644"):
     + mode: file mode
     """
     with open(src, "rb") as local:
-        wanted = hashlib.sha1(local.read()).hexdigest()
-    present = host.get_fact(Sha1File, path=dest)
+        wanted = hashlib.sha256(local.read()).hexdigest()
+    present = (_remote(dest) or {}).get("sha256")
     if present == wanted:
         host.noop(f"{dest} is up to date")
         return
     if _diff_wanted():
-        verb = f"replace {dest} (sha1 {present})" if present else f"create {dest}"
-        host.log(f"Will {verb} with {src} (binary, sha1 {wanted})", logger.info)
+        verb = f"replace {dest} (sha256 {present})" if present else f"create {dest}"
+        host.log(f"Will {verb} with {src} (binary, sha256 {wanted})", logger.info)
     yield f"mkdir -p {shlex.quote(dest.rsplit('/', 1)[0] or '/')}"
     yield FileUploadCommand(src, dest, remote_temp_filename=host.get_temp_filename(dest))
     yield f"chmod {mode} {shlex.quote(dest)}"
 
 
-def _same_content(dest, content):
-    return host.get_fact(Sha1File, path=dest) == hashlib.sha1(content.encode()).hexdigest()
+def _remote(dest):
+    """Mode, owner and sha256 of a remote file (one command), or None if it does not exist."""
+    return host.get_fact(FileDigests, paths=[dest]).get(dest)
+
+
+def _same_content(remote, content):
+    return remote is not None and remote["sha256"] == hashlib.sha256(content.encode()).hexdigest()
 
 
 def _diff_wanted():
@@ -119,8 +122,20 @@ def startup_hook(python, module_text, pth_text):
     if paths is None:
         host.noop(f"{python} does not exist yet (a dry run before the engine step)")
         return
-    yield from files.put._inner(src=StringIO(module_text), dest=paths["hook"], mode="0644")
-    yield from files.put._inner(src=StringIO(pth_text), dest=paths["hook_pth"], mode="0644")
+    wanted = {paths["hook"]: module_text, paths["hook_pth"]: pth_text}
+    remote = host.get_fact(FileDigests, paths=list(wanted))
+    for dest, text in wanted.items():
+        found = remote.get(dest)
+        if not _same_content(found, text):
+            _log_redacted_diff(dest, text, ())
+            yield FileUploadCommand(StringIO(text), dest,
+                                    remote_temp_filename=host.get_temp_filename(dest))
+            yield f"chmod 0644 {shlex.quote(dest)}"
+        elif found["mode"] != "644":
+            yield f"chmod 0644 {shlex.quote(dest)}"
+    if all(_same_content(remote.get(dest), text) and remote[dest]["mode"] == "644"
+           for dest, text in wanted.items()):
+        host.noop(f"start-up hook {paths['hook_pth']} is up to date")
 
 
 def hook_paths(python):
@@ -152,7 +167,7 @@ def unit_file(unit, content, staging_dir, unit_dir="/etc/systemd/system"):
     + unit_dir: where units are installed
     """
     dest = f"{unit_dir}/{unit}"
-    if _same_content(dest, content):
+    if _same_content(_remote(dest), content):
         host.noop(f"{dest} is up to date")
         return
     _log_redacted_diff(dest, content, ())

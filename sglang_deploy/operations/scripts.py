@@ -5,34 +5,19 @@ import hashlib
 import shlex
 
 from pyinfra import host
-from pyinfra.api import FactBase, operation
+from pyinfra.api import operation
 from pyinfra.api.command import FileUploadCommand
 
-
-class FileDigests(FactBase):
-    default = dict  # no file found: pyinfra does not call process() on empty output
-
-    """
-    ``{path: (mode, sha256)}`` of the given remote files, in one command; missing files are
-    absent. ``mode`` as octal text, e.g. ``"755"``.
-    """
-
-    def command(self, paths):
-        quoted = " ".join(shlex.quote(path) for path in paths)
-        return (f"for f in {quoted}; do test -f \"$f\" && "
-                f"echo \"$(stat -c %a \"$f\") $(sha256sum < \"$f\" | cut -d' ' -f1) $f\"; done; true")
-
-    def process(self, output):
-        found = {}
-        for line in output:
-            mode, digest, path = line.split(" ", 2)
-            found[path] = (mode, digest)
-        return found
+from ..facts import FileDigests
 
 
 def _digest(path):
     with open(path, "rb") as local:
         return hashlib.sha256(local.read()).hexdigest()
+
+
+def _differs(found, digest):
+    return found is None or found["sha256"] != digest
 
 
 @operation()
@@ -46,10 +31,9 @@ def node_scripts(files, mode="0755"):
     """
     remote = host.get_fact(FileDigests, paths=[dest for _, dest in files])
     wanted_mode = mode.lstrip("0")
-    stale = [(src, dest) for src, dest in files
-             if remote.get(dest, (None, None))[1] != _digest(src)]
+    stale = [(src, dest) for src, dest in files if _differs(remote.get(dest), _digest(src))]
     modes = [dest for src, dest in files if (src, dest) not in stale
-             and remote[dest][0] != wanted_mode]
+             and remote[dest]["mode"] != wanted_mode]
     if not stale and not modes:
         host.noop(f"{len(files)} scripts are up to date")
         return

@@ -2,20 +2,27 @@
 calls host.noop when there is nothing to do."""
 
 
+import hashlib
+
 import pytest
 from pyinfra.api import FunctionCommand
 from pyinfra.api.command import FileUploadCommand
-from pyinfra.facts.files import File, Sha1File
 
 from pyinfra.context import ctx_host
 
 from sglang_deploy import operations
 from sglang_deploy.operations import files as files_ops
 from sglang_deploy.operations import service
-from sglang_deploy.facts import (EngineDrift, InstalledDistributions, InterpreterStartup,
+from sglang_deploy.facts import (EngineDrift, FileDigests, InstalledDistributions, InterpreterStartup,
                                  LastGood, Serving, UnitState, WorkerEnvironment)
 from sglang_deploy.node import status
 from sglang_deploy.plan import plan_for
+
+
+def on_node(content, mode):
+    """FileDigests' answer for files holding ``content`` with ``mode``, whatever paths are asked."""
+    digest = hashlib.sha256(content.encode()).hexdigest()
+    return lambda paths: {path: {"mode": mode, "user": "root", "sha256": digest} for path in paths}
 
 
 class FakeHost:
@@ -103,8 +110,7 @@ def test_engine_repair_reinstalls_drifted_and_removes_strays(run):
 def test_secret_file_unchanged_is_a_noop(run):
     content = "A=\"1\"\n"
     import hashlib
-    facts = {Sha1File: hashlib.sha1(content.encode()).hexdigest(),
-             File: {"mode": 600, "user": "root"}}
+    facts = {FileDigests: on_node(content, "600")}
     commands, noops = run(operations.secret_file, facts, "/etc/sglang/s.env", content)
     assert commands == [] and noops == ["/etc/sglang/s.env is up to date"]
 
@@ -112,14 +118,13 @@ def test_secret_file_unchanged_is_a_noop(run):
 def test_secret_file_with_wrong_mode_is_fixed_without_upload(run):
     content = "A=\"1\"\n"
     import hashlib
-    facts = {Sha1File: hashlib.sha1(content.encode()).hexdigest(),
-             File: {"mode": 644, "user": "root"}}
+    facts = {FileDigests: on_node(content, "644")}
     commands, _ = run(operations.secret_file, facts, "/etc/sglang/s.env", content)
     assert commands == ["chown root:root /etc/sglang/s.env && chmod 0600 /etc/sglang/s.env"]
 
 
 def test_secret_file_changed_uploads_through_its_own_private_directory(run):
-    commands, _ = run(operations.secret_file, {Sha1File: "old"}, "/etc/sglang/s.env", "A=\"2\"\n")
+    commands, _ = run(operations.secret_file, {FileDigests: on_node("old", "600")}, "/etc/sglang/s.env", "A=\"2\"\n")
     upload, chmod = commands
     assert isinstance(upload, FileUploadCommand) and upload.dest == "/etc/sglang/s.env"
     assert chmod == "chown root:root /etc/sglang/s.env && chmod 0600 /etc/sglang/s.env"
@@ -128,10 +133,10 @@ def test_secret_file_changed_uploads_through_its_own_private_directory(run):
 def test_unit_unchanged_is_a_noop_and_changed_is_verified_before_install(run):
     import hashlib
     text = "[Service]\n"
-    commands, noops = run(operations.unit_file, {Sha1File: hashlib.sha1(text.encode()).hexdigest()},
+    commands, noops = run(operations.unit_file, {FileDigests: on_node(text, "644")},
                           "sglang.service", text, PLAN.run_dir)
     assert commands == [] and noops
-    commands, _ = run(operations.unit_file, {Sha1File: None}, "sglang.service", text, PLAN.run_dir)
+    commands, _ = run(operations.unit_file, {FileDigests: {}}, "sglang.service", text, PLAN.run_dir)
     assert [c for c in commands if isinstance(c, str)] == [
         "mkdir -p /run/sglang-deploy",
         "systemd-analyze verify /run/sglang-deploy/sglang.service",
@@ -243,3 +248,33 @@ def test_manifest_record_writes_a_dated_file_and_latest(tmp_path):
     path = manifest.record("node1", "sandbox", found, directory=tmp_path)
     assert path.parent == tmp_path / "node1"
     assert (tmp_path / "node1" / "latest.json").read_text() == path.read_text()
+
+
+HOOK_STARTUP = {"purelib": "/v/lib/site", "site_dirs": ["/v/lib/site"]}
+
+
+def test_startup_hook_up_to_date_is_a_noop_from_one_fact(run):
+    asked = []
+
+    def digests(paths):
+        asked.append(paths)
+        texts = {"/v/lib/site/sglang_deploy_env.py": "MODULE", "/v/lib/site/sglang_deploy_env.pth": "import x\n"}
+        return {path: on_node(texts[path], "644")([path])[path] for path in paths}
+
+    facts = {InterpreterStartup: HOOK_STARTUP, FileDigests: digests}
+    commands, noops = run(operations.startup_hook, facts, "/v/bin/python", "MODULE", "import x\n")
+    assert commands == [] and noops == ["start-up hook /v/lib/site/sglang_deploy_env.pth is up to date"]
+    assert len(asked) == 1
+
+
+def test_startup_hook_uploads_only_what_differs_and_fixes_modes(run):
+    def digests(paths):
+        module = on_node("MODULE", "600")(paths[:1])  # right text, wrong mode
+        return module  # the .pth is missing
+
+    facts = {InterpreterStartup: HOOK_STARTUP, FileDigests: digests}
+    commands, noops = run(operations.startup_hook, facts, "/v/bin/python", "MODULE", "import x\n")
+    assert commands[0] == "chmod 0644 /v/lib/site/sglang_deploy_env.py"
+    assert isinstance(commands[1], FileUploadCommand)
+    assert commands[1].dest == "/v/lib/site/sglang_deploy_env.pth"
+    assert commands[2] == "chmod 0644 /v/lib/site/sglang_deploy_env.pth" and noops == []

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from pyinfra.api.command import FileUploadCommand
 from pyinfra.context import ctx_host
-from pyinfra.facts.files import Sha1File
 
 from sglang_deploy import operations
+from sglang_deploy.facts import FileDigests
 from sglang_deploy.operations import files as files_ops
 from sglang_deploy.wheel_normal import FIXED_TIME, normalise
 
@@ -22,6 +22,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 def sha1(path):
     return hashlib.sha1(Path(path).read_bytes()).hexdigest()
+
+
+def sha256(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def write_zip(path, entries, date_time, mode):
@@ -96,8 +100,9 @@ class FakeHost:
         self.sha, self.noops, self.logs = sha, [], []
 
     def get_fact(self, fact, **kwargs):
-        assert fact is Sha1File
-        return self.sha
+        assert fact is FileDigests
+        return {} if self.sha is None else {
+            path: {"mode": "644", "user": "root", "sha256": self.sha} for path in kwargs["paths"]}
 
     def noop(self, text):
         self.noops.append(text)
@@ -125,18 +130,18 @@ def binary(tmp_path):
 
 
 def test_binary_file_same_checksum_is_a_noop(monkeypatch, binary):
-    commands, fake = run_binary_file(monkeypatch, binary, sha1(binary))
+    commands, fake = run_binary_file(monkeypatch, binary, sha256(binary))
     assert commands == [] and fake.noops == ["/opt/sd/wheels/x.whl is up to date"]
 
 
 def test_binary_file_changed_under_diff_names_checksums_and_uploads(monkeypatch, binary):
-    commands, fake = run_binary_file(monkeypatch, binary, "0" * 40)
+    commands, fake = run_binary_file(monkeypatch, binary, "0" * 64)
     mkdir, upload, chmod = commands
     assert mkdir == "mkdir -p /opt/sd/wheels"
     assert isinstance(upload, FileUploadCommand) and upload.dest == "/opt/sd/wheels/x.whl"
     assert chmod == "chmod 0644 /opt/sd/wheels/x.whl"
-    assert fake.logs == [f"Will replace /opt/sd/wheels/x.whl (sha1 {'0' * 40}) with {binary} "
-                         f"(binary, sha1 {sha1(binary)})"]
+    assert fake.logs == [f"Will replace /opt/sd/wheels/x.whl (sha256 {'0' * 64}) with {binary} "
+                         f"(binary, sha256 {sha256(binary)})"]
 
 
 def test_binary_file_new_under_diff(monkeypatch, binary):
