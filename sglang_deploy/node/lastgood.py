@@ -4,7 +4,8 @@
         [--package DIST ...] [--unit U]
     python3 lastgood.py compare (as save)      # JSON: does D hold what is installed; does it run?
     python3 lastgood.py restore --dir D        # files back, daemon-reload, engine pins checked
-    python3 lastgood.py show --dir D           # the manifest, as JSON
+    python3 lastgood.py show [--dir D]         # the manifest, as JSON (every one saved here
+                                               # when no --dir: save remembers where it saved)
 
 `save` copies each file (env file, unit, start-up hook, …) into D with a manifest of paths,
 modes, sha256s, the profile's name and the engine's installed versions. With --unit it first
@@ -134,7 +135,44 @@ def save(directory, profile, venv, files, packages, wheels_dir, unit=None):
     # Swap in whole: a crash mid-save never leaves half a last-known-good.
     shutil.rmtree(directory, ignore_errors=True)
     os.rename(staging, directory)
+    remember(directory)
     print("saved %s as last known good" % profile)
+    return status.READY
+
+
+# Where saves went, beside this script: a person on the node runs `show` without knowing the
+# deploy's state directory (the deploy passes --dir; nothing here repeats its default).
+SAVED_DIRS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "last-good-dirs.json")
+
+
+def saved_dirs(record=None):
+    try:
+        with open(record or SAVED_DIRS) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return []
+
+
+def remember(directory, record=None):
+    record = record or SAVED_DIRS
+    known = saved_dirs(record)
+    if directory not in known:
+        with open(record + ".tmp", "w") as f:
+            json.dump(sorted(known + [directory]), f)
+        os.replace(record + ".tmp", record)
+
+
+def show(directory=None, record=None):
+    """The manifest of one last known good, or ({dir: manifest}) of every one saved here."""
+    if directory:
+        manifest = load(directory)
+    else:
+        manifest = {d: load(d) for d in saved_dirs(record) if load(d)}
+    if not manifest:
+        print("no last known good %s" % ("in " + directory if directory else
+                                         "saved on this node yet (a deploy saves one)"))
+        return status.NO_LAST_GOOD
+    print(json.dumps(manifest, indent=2, sort_keys=True))
     return status.READY
 
 
@@ -198,7 +236,8 @@ def role_path(text):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("save", "compare", "restore", "show"))
-    parser.add_argument("--dir", required=True, help="where the last known good is kept")
+    parser.add_argument("--dir", help="where the last known good is kept (show: every one saved "
+                        "on this node when left out)")
     parser.add_argument("--profile")
     parser.add_argument("--venv")
     parser.add_argument("--file", type=role_path, action="append", default=[])
@@ -206,6 +245,8 @@ def main(argv=None):
     parser.add_argument("--wheels-dir")
     parser.add_argument("--unit", help="save only if this unit's server runs exactly these files and engine")
     args = parser.parse_args(argv)
+    if args.action != "show" and not args.dir:
+        parser.error("%s needs --dir" % args.action)
     if args.action in ("save", "compare") and not (args.profile and args.venv and args.file):
         parser.error("%s needs --profile, --venv and at least one --file" % args.action)
     if args.action == "save":
@@ -217,9 +258,7 @@ def main(argv=None):
         return status.READY
     if args.action == "restore":
         return restore(args.dir)
-    manifest = load(args.dir)
-    print(json.dumps(manifest, indent=2, sort_keys=True))
-    return status.READY if manifest else status.NO_LAST_GOOD
+    return show(args.dir)
 
 
 if __name__ == "__main__":

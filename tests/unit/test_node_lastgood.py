@@ -105,3 +105,20 @@ def test_a_restored_file_is_written_now(node, monkeypatch):
     lastgood.restore(node["dir"])
     assert node["env"].read_text() == "A=1\n"
     assert os.stat(node["files"]["env"]).st_mtime > time.time() - 60
+
+
+def test_show_without_dir_finds_every_saved_one(node, last_good_record, capsys):
+    assert lastgood.main(["show"]) == status.NO_LAST_GOOD
+    assert "no last known good saved on this node yet" in capsys.readouterr().out
+    assert save(node, "p1") == status.READY
+    capsys.readouterr()
+    assert lastgood.main(["show"]) == status.READY
+    shown = json.loads(capsys.readouterr().out)
+    assert list(shown) == [node["dir"]] and shown[node["dir"]]["profile"] == "p1"
+    assert lastgood.main(["show", "--dir", node["dir"]]) == status.READY
+    assert json.loads(capsys.readouterr().out)["profile"] == "p1"
+
+
+def test_every_action_but_show_needs_dir():
+    with pytest.raises(SystemExit):
+        lastgood.main(["restore"])
