@@ -81,7 +81,7 @@ def test_make_plan_exits_0_on_running_nodes_with_a_changed_wheel(converged):
     run = make("plan", PROFILES)
     assert run.returncode == 0, run.output[-5000:]
     assert "UnicodeDecodeError" not in run.output
-    assert "(binary, sha1 " in run.output, run.output[-5000:]
+    assert "(binary, sha256 " in run.output, run.output[-5000:]
     assert "sglang-deploy: node1: would change" in run.output, run.output[-3000:]
     assert ssh("node1", "sha1sum /etc/sglang/sglang.env") == env_before
 
