@@ -8,9 +8,12 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATE_FILE = REPO_ROOT / ".sandbox" / "state.json"
@@ -127,3 +130,16 @@ def wipe(node_name):
     """Stop and remove whatever an earlier deploy left on the node."""
     ssh(node_name, "systemctl stop sglang.service 2>/dev/null; systemctl reset-failed sglang.service "
                    f"2>/dev/null; rm -rf {' '.join(DEPLOYED_PATHS)}; systemctl daemon-reload")
+
+
+@pytest.fixture(scope="module")
+def profile_dir(tmp_path_factory):
+    """A directory for a module's throwaway profiles (they `extends:` shipped ones)."""
+    return tmp_path_factory.mktemp("profiles")
+
+
+def write_profile(directory, name, body):
+    """Write profile ``name`` into ``directory``; ``{profiles}`` in body is profiles/."""
+    path = directory / f"{name}.yml"
+    path.write_text(textwrap.dedent(body).format(profiles=REPO_ROOT / "profiles"))
+    return str(path)

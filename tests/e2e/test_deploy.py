@@ -3,7 +3,6 @@
 """
 
 import json
-import textwrap
 import time
 
 import pytest
@@ -13,8 +12,8 @@ from sglang_deploy.node import status
 from sglang_deploy.node_scripts import NodeScripts
 from sglang_deploy.profile import load_profile
 
-from .sandbox import (DEPLOYED_PATHS, REPO_ROOT, deploy, nodes, ssh, start_deploy, unit_start,
-                      verify, wait_for_output, wipe)
+from .sandbox import (DEPLOYED_PATHS, REPO_ROOT, deploy, nodes, profile_dir,  # noqa: F401
+                      ssh, start_deploy, unit_start, verify, wait_for_output, wipe, write_profile)
 
 pytestmark = pytest.mark.e2e
 
@@ -29,17 +28,6 @@ def converged():
     assert run.returncode == 0, run.output[-5000:]
     print(f"first converge of 2 nodes: {run.seconds:.1f}s")
     return run
-
-
-@pytest.fixture(scope="module")
-def profile_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("profiles")
-
-
-def write_profile(directory, name, body):
-    path = directory / f"{name}.yml"
-    path.write_text(textwrap.dedent(body).format(profiles=REPO_ROOT / "profiles"))
-    return str(path)
 
 
 def test_converge_two_profiles_in_one_run(converged):

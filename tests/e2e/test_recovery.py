@@ -3,12 +3,12 @@ gate waited, and a server port held by something the node cannot see."""
 
 import json
 import socket
-import textwrap
 import time
 
 import pytest
 
-from .sandbox import REPO_ROOT, deploy, ssh, start_deploy, unit_start, wait_for_output, wipe
+from .sandbox import (REPO_ROOT, deploy, profile_dir, ssh, start_deploy, unit_start,  # noqa: F401
+                      wait_for_output, wipe, write_profile)
 
 pytestmark = pytest.mark.e2e
 
@@ -23,17 +23,6 @@ def converged():
     run = deploy(NODE, limit="node1")
     assert run.returncode == 0, run.output[-5000:]
     return run
-
-
-@pytest.fixture(scope="module")
-def profile_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("profiles")
-
-
-def write_profile(directory, name, body):
-    path = directory / f"{name}.yml"
-    path.write_text(textwrap.dedent(body).format(profiles=REPO_ROOT / "profiles"))
-    return str(path)
 
 
 def last_good():
