@@ -483,7 +483,7 @@ def start_and_check(name, profile, expected_env, tuning, args, work, gpu, positi
         lines = server.lines()
         run.nccl_lines = key_nccl_lines(lines)
         run.versions = nccl_versions(lines)
-        tp = int(profile.server_args.get("tp-size", 1))
+        tp = profile.tp_size
         report = nccl_confirm.confirm(lines, tuning, ranks_expected=tp)
         run.results.append(check_nccl_positive(report, worker_pids, tp) if positive
                            else check_nccl_negative(report, tuning, tp))

@@ -133,5 +133,9 @@ class NodeScripts:
                        "--gpus-needed", self.gpus_needed(),
                        "--disk-path", self.profile.engine.venv, *flags)
 
+    def nccl_ab(self, *args):
+        """nccl_ab.py (the A/B all-reduce sweep) with ``args`` (sglang_deploy.nccl_ab builds them)."""
+        return self._run("nccl_ab.py", *args)
+
     def restore_last_good(self):
         return self._run("lastgood.py", "restore", "--dir", self.last_good_dir)

@@ -7,7 +7,8 @@ Every script prints its human progress lines, then ends with one JSON result lin
 ``result`` and ``status`` name the exit status (status.py), ``cause`` is why it failed (None on
 success), the details are the script's own (the profile restored, the report of every worker).
 ``emit`` prints that line and returns the status, so a script ends with ``return emit(...)``;
-``parse`` finds it in a script's output: the controller reads nothing else of it.
+``parse`` finds it in a script's output (the last JSON object with a ``status``): the
+controller reads nothing else of it.
 A script that streams events before its result (lock.py) prints ``{"event": ...}`` lines;
 ``events`` reads them.
 """
@@ -42,7 +43,7 @@ def parse(lines):
     died before its end: see its exit status and stderr)."""
     for line in reversed(list(lines)):
         found = _json_object(line)
-        if found is not None and "result" in found and "status" in found:
+        if found is not None and "status" in found:
             return found
     return None
 
@@ -55,4 +56,4 @@ def events(lines):
 def progress(lines):
     """A script's human lines: its output without the result and event lines."""
     return [line for line in lines if _json_object(line) is None
-            or not ({"result", "event"} & set(_json_object(line)))]
+            or not ({"status", "event"} & set(_json_object(line)))]
