@@ -133,6 +133,15 @@ class NodeScripts:
                        "--gpus-needed", self.gpus_needed(),
                        "--disk-path", self.profile.engine.venv, *flags)
 
+    def cycle(self, hook_files, rollback=True):
+        """cycle.py: preflight, restart, gate, workers, save; on a failed gate restore, restart
+        and gate again: each step one of the command lines above."""
+        steps = {"preflight": self.preflight(f"{self.profile.engine.venv}/bin/python"),
+                 "restart": self.restart(), "gate": self.gate(), "workers": self.workers(),
+                 "save": self.save_last_good(hook_files), "restore": self.restore_last_good()}
+        return self._run("cycle.py", "--steps-json", json.dumps(steps, sort_keys=True),
+                         *([] if rollback else ["--no-rollback"]))
+
     def nccl_ab(self, *args):
         """nccl_ab.py (the A/B all-reduce sweep) with ``args`` (sglang_deploy.nccl_ab builds them)."""
         return self._run("nccl_ab.py", *args)

@@ -80,34 +80,37 @@ def _record_last_good(host, scripts, hook_python):
 
 
 def _restart_or_roll_back(state, host, scripts, hook_python, rollback):
-    """Preflight, then restart on the new configuration; if it does not pass the gate, put the
-    last one that did back, restart on it and gate again. Either way a failed change fails the
-    deploy. A failed preflight stops nothing: the files go back and the server keeps serving."""
-    venv_python = f"{scripts.profile.engine.venv}/bin/python"
-    if not _run_steps(host, [("preflight", scripts.preflight(venv_python))]):
-        ok, _ = _run_step(host, "restoring the last known good files", scripts.restore_last_good())
-        if ok:
-            host.log_styled("nothing was stopped: the running server is untouched", fg="yellow",
-                            log_func=logger.error)
+    """The restart cycle, on the node in one call (node/cycle.py): preflight, restart on the
+    new configuration, gate, workers, record; if it does not pass the gate, put the last one
+    that did back, restart on it and gate again. Either way a failed change fails the deploy. A
+    failed preflight stops nothing: the files go back and the server keeps serving."""
+    ok, output = host.run_shell_command(
+        StringCommand(scripts.cycle(hook_paths(hook_python), rollback)), print_output=True)
+    found = result.parse(output.stdout_lines)
+    if found is None:
+        host.log_styled(f"restart cycle failed: {_cause(output)}", fg="red", log_func=logger.error)
         return False
-    if _run_steps(host, [("restart", scripts.restart()), *_gate_steps(scripts)]):
-        return _record_last_good(host, scripts, hook_python)
-    if not rollback:
+    for step in found["steps"]:
+        if step["status"] != status.READY:
+            host.log_styled(f"{step['step']} failed: {step['cause']}", fg="red", log_func=logger.error)
+    return _say_outcome(host, found)
+
+
+def _say_outcome(host, found):
+    """The cycle's outcome, in the words the operator reads; True when the new one serves."""
+    outcome, previous = found["outcome"], found.get("profile") or "?"
+    if outcome == "preflight_failed" and found["restored"]:
+        host.log_styled("nothing was stopped: the running server is untouched", fg="yellow",
+                        log_func=logger.error)
+    elif outcome == "failed" and found.get("restored") is False:
         host.log_styled("rollback disabled: the node is left as it is", fg="red",
                         log_func=logger.error)
-        return False
-    host.log("rolling back to the last configuration that passed the gate", logger.warning)
-    ok, output = _run_step(host, "rollback", scripts.restore_last_good())
-    if not ok:
-        return False
-    previous = (result.parse(output.stdout_lines) or {}).get("profile", "?")
-    # The workers are not checked against this profile's env: they run the previous one's.
-    if _run_steps(host, [("restart", scripts.restart()), ("readiness gate", scripts.gate())]):
+    elif outcome == "rolled_back":
         host.log_styled(f"rolled back: serving {previous} again", fg="yellow",
                         log_func=logger.error)
-    else:
+    elif outcome == "rollback_failed" and found["restored"]:
         host.log_styled(f"rollback to {previous} failed too", fg="red", log_func=logger.error)
-    return False
+    return outcome == "served"
 
 
 @operation(is_idempotent=False)
