@@ -26,37 +26,22 @@ import sys
 import time
 
 if __package__:
-    from . import procs, result, status, systemd
+    from . import compute_apps, procs, result, status, systemd
 else:  # run as a script: the siblings' directory is on sys.path
+    import compute_apps
     import procs
     import result
     import status
     import systemd
 
-NVIDIA_SMI_QUERY = ["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
-
-
-def parse_compute_apps(text):
-    """[(pid, used MiB or None)] from `nvidia-smi --query-compute-apps=pid,used_memory
-    --format=csv,noheader[,nounits]`. Lines that are not data (messages, '[N/A]') are tolerated."""
-    apps = []
-    for line in text.splitlines():
-        fields = [f.strip() for f in line.split(",")]
-        if not fields or not fields[0].isdigit():
-            continue
-        used = fields[1].split()[0] if len(fields) > 1 and fields[1] else ""
-        apps.append((int(fields[0]), int(used) if used.isdigit() else None))
-    return apps
-
-
 def gpu_apps(nvidia_smi):
     """Compute apps on the GPUs, or None when nvidia-smi cannot tell."""
     try:
-        proc = subprocess.run([nvidia_smi] + NVIDIA_SMI_QUERY, stdout=subprocess.PIPE,
+        proc = subprocess.run([nvidia_smi] + compute_apps.QUERY, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, universal_newlines=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
-    return parse_compute_apps(proc.stdout) if proc.returncode == 0 else None
+    return compute_apps.parse_compute_apps(proc.stdout) if proc.returncode == 0 else None
 
 
 def _mib(used):

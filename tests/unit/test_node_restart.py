@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from sglang_deploy.node import restart, result, status
+from sglang_deploy.node import compute_apps, restart, result, status
 
 # Captured on an H200 (driver 580.159.04) with two processes holding memory.
 SMI_NOUNITS = "478, 4614\n477, 2566\n"
@@ -21,10 +21,10 @@ SMI_HEADER = "pid, used_gpu_memory [MiB]\n478, 4614 MiB\n477, 2566 MiB\n"
 
 def test_parse_compute_apps_captured_formats():
     for text in (SMI_NOUNITS, SMI_UNITS, SMI_HEADER):
-        assert restart.parse_compute_apps(text) == [(478, 4614), (477, 2566)]
-    assert restart.parse_compute_apps("") == []  # no compute apps: empty output, status 0
-    assert restart.parse_compute_apps("1234, [N/A]\n1235, [Insufficient Permissions]\n") == [(1234, None), (1235, None)]
-    assert restart.parse_compute_apps("No devices were found\n") == []
+        assert compute_apps.parse_compute_apps(text) == [(478, 4614), (477, 2566)]
+    assert compute_apps.parse_compute_apps("") == []  # no compute apps: empty output, status 0
+    assert compute_apps.parse_compute_apps("1234, [N/A]\n1235, [Insufficient Permissions]\n") == [(1234, None), (1235, None)]
+    assert compute_apps.parse_compute_apps("No devices were found\n") == []
 
 
 FAKE_SYSTEMCTL = r"""
