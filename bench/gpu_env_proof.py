@@ -50,7 +50,7 @@ if str(REPO) not in sys.path:
 
 from sglang_deploy import gpu_health, nccl_confirm  # noqa: E402
 from sglang_deploy.envfile import parse_env_file  # noqa: E402
-from sglang_deploy.node import procs, status  # noqa: E402
+from sglang_deploy.node import compute_apps, procs, status  # noqa: E402
 from sglang_deploy.node_scripts import gate_args  # noqa: E402
 from sglang_deploy.profile import load_profile  # noqa: E402
 from sglang_deploy.render import render_env_file  # noqa: E402
@@ -337,7 +337,7 @@ class Gpu:
         return gpu_health.parse_gpus(text) if text else []
 
     def apps(self):
-        text = nvidia_smi("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits") \
+        text = nvidia_smi(*compute_apps.QUERY) \
             if self.enabled else None
         return None if text is None else gpu_health.parse_compute_apps(text)
 
