@@ -17,7 +17,8 @@ runs `systemctl daemon-reload`, reinstalls the saved engine versions when they d
 the wheel directory when one was used) and prints `restored <profile>`. Exit statuses: 0 done,
 10 nothing saved (status.NO_LAST_GOOD), 14 the server does not run the installed configuration
 (status.NOT_INSTALLED_CONFIG). Every action ends with the result line (result.py): `restore`'s
-names the profile restored, `compare`'s carries {last_good, differs, not_running}.
+names the profile restored, `compare`'s carries {last_good, differs, not_running}, `show`'s the
+manifest it printed.
 """
 import argparse
 import hashlib
@@ -176,7 +177,7 @@ def show(directory=None, record=None):
         print(why)
         return result.emit(status.NO_LAST_GOOD, why)
     print(json.dumps(manifest, indent=2, sort_keys=True))
-    return result.emit(status.READY)
+    return result.emit(status.READY, manifest=manifest)
 
 
 def compare(directory, profile, venv, files, packages, unit):

@@ -116,6 +116,9 @@ def test_show_without_dir_finds_every_saved_one(node, last_good_record, capsys):
     shown = json.loads("\n".join(result.progress(capsys.readouterr().out.splitlines())))
     assert list(shown) == [node["dir"]] and shown[node["dir"]]["profile"] == "p1"
     assert lastgood.main(["show", "--dir", node["dir"]]) == status.READY
+    printed = capsys.readouterr().out
+    assert result.parse(printed.splitlines())["manifest"]["profile"] == "p1"  # what the controller reads
+    assert lastgood.main(["show", "--dir", node["dir"]]) == status.READY
     assert json.loads("\n".join(result.progress(capsys.readouterr().out.splitlines())))["profile"] == "p1"
 
 
