@@ -23,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from sglang_deploy.node import result  # noqa: E402
 from sglang_deploy.inventory import SANDBOX_PROFILES_VAR, inventory_hosts  # noqa: E402
 from sglang_deploy.profile import load_profile  # noqa: E402
 
@@ -230,7 +231,7 @@ class DeployLock:
         self.process = subprocess.Popen(self.node.ssh_argv(command), stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True)
         for line in self.process.stdout:
-            if line.strip() == "locked":
+            if any(event["event"] == "locked" for event in result.events([line])):
                 return self
         raise RuntimeError(f"could not take the deploy lock {self.path} on {self.node.name}")
 

@@ -50,7 +50,7 @@ if str(REPO) not in sys.path:
 
 from sglang_deploy import gpu_health, nccl_confirm  # noqa: E402
 from sglang_deploy.envfile import parse_env_file  # noqa: E402
-from sglang_deploy.node import procs, status  # noqa: E402
+from sglang_deploy.node import compute_apps, procs, status  # noqa: E402
 from sglang_deploy.node_scripts import gate_args  # noqa: E402
 from sglang_deploy.profile import load_profile  # noqa: E402
 from sglang_deploy.render import render_env_file  # noqa: E402
@@ -337,7 +337,7 @@ class Gpu:
         return gpu_health.parse_gpus(text) if text else []
 
     def apps(self):
-        text = nvidia_smi("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits") \
+        text = nvidia_smi(*compute_apps.QUERY) \
             if self.enabled else None
         return None if text is None else gpu_health.parse_compute_apps(text)
 
@@ -483,7 +483,7 @@ def start_and_check(name, profile, expected_env, tuning, args, work, gpu, positi
         lines = server.lines()
         run.nccl_lines = key_nccl_lines(lines)
         run.versions = nccl_versions(lines)
-        tp = int(profile.server_args.get("tp-size", 1))
+        tp = profile.tp_size
         report = nccl_confirm.confirm(lines, tuning, ranks_expected=tp)
         run.results.append(check_nccl_positive(report, worker_pids, tp) if positive
                            else check_nccl_negative(report, tuning, tp))

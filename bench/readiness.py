@@ -35,7 +35,6 @@ lands anywhere in that period. Prints tables and ratios; asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shlex
 import subprocess
@@ -50,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (REPO, DeployLock, Report, deploy, fmt_s, invocations, journal,  # noqa: E402
                     journal_first, median, node_of, stamp, unit_show, wait_journal,
                     write_profile)
+from sglang_deploy.node import result  # noqa: E402  (common puts the repository on sys.path)
 
 READY_LINE = r"The server is fired up and ready to roll!"
 HTTP_UP_LINE = r"Uvicorn running on"
@@ -150,10 +150,8 @@ def last_good(node, service):
     """The profile name of the node's last known good configuration (None: nothing saved)."""
     out = node.ssh(f"python3 /opt/sglang-deploy/node/lastgood.py show --dir "
                    f"/var/lib/sglang-deploy/{service}/last-good", check=False)
-    try:
-        return json.loads(out).get("profile")
-    except ValueError:
-        return None
+    found = result.parse(out.splitlines()) or {}
+    return (found.get("manifest") or {}).get("profile")
 
 
 # -- The incident's loop --------------------------------------------------------------------

@@ -108,7 +108,7 @@ def _fact(node, fact_class, **kwargs):
 
 
 def _tp_size(plan) -> int:
-    return int(plan.profile.server_args.get("tp-size") or 1)
+    return plan.profile.tp_size
 
 
 def _ownership(node, path, want_user, want_mode, want_group=None):
@@ -331,11 +331,7 @@ def _is_standin(node, plan):
 def drift(node, plan) -> Check:
     """Installed engine files against their wheels' RECORD, and every pinned distribution's
     installed version against its pin."""
-    names = plan.profile.engine.drift_check
-    pins = plan.profile.engine.packages
-    python = f"{plan.profile.engine.venv}/bin/python"
-    result = node.run(f"{python} {plan.deploy_dir}/node/drift.py --json "
-                      f"{' '.join(map(shlex.quote, names))} --pins {' '.join(map(shlex.quote, pins))}")
+    result = node.run(plan.scripts.drift())
     report = json.loads(result.stdout or "{}")
     if report.get("status") == status.READY:
         files = sum(r["files_checked"] for r in report["distributions"].values())

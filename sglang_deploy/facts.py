@@ -8,7 +8,9 @@ import shlex
 
 from pyinfra.api import FactBase
 
+from .node import result
 from .node.installed import VERSIONS_PY, canonical
+from .node_scripts import drift_command, manifest_command, workers_command
 
 # Run by the node's interpreters: standard library only, one JSON line out.
 _STARTUP_PY = (
@@ -111,80 +113,79 @@ class Serving(FactBase):
         return _json_output(output)
 
 
-class WorkerEnvironment(FactBase):
+class ScriptResult(FactBase):
     """
-    The environment check of every scheduler process of a unit (``workers.py --json`` run on
-    the node): ``None`` when the on-node scripts are not installed yet.
+    The result line (node/result.py) of one of our on-node scripts: ``None`` when the script
+    printed none (not on the node yet, or it died). Subclasses name which script.
     """
 
-    def command(self, scripts_dir, unit, expect):
-        script = shlex.quote(f"{scripts_dir}/workers.py")
-        return (f"! test -f {script} || python3 {script} --json --unit {shlex.quote(unit)} "
-                f"--expect-json {shlex.quote(json.dumps(expect, sort_keys=True))} || true")
+    script = None  # the file that must exist on the node, else the fact is None
+
+    def _guarded(self, scripts_dir, command):
+        return f"! test -f {shlex.quote(f'{scripts_dir}/{self.script}')} || {command} || true"
 
     def process(self, output):
-        return _json_output(output)
+        return result.parse(output)
 
 
-class Preflight(FactBase):
+class WorkerEnvironment(ScriptResult):
     """
-    The outcome of our preflight script run on the node: ``{"status": exit status, "lines":
-    [its output lines]}``. The command is built by ``NodeScripts.preflight``.
+    The environment check of every scheduler process of a unit (workers.py's result line):
+    ``{"status", "workers", "message", ...}``.
+    """
+
+    script = "workers.py"
+
+    def command(self, scripts_dir, unit, expect):
+        return self._guarded(scripts_dir, workers_command(scripts_dir, unit, expect))
+
+
+class Preflight(ScriptResult):
+    """
+    Preflight's result line: ``{"status", "cause": the failures, "checks": [{"verdict",
+    "text"}], "warnings": [...]}``. The command is built by ``NodeScripts.preflight``.
     """
 
     def command(self, command):
-        return f"{command}; echo \"exit=$?\""
-
-    def process(self, output):
-        *lines, last = output
-        return {"status": int(last.split("=", 1)[1]), "lines": lines}
+        return f"{command} || true"
 
 
-class EngineDrift(FactBase):
+class EngineDrift(ScriptResult):
     """
-    ``drift.py --json`` run by the venv's interpreter: per distribution its version and the
-    installed files that differ from its wheel's RECORD. ``None`` before the venv or our
+    drift.py's result line, run by the venv's interpreter: per distribution its version and
+    the installed files that differ from its wheel's RECORD. ``None`` before the venv or our
     scripts exist.
     """
 
+    script = "drift.py"
+
     def command(self, venv, scripts_dir, distributions):
         python = shlex.quote(f"{venv}/bin/python")
-        script = shlex.quote(f"{scripts_dir}/drift.py")
-        names = " ".join(shlex.quote(name) for name in distributions)
-        return (f"! test -x {python} || ! test -f {script} || "
-                f"{python} {script} --json {names} || true")
-
-    def process(self, output):
-        return _json_output(output)
+        return f"! test -x {python} || " + self._guarded(
+            scripts_dir, drift_command(venv, scripts_dir, distributions))
 
 
-class EngineManifest(FactBase):
+class EngineManifest(ScriptResult):
     """
-    ``drift.py --manifest``: name, version and sha256 of RECORD per distribution.
+    ``drift.py --manifest``'s result line: name, version and sha256 of RECORD per distribution.
     """
 
     def command(self, venv, scripts_dir, distributions):
-        names = " ".join(shlex.quote(name) for name in distributions)
-        return f"{shlex.quote(venv)}/bin/python {shlex.quote(scripts_dir)}/drift.py --manifest {names} || true"
-
-    def process(self, output):
-        return _json_output(output)
+        return f"{manifest_command(venv, scripts_dir, distributions)} || true"
 
 
-class LastGood(FactBase):
+class LastGood(ScriptResult):
     """
-    ``lastgood.py compare`` run on the node: ``{"last_good": profile or None, "differs": [what
+    ``lastgood.py compare``'s result line: ``{"last_good": profile or None, "differs": [what
     differs between the last known good and what is installed], "not_running": why the unit's
     server does not run what is installed, or None}``. ``None`` before our scripts exist. The
     command is built by ``NodeScripts.compare_last_good``.
     """
 
-    def command(self, scripts_dir, command):
-        script = shlex.quote(f"{scripts_dir}/lastgood.py")
-        return f"! test -f {script} || {command} || true"
+    script = "lastgood.py"
 
-    def process(self, output):
-        return _json_output(output)
+    def command(self, scripts_dir, command):
+        return self._guarded(scripts_dir, command)
 
 
 class FileDigests(FactBase):

@@ -20,6 +20,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from .check import FAILED, OK, WARNING, Check
 from .nccl_vars import PCIE_TUNING, tunes_for_pcie
+from .node import compute_apps
 
 
 class ParseError(ValueError):
@@ -83,12 +84,10 @@ def parse_gpus(text: str) -> List[Gpu]:
 
 def parse_compute_apps(text: str) -> List[ComputeApp]:
     """Lines 'pid, used_memory'; empty output or 'No running processes found' -> []."""
-    apps = []
-    for cells in _rows(text, 2, "query-compute-apps"):
-        if not cells[0].isdigit():
-            raise ParseError("query-compute-apps: not a pid %r" % cells[0])
-        apps.append(ComputeApp(int(cells[0]), _mib(cells[1], "query-compute-apps", cells)))
-    return apps
+    try:
+        return [ComputeApp(*app) for app in compute_apps.parse_compute_apps(text, strict=True)]
+    except compute_apps.Unparsed as exc:
+        raise ParseError("query-compute-apps: %s" % exc) from None
 
 
 # ---------------------------------------------------------------------------------- topology

@@ -2,8 +2,8 @@
 
     python -m sglang_deploy.nccl_ab INVENTORY [--limit HOST[,HOST]] [--ablate] [--stop-server]
 
-For each host: uploads sglang_deploy/node/nccl_ab.py over SSH and runs it with the engine
-venv's interpreter (its torch, its NCCL) over the tensor-parallel size's GPUs: NCCL's defaults
+For each host: runs our scripts directory's nccl_ab.py over SSH (every deploy puts node/*.py
+there; NodeScripts builds the command line) with the engine venv's interpreter (its torch, its NCCL) over the tensor-parallel size's GPUs: NCCL's defaults
 (a) against the deployed env file (b), interleaved rounds. Writes
 reports/nccl-ab/<host>/<UTC time>.json (the node's result line, plus the profile's NCCL lint)
 and .txt (the table and verdicts), and latest.json / latest.txt beside them.
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -27,9 +26,9 @@ from . import nccl_lint
 from .cli import exit_on_deploy_error
 from .inventory import REPO_ROOT, inventory_hosts
 from .node import nccl_ab as node_ab
+from .node import result as node_result
 from .plan import plan_for
 
-NODE_SCRIPT = Path(node_ab.__file__)
 REPORTS = REPO_ROOT / "reports" / "nccl-ab"
 
 
@@ -52,7 +51,7 @@ def node_args(name, plan, *, ablate=False, stop_server=False, rounds=None, sizes
     """The node script's arguments for a host's plan."""
     profile = plan.profile
     args = ["--env-file", plan.env_path, "--python", f"{profile.engine.venv}/bin/python",
-            "--nprocs", str(int(profile.server_args.get("tp-size", 1))), "--unit", plan.unit,
+            "--nprocs", str(profile.tp_size), "--unit", plan.unit,
             "--host-label", name]
     if ablate:
         args.append("--ablate")
@@ -63,28 +62,6 @@ def node_args(name, plan, *, ablate=False, stop_server=False, rounds=None, sizes
     if sizes:
         args += ["--sizes", sizes]
     return args
-
-
-def remote_command(args):
-    """Receive the script on stdin into a private temporary directory, run it, clean up, and
-    keep its exit status."""
-    quoted = " ".join(shlex.quote(a) for a in args)
-    return ('d=$(mktemp -d) && cat > "$d/nccl_ab.py" && python3 "$d/nccl_ab.py" ' + quoted +
-            '; rc=$?; rm -rf "$d"; exit $rc')
-
-
-def parse_result(lines):
-    """The node script's result: its last line that is a JSON object with a status."""
-    for line in reversed(lines):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(obj, dict) and "status" in obj:
-                return obj
-    return None
 
 
 def lint_notes(env):
@@ -114,20 +91,18 @@ def write_reports(host, result, reports=REPORTS, now=None):
 
 def run_host(name, data, args):
     plan = plan_for(data)
-    argv = ssh_argv(name, data, remote_command(node_args(
+    argv = ssh_argv(name, data, plan.scripts.nccl_ab(*node_args(
         name, plan, ablate=args.ablate, stop_server=args.stop_server, rounds=args.rounds, sizes=args.sizes)))
     print(f"== {name}: {plan.profile.name}, env file {plan.env_path}", flush=True)
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    proc.stdin.write(NODE_SCRIPT.read_text())
-    proc.stdin.close()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in proc.stdout:
         lines.append(line)
         if not line.lstrip().startswith("{"):
             print(f"  {name}: {line.rstrip()}", flush=True)
     code = proc.wait()
-    result = parse_result(lines)
+    result = node_result.parse(lines)
     if result is None:
         result = {"status": node_ab.FAILED, "cause": "no result line from the node (ssh or python3 failed, "
                   "exit %d): %s" % (code, "".join(lines[-3:]).strip()), "details": {"host": name}}

@@ -1,7 +1,31 @@
-"""Command lines of our on-node scripts (sglang_deploy/node/, uploaded to the node)."""
+"""Command lines of our on-node scripts (sglang_deploy/node/, uploaded to the node): the one
+place that builds them. Facts, checks and tools take these strings; every script answers with
+its result line (node/result.py)."""
 
 import json
 import shlex
+
+
+def _script(python, directory, script, *args):
+    quoted = " ".join(shlex.quote(str(arg)) for arg in args)
+    return f"{shlex.quote(python)} {shlex.quote(directory)}/{script} {quoted}".rstrip()
+
+
+def workers_command(directory, unit, expect):
+    """workers.py: the environment check of the unit's schedulers, the report in its result line."""
+    return _script("python3", directory, "workers.py", "--json", "--unit", unit,
+                   "--expect-json", json.dumps(expect, sort_keys=True))
+
+
+def drift_command(venv, directory, distributions, pins=()):
+    """drift.py run by the venv's interpreter: the report in its result line."""
+    pin_args = ["--pins", *pins] if pins else []
+    return _script(f"{venv}/bin/python", directory, "drift.py", "--json", *distributions, *pin_args)
+
+
+def manifest_command(venv, directory, distributions):
+    """drift.py --manifest: name, version and sha256 of RECORD per distribution."""
+    return _script(f"{venv}/bin/python", directory, "drift.py", "--manifest", *distributions)
 
 
 def gate_args(profile):
@@ -35,8 +59,7 @@ class NodeScripts:
         self.run_dir = run_dir  # the deploy's runtime files (gate reports)
 
     def _run(self, script, *args):
-        quoted = " ".join(shlex.quote(str(arg)) for arg in args)
-        return f"python3 {shlex.quote(self.directory)}/{script} {quoted}"
+        return _script("python3", self.directory, script, *args)
 
     def restart(self):
         service = self.profile.service
@@ -60,6 +83,22 @@ class NodeScripts:
         expect = json.dumps(self.profile.hook_vars(), sort_keys=True)
         return self._run("workers.py", "--unit", self.unit, "--expect-json", expect)
 
+    def workers_report(self):
+        """workers.py with only its result line (the report) as output."""
+        return workers_command(self.directory, self.unit, self.profile.hook_vars())
+
+    def drift(self):
+        """drift.py over the profile's drift_check distributions and its pins."""
+        engine = self.profile.engine
+        return drift_command(engine.venv, self.directory, engine.drift_check, engine.packages)
+
+    def manifest(self):
+        """drift.py --manifest over the pinned and the drift-checked distributions."""
+        engine = self.profile.engine
+        names = list(dict.fromkeys([pin.partition("==")[0] for pin in engine.packages]
+                                   + engine.drift_check))
+        return manifest_command(engine.venv, self.directory, names)
+
     def save_last_good(self, hook_files):
         """Save what is installed as the last known good, if the unit's server runs it."""
         return self._last_good("save", hook_files)
@@ -82,20 +121,30 @@ class NodeScripts:
         return self._run("lastgood.py", *args)
 
     def gpus_needed(self):
-        """GPUs this node needs: tensor × pipeline parallel, shared across --nnodes."""
-        args = self.profile.server_args
-        return max(1, int(args.get("tp-size") or args.get("tensor-parallel-size") or 1)
-                   * int(args.get("pp-size") or args.get("pipeline-parallel-size") or 1)
-                   // int(args.get("nnodes") or 1))
+        """GPUs this node needs (the profile's gpus_per_node)."""
+        return self.profile.gpus_per_node
 
     def preflight(self, python="python3", argv_check=True, allow_drift=False):
         engine = self.profile.engine
         flags = ["--drift", *engine.drift_check] if argv_check else ["--no-argv"]
         flags += ["--allow-drift"] if engine.allow_drift or allow_drift else []
-        quoted = " ".join(shlex.quote(str(arg)) for arg in [
-            "--unit", self.unit, "--argv-json", json.dumps(self.profile.argv()),
-            "--gpus-needed", self.gpus_needed(), "--disk-path", self.profile.engine.venv, *flags])
-        return f"{shlex.quote(python)} {shlex.quote(self.directory)}/preflight.py {quoted}"
+        return _script(python, self.directory, "preflight.py", "--unit", self.unit,
+                       "--argv-json", json.dumps(self.profile.argv()),
+                       "--gpus-needed", self.gpus_needed(),
+                       "--disk-path", self.profile.engine.venv, *flags)
+
+    def cycle(self, hook_files, rollback=True):
+        """cycle.py: preflight, restart, gate, workers, save; on a failed gate restore, restart
+        and gate again: each step one of the command lines above."""
+        steps = {"preflight": self.preflight(f"{self.profile.engine.venv}/bin/python"),
+                 "restart": self.restart(), "gate": self.gate(), "workers": self.workers(),
+                 "save": self.save_last_good(hook_files), "restore": self.restore_last_good()}
+        return self._run("cycle.py", "--steps-json", json.dumps(steps, sort_keys=True),
+                         *([] if rollback else ["--no-rollback"]))
+
+    def nccl_ab(self, *args):
+        """nccl_ab.py (the A/B all-reduce sweep) with ``args`` (sglang_deploy.nccl_ab builds them)."""
+        return self._run("nccl_ab.py", *args)
 
     def restore_last_good(self):
         return self._run("lastgood.py", "restore", "--dir", self.last_good_dir)

@@ -9,13 +9,13 @@ Run BY THE VENV'S INTERPRETER, so that importlib.metadata sees that venv's site-
 For each named distribution, the files its RECORD lists (record.py: modified, missing,
 unreadable, skipped) and the stray .py files in its package directories (strays.py: unexpected).
 
---json prints
+The result line (result.py) carries the report; --json prints only that line:
     {"distributions": {NAME: {"version", "files_checked", "modified": [...], "missing": [...],
                               "unexpected": [...], "unreadable": [...], "skipped": n,
                               "record": true|false, "version_mismatch": ... (only with --pins):
                               null or {"expected", "installed"}}},
      "missing_distributions": [...], "python": sys.executable, "seconds": t, "status": n}
---manifest prints engine_manifest.py's report
+--manifest prints only the result line, with engine_manifest.py's report
     {"manifest": [{"name", "version", "record_sha256"}...], "missing_distributions": [...],
      "python": sys.executable, "status": n}
 
@@ -32,11 +32,12 @@ import sys
 import time
 
 if __package__:
-    from . import engine_manifest, installed, record, status, strays
+    from . import engine_manifest, installed, record, result, status, strays
 else:  # run as a script: the siblings' directory is on sys.path
     import engine_manifest
     import installed
     import record
+    import result
     import status
     import strays
 
@@ -184,16 +185,19 @@ def main(argv=None):
     if not (args.names or pins or args.all):
         parser.error("name at least one distribution (or --pins, or --all)")
     if args.manifest:
-        result = engine_manifest.manifest(list(args.names) + list(pins), everything=args.all)
-        print(json.dumps(result, indent=2, sort_keys=True))  # data for the controller: always JSON
-        return result["status"]
-    result = drift(args.names, pins, workers=max(1, args.workers), everything=args.all)
-    if args.json:
-        print(json.dumps(result, indent=2, sort_keys=True))
-    else:
-        for line in report_lines(result):
+        found = engine_manifest.manifest(list(args.names) + list(pins), everything=args.all)
+        return result.emit(found["status"], _missing(found), **found)
+    found = drift(args.names, pins, workers=max(1, args.workers), everything=args.all)
+    lines = report_lines(found)
+    if not args.json:  # --json: the result line alone, the report in it
+        for line in lines:
             print(line)
-    return result["status"]
+    return result.emit(found["status"], None if found["status"] == CLEAN else lines[-1], **found)
+
+
+def _missing(found):
+    missing = found["missing_distributions"]
+    return "not installed: %s" % ", ".join(missing) if missing else None
 
 
 if __name__ == "__main__":

@@ -35,10 +35,11 @@ import json
 import time
 
 if __package__:
-    from . import sglang_log, status, systemd
+    from . import result, sglang_log, status, systemd
     from .http_probe import HttpProbe
     from .watch import ProcessWatch, UnitWatch
 else:  # run as a script: the siblings' directory is on sys.path
+    import result
     import sglang_log
     import status
     import systemd
@@ -133,7 +134,9 @@ class Gate:
             with open(self.args.json, "w") as f:
                 json.dump(summary, f, indent=2)
                 f.write("\n")
-        return code
+        return result.emit(code, "%s: %s" % (cause, cause_text) if cause else None,
+                           elapsed_s=elapsed, phases=phases, phase=self.phase,
+                           main_pid=self.base.get("MainPID"))
 
     def fail_start(self, problem, key=None):
         """Report the end of the start: the cause found in its journal lines, else systemd's view.

@@ -2,7 +2,7 @@
 
     python3 lastgood.py save --dir D --profile NAME --venv V --file ROLE=PATH [--file ...]
         [--package DIST ...] [--unit U]
-    python3 lastgood.py compare (as save)      # JSON: does D hold what is installed; does it run?
+    python3 lastgood.py compare (as save)      # does D hold what is installed; does it run?
     python3 lastgood.py restore --dir D        # files back, daemon-reload, engine pins checked
     python3 lastgood.py show [--dir D]         # the manifest, as JSON (every one saved here
                                                # when no --dir: save remembers where it saved)
@@ -16,7 +16,9 @@ already holds changes nothing. `restore` puts the files back byte for byte with 
 runs `systemctl daemon-reload`, reinstalls the saved engine versions when they differ (pip, from
 the wheel directory when one was used) and prints `restored <profile>`. Exit statuses: 0 done,
 10 nothing saved (status.NO_LAST_GOOD), 14 the server does not run the installed configuration
-(status.NOT_INSTALLED_CONFIG).
+(status.NOT_INSTALLED_CONFIG). Every action ends with the result line (result.py): `restore`'s
+names the profile restored, `compare`'s carries {last_good, differs, not_running}, `show`'s the
+manifest it printed.
 """
 import argparse
 import hashlib
@@ -28,9 +30,10 @@ import sys
 import time
 
 if __package__:
-    from . import installed, status, systemd
+    from . import installed, result, status, systemd
 else:  # run as a script: the siblings' directory is on sys.path
     import installed
+    import result
     import status
     import systemd
 
@@ -115,10 +118,10 @@ def save(directory, profile, venv, files, packages, wheels_dir, unit=None):
         why = running_check(unit, files, {n: v for n, v in engine_installed.items() if n in packages})
         if why:
             print("not saved as last known good: %s" % why)
-            return status.NOT_INSTALLED_CONFIG
+            return result.emit(status.NOT_INSTALLED_CONFIG, why)
         if not differences(load(directory), profile, files, engine):
             print("%s is already the last known good" % profile)
-            return status.READY
+            return result.emit(status.READY, profile=profile, saved=False)
     staging = directory + ".new"
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(staging, mode=0o700)
@@ -137,7 +140,7 @@ def save(directory, profile, venv, files, packages, wheels_dir, unit=None):
     os.rename(staging, directory)
     remember(directory)
     print("saved %s as last known good" % profile)
-    return status.READY
+    return result.emit(status.READY, profile=profile, saved=True)
 
 
 # Where saves went, beside this script: a person on the node runs `show` without knowing the
@@ -169,11 +172,12 @@ def show(directory=None, record=None):
     else:
         manifest = {d: load(d) for d in saved_dirs(record) if load(d)}
     if not manifest:
-        print("no last known good %s" % ("in " + directory if directory else
-                                         "saved on this node yet (a deploy saves one)"))
-        return status.NO_LAST_GOOD
+        why = "no last known good %s" % ("in " + directory if directory else
+                                         "saved on this node yet (a deploy saves one)")
+        print(why)
+        return result.emit(status.NO_LAST_GOOD, why)
     print(json.dumps(manifest, indent=2, sort_keys=True))
-    return status.READY
+    return result.emit(status.READY, manifest=manifest)
 
 
 def compare(directory, profile, venv, files, packages, unit):
@@ -198,8 +202,9 @@ def load(directory):
 def restore(directory):
     manifest = load(directory)
     if manifest is None:
-        print("nothing to roll back to: no configuration has passed the gate here yet")
-        return status.NO_LAST_GOOD
+        why = "nothing to roll back to: no configuration has passed the gate here yet"
+        print(why)
+        return result.emit(status.NO_LAST_GOOD, why)
     for role, entry in sorted(manifest["files"].items()):
         target = entry["path"]
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -211,7 +216,7 @@ def restore(directory):
     subprocess.run(["systemctl", "daemon-reload"], check=True)
     restore_engine(manifest)
     print("restored %s (passed the gate at %s)" % (manifest["profile"], manifest["saved_at"]))
-    return status.READY
+    return result.emit(status.READY, profile=manifest["profile"])
 
 
 def restore_engine(manifest):
@@ -253,9 +258,8 @@ def main(argv=None):
         return save(args.dir, args.profile, args.venv, dict(args.file), args.package,
                     args.wheels_dir, unit=args.unit)
     if args.action == "compare":
-        print(json.dumps(compare(args.dir, args.profile, args.venv, dict(args.file), args.package,
-                                 args.unit)))
-        return status.READY
+        return result.emit(status.READY, **compare(args.dir, args.profile, args.venv,
+                                                   dict(args.file), args.package, args.unit))
     if args.action == "restore":
         return restore(args.dir)
     return show(args.dir)

@@ -3,19 +3,27 @@
     python3 lock.py --path /run/sglang-deploy/sglang.lock --wait 600 --holder "alice@laptop pid 42"
 
 Takes an exclusive flock on PATH (waiting up to --wait seconds), writes the holder and the time
-to the file, prints `locked`, then holds the lock until standard input closes: the deploy keeps
+to the file, prints the event `{"event": "locked"}`, then holds the lock until standard input closes: the deploy keeps
 the SSH session open, so when the deploy ends — or its process dies — the session closes, this
 process exits and the kernel releases the lock. Nothing stale survives a crashed deploy.
-If the lock stays busy, prints `busy: <holder> since <time>` and exits 9 (status.LOCKED).
-Standard library only: it is sent inline, before our scripts are on the node.
+While it waits it prints `{"event": "waiting", "holder": "<holder> since <time>"}`; if the lock
+stays busy, `{"event": "busy", "holder": ...}` and exits 9 (status.LOCKED). One JSON event per
+line, read by result.events on the controller.
+Standard library only: it is sent inline, before our scripts (result.py, status.py) are on the
+node, so it writes its events itself.
 """
 import argparse
 import fcntl
+import json
 import os
 import sys
 import time
 
 LOCKED_STATUS = 9  # status.LOCKED; this script runs before status.py is uploaded
+
+
+def event(name, **details):
+    print(json.dumps(dict(details, event=name), sort_keys=True), flush=True)
 
 
 def try_lock(fd):
@@ -39,15 +47,15 @@ def main(argv=None):
     while not try_lock(fd):
         holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
         if time.monotonic() >= deadline:
-            print(f"busy: {holder}", flush=True)
+            event("busy", holder=holder)
             return LOCKED_STATUS
         if not announced:
-            print(f"waiting: {holder}", flush=True)
+            event("waiting", holder=holder)
             announced = True
         time.sleep(0.2)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{args.holder} since {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n".encode(), 0)
-    print("locked", flush=True)
+    event("locked")
     sys.stdin.read()  # until the deploy's session closes
     os.ftruncate(fd, 0)
     return 0

@@ -27,6 +27,11 @@ import subprocess
 import sys
 import time
 
+if __package__:
+    from . import status
+else:  # run as a script from our scripts directory: the siblings' directory is on sys.path
+    import status
+
 # Variables that are not tuning: left out of both arms (debug output would cost time).
 NOT_TUNING = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_DEBUG_TIMESTAMP_FORMAT",
               "NCCL_DEBUG_TIMESTAMP_LEVELS")
@@ -43,9 +48,9 @@ NO_GPU = "no-gpu"
 SERVER_RUNNING = "server-running"
 FAILED = "failed"
 
-# Exit statuses of this script (status.py's NO_GPU, GPUS_BUSY, MEASUREMENT_FAILED); repeated
-# here because the script runs uploaded alone.
-EXIT = {MEASURED: 0, NO_GPU: 15, SERVER_RUNNING: 16, FAILED: 17}
+# Exit statuses of this script (status.py).
+EXIT = {MEASURED: status.READY, NO_GPU: status.NO_GPU, SERVER_RUNNING: status.GPUS_BUSY,
+        FAILED: status.MEASUREMENT_FAILED}
 
 
 # ----------------------------------------------------------------------- pure parts

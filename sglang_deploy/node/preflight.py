@@ -11,7 +11,8 @@ Checks: the argv parses; the model path (and the draft model path) is a director
 config.json; enough GPUs for the parallel sizes (nvidia-smi; "no GPU: skipped" without it);
 the port is free or held by this unit's own processes; free disk; the engine's installed files
 match their wheels' RECORD (--drift). One line per check: `preflight ok: …`, `… skipped: …`,
-`… warning: …` or `… failed: …`; exit 0 when nothing failed, else status.PREFLIGHT_FAILED.
+`… warning: …` or `… failed: …`; then the result line (result.py) with every check, the
+warnings and, as its cause, the failures; exit 0 when nothing failed, else status.PREFLIGHT_FAILED.
 """
 import argparse
 import contextlib
@@ -23,11 +24,12 @@ import subprocess
 import sys
 
 if __package__:
-    from . import drift, flags, procs, status, systemd
+    from . import drift, flags, procs, result, status, systemd
 else:  # run as a script: the siblings' directory is on sys.path
     import drift
     import flags
     import procs
+    import result
     import status
     import systemd
 
@@ -107,11 +109,11 @@ def check_drift(names, allow):
     profile pins, and the incident's real cause was exactly that."""
     if not names:
         return None
-    result = drift.drift(names)
-    if result["status"] == status.READY:
-        checked = sum(r["files_checked"] for r in result["distributions"].values())
+    found = drift.drift(names)
+    if found["status"] == status.READY:
+        checked = sum(r["files_checked"] for r in found["distributions"].values())
         return "ok", "no drift in %s (%d files match their RECORD)" % (", ".join(names), checked)
-    problems = [line.strip() for line in drift.report_lines(result, limit=5)[:-1]
+    problems = [line.strip() for line in drift.report_lines(found, limit=5)[:-1]
                 if line.startswith("  ") or "not installed" in line]
     verdict = "warning" if allow else "failed"
     suffix = (" (engine.allow_drift: starting anyway)" if allow else
@@ -152,11 +154,13 @@ def main(argv=None):
         check_disk(args.disk_path, args.min_free_gib),
         None if args.no_argv else check_drift(args.drift, args.allow_drift),
     ]
-    failed = False
-    for result in filter(None, results):
-        print("preflight %s: %s" % result)
-        failed = failed or result[0] == "failed"
-    return status.PREFLIGHT_FAILED if failed else status.READY
+    checks = [{"verdict": verdict, "text": text} for verdict, text in filter(None, results)]
+    for check in checks:
+        print("preflight %(verdict)s: %(text)s" % check)
+    failed = [check["text"] for check in checks if check["verdict"] == "failed"]
+    return result.emit(status.PREFLIGHT_FAILED if failed else status.READY,
+                       "; ".join(failed) or None, checks=checks,
+                       warnings=[check["text"] for check in checks if check["verdict"] == "warning"])
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 port is free and (when nvidia-smi exists) no old process holds GPU memory; then start it.
 The readiness gate (gate.py) runs separately afterwards.
 
-    python3 restart.py --unit sglang.service --port 30000 [--stop-timeout 120] [--no-start]
+    python3 restart.py --unit sglang.service --port 30000 --stop-timeout 150 [--no-start]
 
 One line per step, with seconds since the script started:
     [   0.0s] stopping sglang.service: active/running, main pid 1234, 11 processes
@@ -26,36 +26,22 @@ import sys
 import time
 
 if __package__:
-    from . import procs, status, systemd
+    from . import compute_apps, procs, result, status, systemd
 else:  # run as a script: the siblings' directory is on sys.path
+    import compute_apps
     import procs
+    import result
     import status
     import systemd
-
-NVIDIA_SMI_QUERY = ["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
-
-
-def parse_compute_apps(text):
-    """[(pid, used MiB or None)] from `nvidia-smi --query-compute-apps=pid,used_memory
-    --format=csv,noheader[,nounits]`. Lines that are not data (messages, '[N/A]') are tolerated."""
-    apps = []
-    for line in text.splitlines():
-        fields = [f.strip() for f in line.split(",")]
-        if not fields or not fields[0].isdigit():
-            continue
-        used = fields[1].split()[0] if len(fields) > 1 and fields[1] else ""
-        apps.append((int(fields[0]), int(used) if used.isdigit() else None))
-    return apps
-
 
 def gpu_apps(nvidia_smi):
     """Compute apps on the GPUs, or None when nvidia-smi cannot tell."""
     try:
-        proc = subprocess.run([nvidia_smi] + NVIDIA_SMI_QUERY, stdout=subprocess.PIPE,
+        proc = subprocess.run([nvidia_smi] + compute_apps.QUERY, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, universal_newlines=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
-    return parse_compute_apps(proc.stdout) if proc.returncode == 0 else None
+    return compute_apps.parse_compute_apps(proc.stdout) if proc.returncode == 0 else None
 
 
 def _mib(used):
@@ -69,6 +55,11 @@ class Restart:
 
     def say(self, text):
         print("[%6.1fs] %s" % (time.monotonic() - self.t0, text), flush=True)
+
+    def end(self, code, text):
+        """Say the last step, then the result line: on failure that step is the cause."""
+        self.say(text)
+        return result.emit(code, None if code == status.READY else text)
 
     def leftovers(self, old, cgroup):
         """(pids still alive, listening rows, [(pid, MiB)] GPU apps of old pids or None if unknown)."""
@@ -115,8 +106,7 @@ class Restart:
             try:
                 fcntl.flock(self.lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                self.say("locked: another restart holds %s" % a.lock)
-                return status.LOCKED
+                return self.end(status.LOCKED, "locked: another restart holds %s" % a.lock)
         self.nvidia_smi = shutil.which(a.nvidia_smi)
         show = systemd.unit_show(a.unit, systemctl=a.systemctl)
         main_pid = systemd.as_int(show.get("MainPID"))
@@ -133,12 +123,11 @@ class Restart:
                 proc = systemd.systemctl(["stop", a.unit], a.systemctl, timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 left = self.describe(*self.leftovers(old, cgroup)) or "nothing left"
-                self.say("stop timeout: systemctl stop %s did not return within %ss; still there: %s" % (
-                    a.unit, a.stop_timeout, left))
-                return status.STOP_TIMEOUT
+                return self.end(status.STOP_TIMEOUT, "stop timeout: systemctl stop %s did not return "
+                                "within %ss; still there: %s" % (a.unit, a.stop_timeout, left))
             if proc.returncode != 0:
-                self.say("systemctl stop failed (status %d): %s" % (proc.returncode, proc.stderr.strip()))
-                return status.UNEXPECTED
+                return self.end(status.UNEXPECTED, "systemctl stop failed (status %d): %s" % (
+                    proc.returncode, proc.stderr.strip()))
             after = systemd.unit_show(a.unit, ("ActiveState", "SubState"), systemctl=a.systemctl)
             self.say("systemctl stop returned: %s/%s" % (after.get("ActiveState"), after.get("SubState")))
         if not self.nvidia_smi:
@@ -151,8 +140,7 @@ class Restart:
             foreign = self.foreign_holder(old, rows) if procs_gone_at else None
             if foreign and time.monotonic() - procs_gone_at >= a.foreign_grace:
                 # Waiting out the stop timeout would release nothing: it is not ours.
-                self.say("failed: %s" % foreign)
-                return status.STOP_TIMEOUT
+                return self.end(status.STOP_TIMEOUT, "failed: %s" % foreign)
             for key, ok, text in (("procs", not alive, "old processes gone"),
                                   ("port", not rows, "port %d free" % a.port),
                                   ("gpu", self.nvidia_smi and gpu is not None and not gpu,
@@ -166,8 +154,8 @@ class Restart:
             if not alive and not rows and not gpu:
                 break
             if time.monotonic() >= deadline:
-                self.say("stop timeout: still there: " + self.describe(alive, rows, gpu))
-                return status.STOP_TIMEOUT
+                return self.end(status.STOP_TIMEOUT,
+                                "stop timeout: still there: " + self.describe(alive, rows, gpu))
             time.sleep(a.poll)
         if self.nvidia_smi:
             others = [app for app in gpu_apps(self.nvidia_smi) or [] if app[0] not in old]
@@ -175,25 +163,23 @@ class Restart:
                 self.say("note: GPU memory held by other processes: " +
                          ", ".join("pid %d %s (%s)" % (p, procs.title(p, limit=80) or "?", _mib(u)) for p, u in others))
         if not a.start:
-            self.say("stopped; not starting (--no-start)")
-            return status.READY
+            return self.end(status.READY, "stopped; not starting (--no-start)")
         self.say("starting %s" % a.unit)
         proc = systemd.systemctl(["start", a.unit], a.systemctl, timeout=a.start_timeout)
         show = systemd.unit_show(a.unit, systemctl=a.systemctl)
         if proc.returncode != 0:
-            self.say("start failed: %s (unit %s/%s, %s)" % (
+            return self.end(status.FAILED_START, "start failed: %s (unit %s/%s, %s)" % (
                 proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "systemctl start status %d"
                 % proc.returncode, show.get("ActiveState"), show.get("SubState"), systemd.describe_exit(show)))
-            return status.FAILED_START
-        self.say("started %s: main pid %s, invocation %s" % (a.unit, show.get("MainPID"), show.get("InvocationID")))
-        return status.READY
+        return self.end(status.READY, "started %s: main pid %s, invocation %s" % (
+            a.unit, show.get("MainPID"), show.get("InvocationID")))
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="Stop a unit, wait for its processes, port and GPU memory, start it.")
     p.add_argument("--unit", required=True)
     p.add_argument("--port", type=int, required=True)
-    p.add_argument("--stop-timeout", type=float, default=120.0,
+    p.add_argument("--stop-timeout", type=float, required=True,
                    help="seconds for the stop and the release of processes, port and GPU memory")
     p.add_argument("--start", action="store_true", default=True, help="start the unit afterwards (default)")
     p.add_argument("--no-start", dest="start", action="store_false", help="only stop and wait")

@@ -62,24 +62,6 @@ def name(code):
     return NAMES.get(code, "EXIT_%d" % code)
 
 
-# Markers of the one line in which a script says why it failed (gate, restart, workers). The gate
-# prints a journal excerpt after that line, so "the last line" is not it.
-CAUSE_MARKERS = ("] failed: ", "] timeout: ", "] hung: ", "] stop timeout: ", "] start failed: ",
-                 "] locked: ", "] systemctl stop failed", " is missing", ", expected ",
-                 "cannot read environment", "has no main process", "no process under main pid",
-                 "preflight failed: ")
-
-
-def cause_line(lines):
-    """The line of a script's output that says why it failed (the last marked one), else the
-    last non-empty line, else ''."""
-    lines = [line.rstrip() for line in lines if line and line.strip()]
-    for line in reversed(lines):
-        if any(marker in line for marker in CAUSE_MARKERS):
-            return line.strip()
-    return lines[-1].strip() if lines else ""
-
-
 def describe(code):
     """One line: '<code> <NAME>: <description>'."""
     return "%d %s: %s" % (code, name(code), DESCRIPTIONS.get(code, "unknown status"))

@@ -10,16 +10,18 @@ Output, one line per worker and one per mismatch:
     pid 1234 sglang::scheduler_TP0: 6/6 variables ok
     pid 1235 sglang::scheduler_TP1: NCCL_PROTO is missing
     pid 1235 sglang::scheduler_TP1: NCCL_ALGO is 'Tree', expected 'Ring'
---json prints {"unit", "main_pid", "match", "expected", "workers": [...], "status", "status_name"}.
+The result line (result.py) carries {"unit", "main_pid", "match", "expected", "workers": [...],
+"message"}; --json prints only that line.
 """
 import argparse
 import json
 import sys
 
 if __package__:
-    from . import procs, status, systemd
+    from . import procs, result, status, systemd
 else:  # run as a script: the siblings' directory is on sys.path
     import procs
+    import result
     import status
     import systemd
 
@@ -102,14 +104,21 @@ def main(argv=None):
         parser.error("--expect-json: %s" % exc)
     expected = {str(k): str(v) for k, v in expected.items()}
     report = run(args.unit, expected, args.match, args.pid, args.systemctl)
-    if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True))
-    else:
-        for line in report_lines(report):
+    lines = report_lines(report)
+    if not args.json:  # --json: the result line alone, the report in it
+        for line in lines:
             print(line)
         if report["message"]:
             print(report["message"])
-    return report["status"]
+    return result.emit(report["status"], cause(report, lines), **report)
+
+
+def cause(report, lines):
+    """Why the check failed: the message (no workers), else the first mismatch."""
+    if report["status"] == status.READY:
+        return None
+    return report["message"] or next(
+        (line for line in lines if not line.endswith(" variables ok")), lines[-1] if lines else None)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ Each operation yields commands only when the node differs from what is asked, an
 """
 
 from .engine import engine, engine_matches
-from .files import (HOOK_MODULE, HOOK_PTH, binary_file, pth_directory, secret_file, startup_hook,
+from .files import (HOOK_FILE, HOOK_PTH, binary_file, pth_directory, secret_file, startup_hook,
                     unit_file)
 from .lock import deploy_lock
 from .records import manifest_recorded
@@ -13,5 +13,5 @@ from .scripts import node_scripts
 from .service import preflight, restarted, serving
 
 __all__ = ["engine", "engine_matches", "binary_file", "secret_file", "startup_hook", "unit_file",
-           "pth_directory", "HOOK_MODULE", "HOOK_PTH", "deploy_lock", "preflight", "restarted", "serving",
+           "pth_directory", "HOOK_FILE", "HOOK_PTH", "deploy_lock", "preflight", "restarted", "serving",
            "manifest_recorded", "node_scripts"]

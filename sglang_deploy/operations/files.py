@@ -11,9 +11,10 @@ from pyinfra.api.command import FileUploadCommand
 from pyinfra.facts.files import FileContents
 
 from ..facts import FileDigests, InterpreterStartup
+from ..render import HOOK_MODULE
 
-HOOK_MODULE = "sglang_deploy_env.py"
-HOOK_PTH = "sglang_deploy_env.pth"
+HOOK_FILE = f"{HOOK_MODULE}.py"  # the module's one name is render.HOOK_MODULE
+HOOK_PTH = f"{HOOK_MODULE}.pth"
 
 
 @operation()
@@ -145,7 +146,7 @@ def hook_paths(python):
     if startup is None:
         return None
     directory = pth_directory(startup)
-    return {"hook": f"{directory}/{HOOK_MODULE}", "hook_pth": f"{directory}/{HOOK_PTH}"}
+    return {"hook": f"{directory}/{HOOK_FILE}", "hook_pth": f"{directory}/{HOOK_PTH}"}
 
 
 def pth_directory(startup):

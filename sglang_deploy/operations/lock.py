@@ -6,6 +6,7 @@ from pathlib import Path
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
+from ..node import result
 from .service import _fail
 
 NODE_DIR = Path(__file__).resolve().parent.parent / "node"
@@ -44,12 +45,12 @@ def _take_lock(path, wait_s, holder):
                          f"--wait {float(wait_s)} --holder {shlex.quote(holder)}")
     lines = channel.makefile("r")
     for line in lines:
-        line = line.strip()
-        if line == "locked":
-            return channel
-        if line.startswith("waiting: "):
-            host.log(f"waiting up to {wait_s:.0f}s for the deploy lock, held by "
-                     f"{line[len('waiting: '):]}", logger.warning)
-        elif line.startswith("busy: "):
-            return f"held by {line[len('busy: '):]} (waited {wait_s:.0f}s)"
+        for event in result.events([line]):
+            if event["event"] == "locked":
+                return channel
+            if event["event"] == "waiting":
+                host.log(f"waiting up to {wait_s:.0f}s for the deploy lock, held by "
+                         f"{event['holder']}", logger.warning)
+            elif event["event"] == "busy":
+                return f"held by {event['holder']} (waited {wait_s:.0f}s)"
     return f"lock helper exited with status {channel.recv_exit_status()}"

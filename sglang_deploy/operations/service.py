@@ -8,7 +8,7 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.facts.files import File
 
 from ..facts import LastGood, Preflight, Serving, UnitState, WorkerEnvironment
-from ..node import status
+from ..node import result, status
 from .files import hook_paths
 
 
@@ -33,25 +33,35 @@ def preflight(scripts, engine_ready, repairing=False):
         host.noop("preflight runs once our scripts are on the node (a dry run of a first deploy)")
         return
     python = f"{scripts.profile.engine.venv}/bin/python" if engine_ready else "python3"
-    result = host.get_fact(Preflight, command=scripts.preflight(
+    found = host.get_fact(Preflight, command=scripts.preflight(
         python, argv_check=engine_ready, allow_drift=repairing))
-    for line in result["lines"]:
-        if line.startswith("preflight warning: "):
-            host.log(line, logger.warning)
-    if result["status"] != status.READY:
-        yield FunctionCommand(_fail, ("preflight failed: " + "; ".join(
-            line.split(": ", 1)[1] for line in result["lines"] if line.startswith("preflight failed")),), {})
+    if found is None:
+        yield FunctionCommand(_fail, ("preflight failed: the script printed no result",), {})
         return
-    host.noop("; ".join(result["lines"]))
+    for warning in found["warnings"]:
+        host.log(f"preflight warning: {warning}", logger.warning)
+    if found["status"] != status.READY:
+        yield FunctionCommand(_fail, (f"preflight failed: {found['cause']}",), {})
+        return
+    host.noop("; ".join("preflight %(verdict)s: %(text)s" % check for check in found["checks"]))
+
+
+def _cause(output):
+    """Why a script failed: the cause in its result line; without one (it died), its last
+    line of stderr."""
+    found = result.parse(output.stdout_lines)
+    if found and found.get("cause"):
+        return found["cause"]
+    lines = [line.strip() for line in output.stderr_lines + output.stdout_lines if line.strip()]
+    return lines[-1] if lines else "no output"
 
 
 def _run_step(host, what, command):
     """Run one step, streaming its output; on failure log what failed and why (the script's
-    own cause line) and return (False, output)."""
+    result line) and return (False, output)."""
     ok, output = host.run_shell_command(StringCommand(command), print_output=True)
     if not ok:
-        cause = status.cause_line(output.stdout_lines + output.stderr_lines)
-        host.log_styled(f"{what} failed: {cause}", fg="red", log_func=logger.error)
+        host.log_styled(f"{what} failed: {_cause(output)}", fg="red", log_func=logger.error)
     return ok, output
 
 
@@ -70,34 +80,37 @@ def _record_last_good(host, scripts, hook_python):
 
 
 def _restart_or_roll_back(state, host, scripts, hook_python, rollback):
-    """Preflight, then restart on the new configuration; if it does not pass the gate, put the
-    last one that did back, restart on it and gate again. Either way a failed change fails the
-    deploy. A failed preflight stops nothing: the files go back and the server keeps serving."""
-    venv_python = f"{scripts.profile.engine.venv}/bin/python"
-    if not _run_steps(host, [("preflight", scripts.preflight(venv_python))]):
-        ok, _ = _run_step(host, "restoring the last known good files", scripts.restore_last_good())
-        if ok:
-            host.log_styled("nothing was stopped: the running server is untouched", fg="yellow",
-                            log_func=logger.error)
+    """The restart cycle, on the node in one call (node/cycle.py): preflight, restart on the
+    new configuration, gate, workers, record; if it does not pass the gate, put the last one
+    that did back, restart on it and gate again. Either way a failed change fails the deploy. A
+    failed preflight stops nothing: the files go back and the server keeps serving."""
+    ok, output = host.run_shell_command(
+        StringCommand(scripts.cycle(hook_paths(hook_python), rollback)), print_output=True)
+    found = result.parse(output.stdout_lines)
+    if found is None:
+        host.log_styled(f"restart cycle failed: {_cause(output)}", fg="red", log_func=logger.error)
         return False
-    if _run_steps(host, [("restart", scripts.restart()), *_gate_steps(scripts)]):
-        return _record_last_good(host, scripts, hook_python)
-    if not rollback:
+    for step in found["steps"]:
+        if step["status"] != status.READY:
+            host.log_styled(f"{step['step']} failed: {step['cause']}", fg="red", log_func=logger.error)
+    return _say_outcome(host, found)
+
+
+def _say_outcome(host, found):
+    """The cycle's outcome, in the words the operator reads; True when the new one serves."""
+    outcome, previous = found["outcome"], found.get("profile") or "?"
+    if outcome == "preflight_failed" and found["restored"]:
+        host.log_styled("nothing was stopped: the running server is untouched", fg="yellow",
+                        log_func=logger.error)
+    elif outcome == "failed" and found.get("restored") is False:
         host.log_styled("rollback disabled: the node is left as it is", fg="red",
                         log_func=logger.error)
-        return False
-    host.log("rolling back to the last configuration that passed the gate", logger.warning)
-    ok, output = _run_step(host, "rollback", scripts.restore_last_good())
-    if not ok:
-        return False
-    previous = output.stdout_lines[-1].split()[1] if output.stdout_lines else "?"
-    # The workers are not checked against this profile's env: they run the previous one's.
-    if _run_steps(host, [("restart", scripts.restart()), ("readiness gate", scripts.gate())]):
+    elif outcome == "rolled_back":
         host.log_styled(f"rolled back: serving {previous} again", fg="yellow",
                         log_func=logger.error)
-    else:
+    elif outcome == "rollback_failed" and found["restored"]:
         host.log_styled(f"rollback to {previous} failed too", fg="red", log_func=logger.error)
-    return False
+    return outcome == "served"
 
 
 @operation(is_idempotent=False)
@@ -134,8 +147,7 @@ def _last_good_is_what_serves(state, host, scripts, hook_python, rollback):
     ok, output = host.run_shell_command(StringCommand(scripts.compare_last_good(paths)))
     found = LastGood().process(output.stdout_lines) if ok else None
     if found is None:
-        host.log_styled("comparing with the last known good failed: "
-                        + status.cause_line(output.stdout_lines + output.stderr_lines),
+        host.log_styled(f"comparing with the last known good failed: {_cause(output)}",
                         fg="red", log_func=logger.error)
         return False
     if not found["differs"]:

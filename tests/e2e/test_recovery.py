@@ -1,11 +1,12 @@
 """Recovering from what a deploy can leave behind on a sandbox node: a deploy killed while its
 gate waited, and a server port held by something the node cannot see."""
 
-import json
 import socket
 import time
 
 import pytest
+
+from sglang_deploy.node import result
 
 from .sandbox import (REPO_ROOT, deploy, profile_dir, ssh, start_deploy, unit_start,  # noqa: F401
                       wait_for_output, wipe, write_profile)
@@ -26,7 +27,7 @@ def converged():
 
 
 def last_good():
-    return json.loads(ssh("node1", LAST_GOOD))["profile"]
+    return result.parse(ssh("node1", LAST_GOOD).splitlines())["manifest"]["profile"]
 
 
 def test_a_rerun_after_a_killed_deploy_records_what_serves(converged, profile_dir):

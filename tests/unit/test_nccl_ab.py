@@ -13,6 +13,7 @@ import pytest
 from sglang_deploy import nccl_ab as controller
 from sglang_deploy.inventory import REPO_ROOT
 from sglang_deploy.node import nccl_ab
+from sglang_deploy.node import result as node_result
 from sglang_deploy.plan import plan_for
 from sglang_deploy.profile import load_profile
 from sglang_deploy.render import render_env_file
@@ -225,16 +226,16 @@ def test_controller_runs_the_node_script_with_the_plans_files():
     assert args[:8] == ["--env-file", plan.env_path, "--python", plan.profile.engine.venv + "/bin/python",
                         "--nprocs", "8", "--unit", plan.unit]
     assert args[-4:] == ["--ablate", "--stop-server", "--rounds", "5"]
-    cmd = controller.remote_command(args)
-    assert cmd.startswith('d=$(mktemp -d) && cat > "$d/nccl_ab.py" && python3 "$d/nccl_ab.py" --env-file ')
-    assert cmd.endswith('; rc=$?; rm -rf "$d"; exit $rc')
+    cmd = plan.scripts.nccl_ab(*args)  # from the scripts directory every deploy fills
+    assert cmd.startswith(f"python3 {plan.scripts.directory}/nccl_ab.py --env-file ")
+    assert cmd.endswith(" --ablate --stop-server --rounds 5")
 
 
 def test_controller_writes_json_and_table(tmp_path):
     stats = nccl_ab.summarize({"a": [CAPTURE_A], "b": [CAPTURE_B]}, 2)
     details = nccl_ab.build_report(stats, 2, INCIDENT, {"host": "gpu1", "rounds": 1})
     lines = ["round 1 arm a: ...", nccl_ab.result_line(nccl_ab.MEASURED, "mixed", details), ""]
-    result = controller.parse_result(lines)
+    result = node_result.parse(lines)
     result["details"]["lint"] = controller.lint_notes(INCIDENT)
     now = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.timezone.utc)
     path = controller.write_reports("gpu1", result, tmp_path, now=now)
@@ -246,7 +247,7 @@ def test_controller_writes_json_and_table(tmp_path):
 
 
 def test_controller_reports_a_node_without_gpu(tmp_path):
-    result = controller.parse_result(['{"status": "no-gpu", "cause": "no GPU: nvidia-smi not found", '
+    result = node_result.parse(['{"status": "no-gpu", "cause": "no GPU: nvidia-smi not found", '
                                       '"details": {"host": "node1"}}'])
     controller.write_reports("node1", result, tmp_path)
     assert (tmp_path / "node1" / "latest.txt").read_text() == "node1: no-gpu: no GPU: nvidia-smi not found\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.node import http_probe, status, watch
+from sglang_deploy.node import http_probe, result, status, watch
 from sglang_deploy.node_scripts import gate_timings
 from sglang_deploy.profile import Readiness
 
@@ -190,7 +190,7 @@ def test_ready_path_reports_phases_and_is_quick_after_readiness(node):
     node.log("[2026-11-29 10:01:13] The server is fired up and ready to roll!")
     rc, out = finish(proc)
     assert rc == status.READY, out
-    lines = out.splitlines()
+    lines = result.progress(out.splitlines())
     phases = [line.split("phase: ")[1] for line in lines if "] phase: " in line]
     print(out)
     assert phases[:4] == ["loading weights", "capturing CUDA graphs", "HTTP server started", "warming up"]
@@ -294,6 +294,9 @@ def test_dying_unit_fails_fast_with_classified_cause(node):
     assert len(failed) == 1 and "cuda-oom" in failed[0], out
     assert "--- last" in out and "Load weight begin" in out
     assert node.summary()["cause"] == "cuda-oom"
+    # The controller reads the cause from the result line, after the journal excerpt.
+    assert result.parse(out.splitlines())["cause"].startswith("cuda-oom: CUDA out of memory")
+    assert result.parse(out.splitlines())["result"] == "FAILED_START"
 
 
 def test_systemd_restart_counts_as_death(node):

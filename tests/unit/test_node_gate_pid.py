@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sglang_deploy.node import status, watch
+from sglang_deploy.node import result, status, watch
 from test_node_gate import FakeNode, finish, gate_argv
 
 MISSING_TOOL = "/nonexistent/never-called"
@@ -68,7 +68,7 @@ def test_ready_path_from_the_log_file(node):
     rc, out = finish(proc)
     print(out)
     assert rc == status.READY, out
-    lines = out.splitlines()
+    lines = result.progress(out.splitlines())
     assert "gating pid %d (log %s)" % (node.main.pid, node.logfile) in lines[0]
     phases = [line.split("phase: ")[1] for line in lines if "] phase: " in line]
     assert phases[:4] == ["loading weights", "capturing CUDA graphs", "HTTP server started", "warming up"]

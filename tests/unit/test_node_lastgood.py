@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from sglang_deploy.node import lastgood, status
+from sglang_deploy.node import lastgood, result, status
 
 
 def show(started_wall, now, monotonic, **extra):
@@ -113,10 +113,13 @@ def test_show_without_dir_finds_every_saved_one(node, last_good_record, capsys):
     assert save(node, "p1") == status.READY
     capsys.readouterr()
     assert lastgood.main(["show"]) == status.READY
-    shown = json.loads(capsys.readouterr().out)
+    shown = json.loads("\n".join(result.progress(capsys.readouterr().out.splitlines())))
     assert list(shown) == [node["dir"]] and shown[node["dir"]]["profile"] == "p1"
     assert lastgood.main(["show", "--dir", node["dir"]]) == status.READY
-    assert json.loads(capsys.readouterr().out)["profile"] == "p1"
+    printed = capsys.readouterr().out
+    assert result.parse(printed.splitlines())["manifest"]["profile"] == "p1"  # what the controller reads
+    assert lastgood.main(["show", "--dir", node["dir"]]) == status.READY
+    assert json.loads("\n".join(result.progress(capsys.readouterr().out.splitlines())))["profile"] == "p1"
 
 
 def test_every_action_but_show_needs_dir():

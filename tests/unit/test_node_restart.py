@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from sglang_deploy.node import restart, status
+from sglang_deploy.node import compute_apps, restart, result, status
 
 # Captured on an H200 (driver 580.159.04) with two processes holding memory.
 SMI_NOUNITS = "478, 4614\n477, 2566\n"
@@ -21,10 +21,10 @@ SMI_HEADER = "pid, used_gpu_memory [MiB]\n478, 4614 MiB\n477, 2566 MiB\n"
 
 def test_parse_compute_apps_captured_formats():
     for text in (SMI_NOUNITS, SMI_UNITS, SMI_HEADER):
-        assert restart.parse_compute_apps(text) == [(478, 4614), (477, 2566)]
-    assert restart.parse_compute_apps("") == []  # no compute apps: empty output, status 0
-    assert restart.parse_compute_apps("1234, [N/A]\n1235, [Insufficient Permissions]\n") == [(1234, None), (1235, None)]
-    assert restart.parse_compute_apps("No devices were found\n") == []
+        assert compute_apps.parse_compute_apps(text) == [(478, 4614), (477, 2566)]
+    assert compute_apps.parse_compute_apps("") == []  # no compute apps: empty output, status 0
+    assert compute_apps.parse_compute_apps("1234, [N/A]\n1235, [Insufficient Permissions]\n") == [(1234, None), (1235, None)]
+    assert compute_apps.parse_compute_apps("No devices were found\n") == []
 
 
 FAKE_SYSTEMCTL = r"""
@@ -121,7 +121,9 @@ class Node:
         import threading
         self.reaper = threading.Thread(target=self.launcher.wait, daemon=True)
         self.reaper.start()
-        argv = ["--unit", "sglang.service", "--port", str(self.port), "--systemctl", str(self.systemctl),
+        # --stop-timeout is required (NodeScripts passes the profile's); a test's own comes last and wins
+        argv = ["--unit", "sglang.service", "--port", str(self.port), "--stop-timeout", "120",
+                "--systemctl", str(self.systemctl),
                 "--nvidia-smi", smi or str(self.dir / "no-nvidia-smi")] + list(extra)
         return restart.main(argv)
 
@@ -143,7 +145,7 @@ def node(tmp_path):
 
 def test_stop_wait_start(node, capsys):
     assert node.run() == status.READY
-    out = capsys.readouterr().out
+    out = "\n".join(result.progress(capsys.readouterr().out.splitlines()))
     assert "stopping sglang.service: active/running, main pid %d, 3 processes" % node.launcher.pid in out
     for text in ("systemctl stop returned: inactive/dead", "old processes gone", "port %d free" % node.port,
                  "nvidia-smi not found", "started sglang.service: main pid 4242, invocation newinv"):
@@ -156,7 +158,7 @@ def test_stop_wait_start(node, capsys):
 def test_no_start_and_gpu_released(node, capsys):
     smi = node.smi("9999999, 1024\n")  # someone else's process, not ours
     assert node.run("--no-start", smi=smi) == status.READY
-    out = capsys.readouterr().out
+    out = "\n".join(result.progress(capsys.readouterr().out.splitlines()))
     assert "GPU memory of old processes released" in out
     assert "note: GPU memory held by other processes: pid 9999999" in out
     assert "not starting" in out
@@ -177,15 +179,19 @@ def test_gpu_memory_still_held_is_stop_timeout(node, capsys):
     start = time.monotonic()
     assert node.run("--stop-timeout", "1", smi=smi) == status.STOP_TIMEOUT
     assert time.monotonic() - start < 3
-    out = capsys.readouterr().out.splitlines()
+    printed = capsys.readouterr().out.splitlines()
+    out = result.progress(printed)
     assert out[-1].endswith("stop timeout: still there: GPU memory held by pid %d (70120 MiB)" % node.kids[0])
+    found = result.parse(printed)
+    assert found["result"] == "STOP_TIMEOUT" and found["cause"] == (
+        "stop timeout: still there: GPU memory held by pid %d (70120 MiB)" % node.kids[0])
 
 
 def test_surviving_process_is_named(tmp_path, capsys):
     node = Node(tmp_path, ignore_term=True)
     try:
         assert node.run("--stop-timeout", "1") == status.STOP_TIMEOUT
-        last = capsys.readouterr().out.splitlines()[-1]
+        last = result.progress(capsys.readouterr().out.splitlines())[-1]
         assert "stop timeout: still there: pids %d (sglang::scheduler_TP1" % node.kids[1] in last
     finally:
         node.close()
@@ -200,7 +206,7 @@ def test_foreign_listener_on_port_is_named(node, capsys):
         other.bind(("127.0.0.1", node.port))
         other.listen()
         assert node.run("--stop-timeout", "0.5") == status.STOP_TIMEOUT
-    out = capsys.readouterr().out
+    out = "\n".join(result.progress(capsys.readouterr().out.splitlines()))
     assert "nothing to stop" in out
     assert "port %d listening (pid %d " % (node.port, os.getpid()) in out
 
@@ -220,7 +226,7 @@ def test_a_port_held_by_another_process_fails_fast_naming_it(node, capsys):
         started = time.monotonic()
         assert node.run("--stop-timeout", "60") == status.STOP_TIMEOUT
         assert time.monotonic() - started < 5, "waited for a port our stop cannot release"
-    last = capsys.readouterr().out.splitlines()[-1]
+    last = result.progress(capsys.readouterr().out.splitlines())[-1]
     assert "failed: port %d is held by pid %d (" % (node.port, os.getpid()) in last
     assert last.endswith("not by sglang.service")
 
@@ -236,7 +242,7 @@ def test_a_port_no_process_here_owns_fails_fast(node, capsys, monkeypatch):
     started = time.monotonic()
     assert node.run("--stop-timeout", "60") == status.STOP_TIMEOUT
     assert time.monotonic() - started < 5
-    assert capsys.readouterr().out.splitlines()[-1].endswith(
+    assert result.progress(capsys.readouterr().out.splitlines())[-1].endswith(
         "failed: port %d is listening but no process on this node owns it "
         "(another network namespace or container?)" % node.port)
 
@@ -244,7 +250,7 @@ def test_a_port_no_process_here_owns_fails_fast(node, capsys, monkeypatch):
 def test_start_failure(node, capsys):
     node.write(fail_start=True)
     assert node.run() == status.FAILED_START
-    last = capsys.readouterr().out.splitlines()[-1]
+    last = result.progress(capsys.readouterr().out.splitlines())[-1]
     assert "start failed: Job for sglang.service failed" in last and "exited with status 203" in last
 
 

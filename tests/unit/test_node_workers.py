@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from sglang_deploy.node import status, workers
+from sglang_deploy.node import result, status, workers
 
 EXPECT = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"}
 
@@ -48,8 +48,10 @@ def tree():
 def test_report_lines_and_status(tree, capsys):
     main_pid, (tp0, tp1, detok, tracker) = tree
     rc = workers.main(["--unit", "sglang.service", "--pid", str(main_pid), "--expect-json", json.dumps(EXPECT)])
-    out = capsys.readouterr().out.splitlines()
+    printed = capsys.readouterr().out.splitlines()
+    out = result.progress(printed)
     assert rc == status.WORKER_ENV_MISMATCH
+    assert result.parse(printed)["cause"].endswith("NCCL_ALGO is missing")
     assert out[0] == "pid %d sglang::scheduler_TP0 -c import time; time.sleep(60): 3/3 variables ok" % tp0
     head = "pid %d sglang::scheduler_TP1 -c import time; time.sleep(60):" % tp1
     assert out[1:] == [head + " 1/3 variables ok",

@@ -1,0 +1,99 @@
+"""The restart cycle of one unit on this node, in one call: preflight, restart, readiness gate,
+workers' environment, then save what serves as the last known good. A failed gate or workers
+check puts the last known good back, restarts on it and gates it again (unless --no-rollback).
+A failed preflight stops nothing: the files go back and the running server keeps serving.
+
+    python3 cycle.py --steps-json '{"preflight": CMD, "restart": CMD, "gate": CMD,
+                                    "workers": CMD, "save": CMD, "restore": CMD}' [--no-rollback]
+
+Each CMD is one of our scripts' command lines (NodeScripts builds them). Their progress lines
+stream through as they come; their result lines (result.py) are read, not shown. Ends with one
+result line: {"outcome": "served" | "preflight_failed" | "failed" | "rolled_back" |
+"rollback_failed", "profile": the profile restored (rolled_back, rollback_failed), "restored":
+whether the last known good files went back, "steps": [{"step", "status", "cause"}], "cause":
+the first step that failed}. Exit status: 0 served, else the first failed step's.
+"""
+import argparse
+import json
+import subprocess
+import sys
+
+if __package__:
+    from . import result, status
+else:  # run as a script: the siblings' directory is on sys.path
+    import result
+    import status
+
+STEPS = ("preflight", "restart", "gate", "workers", "save", "restore")
+LABELS = {"preflight": "preflight", "restart": "restart", "gate": "readiness gate",
+          "workers": "worker environment check", "save": "recording last known good",
+          "restore": "restoring the last known good files"}
+
+
+class Cycle:
+    def __init__(self, commands):
+        self.commands = commands
+        self.steps = []  # {"step", "status", "cause"} of every step run, in order
+
+    def run(self, name, label=None):
+        """Run one step, streaming its progress lines; True when it succeeded."""
+        proc = subprocess.Popen(self.commands[name], shell=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, universal_newlines=True)
+        lines = []
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if result.progress([line]):
+                print(line, end="", flush=True)
+        code = proc.wait()
+        found = result.parse(lines) or {}
+        cause = found.get("cause")
+        if code != status.READY and not cause:  # it died before its result line
+            cause = next((line.strip() for line in reversed(lines) if line.strip()), "no output")
+        self.steps.append(dict({"step": label or LABELS[name], "status": code,
+                                "cause": cause if code != status.READY else None},
+                               **({"profile": found["profile"]} if "profile" in found else {})))
+        return code == status.READY
+
+    def all(self, *names):
+        return all(self.run(name) for name in names)
+
+    def end(self, outcome, **details):
+        failed = [step for step in self.steps if step["status"] != status.READY]
+        code = status.READY if outcome == "served" else (
+            status.PREFLIGHT_FAILED if outcome == "preflight_failed" else failed[0]["status"])
+        return result.emit(code, failed[0]["cause"] if failed else None, outcome=outcome,
+                           steps=self.steps, **details)
+
+
+def cycle(commands, rollback=True):
+    c = Cycle(commands)
+    if not c.run("preflight"):
+        return c.end("preflight_failed", restored=c.run("restore"))
+    if c.all("restart", "gate", "workers"):
+        return c.end("served" if c.run("save") else "failed")
+    if not rollback:
+        return c.end("failed", restored=False)
+    print("rolling back to the last configuration that passed the gate", flush=True)
+    if not c.run("restore", "rollback"):
+        return c.end("rollback_failed", restored=False, profile=None)
+    previous = c.steps[-1].get("profile")
+    # The workers are not checked against this profile's env: they run the previous one's.
+    outcome = "rolled_back" if c.all("restart", "gate") else "rollback_failed"
+    return c.end(outcome, restored=True, profile=previous)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps-json", required=True, help="{step: command line} for " + ", ".join(STEPS))
+    parser.add_argument("--no-rollback", dest="rollback", action="store_false",
+                        help="leave a configuration that fails its gate as it is")
+    args = parser.parse_args(argv)
+    commands = json.loads(args.steps_json)
+    missing = [name for name in STEPS if name not in commands]
+    if missing:
+        parser.error("--steps-json lacks " + ", ".join(missing))
+    return cycle(commands, args.rollback)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

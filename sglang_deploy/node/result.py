@@ -1,0 +1,59 @@
+"""The one protocol between the on-node scripts and the controller.
+
+Every script prints its human progress lines, then ends with one JSON result line:
+
+    {"result": "FAILED_START", "status": 3, "cause": "oom: ...", ...details}
+
+``result`` and ``status`` name the exit status (status.py), ``cause`` is why it failed (None on
+success), the details are the script's own (the profile restored, the report of every worker).
+``emit`` prints that line and returns the status, so a script ends with ``return emit(...)``;
+``parse`` finds it in a script's output (the last JSON object with a ``status``): the
+controller reads nothing else of it.
+A script that streams events before its result (lock.py) prints ``{"event": ...}`` lines;
+``events`` reads them.
+"""
+import json
+
+if __package__:
+    from . import status
+else:  # run as a script: the siblings' directory is on sys.path
+    import status
+
+
+def emit(code, cause=None, **details):
+    """Print the result line of a script that exits with ``code``; return ``code``."""
+    line = dict(details, result=status.name(code), status=code, cause=cause)
+    print(json.dumps(line, sort_keys=True), flush=True)
+    return code
+
+
+def _json_object(line):
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        found = json.loads(line)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def parse(lines):
+    """The last result line in a script's output lines, as a dict; None if it printed none (it
+    died before its end: see its exit status and stderr)."""
+    for line in reversed(list(lines)):
+        found = _json_object(line)
+        if found is not None and "status" in found:
+            return found
+    return None
+
+
+def events(lines):
+    """The event lines (``{"event": name, ...}``) among a script's output lines, in order."""
+    return [found for found in map(_json_object, lines) if found is not None and "event" in found]
+
+
+def progress(lines):
+    """A script's human lines: its output without the result and event lines."""
+    return [line for line in lines if _json_object(line) is None
+            or not ({"status", "event"} & set(_json_object(line)))]

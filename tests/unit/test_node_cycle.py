@@ -1,0 +1,134 @@
+"""The restart cycle on the node (cycle.py): which steps run in which order, and its result."""
+
+import json
+import shlex
+import sys
+
+import pytest
+
+from sglang_deploy.node import cycle, result, status
+
+
+def _step(tmp_path, name, outcomes, **details):
+    """A stand-in for one of our scripts: logs that it ran, prints a progress line and its
+    result line; its n-th run exits with the n-th of ``outcomes`` ((code, cause); the last
+    repeats)."""
+    log = tmp_path / "ran"
+    lines = [json.dumps(dict(details, status=code, result=status.name(code), cause=cause))
+             for code, cause in outcomes]
+    code_py = (f"import json, os; log = {str(log)!r}; "
+               f"n = open(log).read().split().count({name!r}) if os.path.exists(log) else 0; "
+               f"open(log, 'a').write({name!r} + '\\n'); print('[   0.1s] {name} progress'); "
+               f"line = {lines!r}[min(n, {len(lines) - 1})]; print(line); "
+               f"raise SystemExit(json.loads(line)['status'])")
+    return f"{shlex.quote(sys.executable)} -c {shlex.quote(code_py)}"
+
+
+def _commands(tmp_path, **outcomes):
+    """Every step succeeds unless ``outcomes`` says otherwise (name -> [(code, cause)] by run)."""
+    commands = {}
+    for name in cycle.STEPS:
+        runs = outcomes.get(name, [(0, None)])
+        details = {"profile": "previous"} if name == "restore" else {}
+        commands[name] = _step(tmp_path, name, runs, **details)
+    return commands
+
+
+def _run(tmp_path, capsys, rollback=True, **outcomes):
+    code = cycle.cycle(_commands(tmp_path, **outcomes), rollback)
+    out = capsys.readouterr().out.splitlines()
+    ran = (tmp_path / "ran").read_text().split()
+    return code, result.parse(out), ran, result.progress(out)
+
+
+def test_a_good_configuration_is_served_and_recorded(tmp_path, capsys):
+    code, found, ran, progress = _run(tmp_path, capsys)
+    assert code == status.READY and found["outcome"] == "served" and found["cause"] is None
+    assert ran == ["preflight", "restart", "gate", "workers", "save"]
+    # The steps' progress streams through; their result lines do not.
+    assert progress == ["[   0.1s] %s progress" % name for name in ran]
+
+
+def test_a_failed_preflight_stops_nothing_and_puts_the_files_back(tmp_path, capsys):
+    code, found, ran, _ = _run(tmp_path, capsys, preflight=[(status.PREFLIGHT_FAILED, "port 30000 is held")])
+    assert code == status.PREFLIGHT_FAILED and found["outcome"] == "preflight_failed"
+    assert ran == ["preflight", "restore"] and found["restored"] is True
+    assert found["cause"] == "port 30000 is held"
+
+
+def test_a_failed_gate_rolls_back_to_the_last_known_good(tmp_path, capsys):
+    code, found, ran, progress = _run(tmp_path, capsys, gate=[(status.FAILED_START, "cuda-oom: CUDA out of memory"), (0, None)])
+    assert code == status.FAILED_START and found["outcome"] == "rolled_back"
+    assert found["profile"] == "previous" and found["cause"] == "cuda-oom: CUDA out of memory"
+    assert ran == ["preflight", "restart", "gate", "restore", "restart", "gate"]
+    assert "rolling back to the last configuration that passed the gate" in progress
+    assert [s["step"] for s in found["steps"] if s["status"]] == ["readiness gate"]
+
+
+def test_without_rollback_the_node_is_left_as_it_is(tmp_path, capsys):
+    code, found, ran, _ = _run(tmp_path, capsys, rollback=False, workers=[(status.WORKER_ENV_MISMATCH, "NCCL_ALGO is missing")])
+    assert code == status.WORKER_ENV_MISMATCH and found["outcome"] == "failed" and found["restored"] is False
+    assert ran == ["preflight", "restart", "gate", "workers"]
+
+
+def test_nothing_to_roll_back_to(tmp_path, capsys):
+    code, found, ran, _ = _run(tmp_path, capsys, gate=[(status.TIMEOUT, "timeout: last phase: loading")],
+                               restore=[(status.NO_LAST_GOOD, "nothing to roll back to")])
+    assert found["outcome"] == "rollback_failed" and found["restored"] is False
+    assert [(s["step"], s["cause"]) for s in found["steps"] if s["status"]] == [
+        ("readiness gate", "timeout: last phase: loading"), ("rollback", "nothing to roll back to")]
+
+
+def test_a_step_that_dies_without_a_result_line_is_named_by_its_last_words(tmp_path, capsys):
+    commands = _commands(tmp_path)
+    commands["restart"] = f"{shlex.quote(sys.executable)} -c 'raise OSError(\"boom\")'"
+    cycle.cycle(commands)
+    found = result.parse(capsys.readouterr().out.splitlines())
+    assert found["steps"][1] == {"step": "restart", "status": 1, "cause": "OSError: boom"}
+
+
+def test_every_step_is_required():
+    with pytest.raises(SystemExit):
+        cycle.main(["--steps-json", json.dumps({"preflight": "true"})])
+
+
+def test_a_rollback_that_fails_its_gate_too(tmp_path, capsys):
+    code, found, ran, _ = _run(tmp_path, capsys, gate=[(status.HUNG, "hung: no journal line")])
+    assert found["outcome"] == "rollback_failed" and found["restored"] is True
+    assert found["profile"] == "previous" and code == status.HUNG
+
+
+def test_node_scripts_hand_the_cycle_their_own_command_lines():
+    from test_operations import PLAN
+    scripts = PLAN.scripts
+    command = scripts.cycle({"hook": "/site/sglang_deploy_env.py"}, rollback=False)
+    argv = shlex.split(command)
+    assert argv[:2] == ["python3", f"{scripts.directory}/cycle.py"] and argv[-1] == "--no-rollback"
+    steps = json.loads(argv[argv.index("--steps-json") + 1])
+    assert steps == {"preflight": scripts.preflight(f"{scripts.profile.engine.venv}/bin/python"),
+                     "restart": scripts.restart(), "gate": scripts.gate(), "workers": scripts.workers(),
+                     "save": scripts.save_last_good({"hook": "/site/sglang_deploy_env.py"}),
+                     "restore": scripts.restore_last_good()}
+
+
+class _Host:
+    def __init__(self):
+        self.said = []
+
+    def log_styled(self, message, **_):
+        self.said.append(message)
+
+
+@pytest.mark.parametrize("found, said, served", [
+    ({"outcome": "served", "steps": []}, [], True),
+    ({"outcome": "preflight_failed", "restored": True}, ["nothing was stopped: the running server is untouched"], False),
+    ({"outcome": "preflight_failed", "restored": False}, [], False),
+    ({"outcome": "failed", "restored": False}, ["rollback disabled: the node is left as it is"], False),
+    ({"outcome": "rolled_back", "restored": True, "profile": "node1"}, ["rolled back: serving node1 again"], False),
+    ({"outcome": "rollback_failed", "restored": True, "profile": "node1"}, ["rollback to node1 failed too"], False),
+])
+def test_the_controller_says_the_outcome_in_the_operators_words(found, said, served):
+    from sglang_deploy.operations.service import _say_outcome
+    host = _Host()
+    assert _say_outcome(host, found) is served
+    assert host.said == said
