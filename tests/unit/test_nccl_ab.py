@@ -12,7 +12,7 @@ import pytest
 
 from sglang_deploy import nccl_ab as controller
 from sglang_deploy.inventory import REPO_ROOT
-from sglang_deploy.node import nccl_ab
+from sglang_deploy.node import allreduce_stats, nccl_ab
 from sglang_deploy.node import result as node_result
 from sglang_deploy.plan import plan_for
 from sglang_deploy.profile import load_profile
@@ -107,7 +107,7 @@ def test_verdict_on_the_reference_capture():
     line = nccl_ab.verdict("NCCL_PROTO=LL", cmp)
     assert line == ("NCCL_PROTO=LL: +38% at 256 KB (faster), \u221271% at 64 MB (slower); "
                     "faster at 4 KB, 64 KB, 256 KB; slower at 1 MB, 16 MB, 64 MB")
-    assert nccl_ab.overall_cause(cmp) == "mixed"
+    assert allreduce_stats.overall_cause(cmp) == "mixed"
 
 
 def test_small_differences_and_noisy_rounds_are_no_effect():
@@ -117,7 +117,7 @@ def test_small_differences_and_noisy_rounds_are_no_effect():
     cmp = nccl_ab.compare(stats, "b", "a")
     assert not any(c["significant"] for c in cmp.values())
     assert nccl_ab.verdict("all", cmp) == "all: no effect beyond noise at any size (4 KB\u201364 KB)"
-    assert nccl_ab.overall_cause(cmp) == "no-effect"
+    assert allreduce_stats.overall_cause(cmp) == "no-effect"
 
 
 def test_report_has_rows_overall_and_per_variable_verdicts():
