@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from sglang_deploy.node import result  # noqa: E402
-from sglang_deploy.inventory import SANDBOX_PROFILES_VAR, inventory_hosts  # noqa: E402
+from sglang_deploy.inventory import SANDBOX_PROFILES_VAR, inventory_hosts, ssh_argv  # noqa: E402
 from sglang_deploy.profile import load_profile  # noqa: E402
 
 SANDBOX_INVENTORY = "inventory/sandbox.py"
@@ -44,18 +44,7 @@ class Node:
         return Path(self.inventory).resolve() == (REPO / SANDBOX_INVENTORY).resolve()
 
     def ssh_argv(self, command):
-        d = self.data
-        argv = ["ssh", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10"]
-        if d.get("ssh_key"):
-            argv += ["-i", str(d["ssh_key"]), "-o", "IdentitiesOnly=yes"]
-        if d.get("ssh_port"):
-            argv += ["-p", str(d["ssh_port"])]
-        if d.get("ssh_known_hosts_file") == "/dev/null":
-            argv += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
-        target = d.get("ssh_hostname", self.name)
-        if d.get("ssh_user"):
-            target = f"{d['ssh_user']}@{target}"
-        return argv + [target, command]
+        return ssh_argv(self.name, self.data, command)
 
     def ssh_line(self, command):
         """The same, as one shell command line (for pipelines run on the controller)."""

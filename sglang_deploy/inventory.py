@@ -145,3 +145,18 @@ def testinfra_host(data):
 
     url = f"paramiko://{data.get('ssh_user', 'root')}@{data['ssh_hostname']}:{data.get('ssh_port', 22)}"
     return testinfra.get_host(url, ssh_identity_file=data.get("ssh_key"))
+
+
+def ssh_argv(name, data, command):
+    """ssh with the inventory's connection data (BatchMode: never prompt)."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10"]
+    if data.get("ssh_key"):
+        argv += ["-i", str(data["ssh_key"]), "-o", "IdentitiesOnly=yes"]
+    if data.get("ssh_port"):
+        argv += ["-p", str(data["ssh_port"])]
+    if data.get("ssh_known_hosts_file") == "/dev/null":
+        argv += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+    target = data.get("ssh_hostname", name)
+    if data.get("ssh_user"):
+        target = f"{data['ssh_user']}@{target}"
+    return argv + [target, command]

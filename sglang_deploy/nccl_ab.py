@@ -27,24 +27,10 @@ from .cli import exit_on_deploy_error
 from .inventory import REPO_ROOT, inventory_hosts
 from .node import nccl_ab as node_ab
 from .node import result as node_result
+from .inventory import ssh_argv
 from .plan import plan_for
 
 REPORTS = REPO_ROOT / "reports" / "nccl-ab"
-
-
-def ssh_argv(name, data, command):
-    """ssh with the inventory's connection data (BatchMode: never prompt)."""
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10"]
-    if data.get("ssh_key"):
-        argv += ["-i", str(data["ssh_key"]), "-o", "IdentitiesOnly=yes"]
-    if data.get("ssh_port"):
-        argv += ["-p", str(data["ssh_port"])]
-    if data.get("ssh_known_hosts_file") == "/dev/null":
-        argv += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
-    target = data.get("ssh_hostname", name)
-    if data.get("ssh_user"):
-        target = f"{data['ssh_user']}@{target}"
-    return argv + [target, command]
 
 
 def node_args(name, plan, *, ablate=False, stop_server=False, rounds=None, sizes=None):
