@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from sglang_deploy.node import group_join
 from test_standin_server import Standin, cmdline, free_port
 
 FAST = {"SGLANG_STANDIN_LOAD_SECONDS": "0.4", "SGLANG_STANDIN_WARMUP_SECONDS": "0.2"}
@@ -73,6 +74,8 @@ def test_rank0_waits_for_the_follower_with_its_port_closed(group):
     with socket.create_connection(("127.0.0.1", group["dist_port"]), timeout=2):
         pass
     assert rank0.proc.poll() is None
+    found = group_join.assess(rank0.log().splitlines(), nnodes=2, tp_size=2)
+    assert (found["state"], found["missing"]) == ("waiting", [1])
 
     follower = group["follower"] = Standin(group["workdir"], node_args(1, group["dist_port"]), env=FAST)
     assert rank0.wait_log("TP0] Load weight begin", timeout=15)
@@ -81,6 +84,7 @@ def test_rank0_waits_for_the_follower_with_its_port_closed(group):
     assert follower.wait_for(lambda: status_of(follower) == 200, timeout=15, interval=0.01)
     assert status_of(rank0) in (None, 503)
     assert rank0.wait_log("The server is fired up and ready to roll!", timeout=15)
+    assert group_join.assess(rank0.log().splitlines(), 2, 2)["state"] == "joined"
 
 
 def test_follower_serves_only_the_dummy_health_endpoints(group):
@@ -130,6 +134,8 @@ def test_follower_that_never_joins_fails_rank0_after_the_timeout(nodes):
             "1/2 clients joined.") in log
     assert "Received sigquit from a child process. It usually means the child failed." in log
     assert "Load weight begin" not in log and not rank0.leftovers()
+    found = group_join.assess(log.splitlines(), nnodes=2, tp_size=2)
+    assert found["cause"] == "rank 0 gave up after 2 s, 1/2 ranks joined: node-rank 1 has not joined"
 
 
 def test_follower_without_rank0_fails_after_the_timeout(nodes):
@@ -139,6 +145,8 @@ def test_follower_without_rank0_fails_after_the_timeout(nodes):
     assert ("torch.distributed.DistNetworkError: The client socket has timed out after 1000ms while "
             f"trying to connect to (127.0.0.1, {dist_port}).") in follower.log()
     assert not follower.port_open()
+    assert group_join.follower_evidence(follower.log().splitlines(), 1, 1) == \
+        f"unreachable: 127.0.0.1:{dist_port}"
 
 
 def test_failure_injected_on_rank1_is_reported_by_rank0(nodes):
@@ -155,6 +163,8 @@ def test_failure_injected_on_rank1_is_reported_by_rank0(nodes):
                      r"\[127\.0\.0\.1\]:\d+\. This is typically caused by a remote worker crashing\.", log)
     assert "Rank 0 scheduler died during initialization (exit code: 1)" in log
     assert not rank0.port_open() and not rank0.leftovers()
+    found = group_join.assess(log.splitlines(), 2, 2, follower_hosts={1: "127.0.0.1"})
+    assert (found["state"], found["missing"]) == ("lost", [1])
 
 
 def test_follower_scheduler_dying_after_ready_fails_rank0(nodes):
