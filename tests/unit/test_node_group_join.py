@@ -12,7 +12,8 @@ CAPTURED = Path(__file__).parent / "captured"
 
 
 def captured(name):
-    return (CAPTURED / name).read_text().splitlines()
+    """A captured file's lines, without its '# ' provenance header."""
+    return [line for line in (CAPTURED / name).read_text().splitlines() if not line.startswith("# ")]
 
 
 def scheduler_log(tp_rank, *messages):

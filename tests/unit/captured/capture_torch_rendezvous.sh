@@ -3,7 +3,8 @@
 # real-SGLang venv, gloo), through the rendezvous SGLang 0.5.23 uses for --dist-init-addr
 # (init_process_group(init_method="tcp://HOST:PORT")); its scheduler logs these tracebacks after
 # "Scheduler hit an exception: ". The probe prints a traceback and its elapsed time; the files are
-# its raw output (stdout and stderr; the probe's own path shortened to its name). Timeouts were
+# its raw output (stdout and stderr; the probe's own path shortened to its name) after one "# "
+# header line saying which case it is. Timeouts were
 # 2 s (rank 0) and 3 s (follower).
 set -u
 P=${PYTHON:-python3}
