@@ -12,6 +12,7 @@ import re
 import signal
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
@@ -56,7 +57,7 @@ def group(tmp_path_factory):
     """Rank 0 started alone; the follower joins a moment later (started by the first test)."""
     workdir = tmp_path_factory.mktemp("group")
     dist_port = free_port()
-    rank0 = Standin(workdir, node_args(0, dist_port), env=FAST)
+    rank0 = Standin(workdir, node_args(0, dist_port), env=FAST, tp=4)
     found = {"rank0": rank0, "dist_port": dist_port, "workdir": workdir}
     yield found
     for s in (found.get("follower"), rank0):
@@ -74,17 +75,18 @@ def test_rank0_waits_for_the_follower_with_its_port_closed(group):
     with socket.create_connection(("127.0.0.1", group["dist_port"]), timeout=2):
         pass
     assert rank0.proc.poll() is None
-    found = group_join.assess(rank0.log().splitlines(), nnodes=2, tp_size=2)
+    found = group_join.assess(rank0.log().splitlines(), nnodes=2, tp_size=4)
     assert (found["state"], found["missing"]) == ("waiting", [1])
 
-    follower = group["follower"] = Standin(group["workdir"], node_args(1, group["dist_port"]), env=FAST)
+    follower = group["follower"] = Standin(group["workdir"], node_args(1, group["dist_port"]), tp=4,
+                                           env=dict(FAST, STANDIN_TEST_MARKER="follower-unit-env"))
     assert rank0.wait_log("TP0] Load weight begin", timeout=15)
-    assert follower.wait_log("TP1] Load weight begin", timeout=5)
+    assert follower.wait_log("TP3] Load weight begin", timeout=5)
     # The follower's dummy /health turns 200 before rank 0 serves: it proves nothing about the group.
     assert follower.wait_for(lambda: status_of(follower) == 200, timeout=15, interval=0.01)
     assert status_of(rank0) in (None, 503)
     assert rank0.wait_log("The server is fired up and ready to roll!", timeout=15)
-    assert group_join.assess(rank0.log().splitlines(), 2, 2)["state"] == "joined"
+    assert group_join.assess(rank0.log().splitlines(), 2, 4)["state"] == "joined"
 
 
 def test_follower_serves_only_the_dummy_health_endpoints(group):
@@ -92,8 +94,15 @@ def test_follower_serves_only_the_dummy_health_endpoints(group):
     for path in ("/health", "/health_generate", "/ping"):
         assert follower.request("GET", path)[0] == 200
     assert follower.request("GET", "/v1/models")[0] == 404
-    titles = {cmdline(pid) for pid in follower.descendants()}
-    assert "sglang::scheduler_TP1" in titles and "sglang::detokenizer" not in titles
+    # --tp-size 4 over 2 nodes: global ranks 2 and 3 here, spawned with the launcher's environment.
+    schedulers = {cmdline(pid): pid for pid in follower.descendants() if "scheduler" in cmdline(pid)}
+    assert set(schedulers) == {"sglang::scheduler_TP2", "sglang::scheduler_TP3"}
+    assert "sglang::detokenizer" not in {cmdline(pid) for pid in follower.descendants()}
+    for pid in schedulers.values():
+        environ = dict(item.split("=", 1) for item in
+                       Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in item)
+        assert environ["STANDIN_TEST_MARKER"] == "follower-unit-env"
+        assert (environ["NCCL_CUMEM_ENABLE"], environ["CUDA_DEVICE_MAX_CONNECTIONS"]) == ("0", "8")
     log = follower.log()
     assert f"Dummy health check server started in background thread at 127.0.0.1:{follower.port}" in log
     assert "Uvicorn running on" not in log and '"GET /health HTTP/1.1"' not in log  # log level warning
@@ -117,11 +126,26 @@ def test_sigterm_to_rank0_stops_both(group):
     assert follower.wait_exit(timeout=10) == 0
     took = time.monotonic() - started
     assert took < 3.0, f"stopping the group through rank 0 took {took:.2f} s"
-    assert re.search(r"Scheduler or DataParallelController \d+ terminated with 0", follower.log())
+    assert len(re.findall(r"Scheduler or DataParallelController \d+ terminated with 0", follower.log())) == 2
     assert not rank0.leftovers() and not follower.leftovers()
 
 
 # ====================================================================== failures
+def test_follower_whose_port_is_taken_still_joins_without_a_health_endpoint(nodes):
+    # 0.5.23 runs the dummy server in a thread: uvicorn's bind error ends the thread, not the node.
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        dist_port = free_port()
+        rank0 = nodes(0, dist_port)
+        follower = nodes(1, dist_port, port=blocker.getsockname()[1])
+        assert rank0.wait_log("The server is fired up and ready to roll!", timeout=20)
+        assert follower.wait_log(f"Dummy health check server stopped at 127.0.0.1:{follower.port}")
+        assert "error while attempting to bind on address" in follower.log()
+        assert follower.proc.poll() is None
+
+
+
 def test_follower_that_never_joins_fails_rank0_after_the_timeout(nodes):
     rank0 = nodes(0, free_port(), env={"SGLANG_STANDIN_DIST_TIMEOUT_SECONDS": "1"})
     assert rank0.wait_log("TP0] Init parallel begin.")
