@@ -162,6 +162,22 @@ def test_follower_that_never_joins_fails_rank0_after_the_timeout(nodes):
     assert found["cause"] == "rank 0 gave up after 2 s, 1/2 ranks joined: node-rank 1 has not joined"
 
 
+def test_without_dist_init_addr_the_nodes_never_meet(tmp_path):
+    # 0.5.23 accepts the argv; each node's ranks wait at their own --host:<random port>.
+    env = dict(FAST, SGLANG_STANDIN_DIST_TIMEOUT_SECONDS="1")
+    argv = ["--nnodes", "2", "--host", "0.0.0.0"]
+    rank0 = Standin(tmp_path, argv + ["--node-rank", "0"], env=env)
+    follower = Standin(tmp_path, argv + ["--node-rank", "1"], env=env)
+    try:
+        assert rank0.wait_exit(timeout=10) == 1 and follower.wait_exit(timeout=10) == 1
+        assert "1/2 clients joined." in rank0.log()
+        assert re.search(r"DistNetworkError: The client socket has timed out after 1000ms while "
+                         r"trying to connect to \(0\.0\.0\.0, \d+\)\.", follower.log())
+    finally:
+        rank0.kill()
+        follower.kill()
+
+
 def test_follower_without_rank0_fails_after_the_timeout(nodes):
     dist_port = free_port()
     follower = nodes(1, dist_port, env={"SGLANG_STANDIN_DIST_TIMEOUT_SECONDS": "1"})

@@ -140,12 +140,10 @@ class Engine:
         args = self.server_args
         tp_per_node = args.tp_size // args.nnodes
         ranks = range(tp_per_node * args.node_rank, tp_per_node * (args.node_rank + 1))
-        nccl_init_addr = args.dist_init_addr or f"127.0.0.1:{get_free_port()}"
-        if args.nnodes > 1 and args.dist_init_addr:
-            # Across nodes the stand-in's own rendezvous (dist_group) holds --dist-init-addr's
-            # port; SGLANG_STANDIN_REAL_NCCL's torch group meets on the next one.
-            host, _, port = args.dist_init_addr.rpartition(":")
-            nccl_init_addr = f"{host}:{int(port) + 1}"
+        # torch's init address: --dist-init-addr, else (as SGLang) one random port per node on
+        # --host across nodes, 127.0.0.1 on one node (the stand-in's real NCCL only).
+        default_host = (args.host or "127.0.0.1") if args.nnodes > 1 else "127.0.0.1"
+        nccl_init_addr = args.dist_init_addr or f"{default_host}:{get_free_port()}"
         fail_index = failing_local_index(self.knobs.fail, len(ranks))
         for index, tp_rank in enumerate(ranks):
             reader, writer = mp.Pipe(duplex=False)

@@ -64,11 +64,11 @@ class ModelRunner:
         logger.info("Init parallel begin.")
         if self.server_args.nnodes > 1:
             timeout = self.server_args.dist_timeout or self.knobs.dist_timeout_seconds
-            self.group = dist_group.join_group(self.server_args.dist_init_addr, self.tp_rank,
-                                               self.tp_size, timeout)
+            self.group = dist_group.join_group(self.nccl_init_addr, self.tp_rank, self.tp_size,
+                                               timeout)
         if self.knobs.real_nccl:
             info = real_nccl.init_and_all_reduce(
-                self.tp_rank, self.tp_size, self.gpu_id, self.nccl_init_addr
+                self.tp_rank, self.tp_size, self.gpu_id, self._real_nccl_addr()
             )
             # From here on the figures start from the real device's memory.
             self.avail_gb, self.total_gb = real_nccl.device_memory_gib(info["device"])
@@ -159,6 +159,13 @@ class ModelRunner:
             f"avail mem={self._avail():.2f} GB."
         )
         self._collective()  # the capture's forward passes all-reduce across ranks
+
+    def _real_nccl_addr(self) -> str:
+        """Across nodes the stand-in's own group holds the init port: torch meets on the next."""
+        if self.group is None:
+            return self.nccl_init_addr
+        host, port = dist_group.split_addr(self.nccl_init_addr)
+        return f"{host}:{port + 1}"
 
     def _collective(self):
         """Across nodes, each rank waits here for all the others (a lost one raises)."""

@@ -3,7 +3,7 @@
 SGLang 0.5.23 hands --dist-init-addr to torch as `tcp://HOST:PORT`: the scheduler of global rank
 0 (TP0 on --node-rank 0) hosts torch's TCPStore on PORT (all interfaces) and waits for every
 other rank to connect; every other scheduler connects to HOST:PORT, retrying until the timeout.
-Without --dist-init-addr each node uses its own `127.0.0.1:<random port>`, so the ranks never
+Without --dist-init-addr each node uses its own `<--host>:<random port>`, so the ranks never
 meet and rank 0 times out. Afterwards the ranks talk over gloo's CPU group (SGLang broadcasts
 every scheduler step over it), so a rank that dies is noticed by the others at their next
 collective; rank 0's ShutdownReq reaches the other ranks the same way.
@@ -241,14 +241,11 @@ class Client:
         self._expect("shutdown")
 
 
-def join_group(dist_init_addr: Optional[str], rank: int, world_size: int, timeout: float):
-    """Rank 0 hosts and waits for the others; every other rank connects. Blocks until all met."""
-    if dist_init_addr:
-        host, port = split_addr(dist_init_addr)
-    else:
-        # SGLang without --dist-init-addr: tcp://127.0.0.1:<random nccl port>, chosen per node.
-        from sglang.srt.utils import get_free_port
-        host, port = "127.0.0.1", get_free_port()
+def join_group(init_addr: str, rank: int, world_size: int, timeout: float):
+    """Rank 0 hosts at init_addr's port and waits for the others; every other rank connects to
+    init_addr. Blocks until all met. init_addr is --dist-init-addr, else the node's own
+    `<--host>:<random port>`, which no other node knows: the ranks never meet, as in SGLang."""
+    host, port = split_addr(init_addr)
     if rank == 0:
         group = Master(port, world_size, timeout)
         group.join()
