@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_deploy.node import group_join, status
+from sglang_deploy.node import group_join, sglang_log, status
 
 CAPTURED = Path(__file__).parent / "captured"
 
@@ -110,3 +110,18 @@ def test_the_script_prints_one_result_line(tmp_path):
     res = json.loads(out.stdout.splitlines()[-1])
     assert res["missing"] == [1] and res["evidence"] == {"1": "not started"}
     assert out.stdout.splitlines()[0].startswith("rank 0: timed-out: rank 0 gave up after 3 s")
+
+
+def test_the_gates_cause_names_the_group_not_a_dead_scheduler():
+    # What the gate reports from rank 0's journal: torch's words, not only "a scheduler died".
+    died = ["RuntimeError: Rank 0 scheduler died during initialization (exit code: 1). If exit code "
+            "is -9 (SIGKILL), a common cause is the OS OOM killer."]
+    timed_out = failed_with(0, "torch_2.13_tcp_rendezvous_rank0_timeout.txt") + died
+    key, text = sglang_log.cause_of(timed_out)
+    assert key == "group-incomplete" and text.endswith("DistStoreError: Timed out after 3 seconds "
+                                                       "waiting for clients. 1/2 clients joined.")
+    follower = failed_with(1, "torch_2.13_tcp_rendezvous_follower_connect_timeout.txt")
+    assert sglang_log.cause_of(follower)[0] == "group-incomplete"
+    for name in ("torch_2.13_gloo_peer_killed_seen_by_rank0.txt",
+                 "torch_2.13_gloo_rank0_killed_seen_by_follower.txt"):
+        assert sglang_log.cause_of(failed_with(0, name) + died)[0] == "group-peer-lost", name

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.node import group_join
+from sglang_deploy.node import group_join, sglang_log
 from test_standin_server import Standin, cmdline, free_port
 
 FAST = {"SGLANG_STANDIN_LOAD_SECONDS": "0.4", "SGLANG_STANDIN_WARMUP_SECONDS": "0.2"}
@@ -160,6 +160,7 @@ def test_follower_that_never_joins_fails_rank0_after_the_timeout(nodes):
     assert "Load weight begin" not in log and not rank0.leftovers()
     found = group_join.assess(log.splitlines(), nnodes=2, tp_size=2)
     assert found["cause"] == "rank 0 gave up after 2 s, 1/2 ranks joined: node-rank 1 has not joined"
+    assert sglang_log.cause_of(log.splitlines())[0] == "group-incomplete"
 
 
 def test_without_dist_init_addr_the_nodes_never_meet(tmp_path):
@@ -205,6 +206,7 @@ def test_failure_injected_on_rank1_is_reported_by_rank0(nodes):
     assert not rank0.port_open() and not rank0.leftovers()
     found = group_join.assess(log.splitlines(), 2, 2, follower_hosts={1: "127.0.0.1"})
     assert (found["state"], found["missing"]) == ("lost", [1])
+    assert sglang_log.cause_of(log.splitlines())[0] == "group-peer-lost"
 
 
 def test_follower_scheduler_dying_after_ready_fails_rank0(nodes):
