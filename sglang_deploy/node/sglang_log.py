@@ -36,6 +36,13 @@ CAUSES = (
     ("nccl-error", "NCCL error",
      r"NCCL error|ncclSystemError|ncclUnhandledCudaError|ncclInternalError|ncclInvalidUsage"
      r"|ncclRemoteError|DistBackendError"),
+    # Multi-node groups (torch's tcp:// rendezvous at --dist-init-addr, then gloo): group_join.py
+    # says which node.
+    ("group-incomplete", "not every node of the multi-node group joined in time",
+     r"waiting for clients\. \d+/\d+ clients joined"
+     r"|The client socket has timed out after \d+ms while trying to connect to"),
+    ("group-peer-lost", "a node of the multi-node group was lost (died or stopped)",
+     r"Connection closed by peer \[|Read error \[[^\]]*\]:\d+: Connection reset by peer"),
     ("bad-argument", "SGLang rejected a command-line argument",
      r"error: unrecognized arguments|error: argument |error: the following arguments are required"
      r"|error: ambiguous option"),

@@ -178,6 +178,10 @@ PARITY = {
     "old-cuda-graph-max-bs": lambda: BASE + ["--cuda-graph-max-bs", "32"],
     "cuda-graph-max-bs-decode": lambda: BASE + ["--cuda-graph-max-bs-decode", "32"],
     "context-length-suffix": lambda: BASE + ["--context-length", "128k"],
+    # a follower's argv without --dist-init-addr parses (0.5.23 never asks for it)
+    "multinode-without-dist-init-addr": lambda: BASE + ["--nnodes", "2", "--node-rank", "1",
+                                                        "--tp-size", "2"],
+    "dist-timeout": lambda: BASE + ["--dist-timeout", "30"],
     "bad-int": lambda: BASE + ["--tp-size", "eight"],
     "bad-float": lambda: BASE + ["--mem-fraction-static", "most"],
     "missing-value": lambda: BASE + ["--tp-size"],

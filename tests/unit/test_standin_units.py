@@ -103,6 +103,24 @@ def test_knob_defaults_follow_the_architecture_table():
     assert (k.fail, k.fail_after_seconds, k.real_nccl) == (None, 1.0, False)
 
 
+def test_multinode_knobs_default_to_every_node_and_torchs_nccl_timeout():
+    k = knobs_mod.from_environ({"SGLANG_STANDIN_FAIL": "hang"})
+    assert (k.fail_rank, k.dist_timeout_seconds) == (None, 600.0)
+    k = knobs_mod.from_environ({"SGLANG_STANDIN_FAIL": "hang", "SGLANG_STANDIN_FAIL_RANK": "1",
+                                "SGLANG_STANDIN_DIST_TIMEOUT_SECONDS": "2.5"})
+    assert (k.fail_rank, k.dist_timeout_seconds) == (1, 2.5)
+
+
+def test_multinode_argv_is_checked_as_0_5_23_checks_it():
+    base = ["--model-path", "/m", "--nnodes", "2", "--tp-size", "2"]
+    # Accepted without --dist-init-addr and with a node rank beyond --nnodes: 0.5.23 checks neither.
+    prepare_server_args(base + ["--node-rank", "1"]).check_server_args()
+    prepare_server_args(base + ["--node-rank", "2"]).check_server_args()
+    assert prepare_server_args(base + ["--dist-timeout", "30"]).dist_timeout == 30
+    with pytest.raises(AssertionError, match="tp_size must be divisible by number of nodes"):
+        prepare_server_args(base[:-1] + ["3"]).check_server_args()
+
+
 def test_knobs_parse():
     k = knobs_mod.from_environ({"SGLANG_STANDIN_LOAD_SECONDS": "0.5", "SGLANG_STANDIN_FAIL": "hang",
                                 "SGLANG_STANDIN_REAL_NCCL": "1"})
@@ -115,6 +133,9 @@ def test_knobs_parse():
     {"SGLANG_STANDIN_TOKENS_PER_SECOND": "0"},
     {"SGLANG_STANDIN_WARMUP_SECONDS": "-1"},
     {"SGLANG_STANDIN_REAL_NCCL": "maybe"},
+    {"SGLANG_STANDIN_FAIL_RANK": "one", "SGLANG_STANDIN_FAIL": "crash-load"},
+    {"SGLANG_STANDIN_FAIL_RANK": "1"},  # a rank for no failure
+    {"SGLANG_STANDIN_DIST_TIMEOUT_SECONDS": "0"},
 ])
 def test_bad_knobs_are_errors(env):
     with pytest.raises(knobs_mod.KnobError) as exc:

@@ -67,6 +67,7 @@ class ServerArgs:
     mem_fraction_static: Optional[float] = None
 
     # Distributed topology and parallelism
+    dist_timeout: Optional[int] = None
     dist_init_addr: Optional[str] = None
     nnodes: int = 1
     node_rank: int = 0
@@ -121,6 +122,10 @@ class ServerArgs:
         parser.add_argument(
             "--mem-fraction-static", type=float, default=d.mem_fraction_static,
             help="The fraction of the memory used for static allocation (model weights and KV cache memory pool). Use a smaller value if you see out-of-memory errors.",
+        )
+        parser.add_argument(
+            "--dist-timeout", type=int, default=d.dist_timeout,
+            help="Set timeout for torch.distributed initialization.",
         )
         parser.add_argument(
             "--dist-init-addr", "--nccl-init-addr", type=str, dest="dist_init_addr",
@@ -190,7 +195,9 @@ class ServerArgs:
         ):
             raise ValueError(f"Unknown speculative algorithm name: {self.speculative_algorithm}")
         assert self.tp_size % self.nnodes == 0, "tp_size must be divisible by number of nodes"
-        assert 0 <= self.node_rank < self.nnodes, "node_rank must be in [0, nnodes)"
+        # 0.5.23 checks nothing else about the nodes: no --dist-init-addr with --nnodes > 1, or a
+        # --node-rank outside [0, nnodes), is accepted and only shows as a rendezvous that never
+        # completes (dist_group).
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -73,6 +73,17 @@ class Lifecycle:
         signal.signal(signal.SIGTERM, on_stop)
         signal.signal(signal.SIGINT, on_stop)
 
+    def ignore_sigterm(self, node_rank: int) -> None:
+        """A ready node with --node-rank >= 1 cannot drain on its own: it stops when rank 0's
+        ShutdownReq broadcast stops its schedulers (or when killed)."""
+        def on_sigterm(signum, frame):
+            logger.warning(
+                f"SIGTERM received on node_rank {node_rank}; waiting for the rank-0 ShutdownReq "
+                "broadcast to stop the schedulers."
+            )
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
 
 _prometheus_multiproc_dir = None  # kept alive (and removed at exit) like SGLang's
 
@@ -129,7 +140,10 @@ class Engine:
         args = self.server_args
         tp_per_node = args.tp_size // args.nnodes
         ranks = range(tp_per_node * args.node_rank, tp_per_node * (args.node_rank + 1))
-        nccl_init_addr = args.dist_init_addr or f"127.0.0.1:{get_free_port()}"
+        # torch's init address: --dist-init-addr, else (as SGLang) one random port per node on
+        # --host across nodes, 127.0.0.1 on one node (the stand-in's real NCCL only).
+        default_host = (args.host or "127.0.0.1") if args.nnodes > 1 else "127.0.0.1"
+        nccl_init_addr = args.dist_init_addr or f"{default_host}:{get_free_port()}"
         fail_index = failing_local_index(self.knobs.fail, len(ranks))
         for index, tp_rank in enumerate(ranks):
             reader, writer = mp.Pipe(duplex=False)
@@ -227,11 +241,27 @@ class Engine:
                 )
                 os.kill(os.getpid(), signal.SIGQUIT)
 
+    def watch_follower(self) -> int:
+        """--node-rank >= 1 after ready: block until the schedulers exit (SGLang's
+        block_until_scheduler_exits), logging each; 1 if one signalled a failure (SIGQUIT),
+        else 0 -- whatever their exit codes, as in 0.5.23."""
+        for proc in self.scheduler_procs:
+            while proc.is_alive() and not self.lifecycle.fatal.is_set():
+                proc.join(timeout=POLL_S)
+            if self.lifecycle.fatal.is_set():
+                return 1
+            logger.error(f"Scheduler or DataParallelController {proc.pid} terminated with {proc.exitcode}")
+        time.sleep(SETTLE_S)  # a failing scheduler's SIGQUIT comes just before its exit
+        return 1 if self.lifecycle.fatal.is_set() else 0
+
     # ------------------------------------------------------------------ teardown
-    def shutdown(self, grace: float = 0.4) -> None:
+    def shutdown(self, grace: float = 0.4, kill: bool = False) -> None:
         """SIGTERM the subprocesses, give them `grace` seconds, then SIGKILL what is left
-        (including grandchildren and multiprocessing's resource tracker)."""
+        (including grandchildren and multiprocessing's resource tracker). kill: SIGKILL at once,
+        as SGLang tears its tree down after a failure (rank 0 then broadcasts no ShutdownReq)."""
         procs = [p for _, p in self._named_procs() if p.pid is not None]
+        if kill:
+            kill_process_tree(os.getpid(), include_parent=False)
         for proc in procs:
             if proc.is_alive():
                 try:

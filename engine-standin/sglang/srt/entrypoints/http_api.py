@@ -186,7 +186,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return "uvicorn"
 
     def log_request(self, code="-", size="-"):
-        """uvicorn's access line: `INFO:     127.0.0.1:49534 - "GET /health HTTP/1.1" 200 OK`."""
+        """uvicorn's access line: `INFO:     127.0.0.1:49534 - "GET /health HTTP/1.1" 200 OK`
+        (none from the dummy health server: SGLang runs it at log level warning)."""
+        if self.dummy_health_only:
+            return
         try:
             phrase = HTTPStatus(int(code)).phrase
         except ValueError:
@@ -247,9 +250,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         path = self.path.split("?", 1)[0]
         state = self.state
+        if self.dummy_health_only and path in ("/health", "/health_generate", "/ping"):
+            return self._empty(200)
         if path in ("/health", "/health_generate"):
-            if self.dummy_health_only:
-                return self._empty(200)
             if state.shutting_down:
                 logger.info("Health check request received during shutdown. Returning 503.")
                 return self._empty(503)

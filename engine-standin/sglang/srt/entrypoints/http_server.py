@@ -16,7 +16,12 @@ Sequence, as in SGLang 0.5.23:
      subprocess (exit 1).
 
 As in 0.5.23, /ping turns 200 a moment before the "fired up" line (the /freeze_gc round trip).
-Nodes with --node-rank >= 1 serve only a dummy /health (200) on --port, like SGLang.
+Across nodes (--nnodes > 1; sandbox/dist_group.py for the rendezvous): every scheduler waits in
+"Init parallel" until all ranks of all nodes met at --dist-init-addr. Nodes with --node-rank >= 1
+run no tokenizer and no API: once their schedulers are ready they start SGLang's dummy health
+server on --port (/health, /health_generate, /ping: always 200; uvicorn at log level warning, so
+no access lines), ignore SIGTERM, and block until their schedulers exit -- on rank 0's shutdown
+broadcast, or failing when rank 0 is lost.
 """
 
 from __future__ import annotations
@@ -118,6 +123,28 @@ def _bind(server_args: ServerArgs, state: ServerState, dummy: bool) -> Optional[
         return None
 
 
+def _run_follower(server_args: ServerArgs, state: ServerState, engine: Engine,
+                  lifecycle: Lifecycle) -> int:
+    """--node-rank >= 1 once its schedulers are ready (0.5.23's _launch_subprocesses)."""
+    lifecycle.ignore_sigterm(server_args.node_rank)
+    where = f"{server_args.host}:{server_args.port}"
+    if ":" in server_args.host:
+        where = f"[{server_args.host}]:{server_args.port}"
+    logger.info(f"Dummy health check server started in background thread at {where}")
+    server = _bind(server_args, state, dummy=True)  # a failed bind: uvicorn's error, no exit
+    if server is None:
+        logger.info(f"Dummy health check server stopped at {where}")
+    else:
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                         name="health-check-server", daemon=True).start()
+    code = engine.watch_follower()
+    if server is not None:
+        server.shutdown()
+        server.server_close()
+    engine.shutdown(kill=code != 0)
+    return code
+
+
 def launch_server(server_args: ServerArgs) -> int:
     """Run the server until it is stopped; returns the process exit status."""
     configure_logger()
@@ -126,6 +153,13 @@ def launch_server(server_args: ServerArgs) -> int:
     except KnobError as e:
         print(f"sglang (sandbox stand-in): error: {e}", file=sys.stderr, flush=True)
         return 2
+    if knobs.fail_rank is not None:
+        if knobs.fail_rank >= server_args.nnodes:
+            print(f"sglang (sandbox stand-in): error: SGLANG_STANDIN_FAIL_RANK={knobs.fail_rank} but "
+                  f"--nnodes {server_args.nnodes}", file=sys.stderr, flush=True)
+            return 2
+        if knobs.fail_rank != server_args.node_rank:
+            knobs = dataclasses.replace(knobs, fail=None)  # the failure is another node's
     server_args.check_server_args()
     hf_config = get_config(server_args.model_path)
     if server_args.speculative_draft_model_path:
@@ -143,9 +177,10 @@ def launch_server(server_args: ServerArgs) -> int:
         engine.shutdown()
         return 0
 
-    dummy = server_args.node_rank != 0
     state = ServerState(server_args, knobs, hf_config, context_len, engine.scheduler_infos)
-    server = _bind(server_args, state, dummy)
+    if server_args.node_rank != 0:
+        return _run_follower(server_args, state, engine, lifecycle)
+    server = _bind(server_args, state, dummy=False)
     if server is None:
         engine.shutdown()
         return 1
@@ -156,23 +191,21 @@ def launch_server(server_args: ServerArgs) -> int:
                         "(Press CTRL+C to quit)")
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                      name="http-server", daemon=True).start()
-    lifecycle.running_phase = not dummy
-    if not dummy:
-        threading.Thread(target=_wait_and_warmup, name="warmup", daemon=True,
-                         args=(state, local_url(server_args.host, server_args.port), lifecycle,
-                               launched)).start()
+    lifecycle.running_phase = True
+    threading.Thread(target=_wait_and_warmup, name="warmup", daemon=True,
+                     args=(state, local_url(server_args.host, server_args.port), lifecycle,
+                           launched)).start()
 
     code = engine.watch()
     state.shutting_down = True
     if code == 0:
-        if not dummy:
-            _drain(state)
+        _drain(state)
         uvicorn_log("INFO", "Shutting down")
         uvicorn_log("INFO", "Waiting for application shutdown.")
         uvicorn_log("INFO", "Application shutdown complete.")
     server.shutdown()
     server.server_close()  # the port closes here, before the subprocesses go
-    engine.shutdown()
+    engine.shutdown(kill=code != 0 and server_args.nnodes > 1)
     if code == 0:
         uvicorn_log("INFO", f"Finished server process [{os.getpid()}]")
     return code

@@ -65,11 +65,21 @@ class Scheduler:
         }
 
     def event_loop(self) -> None:
-        """Serve until killed. The launcher does the generation; the scheduler only lives."""
+        """Serve until killed, or across nodes until rank 0's shutdown broadcast. The launcher
+        does the generation; the scheduler only lives."""
         if self.knobs.fail == "scheduler-dies-after-ready" and self.fails_here:
-            failures.sleep_then(self.knobs.fail_after_seconds)
-            failures.die_like_oom_killer()
+            threading.Thread(target=_die_after, args=(self.knobs.fail_after_seconds,),
+                             daemon=True).start()
+        group = self.model_runner.group
+        if group is not None:
+            group.serve()
+            return
         threading.Event().wait()
+
+
+def _die_after(seconds: float) -> None:
+    failures.sleep_then(seconds)
+    failures.die_like_oom_killer()
 
 
 def run_scheduler_process(server_args: ServerArgs, knobs: Knobs, context_len: int, tp_rank: int,

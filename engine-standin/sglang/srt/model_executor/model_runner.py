@@ -25,7 +25,7 @@ import logging
 import os
 import time
 
-from sglang.srt.sandbox import failures, nccl_info, real_nccl
+from sglang.srt.sandbox import dist_group, failures, nccl_info, real_nccl
 from sglang.srt.sandbox.knobs import Knobs
 from sglang.srt.server_args import ServerArgs
 
@@ -51,6 +51,7 @@ class ModelRunner:
         self.nccl_init_addr = nccl_init_addr
         self.total_gb = GPU_TOTAL_GB
         self.avail_gb = GPU_TOTAL_GB - 0.5  # CUDA context
+        self.group = None  # the multi-node process group (dist_group), --nnodes > 1 only
 
         self.init_torch_distributed()
         self.load_model()
@@ -61,9 +62,13 @@ class ModelRunner:
     def init_torch_distributed(self):
         tic = time.perf_counter()
         logger.info("Init parallel begin.")
+        if self.server_args.nnodes > 1:
+            timeout = self.server_args.dist_timeout or self.knobs.dist_timeout_seconds
+            self.group = dist_group.join_group(self.nccl_init_addr, self.tp_rank, self.tp_size,
+                                               timeout)
         if self.knobs.real_nccl:
             info = real_nccl.init_and_all_reduce(
-                self.tp_rank, self.tp_size, self.gpu_id, self.nccl_init_addr
+                self.tp_rank, self.tp_size, self.gpu_id, self._real_nccl_addr()
             )
             # From here on the figures start from the real device's memory.
             self.avail_gb, self.total_gb = real_nccl.device_memory_gib(info["device"])
@@ -117,6 +122,7 @@ class ModelRunner:
         )
 
     def init_memory_pool(self):
+        self._collective()  # SGLang all-reduces the ranks' free memory here
         fraction = self.server_args.mem_fraction_static or 0.88
         used = self.total_gb - self.avail_gb
         kv_gb = max(0.1, fraction * self.total_gb - used)
@@ -152,6 +158,19 @@ class ModelRunner:
             f"elapsed={time.perf_counter() - tic:.2f} s, mem usage={graph_gb:.2f} GB, "
             f"avail mem={self._avail():.2f} GB."
         )
+        self._collective()  # the capture's forward passes all-reduce across ranks
+
+    def _real_nccl_addr(self) -> str:
+        """Across nodes the stand-in's own group holds the init port: torch meets on the next."""
+        if self.group is None:
+            return self.nccl_init_addr
+        host, port = dist_group.split_addr(self.nccl_init_addr)
+        return f"{host}:{port + 1}"
+
+    def _collective(self):
+        """Across nodes, each rank waits here for all the others (a lost one raises)."""
+        if self.group is not None:
+            self.group.barrier()
 
     # ------------------------------------------------------------------ figures
     def _avail(self) -> float:

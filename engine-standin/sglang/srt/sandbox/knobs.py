@@ -32,6 +32,10 @@ class Knobs:
     fail: Optional[str] = None         # one of FAILURES
     fail_after_seconds: float = 1.0    # relative to the start of the failure's phase
     real_nccl: bool = False            # torch.distributed NCCL init + one all-reduce
+    fail_rank: Optional[int] = None    # only this --node-rank fails (None: every node)
+    # How long the multi-node rendezvous waits (torch's NCCL default: SGLang passes no timeout
+    # unless --dist-timeout is given).
+    dist_timeout_seconds: float = 600.0
 
 
 def _number(env: Mapping[str, str], name: str, default: float, positive: bool = False) -> float:
@@ -60,6 +64,14 @@ def from_environ(env: Mapping[str, str]) -> Knobs:
     real = env.get("SGLANG_STANDIN_REAL_NCCL", "").strip().lower()
     if real not in ("", "0", "1", "false", "true", "no", "yes"):
         raise KnobError(f"SGLANG_STANDIN_REAL_NCCL={real!r} must be 1 or 0")
+    fail_rank_raw = env.get("SGLANG_STANDIN_FAIL_RANK", "").strip()
+    fail_rank = None
+    if fail_rank_raw:
+        if not fail_rank_raw.isdigit():
+            raise KnobError(f"SGLANG_STANDIN_FAIL_RANK={fail_rank_raw!r} must be a node rank (0, 1, ...)")
+        if fail is None:
+            raise KnobError("SGLANG_STANDIN_FAIL_RANK is set but SGLANG_STANDIN_FAIL is not")
+        fail_rank = int(fail_rank_raw)
     return Knobs(
         load_seconds=_number(env, "SGLANG_STANDIN_LOAD_SECONDS", 3.0),
         warmup_seconds=_number(env, "SGLANG_STANDIN_WARMUP_SECONDS", 1.0),
@@ -67,4 +79,6 @@ def from_environ(env: Mapping[str, str]) -> Knobs:
         fail=fail,
         fail_after_seconds=_number(env, "SGLANG_STANDIN_FAIL_AFTER_SECONDS", 1.0),
         real_nccl=real in ("1", "true", "yes"),
+        fail_rank=fail_rank,
+        dist_timeout_seconds=_number(env, "SGLANG_STANDIN_DIST_TIMEOUT_SECONDS", 600.0, positive=True),
     )
