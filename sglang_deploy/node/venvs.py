@@ -68,7 +68,8 @@ def last_good_venv(last_good_dir):
 def listing(directory, link, last_good_dir=None):
     names = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
     venvs = [{"name": name, "built_at": built_at(os.path.join(directory, name))} for name in names
-             if os.path.isdir(os.path.join(directory, name)) and not name.startswith(".")]
+             if os.path.isdir(os.path.join(directory, name)) and not name.startswith(".")
+             and not os.path.islink(os.path.join(directory, name))]
     good = last_good_venv(last_good_dir) if last_good_dir else None
     return {"venvs": venvs, "live": target_name(link, directory),
             "pending": target_name(link + PENDING, directory) if os.path.islink(link + PENDING) else None,
