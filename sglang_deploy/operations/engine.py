@@ -41,7 +41,12 @@ def engine(venv, link, python, packages, scripts_dir, wheels_dir=None, repair=No
         changed = True
     else:
         changed = yield from _keep_exact(venv, pip, packages, repair)
-    if found["live"] != name:
+    if found["live"] is None:
+        # A first deploy: no server runs from the link, which the unit file (verified before
+        # it is installed) must find.
+        yield f"ln -sfn {shlex.quote(venv)} {shlex.quote(link)}"
+        changed = True
+    elif found["live"] != name:
         # Pointed at by the restart cycle, between preflight and restart, and only there.
         yield f"ln -sfn {shlex.quote(venv)} {shlex.quote(link + PENDING)}"
         changed = True

@@ -110,6 +110,12 @@ def test_a_built_venv_that_is_not_live_is_staged_again_without_a_rebuild(run):
     assert commands == [f"ln -sfn {V} {LINK}.next"]
 
 
+def test_a_first_deploy_points_the_link_at_once(run):
+    facts = {EngineVenvs: {"venvs": [], "live": None, "pending": None, "last_good": None}}
+    commands, _ = run(operations.engine, facts, V, LINK, "python3", PINS, "/opt/sd/node")
+    assert commands[-1] == f"ln -sfn {V} {LINK}"
+
+
 def test_an_unfinished_build_is_built_again(run):
     facts = {EngineVenvs: venvs_fact(live="other", built=False)}
     commands, _ = run(operations.engine, facts, V, LINK, "python3", PINS, "/opt/sd/node")
