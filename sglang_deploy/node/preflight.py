@@ -179,8 +179,9 @@ def main(argv=None):
         check_model_dir("draft model path", option(server_argv, "--speculative-draft-model-path")),
         check_gpus(args.gpus_needed),
         check_port(port, args.unit),
-        check_disk(args.disk_path, args.min_free_gib),
-        check_new_venv(args.new_venv, args.live_venv, args.min_free_gib) if args.new_venv else None,
+        # A venv about to be built: room for it beside the live one (which implies the rest).
+        check_new_venv(args.new_venv, args.live_venv, args.min_free_gib) if args.new_venv
+        else check_disk(args.disk_path, args.min_free_gib),
         None if args.no_argv else check_drift(args.drift, args.allow_drift),
     ]
     checks = [{"verdict": verdict, "text": text} for verdict, text in filter(None, results)]

@@ -131,6 +131,15 @@ def test_restore_points_the_link_at_the_last_good_venv_without_pip(tmp_path, cap
     assert "nothing downloaded" in capsys.readouterr().out
 
 
+def test_a_manifest_from_before_venvs_goes_back_to_the_directory_moved_aside(tmp_path, capsys):
+    new = _venv(tmp_path / "venvs", "new")
+    link = str(tmp_path / "venv")
+    os.symlink(new, link)
+    legacy = _venv(tmp_path, "venv" + node_venvs.LEGACY)
+    assert lastgood.restore_venv({"venv": link, "engine": {}}) is True
+    assert os.readlink(link) == legacy
+
+
 def test_a_manifest_from_before_venvs_reinstalls_as_before(tmp_path):
     assert lastgood.restore_venv({"venv": str(tmp_path / "venv"), "engine": {}}) is False
 
