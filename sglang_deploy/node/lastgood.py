@@ -13,8 +13,10 @@ makes sure the unit's running server was started from exactly these files and th
 main process started after each of them was last written, and systemd has loaded the installed
 unit file): files installed after the server started never passed its gate. A save of what D
 already holds changes nothing. `restore` puts the files back byte for byte with their modes,
-runs `systemctl daemon-reload`, reinstalls the saved engine versions when they differ (pip, from
-the wheel directory when one was used) and prints `restored <profile>`. Exit statuses: 0 done,
+runs `systemctl daemon-reload`, points the engine venv link back at the venv the saved
+configuration ran (`venv_target`, kept on the node: nothing is installed or downloaded; a
+manifest from before venvs reinstalls the saved engine versions when they differ, with pip) and
+prints `restored <profile>`. Exit statuses: 0 done,
 10 nothing saved (status.NO_LAST_GOOD), 14 the server does not run the installed configuration
 (status.NOT_INSTALLED_CONFIG). Every action ends with the result line (result.py): `restore`'s
 names the profile restored, `compare`'s carries {last_good, differs, not_running}, `show`'s the
