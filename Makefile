@@ -8,6 +8,10 @@ LIMIT     ?=
 PYINFRA   ?= $(PYTHON) -m pyinfra
 PYTEST    ?= $(PYTHON) -m pytest
 WHEELS    := build/wheels
+# The stand-in at the next version, from the same source: upgrades and rollbacks between
+# engine versions on sandbox nodes (tests/e2e/test_engine_venvs.py).
+NEXT_STANDIN := 0.5.24+sandbox
+NEXT_WHEELS  := build/wheels-next
 
 .PHONY: help setup wheels sandbox sandbox-down deploy plan verify demo test test-unit test-e2e clean
 
@@ -23,12 +27,14 @@ help:
 setup:
 	$(PYTHON) -m pip install --quiet -r requirements.txt
 
-# The SGLang stand-in the sandbox profile installs, as a wheel uploaded to the nodes. Built
-# reproducibly (same source, same bytes), so a rebuild is no change to deploy.
+# The SGLang stand-in the sandbox profile installs, as a wheel uploaded to the nodes, and the
+# same source at the next version. Built reproducibly (same source, same bytes), so a rebuild
+# is no change to deploy.
 wheels:
 	rm -rf $(WHEELS) engine-standin/build engine-standin/*.egg-info
 	$(PYTHON) -m pip wheel --quiet --no-deps --no-build-isolation ./engine-standin -w $(WHEELS)
 	$(PYTHON) -m sglang_deploy.wheel_normal $(WHEELS)/*.whl
+	$(PYTHON) sandbox/standin_wheel.py --version $(NEXT_STANDIN) --out $(NEXT_WHEELS) >/dev/null
 
 sandbox:
 	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES)

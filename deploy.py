@@ -15,6 +15,7 @@ from sglang_deploy import operations as sglang
 from sglang_deploy.cli import exit_on_deploy_error
 from sglang_deploy.outcome import report_at_exit
 from sglang_deploy.plan import plan_for, print_lint_warnings
+from sglang_deploy.venv_facts import PythonVersion
 
 # Every run ends with one line per host: deployed, unchanged, failed or unreachable (and why).
 report_at_exit()
@@ -32,19 +33,23 @@ sglang.deploy_lock(name="Deploy lock", path=plan.lock_path, wait_s=plan.lock_wai
 # 3. Our on-node scripts (readiness gate, restart sequence, worker check, ...), as one set.
 sglang.node_scripts(name="On-node scripts", files=plan.node_scripts)
 
-# 4. Preflight, before anything the server runs from changes: can this configuration start here?
+# 4. Preflight, before anything the server runs from changes: can this configuration start here
+#    (and is there room for its engine venv, when it is a new one)? The venv of this pin set is
+#    named after the pins, the wheels and this node's Python (sglang_deploy/venvs.py).
+plan.bind_venv(host.get_fact(PythonVersion, python=plan.profile.engine.python))
 sglang.preflight(name="Preflight", scripts=plan.scripts, repairing=bool(plan.repair),
-                 engine_ready=sglang.engine_matches(plan.profile.engine.venv,
-                                                    plan.profile.engine.packages))
+                 engine_ready=sglang.engine_matches(plan.venv, plan.profile.engine.packages))
 
 # 5. Wheels the profile installs from (the sandbox's stand-in engine, or none).
 for wheel in plan.wheels:
     sglang.binary_file(name=f"Wheel {wheel.name}", src=str(wheel),
                        dest=f"{plan.wheels_dir}/{wheel.name}")
 
-# 6. The engine: a venv holding exactly the profile's pinned packages.
-engine = sglang.engine(name="Engine venv and pinned packages", venv=plan.profile.engine.venv,
-                       python=plan.profile.engine.python, packages=plan.profile.engine.packages,
+# 6. The engine: this pin set's venv, built beside the live one (which keeps serving), and
+#    the unit's link staged to point at it at the restart.
+engine = sglang.engine(name="Engine venv and pinned packages", venv=plan.venv,
+                       link=plan.profile.engine.venv, python=plan.profile.engine.python,
+                       packages=plan.profile.engine.packages, scripts_dir=plan.scripts.directory,
                        wheels_dir=plan.wheels_dir, repair=plan.repair)
 
 # 7. The environment file the unit loads (root only: it may hold secrets).
@@ -70,5 +75,11 @@ sglang.restarted(name="Restart (configuration changed)", scripts=plan.scripts,
 sglang.serving(name="Serving", scripts=plan.scripts, hook_python=plan.hook_python,
                rollback=plan.rollback)
 
-# 12. A record on the controller of what the engine holds, to diff nodes or dates.
+# 12. Old engine venvs: the newest `venvs_keep` stay, and the live and last known good ones.
+sglang.old_venvs_pruned(name="Old engine venvs", venvs_dir=plan.venvs_dir,
+                        link=plan.profile.engine.venv, keep=plan.venvs_keep, wanted=plan.venv,
+                        scripts_dir=plan.scripts.directory,
+                        last_good_dir=plan.scripts.last_good_dir)
+
+# 13. A record on the controller of what the engine holds, to diff nodes or dates.
 sglang.manifest_recorded(name="Engine manifest", scripts=plan.scripts, profile=plan.profile)

@@ -18,6 +18,10 @@ sglang_deploy_dir = "/opt/sglang-deploy"
 env_dir = "/etc/sglang"
 # systemd units: /etc/systemd/system/<service>.service
 unit_dir = "/etc/systemd/system"
+# Engine venvs, one per pin set (named after its pins, wheels and Python version); the unit
+# runs through the profile's engine.venv, a link the restart cycle points at one of them.
+venvs_dir = "/opt/sglang/venvs"
+
 # Node-side state: the last configuration that passed the gate, per service.
 state_dir = "/var/lib/sglang-deploy"
 # Runtime files of a deploy (lost on reboot): the deploy lock, units being verified, the
@@ -35,3 +39,11 @@ rollback = True
 # `make repair` (`--data repair=true`): force-reinstall the engine distributions whose installed
 # files drifted from their wheels' RECORD (the profile's engine.drift_check), then restart.
 repair = False
+
+# -- Engine venvs ----------------------------------------------------------------------------
+# How many engine venvs to keep (newest first); older ones go, but never the live one nor the
+# last known good's, so rolling back an engine change needs no download.
+venvs_keep = 3
+# Free disk (GiB) that must remain beside the engine venvs: a new venv needs the live one's
+# size plus this; preflight refuses before anything is built or stopped.
+venv_min_free_gib = 2.0

@@ -31,6 +31,7 @@ from .gpu_health import (acs_check, gpus_check, iommu_check, is_pcie_tuned, pars
 from .nccl_confirm import confirm
 from .node import status
 from .redact import Redactor
+from .venvs import venv_name, wheel_digests
 
 NVIDIA_SMI_GPUS = "nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits"
 # Run by the venv's interpreter with an empty environment, so only the start-up hook sets variables.
@@ -346,6 +347,32 @@ def drift(node, plan) -> Check:
                             f"{found['version_mismatch']['expected']}")
     verdict = WARNING if plan.profile.engine.allow_drift else FAILED
     return Check("drift", verdict, "; ".join(problems) or result.stderr.strip()[-200:])
+
+
+@verify_check("engine venv")
+def engine_venv(node, plan) -> Check:
+    """The server runs the venv of the profile's pin set: the unit's link (engine.venv) points at
+    it, and the main process's interpreter is that venv's own copy (/proc/<pid>/exe names the
+    venv it started from, whatever the link says now)."""
+    engine = plan.profile.engine
+    version = node.run(f"{shlex.quote(engine.python)} -c "
+                       f"{shlex.quote('import platform; print(platform.python_version())')}")
+    wanted = f"{plan.venvs_dir}/{venv_name(engine.packages, wheel_digests(plan.wheels), version.stdout.strip())}"
+    target = node.run(f"readlink -f {shlex.quote(engine.venv)}").stdout.strip()
+    pid = node.run(f"systemctl show -p MainPID --value {shlex.quote(plan.unit)}").stdout.strip()
+    if not pid or pid == "0":
+        return Check("engine venv", FAILED, f"{plan.unit} is not running ({engine.venv} -> {target})")
+    exe = node.run(f"readlink /proc/{int(pid)}/exe").stdout.strip()
+    problems = []
+    if target != wanted:
+        problems.append(f"{engine.venv} points at {target or 'nothing'}, not {wanted} "
+                        f"(the profile's pins)")
+    if not exe.startswith(wanted + "/"):
+        problems.append(f"the server (pid {pid}) runs {exe or '?'}, not {wanted}: "
+                        f"a switch that did not restart it, or a rollback?")
+    if problems:
+        return Check("engine venv", FAILED, "; ".join(problems))
+    return Check("engine venv", OK, f"pid {pid} runs {wanted.rsplit('/', 1)[1]}")
 
 
 @verify_check("gpus", warning_fails=False)

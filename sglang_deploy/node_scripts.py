@@ -49,7 +49,8 @@ class NodeScripts:
     """Command lines of our on-node scripts (sglang_deploy/node/, uploaded to ``directory``)
     for one unit and its profile."""
 
-    def __init__(self, directory, unit, profile, files, last_good_dir, wheels_dir, run_dir):
+    def __init__(self, directory, unit, profile, files, last_good_dir, wheels_dir, run_dir,
+                 min_free_gib=2.0):
         self.directory = directory
         self.unit = unit
         self.profile = profile
@@ -57,6 +58,10 @@ class NodeScripts:
         self.last_good_dir = last_good_dir
         self.wheels_dir = wheels_dir
         self.run_dir = run_dir  # the deploy's runtime files (gate reports)
+        self.min_free_gib = min_free_gib  # free disk left beside the engine venvs
+        # The venv of the profile's pin set (NodePlan.bind_venv); until named, the link the
+        # unit runs through (profile.engine.venv), i.e. the live one.
+        self.venv = profile.engine.venv
 
     def _run(self, script, *args):
         return _script("python3", self.directory, script, *args)
@@ -90,14 +95,14 @@ class NodeScripts:
     def drift(self):
         """drift.py over the profile's drift_check distributions and its pins."""
         engine = self.profile.engine
-        return drift_command(engine.venv, self.directory, engine.drift_check, engine.packages)
+        return drift_command(self.venv, self.directory, engine.drift_check, engine.packages)
 
     def manifest(self):
         """drift.py --manifest over the pinned and the drift-checked distributions."""
         engine = self.profile.engine
         names = list(dict.fromkeys([pin.partition("==")[0] for pin in engine.packages]
                                    + engine.drift_check))
-        return manifest_command(engine.venv, self.directory, names)
+        return manifest_command(self.venv, self.directory, names)
 
     def save_last_good(self, hook_files):
         """Save what is installed as the last known good, if the unit's server runs it."""
@@ -124,19 +129,25 @@ class NodeScripts:
         """GPUs this node needs (the profile's gpus_per_node)."""
         return self.profile.gpus_per_node
 
-    def preflight(self, python="python3", argv_check=True, allow_drift=False):
+    def preflight(self, python="python3", argv_check=True, allow_drift=False, new_venv=None):
+        """preflight.py; ``new_venv``: a venv about to be built, whose disk it checks too."""
         engine = self.profile.engine
         flags = ["--drift", *engine.drift_check] if argv_check else ["--no-argv"]
         flags += ["--allow-drift"] if engine.allow_drift or allow_drift else []
+        flags += ["--new-venv", new_venv, "--live-venv", engine.venv] if new_venv else []
         return _script(python, self.directory, "preflight.py", "--unit", self.unit,
                        "--argv-json", json.dumps(self.profile.argv()),
                        "--gpus-needed", self.gpus_needed(),
-                       "--disk-path", self.profile.engine.venv, *flags)
+                       "--disk-path", self.venv, "--min-free-gib", self.min_free_gib, *flags)
+
+    def switch(self):
+        """venvs.py switch: the unit's link to the venv the deploy staged (none: no change)."""
+        return self._run("venvs.py", "switch", "--link", self.profile.engine.venv)
 
     def cycle(self, hook_files, rollback=True):
         """cycle.py: preflight, restart, gate, workers, save; on a failed gate restore, restart
         and gate again: each step one of the command lines above."""
-        steps = {"preflight": self.preflight(f"{self.profile.engine.venv}/bin/python"),
+        steps = {"preflight": self.preflight(f"{self.venv}/bin/python"), "switch": self.switch(),
                  "restart": self.restart(), "gate": self.gate(), "workers": self.workers(),
                  "save": self.save_last_good(hook_files), "restore": self.restore_last_good()}
         return self._run("cycle.py", "--steps-json", json.dumps(steps, sort_keys=True),

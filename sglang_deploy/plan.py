@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import DeployError
-from .inventory import REPO_ROOT
+from .inventory import REPO_ROOT, deploy_defaults
 from .lint import finding_lines
 from .node_scripts import NodeScripts
 from .profile import Profile, load_profile
 from .render import render_env_file, render_hook_module, render_hook_pth, render_unit
+from .venvs import venv_name, wheel_digests
 
 NODE_SCRIPTS_DIR = Path(__file__).resolve().parent / "node"
 
@@ -42,6 +43,21 @@ class NodePlan:
     rollback: bool
     repair: tuple | None
     lint_warnings: list  # the profile's lint warnings, one line each, naming its file
+    venvs_dir: str = ""  # one engine venv per pin set (group_data/all.py)
+    venvs_keep: int = 0
+    venv: str | None = None  # this pin set's venv on the node: bind_venv() names it
+
+    def bind_venv(self, python_version: str) -> str:
+        """Name the venv of this plan's pin set on a node whose ``engine.python`` is
+        ``python_version``: the engine step builds it, preflight runs its parser, the start-up
+        hook goes into it, drift and the manifest read it. The unit runs through
+        ``engine.venv``, the link the restart cycle points at it."""
+        engine = self.profile.engine
+        self.venv = f"{self.venvs_dir}/{venv_name(engine.packages, wheel_digests(self.wheels), python_version)}"
+        self.scripts.venv = self.venv
+        if not self.profile.hook.system_wide:
+            self.hook_python = f"{self.venv}/bin/python"
+        return self.venv
 
     @property
     def wheels_dir(self):
@@ -89,7 +105,8 @@ def plan_for(data, operator_env=None) -> NodePlan:
         scripts=NodeScripts(f"{deploy_dir}/node", unit, profile,
                             files={"env": env_path, "unit": unit_path},
                             last_good_dir=f"{_get(data, 'state_dir')}/{service}/last-good",
-                            wheels_dir=wheels_dir, run_dir=run_dir),
+                            wheels_dir=wheels_dir, run_dir=run_dir,
+                            min_free_gib=float(_setting(data, "venv_min_free_gib"))),
         lock_path=f"{run_dir}/{service}.lock",
         lock_wait_s=float(_get(data, "deploy_lock_wait_s")),
         lock_holder=f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}",
@@ -97,6 +114,8 @@ def plan_for(data, operator_env=None) -> NodePlan:
         repair=((f"{deploy_dir}/node", profile.engine.drift_check)
                 if _flag(_get(data, "repair")) else None),
         lint_warnings=lint_warnings,
+        venvs_dir=_setting(data, "venvs_dir"),
+        venvs_keep=int(_setting(data, "venvs_keep")),
     )
 
 
@@ -132,6 +151,13 @@ def _display(path: Path) -> str:
 
 def _get(data, key):
     return data.get(key) if hasattr(data, "get") else getattr(data, key)
+
+
+def _setting(data, key):
+    """Host data ``key``, or group_data/all.py's default where the data (a plain mapping, not
+    pyinfra's layered host data) lacks it."""
+    value = _get(data, key)
+    return deploy_defaults()[key] if value is None else value
 
 
 def _flag(value):

@@ -1,10 +1,12 @@
-"""The restart cycle of one unit on this node, in one call: preflight, restart, readiness gate,
+"""The restart cycle of one unit on this node, in one call: preflight, switch (the unit's
+engine venv link to the venv the deploy built, if it staged one), restart, readiness gate,
 workers' environment, then save what serves as the last known good. A failed gate or workers
 check puts the last known good back, restarts on it and gates it again (unless --no-rollback).
 A failed preflight stops nothing: the files go back and the running server keeps serving.
 
-    python3 cycle.py --steps-json '{"preflight": CMD, "restart": CMD, "gate": CMD,
-                                    "workers": CMD, "save": CMD, "restore": CMD}' [--no-rollback]
+    python3 cycle.py --steps-json '{"preflight": CMD, "switch": CMD, "restart": CMD,
+                                    "gate": CMD, "workers": CMD, "save": CMD, "restore": CMD}'
+                     [--no-rollback]
 
 Each CMD is one of our scripts' command lines (NodeScripts builds them). Their progress lines
 stream through as they come; their result lines (result.py) are read, not shown. Ends with one
@@ -24,8 +26,9 @@ else:  # run as a script: the siblings' directory is on sys.path
     import result
     import status
 
-STEPS = ("preflight", "restart", "gate", "workers", "save", "restore")
-LABELS = {"preflight": "preflight", "restart": "restart", "gate": "readiness gate",
+STEPS = ("preflight", "switch", "restart", "gate", "workers", "save", "restore")
+LABELS = {"preflight": "preflight", "switch": "engine venv switch", "restart": "restart",
+          "gate": "readiness gate",
           "workers": "worker environment check", "save": "recording last known good",
           "restore": "restoring the last known good files"}
 
@@ -67,7 +70,7 @@ class Cycle:
 
 def cycle(commands, rollback=True):
     c = Cycle(commands)
-    if not c.run("preflight"):
+    if not (c.run("preflight") and c.run("switch")):  # nothing stopped yet
         return c.end("preflight_failed", restored=c.run("restore"))
     if c.all("restart", "gate", "workers"):
         return c.end("served" if c.run("save") else "failed")

@@ -13,8 +13,10 @@ makes sure the unit's running server was started from exactly these files and th
 main process started after each of them was last written, and systemd has loaded the installed
 unit file): files installed after the server started never passed its gate. A save of what D
 already holds changes nothing. `restore` puts the files back byte for byte with their modes,
-runs `systemctl daemon-reload`, reinstalls the saved engine versions when they differ (pip, from
-the wheel directory when one was used) and prints `restored <profile>`. Exit statuses: 0 done,
+runs `systemctl daemon-reload`, points the engine venv link back at the venv the saved
+configuration ran (`venv_target`, kept on the node: nothing is installed or downloaded; a
+manifest from before venvs reinstalls the saved engine versions when they differ, with pip) and
+prints `restored <profile>`. Exit statuses: 0 done,
 10 nothing saved (status.NO_LAST_GOOD), 14 the server does not run the installed configuration
 (status.NOT_INSTALLED_CONFIG). Every action ends with the result line (result.py): `restore`'s
 names the profile restored, `compare`'s carries {last_good, differs, not_running}, `show`'s the
@@ -30,12 +32,13 @@ import sys
 import time
 
 if __package__:
-    from . import installed, result, status, systemd
+    from . import installed, result, status, systemd, venvs
 else:  # run as a script: the siblings' directory is on sys.path
     import installed
     import result
     import status
     import systemd
+    import venvs
 
 MANIFEST = "manifest.json"
 
@@ -58,12 +61,16 @@ def installed_engine(venv):
     return {name: tuple(value) for name, value in json.loads(out).items()}
 
 
-def differences(manifest, profile, files, engine):
+def differences(manifest, profile, files, engine, venv_target=None):
     """What differs between a saved manifest and what is installed now, as short phrases
-    (empty: the manifest is exactly this configuration)."""
+    (empty: the manifest is exactly this configuration). ``venv_target``: the engine venv the
+    unit's link points at now."""
     if manifest is None:
         return ["nothing saved yet"]
     found = [] if manifest["profile"] == profile else ["profile %s -> %s" % (manifest["profile"], profile)]
+    if venv_target and manifest.get("venv_target") not in (None, venv_target):
+        found.append("engine venv %s -> %s" % (os.path.basename(manifest["venv_target"]),
+                                               os.path.basename(venv_target)))
     saved = manifest["files"]
     for role, path in sorted(files.items()):
         entry = saved.get(role)
@@ -103,11 +110,13 @@ def not_running(show, written, now=None, monotonic=None):
     return None
 
 
-def running_check(unit, files, engine_installed):
+def running_check(unit, files, engine_installed, venv=None):
     show = systemd.unit_show(unit, ("Id", "ActiveState", "SubState", "MainPID", "NeedDaemonReload",
                                     "ExecMainStartTimestampMonotonic"))
     written = {role: os.stat(path).st_mtime for role, path in files.items()}
     written.update({name: when for name, (_, when) in engine_installed.items()})
+    if venv and os.path.islink(venv):  # the link's own time is its switch's
+        written["the engine venv link"] = os.lstat(venv).st_mtime
     return not_running(show, written)
 
 
@@ -115,11 +124,12 @@ def save(directory, profile, venv, files, packages, wheels_dir, unit=None):
     if unit:
         engine_installed = installed_engine(venv)
         engine = {name: engine_installed.get(name, (None, None))[0] for name in packages}
-        why = running_check(unit, files, {n: v for n, v in engine_installed.items() if n in packages})
+        why = running_check(unit, files, {n: v for n, v in engine_installed.items() if n in packages},
+                            venv)
         if why:
             print("not saved as last known good: %s" % why)
             return result.emit(status.NOT_INSTALLED_CONFIG, why)
-        if not differences(load(directory), profile, files, engine):
+        if not differences(load(directory), profile, files, engine, os.path.realpath(venv)):
             print("%s is already the last known good" % profile)
             return result.emit(status.READY, profile=profile, saved=False)
     staging = directory + ".new"
@@ -131,7 +141,8 @@ def save(directory, profile, venv, files, packages, wheels_dir, unit=None):
         entries[role] = {"path": path, "mode": os.stat(path).st_mode & 0o7777, "sha256": sha256(path)}
     versions = installed_versions(venv)
     manifest = {"profile": profile, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                "venv": venv, "files": entries, "wheels_dir": wheels_dir,
+                "venv": venv, "venv_target": os.path.realpath(venv), "files": entries,
+                "wheels_dir": wheels_dir,
                 "engine": {name: versions.get(name) for name in packages}}
     with open(os.path.join(staging, MANIFEST), "w") as f:
         json.dump(manifest, f, indent=2, sort_keys=True)
@@ -187,8 +198,8 @@ def compare(directory, profile, venv, files, packages, unit):
     manifest = load(directory)
     engine = {name: engine_installed.get(name, (None, None))[0] for name in packages}
     return {"last_good": manifest and manifest["profile"],
-            "differs": differences(manifest, profile, files, engine),
-            "not_running": running_check(unit, files, engine_installed) if unit else None}
+            "differs": differences(manifest, profile, files, engine, os.path.realpath(venv)),
+            "not_running": running_check(unit, files, engine_installed, venv) if unit else None}
 
 
 def load(directory):
@@ -214,9 +225,30 @@ def restore(directory):
         os.chmod(temporary, entry["mode"])
         os.replace(temporary, target)
     subprocess.run(["systemctl", "daemon-reload"], check=True)
-    restore_engine(manifest)
+    if not restore_venv(manifest):
+        restore_engine(manifest)
     print("restored %s (passed the gate at %s)" % (manifest["profile"], manifest["saved_at"]))
     return result.emit(status.READY, profile=manifest["profile"])
+
+
+def restore_venv(manifest):
+    """Point the unit's venv link back at the last known good's own venv, kept on the node for
+    this: no package is downloaded or installed. False for a manifest saved before there were
+    venvs per pin set, whose venv is the link's path itself (its engine is reinstalled)."""
+    link, target = manifest["venv"], manifest.get("venv_target")
+    if target is None and os.path.islink(link) and os.path.isdir(link + venvs.LEGACY):
+        target = link + venvs.LEGACY  # the directory that was at the link, moved aside
+    if target is None or target == link:
+        return False
+    if not os.path.isfile(os.path.join(target, "bin", "python")):
+        raise SystemExit("the last known good's engine venv %s is gone" % target)
+    pending = link + venvs.PENDING
+    if os.path.lexists(pending):
+        os.unlink(pending)
+    if os.path.realpath(link) != os.path.realpath(target):
+        venvs.point(link, target)
+    print("engine venv: %s -> %s (kept on the node: nothing downloaded)" % (link, target))
+    return True
 
 
 def restore_engine(manifest):

@@ -2,6 +2,7 @@
 
     <venv>/bin/python preflight.py --unit sglang.service --argv-json '["--model-path", ...]'
         [--gpus-needed 8] [--min-free-gib 2 --disk-path /opt/sglang] [--no-argv]
+        [--new-venv /opt/sglang/venvs/NAME --live-venv /opt/sglang/venv]
 
 Run by the venv's interpreter, so the engine's own argument parser judges the argv
 (`sglang.srt.server_args.prepare_server_args`, the same call on SGLang and on the stand-in),
@@ -9,7 +10,8 @@ after every flag name is checked exactly against that parser's option strings (f
 argparse alone would accept an abbreviation).
 Checks: the argv parses; the model path (and the draft model path) is a directory with a
 config.json; enough GPUs for the parallel sizes (nvidia-smi; "no GPU: skipped" without it);
-the port is free or held by this unit's own processes; free disk; the engine's installed files
+the port is free or held by this unit's own processes; free disk (and room for a new engine
+venv: the live one's size plus --min-free-gib); the engine's installed files
 match their wheels' RECORD (--drift). One line per check: `preflight ok: …`, `… skipped: …`,
 `… warning: …` or `… failed: …`; then the result line (result.py) with every check, the
 warnings and, as its cause, the failures; exit 0 when nothing failed, else status.PREFLIGHT_FAILED.
@@ -20,11 +22,12 @@ import io
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
 if __package__:
-    from . import drift, flags, procs, result, status, systemd
+    from . import drift, flags, procs, result, status, systemd, venvs
 else:  # run as a script: the siblings' directory is on sys.path
     import drift
     import flags
@@ -32,6 +35,7 @@ else:  # run as a script: the siblings' directory is on sys.path
     import result
     import status
     import systemd
+    import venvs
 
 
 def option(argv, *names):
@@ -130,6 +134,28 @@ def check_disk(path, min_free_gib):
     return "ok", "%.1f GiB free under %s" % (free, path)
 
 
+def check_new_venv(new_venv, live_link, min_free_gib):
+    """Room for a venv about to be built beside the live one: the live one's size (a new pin
+    set is about as large) plus what must stay free. Refused here, nothing is built or stopped."""
+    root = os.path.dirname(new_venv)
+    while not os.path.exists(root):
+        root = os.path.dirname(root)
+    live = os.path.realpath(live_link)
+    size = venvs.usage(live)[0] if os.path.isdir(live) else 0
+    free = shutil.disk_usage(root).free
+    needed = size + min_free_gib * 2 ** 30
+    text = "%s needed for the new engine venv %s (the live venv's %s + %.1f GiB to keep free), %s free on %s" % (
+        _size(needed), os.path.basename(new_venv), _size(size), min_free_gib, _size(free),
+        socket.gethostname())
+    if free < needed:
+        return "failed", "not enough disk: %s; the running server is untouched" % text
+    return "ok", text
+
+
+def _size(n):
+    return "%.1f GiB" % (n / 2 ** 30) if n >= 2 ** 30 else "%.0f MiB" % (n / 2 ** 20)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--unit", required=True)
@@ -141,6 +167,8 @@ def main(argv=None):
     parser.add_argument("--drift", nargs="*", default=[], metavar="DIST",
                         help="engine distributions whose installed files must match RECORD")
     parser.add_argument("--allow-drift", action="store_true", help="drift warns instead of failing")
+    parser.add_argument("--new-venv", help="an engine venv about to be built: is there room?")
+    parser.add_argument("--live-venv", help="the link to the live engine venv (its size)")
     args = parser.parse_args(argv)
     server_argv = json.loads(args.argv_json)
     port = int(option(server_argv, "--port") or 30000)
@@ -151,7 +179,9 @@ def main(argv=None):
         check_model_dir("draft model path", option(server_argv, "--speculative-draft-model-path")),
         check_gpus(args.gpus_needed),
         check_port(port, args.unit),
-        check_disk(args.disk_path, args.min_free_gib),
+        # A venv about to be built: room for it beside the live one (which implies the rest).
+        check_new_venv(args.new_venv, args.live_venv, args.min_free_gib) if args.new_venv
+        else check_disk(args.disk_path, args.min_free_gib),
         None if args.no_argv else check_drift(args.drift, args.allow_drift),
     ]
     checks = [{"verdict": verdict, "text": text} for verdict, text in filter(None, results)]

@@ -11,7 +11,8 @@ from .lock import deploy_lock
 from .records import manifest_recorded
 from .scripts import node_scripts
 from .service import preflight, restarted, serving
+from .venvs import old_venvs_pruned
 
 __all__ = ["engine", "engine_matches", "binary_file", "secret_file", "startup_hook", "unit_file",
            "pth_directory", "HOOK_FILE", "HOOK_PTH", "deploy_lock", "preflight", "restarted", "serving",
-           "manifest_recorded", "node_scripts"]
+           "manifest_recorded", "node_scripts", "old_venvs_pruned"]

@@ -1,33 +1,78 @@
-"""The engine: a venv holding exactly the profile's pinned packages, repaired on request."""
+"""The engine: one venv per pin set, built beside the live one, and the switch to it staged
+for the restart cycle; repaired on request."""
 
 import shlex
 
 from pyinfra import host
 from pyinfra.api import operation
 
-from ..facts import EngineDrift, InstalledDistributions, InterpreterStartup
+from ..facts import EngineDrift, FileDigests, InstalledDistributions, InterpreterStartup
 from ..node.installed import canonical
+from ..node.venvs import MARKER, PENDING
+from ..venv_facts import EngineVenvs
 from .files import pth_directory
 
 
 @operation()
-def engine(venv, python, packages, wheels_dir=None, repair=None):
+def engine(venv, link, python, packages, scripts_dir, wheels_dir=None, repair=None):
     """
-    Create ``venv`` and install exactly the pinned ``packages`` where they differ.
+    Build ``venv`` holding exactly the pinned ``packages`` unless a finished build is there,
+    and stage ``link`` (what the unit runs through) to be pointed at it by the next restart:
+    nothing the running server uses is touched.
 
-    + venv: path of the virtual environment
+    + venv: the venv of this pin set (``venvs_dir/<name>``, sglang_deploy.venvs)
+    + link: the stable path the unit runs through (the profile's ``engine.venv``)
     + python: interpreter that creates it
     + packages: exact pins, ``name==version``
+    + scripts_dir: where our on-node scripts are (venvs.py marks a finished build)
     + wheels_dir: remote directory of uploaded wheels; when given pip installs from it alone
     + repair: ``(scripts_dir, distributions)``: force-reinstall those of the distributions
       whose installed files drifted from their RECORD
     """
-    installed = host.get_fact(InstalledDistributions, venv=venv)
-    if installed is None:
-        yield f"{shlex.quote(python)} -m venv {shlex.quote(venv)}"
-        installed = {}
+    venvs_dir, name = venv.rsplit("/", 1)
+    found = host.get_fact(EngineVenvs, scripts_dir=scripts_dir, venvs_dir=venvs_dir, link=link,
+                          last_good_dir=None) or {"venvs": [], "live": None, "pending": None}
+    built = any(v["name"] == name and v["built_at"] is not None for v in found["venvs"])
     pip = (f"{shlex.quote(venv)}/bin/pip install --no-input --disable-pip-version-check "
            + (f"--no-index --find-links {shlex.quote(wheels_dir)} " if wheels_dir else ""))
+    changed = False
+    if not built:
+        yield from _build(venv, python, pip, packages, scripts_dir)
+        changed = True
+    else:
+        changed = yield from _keep_exact(venv, pip, packages, repair)
+    if found["live"] is None:
+        # A first deploy: no server runs from the link, which the unit file (verified before
+        # it is installed) must find.
+        yield f"ln -sfn {shlex.quote(venv)} {shlex.quote(link)}"
+        changed = True
+    elif found["live"] != name:
+        # Pointed at by the restart cycle, between preflight and restart, and only there.
+        yield f"ln -sfn {shlex.quote(venv)} {shlex.quote(link + PENDING)}"
+        changed = True
+    elif found["pending"] is not None:
+        yield f"rm -f {shlex.quote(link + PENDING)}"
+        changed = True
+    if not changed:
+        host.noop(f"{link} -> {venv} holds {', '.join(packages)}")
+
+
+def _build(venv, python, pip, packages, scripts_dir):
+    """A fresh venv: an unfinished build's leftovers go first. The interpreter is a copy
+    (--copies), so /proc/<pid>/exe of a server names the venv it started from."""
+    quoted = shlex.quote(venv)
+    yield f"rm -rf {quoted} && mkdir -p {shlex.quote(venv.rsplit('/', 1)[0])}"
+    yield f"{shlex.quote(python)} -m venv --copies {quoted}"
+    # One copy of the interpreter is enough: its other names point at it.
+    yield (f"cd {quoted}/bin && for name in python3 python3.*; do "
+           f"test -f \"$name\" && ln -sf python \"$name\"; done; true")
+    yield pip + " ".join(shlex.quote(pin) for pin in packages)
+    yield f"python3 {shlex.quote(scripts_dir)}/venvs.py mark --venv {quoted}"
+
+
+def _keep_exact(venv, pip, packages, repair):
+    """A finished venv holds its pins (its name says which); drift is repaired on request."""
+    installed = host.get_fact(InstalledDistributions, venv=venv) or {}
     differing = [pin for pin in packages if _pin_differs(pin, installed)]
     if differing:
         yield pip + " ".join(shlex.quote(pin) for pin in differing)
@@ -38,8 +83,7 @@ def engine(venv, python, packages, wheels_dir=None, repair=None):
         # Files no RECORD lists survive a reinstall: remove them.
         site = pth_directory(host.get_fact(InterpreterStartup, python=f"{venv}/bin/python"))
         yield f"cd {shlex.quote(site)} && rm -f -- " + " ".join(shlex.quote(p) for p in strays)
-    if not differing and not drifted and not strays:
-        host.noop(f"{venv} holds {', '.join(packages)}")
+    return bool(differing or drifted or strays)
 
 
 def _drift(venv, scripts_dir, distributions):
@@ -58,6 +102,8 @@ def _pin_differs(pin, installed):
 
 
 def engine_matches(venv, packages):
-    """Whether the venv already holds exactly the pinned packages (a fact read)."""
+    """Whether ``venv`` is a finished build holding exactly the pinned packages (a fact read)."""
     installed = host.get_fact(InstalledDistributions, venv=venv)
-    return installed is not None and not any(_pin_differs(pin, installed) for pin in packages)
+    marker = f"{venv}/{MARKER}"
+    finished = installed is not None and marker in host.get_fact(FileDigests, paths=[marker])
+    return finished and not any(_pin_differs(pin, installed) for pin in packages)

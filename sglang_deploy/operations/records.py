@@ -26,7 +26,7 @@ def manifest_recorded(scripts, profile):
 def _record_manifest(scripts, profile):
     names = list(dict.fromkeys([pin.partition("==")[0] for pin in profile.engine.packages]
                                + profile.engine.drift_check))
-    found = host.get_fact(EngineManifest, venv=profile.engine.venv,
+    found = host.get_fact(EngineManifest, venv=scripts.venv,
                           scripts_dir=scripts.directory, distributions=names)
     if not found:
         host.noop("no engine manifest: the venv or our scripts are missing")

@@ -32,9 +32,11 @@ def preflight(scripts, engine_ready, repairing=False):
     if host.get_fact(File, path=f"{scripts.directory}/preflight.py") is None:
         host.noop("preflight runs once our scripts are on the node (a dry run of a first deploy)")
         return
-    python = f"{scripts.profile.engine.venv}/bin/python" if engine_ready else "python3"
+    # The venv of this pin set judges the argv once built; before, is there room to build it?
+    python = f"{scripts.venv}/bin/python" if engine_ready else "python3"
     found = host.get_fact(Preflight, command=scripts.preflight(
-        python, argv_check=engine_ready, allow_drift=repairing))
+        python, argv_check=engine_ready, allow_drift=repairing,
+        new_venv=None if engine_ready else scripts.venv))
     if found is None:
         yield FunctionCommand(_fail, ("preflight failed: the script printed no result",), {})
         return

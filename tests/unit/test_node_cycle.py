@@ -44,7 +44,7 @@ def _run(tmp_path, capsys, rollback=True, **outcomes):
 def test_a_good_configuration_is_served_and_recorded(tmp_path, capsys):
     code, found, ran, progress = _run(tmp_path, capsys)
     assert code == status.READY and found["outcome"] == "served" and found["cause"] is None
-    assert ran == ["preflight", "restart", "gate", "workers", "save"]
+    assert ran == ["preflight", "switch", "restart", "gate", "workers", "save"]
     # The steps' progress streams through; their result lines do not.
     assert progress == ["[   0.1s] %s progress" % name for name in ran]
 
@@ -60,7 +60,7 @@ def test_a_failed_gate_rolls_back_to_the_last_known_good(tmp_path, capsys):
     code, found, ran, progress = _run(tmp_path, capsys, gate=[(status.FAILED_START, "cuda-oom: CUDA out of memory"), (0, None)])
     assert code == status.FAILED_START and found["outcome"] == "rolled_back"
     assert found["profile"] == "previous" and found["cause"] == "cuda-oom: CUDA out of memory"
-    assert ran == ["preflight", "restart", "gate", "restore", "restart", "gate"]
+    assert ran == ["preflight", "switch", "restart", "gate", "restore", "restart", "gate"]
     assert "rolling back to the last configuration that passed the gate" in progress
     assert [s["step"] for s in found["steps"] if s["status"]] == ["readiness gate"]
 
@@ -68,7 +68,7 @@ def test_a_failed_gate_rolls_back_to_the_last_known_good(tmp_path, capsys):
 def test_without_rollback_the_node_is_left_as_it_is(tmp_path, capsys):
     code, found, ran, _ = _run(tmp_path, capsys, rollback=False, workers=[(status.WORKER_ENV_MISMATCH, "NCCL_ALGO is missing")])
     assert code == status.WORKER_ENV_MISMATCH and found["outcome"] == "failed" and found["restored"] is False
-    assert ran == ["preflight", "restart", "gate", "workers"]
+    assert ran == ["preflight", "switch", "restart", "gate", "workers"]
 
 
 def test_nothing_to_roll_back_to(tmp_path, capsys):
@@ -84,7 +84,12 @@ def test_a_step_that_dies_without_a_result_line_is_named_by_its_last_words(tmp_p
     commands["restart"] = f"{shlex.quote(sys.executable)} -c 'raise OSError(\"boom\")'"
     cycle.cycle(commands)
     found = result.parse(capsys.readouterr().out.splitlines())
-    assert found["steps"][1] == {"step": "restart", "status": 1, "cause": "OSError: boom"}
+    assert found["steps"][2] == {"step": "restart", "status": 1, "cause": "OSError: boom"}
+
+
+def test_a_failed_switch_stops_nothing_and_puts_the_files_back(tmp_path, capsys):
+    code, found, ran, _ = _run(tmp_path, capsys, switch=[(status.PREFLIGHT_FAILED, "not a finished venv")])
+    assert found["outcome"] == "preflight_failed" and ran == ["preflight", "switch", "restore"]
 
 
 def test_every_step_is_required():
@@ -105,8 +110,8 @@ def test_node_scripts_hand_the_cycle_their_own_command_lines():
     argv = shlex.split(command)
     assert argv[:2] == ["python3", f"{scripts.directory}/cycle.py"] and argv[-1] == "--no-rollback"
     steps = json.loads(argv[argv.index("--steps-json") + 1])
-    assert steps == {"preflight": scripts.preflight(f"{scripts.profile.engine.venv}/bin/python"),
-                     "restart": scripts.restart(), "gate": scripts.gate(), "workers": scripts.workers(),
+    assert steps == {"preflight": scripts.preflight(f"{scripts.venv}/bin/python"),
+                     "switch": scripts.switch(), "restart": scripts.restart(), "gate": scripts.gate(), "workers": scripts.workers(),
                      "save": scripts.save_last_good({"hook": "/site/sglang_deploy_env.py"}),
                      "restore": scripts.restore_last_good()}
 

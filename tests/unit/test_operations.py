@@ -17,6 +17,7 @@ from sglang_deploy.facts import (EngineDrift, FileDigests, InstalledDistribution
                                  LastGood, Serving, UnitState, WorkerEnvironment)
 from sglang_deploy.node import status
 from sglang_deploy.plan import plan_for
+from sglang_deploy.venv_facts import EngineVenvs
 
 
 def on_node(content, mode):
@@ -71,36 +72,74 @@ PINS = ["sglang==0.5.23+sandbox"]
 
 # -- engine ----------------------------------------------------------------------------------
 
-def test_engine_matching_pins_is_a_noop(run):
-    commands, noops = run(operations.engine, {InstalledDistributions: {"sglang": "0.5.23+sandbox"}},
-                          "/v", "python3", PINS)
-    assert commands == [] and noops == ["/v holds sglang==0.5.23+sandbox"]
+V = "/opt/sglang/venvs/sglang-0.5.23+sandbox-abc"
+LINK = "/opt/sglang/venv"
 
 
-def test_engine_without_venv_creates_it_and_installs_the_pins(run):
-    commands, _ = run(operations.engine, {InstalledDistributions: None}, "/v", "python3", PINS,
+def venvs_fact(live=None, pending=None, built=True):
+    return {"venvs": [{"name": V.rsplit("/", 1)[1], "built_at": 1.0 if built else None}],
+            "live": live, "pending": pending, "last_good": None}
+
+
+def test_engine_with_its_venv_built_and_live_is_a_noop(run):
+    facts = {InstalledDistributions: {"sglang": "0.5.23+sandbox"},
+             EngineVenvs: venvs_fact(live=V.rsplit("/", 1)[1])}
+    commands, noops = run(operations.engine, facts, V, LINK, "python3", PINS, "/opt/sd/node")
+    assert commands == [] and noops == [f"{LINK} -> {V} holds sglang==0.5.23+sandbox"]
+
+
+def test_a_new_pin_set_is_built_beside_the_live_venv_and_staged_for_the_restart(run):
+    facts = {EngineVenvs: {"venvs": [{"name": "old", "built_at": 1.0}], "live": "old",
+                           "pending": None, "last_good": "old"}}
+    commands, _ = run(operations.engine, facts, V, LINK, "python3", PINS, "/opt/sd/node",
                       wheels_dir="/w")
-    assert commands == ["python3 -m venv /v",
-                        "/v/bin/pip install --no-input --disable-pip-version-check "
-                        "--no-index --find-links /w sglang==0.5.23+sandbox"]
+    assert commands[0] == f"rm -rf {V} && mkdir -p /opt/sglang/venvs"
+    assert commands[1] == f"python3 -m venv --copies {V}"
+    assert commands[3] == (f"{V}/bin/pip install --no-input --disable-pip-version-check "
+                           "--no-index --find-links /w sglang==0.5.23+sandbox")
+    assert commands[4] == f"python3 /opt/sd/node/venvs.py mark --venv {V}"
+    # The live venv and the unit's link are not touched: only the link for the restart.
+    assert commands[5:] == [f"ln -sfn {V} {LINK}.next"]
+    assert not any("/old" in c or c.endswith(f" {LINK}") for c in commands)
+
+
+def test_a_built_venv_that_is_not_live_is_staged_again_without_a_rebuild(run):
+    facts = {InstalledDistributions: {"sglang": "0.5.23+sandbox"},
+             EngineVenvs: venvs_fact(live="other")}
+    commands, _ = run(operations.engine, facts, V, LINK, "python3", PINS, "/opt/sd/node")
+    assert commands == [f"ln -sfn {V} {LINK}.next"]
+
+
+def test_a_first_deploy_points_the_link_at_once(run):
+    facts = {EngineVenvs: {"venvs": [], "live": None, "pending": None, "last_good": None}}
+    commands, _ = run(operations.engine, facts, V, LINK, "python3", PINS, "/opt/sd/node")
+    assert commands[-1] == f"ln -sfn {V} {LINK}"
+
+
+def test_an_unfinished_build_is_built_again(run):
+    facts = {EngineVenvs: venvs_fact(live="other", built=False)}
+    commands, _ = run(operations.engine, facts, V, LINK, "python3", PINS, "/opt/sd/node")
+    assert commands[0].startswith(f"rm -rf {V} ") and commands[-2].endswith(f"mark --venv {V}")
 
 
 def test_engine_installs_only_the_differing_pins(run):
     installed = {"sglang": "0.5.22", "torch": "2.13.0"}
-    commands, _ = run(operations.engine, {InstalledDistributions: installed}, "/v", "python3",
-                      ["sglang==0.5.23", "torch==2.13.0"])
-    assert commands == ["/v/bin/pip install --no-input --disable-pip-version-check sglang==0.5.23"]
+    facts = {InstalledDistributions: installed, EngineVenvs: venvs_fact(live=V.rsplit("/", 1)[1])}
+    commands, _ = run(operations.engine, facts, V, LINK, "python3",
+                      ["sglang==0.5.23", "torch==2.13.0"], "/opt/sd/node")
+    assert commands == [f"{V}/bin/pip install --no-input --disable-pip-version-check sglang==0.5.23"]
 
 
-def test_engine_repair_reinstalls_drifted_and_removes_strays(run):
+def test_engine_repair_reinstalls_drifted_and_removes_strays_in_its_own_venv(run):
     drift = {"distributions": {"sglang": {"version": "0.5.23", "modified": ["sglang/a.py"],
                                           "missing": [], "unexpected": ["sglang/stray.py"]}}}
     facts = {InstalledDistributions: {"sglang": "0.5.23"}, EngineDrift: drift,
+             EngineVenvs: venvs_fact(live=V.rsplit("/", 1)[1]),
              InterpreterStartup: {"purelib": "/v/lib/site", "site_dirs": ["/v/lib/site"]}}
-    commands, _ = run(operations.engine, facts, "/v", "python3", ["sglang==0.5.23"],
-                      repair=("/opt/sd/node", ["sglang"]))
+    commands, _ = run(operations.engine, facts, V, LINK, "python3", ["sglang==0.5.23"],
+                      "/opt/sd/node", repair=("/opt/sd/node", ["sglang"]))
     assert commands == [
-        "/v/bin/pip install --no-input --disable-pip-version-check --force-reinstall --no-deps "
+        f"{V}/bin/pip install --no-input --disable-pip-version-check --force-reinstall --no-deps "
         "sglang==0.5.23",
         "cd /v/lib/site && rm -f -- sglang/stray.py"]
 

@@ -1,0 +1,135 @@
+"""The engine venvs of this node: one per pin set under a venvs directory, and the stable link
+the unit runs through (the profile's engine.venv), switched only by the restart cycle.
+
+    python3 venvs.py mark --venv DIR                   # a finished build (written last)
+    python3 venvs.py list --dir D --link L [--last-good-dir G]
+    python3 venvs.py switch --link L                   # commit L.next (staged by the deploy)
+    python3 venvs.py usage --path P                    # disk used by P and free beside it
+
+`list`'s result line: {"venvs": [{"name", "built_at" (null: unfinished build)}], "live": the
+name L points at (null: none, or a directory: "legacy"), "pending": the name L.next points at,
+"last_good": the name the last known good runs}. `switch` renames L.next over L (atomic; a
+fresh link, so its time is the switch's); a venv directory from before venvs existed at L is
+moved aside to L.legacy first. Without L.next it changes nothing. Standard library only.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+if __package__:
+    from . import result, status
+else:  # run as a script: the siblings' directory is on sys.path
+    import result
+    import status
+
+MARKER = ".sglang-deploy-venv.json"  # in a venv: written once its build finished
+PENDING = ".next"                    # L.next: the venv the next restart switches to
+LEGACY = ".legacy"                   # L.legacy: a pre-venvs directory at L, kept for rollback
+
+
+def mark(venv):
+    with open(os.path.join(venv, MARKER + ".tmp"), "w") as f:
+        json.dump({"built_at": time.time()}, f)
+    os.replace(os.path.join(venv, MARKER + ".tmp"), os.path.join(venv, MARKER))
+    return result.emit(status.READY)
+
+
+def built_at(venv):
+    try:
+        with open(os.path.join(venv, MARKER)) as f:
+            return json.load(f)["built_at"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def target_name(link, directory):
+    """The venv name ``link`` points at, if it is a venv of ``directory``; "legacy" for a
+    directory at ``link``; None when there is nothing there."""
+    if os.path.islink(link):
+        target = os.path.realpath(link)
+        if os.path.dirname(target) == os.path.realpath(directory):
+            return os.path.basename(target)
+        return target
+    return "legacy" if os.path.isdir(link) else None
+
+
+def last_good_venv(last_good_dir):
+    try:
+        with open(os.path.join(last_good_dir, "manifest.json")) as f:
+            return json.load(f).get("venv_target")
+    except (OSError, ValueError):
+        return None
+
+
+def listing(directory, link, last_good_dir=None):
+    names = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+    venvs = [{"name": name, "built_at": built_at(os.path.join(directory, name))} for name in names
+             if os.path.isdir(os.path.join(directory, name)) and not name.startswith(".")
+             and not os.path.islink(os.path.join(directory, name))]
+    good = last_good_venv(last_good_dir) if last_good_dir else None
+    return {"venvs": venvs, "live": target_name(link, directory),
+            "pending": target_name(link + PENDING, directory) if os.path.islink(link + PENDING) else None,
+            "last_good": os.path.basename(good) if good else None}
+
+
+def point(link, target):
+    """Point ``link`` at ``target`` in one rename; a directory at ``link`` is moved aside."""
+    fresh = link + ".tmp"
+    if os.path.lexists(fresh):
+        os.unlink(fresh)
+    os.symlink(target, fresh)
+    if os.path.isdir(link) and not os.path.islink(link):
+        legacy = link + LEGACY
+        shutil.rmtree(legacy, ignore_errors=True)
+        os.rename(link, legacy)
+    os.replace(fresh, link)
+
+
+def switch(link):
+    pending = link + PENDING
+    if not os.path.islink(pending):
+        print("%s: no switch pending" % link)
+        return result.emit(status.READY, switched=False, venv=os.path.realpath(link))
+    target = os.readlink(pending)
+    if not os.path.isfile(os.path.join(target, MARKER)):
+        why = "%s is not a finished venv: not switching to it" % target
+        print(why)
+        return result.emit(status.PREFLIGHT_FAILED, why)
+    point(link, target)
+    os.unlink(pending)
+    print("switched %s -> %s" % (link, target))
+    return result.emit(status.READY, switched=True, venv=target)
+
+
+def usage(path):
+    """(bytes used under ``path``, bytes free on its filesystem)."""
+    used = subprocess.run(["du", "-sb", path], stdout=subprocess.PIPE, universal_newlines=True)
+    size = int(used.stdout.split()[0]) if used.returncode == 0 and used.stdout else 0
+    return size, shutil.disk_usage(path).free
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=("mark", "list", "switch", "usage"))
+    parser.add_argument("--venv")
+    parser.add_argument("--dir")
+    parser.add_argument("--link")
+    parser.add_argument("--last-good-dir")
+    parser.add_argument("--path")
+    args = parser.parse_args(argv)
+    if args.action == "mark":
+        return mark(args.venv)
+    if args.action == "list":
+        return result.emit(status.READY, **listing(args.dir, args.link, args.last_good_dir))
+    if args.action == "switch":
+        return switch(args.link)
+    used, free = usage(args.path)
+    return result.emit(status.READY, used=used, free=free)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
