@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import math
 import re
 import sys
 from collections import OrderedDict
@@ -30,16 +31,20 @@ def series(entries) -> "OrderedDict":
     return found
 
 
-def _ticks(low, high, count=4):
-    step = (high - low) / count
-    return [low + i * step for i in range(count + 1)]
+def _axis(high):
+    """(top, step): a round top of the axis at or above ``high``, in 3 to 6 round steps."""
+    magnitude = 10 ** math.floor(math.log10(high)) if high > 0 else 1
+    step = next(m * magnitude / 10 for m in (1, 2, 5, 10, 20, 50) if high / (m * magnitude / 10) <= 6)
+    return step * math.ceil(high / step), step
 
 
 def svg(points, title) -> str:
-    """A line of median tok/s over the checks in time order, min-max bars, regressions in red."""
+    """A line of median tok/s over the checks in time order, min-max bars, regressions in red,
+    and the latest check's baseline (the last known good's figure) as a dashed line."""
     lows = [p["decode_tok_s_min"] for p in points]
     highs = [p["decode_tok_s_max"] for p in points]
-    top = max(highs) * 1.1
+    base = (points[-1].get("baseline") or {}).get("decode_tok_s")
+    top, step = _axis(max(highs + [base or 0]) * 1.05)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
     def x(i):
@@ -52,13 +57,18 @@ def svg(points, title) -> str:
            f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="11">',
            f"<title>{html.escape(title)}</title>",
            f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ccc"/>']
-    for tick in _ticks(0, top):
+    for tick in (i * step for i in range(round(top / step) + 1)):
         out.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#e4e4e4"/>'
                    f'<text x="{LEFT - 4}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:.0f}</text>')
     out.append(f'<text x="12" y="{TOP + plot_h / 2:.0f}" transform="rotate(-90 12 {TOP + plot_h / 2:.0f})" '
                f'text-anchor="middle">decode tok/s</text>')
     for i, (point, low, high) in enumerate(zip(points, lows, highs)):
         out.append(f'<line x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{y(low):.1f}" y2="{y(high):.1f}" stroke="#888"/>')
+    if base:
+        out.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(base):.1f}" y2="{y(base):.1f}" '
+                   f'stroke="#777" stroke-dasharray="5 4"/><text x="{LEFT + plot_w - 4}" '
+                   f'y="{y(base) - 4:.1f}" text-anchor="end" fill="#555">baseline {base:.1f} '
+                   f'({html.escape(points[-1]["baseline"].get("profile", "?"))})</text>')
     line = " ".join(f"{x(i):.1f},{y(p['decode_tok_s']):.1f}" for i, p in enumerate(points))
     out.append(f'<polyline points="{line}" fill="none" stroke="#2463a6" stroke-width="1.5"/>')
     for i, point in enumerate(points):
@@ -113,7 +123,7 @@ def page(groups, plots) -> str:
 body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
 table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
 th, td {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; }}
-th {{ background: #f0f0f0; }} td:nth-child(-n+4) {{ text-align: left; }}
+th {{ background: #f0f0f0; }} td:nth-child(-n+4), td:nth-child(11) {{ text-align: left; }}
 figure {{ display: inline-block; margin: 0 1em 1em 0; }} figcaption {{ font-weight: bold; }}
 .note {{ color: #555; }}
 </style></head><body>

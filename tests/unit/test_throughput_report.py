@@ -73,6 +73,7 @@ def test_the_page_holds_the_latest_figures_and_a_plot_per_node_and_profile(tmp_p
         assert plot.tag.endswith("svg")
     eagle_svg = (reports / "throughput/node1--eagle.svg").read_text()
     assert 'fill="#c62828"' in eagle_svg and "60.1 tok/s (-27% vs baseline 82.4)" in eagle_svg
+    assert "baseline 82.4 (base)" in eagle_svg  # the last known good's figure, dashed
 
 
 def test_no_checks_yet_is_said(tmp_path):
@@ -82,3 +83,10 @@ def test_no_checks_yet_is_said(tmp_path):
 
 def test_plot_names_are_plain_file_names():
     assert throughput_report.plot_name("gpu 1", "../x") == "gpu_1--.._x.svg"
+
+
+def test_the_axis_ends_on_a_round_number_in_a_few_round_steps():
+    assert throughput_report._axis(86.1) == (100, 20)
+    assert throughput_report._axis(63.0) == (80, 20)
+    assert throughput_report._axis(9.9) == (10, 2)
+    assert throughput_report._axis(1234) == (1500, 500)
