@@ -274,3 +274,12 @@ def test_took_note_records_on_the_controller_and_the_outcome_line_shows_it(tmp_p
                              throughput.NOTES["node1"]).line()
     assert line == "sglang-deploy: node1: failed (at 'Restart'; 60.1 tok/s (-27% vs baseline 82.4))"
     assert outcome.with_note(outcome.Outcome("n", outcome.UNCHANGED), None).line() == "sglang-deploy: n: unchanged"
+
+
+def test_the_controller_says_a_regressed_outcome_and_fails_the_deploy():
+    from sglang_deploy.operations.service import _say_outcome
+    from test_node_cycle import _Host
+    host = _Host()
+    assert _say_outcome(host, {"outcome": "regressed", "restored": False}) is False
+    assert host.said == ["on_regression: fail: the new configuration serves, but is not recorded "
+                         "as the last known good"]
