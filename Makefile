@@ -23,6 +23,7 @@ help:
 	@echo "make verify        testinfra checks against \$$INVENTORY"
 	@echo "make sandbox       boot NODES sandbox nodes; make sandbox-down stops them"
 	@echo "make lint-profiles schema, flag names and NCCL lint of every profile"
+	@echo "make report        reports/index.html: decode tok/s per node and profile over time"
 
 setup:
 	$(PYTHON) -m pip install --quiet -r requirements.txt
@@ -97,6 +98,12 @@ SGLANG_REAL_VENV ?= $(HOME)/.cache/sglang-deploy/real-sglang-venv
 engine-options:
 	@test -x $(SGLANG_REAL_VENV)/bin/python || { echo "no engine venv at $(SGLANG_REAL_VENV): run $(PYTEST) tests/unit/test_real_sglang_parser.py first (it builds one)"; exit 1; }
 	$(PYTHON) -m sglang_deploy.engine_flags --python $(SGLANG_REAL_VENV)/bin/python
+
+# reports/index.html: decode tok/s over time per node and profile (the deploys' decode checks,
+# reports/throughput/<host>.jsonl), plots as SVG files beside it, and the latest figures.
+.PHONY: report
+report:
+	$(PYTHON) -m sglang_deploy.throughput_report
 
 # A/B all-reduce on each host's GPUs: NCCL's defaults vs the profile's env file, interleaved
 # (reports/nccl-ab/<host>/). NCCL_AB_ARGS: --ablate, --stop-server, --rounds N, --sizes 4K,1M.

@@ -11,7 +11,8 @@ profile; restarts only if it differs from what runs), --warmup-requests untimed 
 figures). Per request: tokens = stream chunks carrying content (the final usage chunk's
 completion_tokens wins where the server packs several tokens into one chunk, as speculative
 decoding may); decode tok/s = (tokens - 1) / (last token's arrival - first token's arrival),
-so prefill and time-to-first-token are left out. The table shows the median over requests,
+so prefill and time-to-first-token are left out. The measuring is the deploy's own decode check
+(sglang_deploy/node/decode_rate.py, run on the node after every restart): one definition. The table shows the median over requests,
 ms/token = 1000 / that median, and the ratio against the first profile (the baseline).
 
 `--profile NAME=RATE` (sandbox stand-in only) sets SGLANG_STANDIN_TOKENS_PER_SECOND=RATE in a
@@ -22,7 +23,6 @@ the bench measures the tool and the path, not a GPU. Prints a table; asserts not
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 import subprocess
 import sys
@@ -30,13 +30,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import requests
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import REPO, Report, deploy, fmt_s, median, node_of, write_profile  # noqa: E402
 
-PROMPT = "Explain in a few paragraphs how tensor parallelism splits a transformer layer across GPUs."
+from sglang_deploy.node import decode_rate  # noqa: E402
+
+PROMPT = decode_rate.DEFAULT_PROMPT
 RATE_VAR = "SGLANG_STANDIN_TOKENS_PER_SECOND"
 
 
@@ -73,35 +73,9 @@ class Tunnel:
 
 
 def stream_once(url, model, max_tokens, timeout):
-    """One streaming chat completion: (tokens, decode seconds, time to first token)."""
-    body = {"model": model, "messages": [{"role": "user", "content": PROMPT}],
-            "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
-    chunks, usage, first, last = 0, None, None, None
-    sent = time.perf_counter()
-    with requests.post(url, json=body, stream=True, timeout=timeout) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith(b"data: "):
-                continue
-            data = line[len(b"data: "):]
-            if data.strip() == b"[DONE]":
-                break
-            event = json.loads(data)
-            if "error" in event:
-                raise RuntimeError(f"server error in stream: {event['error']}")
-            if event.get("usage"):
-                usage = event["usage"].get("completion_tokens")
-            for choice in event.get("choices") or ():
-                if (choice.get("delta") or {}).get("content"):
-                    now = time.perf_counter()
-                    chunks += 1
-                    first = first or now
-                    last = now
-    tokens = usage if usage and usage > chunks else chunks
-    if first is None or tokens < 2 or last <= first:
-        raise RuntimeError(f"too few tokens streamed to time the decode ({tokens})")
-    return tokens, last - first, first - sent
+    """One streaming chat completion: (tokens, decode seconds, time to first token), measured
+    by the deploy's own decode check code (sglang_deploy/node/decode_rate.py)."""
+    return decode_rate.stream_once(url, model, PROMPT, max_tokens, timeout)
 
 
 def main(argv=None):
@@ -161,7 +135,7 @@ def main(argv=None):
         finally:
             if tunnel:
                 tunnel.close()
-        rates = [(tokens - 1) / seconds for tokens, seconds, _ in results]
+        rates = [decode_rate.decode_rate(tokens, seconds) for tokens, seconds, _ in results]
         tps = median(rates)
         baseline = baseline or tps
         out(f"  per request tok/s: {', '.join(f'{r:.1f}' for r in rates)}")

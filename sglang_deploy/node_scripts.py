@@ -3,6 +3,7 @@ place that builds them. Facts, checks and tools take these strings; every script
 its result line (node/result.py)."""
 
 import json
+import posixpath
 import shlex
 
 
@@ -150,8 +151,33 @@ class NodeScripts:
         steps = {"preflight": self.preflight(f"{self.venv}/bin/python"), "switch": self.switch(),
                  "restart": self.restart(), "gate": self.gate(), "workers": self.workers(),
                  "save": self.save_last_good(hook_files), "restore": self.restore_last_good()}
+        if self.decode_check():
+            steps["decode"] = self.decode_check()
         return self._run("cycle.py", "--steps-json", json.dumps(steps, sort_keys=True),
                          *([] if rollback else ["--no-rollback"]))
+
+    @property
+    def throughput_history(self):
+        """The node's decode check history (JSON lines), beside the last known good."""
+        return f"{posixpath.dirname(self.last_good_dir)}/throughput.jsonl"
+
+    def decode_check(self):
+        """decode_check.py with the profile's throughput section, or None when it is off."""
+        check, service = self.profile.throughput, self.profile.service
+        if not check.enabled:
+            return None
+        args = ["--port", service.port, "--served-name", self.profile.model.served_name,
+                "--profile", self.profile.name, "--history", self.throughput_history,
+                "--last-good-dir", self.last_good_dir, "--requests", check.requests,
+                "--warmup", check.warmup_requests, "--max-tokens", check.max_tokens,
+                "--timeout", check.timeout_s, "--on-regression", check.on_regression]
+        for prompt in check.prompts:
+            args += ["--prompt", prompt]
+        if check.min_decode_tok_s is not None:
+            args += ["--min-decode-tok-s", check.min_decode_tok_s]
+        if check.max_regression_pct is not None:
+            args += ["--max-regression-pct", check.max_regression_pct]
+        return self._run("decode_check.py", *args)
 
     def nccl_ab(self, *args):
         """nccl_ab.py (the A/B all-reduce sweep) with ``args`` (sglang_deploy.nccl_ab builds them)."""

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from pyinfra.api.state import BaseStateCallback, StateStage
 
+from . import throughput
 from .cli import EXIT_DEPLOY_ERROR, EXIT_UNREACHABLE
 
 DEPLOYED = "deployed"
@@ -76,6 +77,13 @@ def host_outcome(name, *, unreachable=None, failed_at=None, executed, prepared_o
     if changed_ops:
         return Outcome(name, DEPLOYED, _count(changed_ops, "operation") + " changed")
     return Outcome(name, UNCHANGED)
+
+
+def with_note(outcome, note):
+    """The outcome with ``note`` (the decode check's figure) added to its reason."""
+    if not note:
+        return outcome
+    return Outcome(outcome.host, outcome.state, f"{outcome.why}; {note}" if outcome.why else note)
 
 
 def exit_status(outcomes) -> int:
@@ -151,9 +159,10 @@ class OutcomeRecorder(BaseStateCallback):
                 changed = state.meta[host].ops_change if host in state.meta else 0
             stopped_before = next((_names(state, op_hash) for op_hash, data in ops.items()
                                    if not data.operation_meta.is_complete()), None)
-            found.append(host_outcome(host.name, unreachable=unreachable, failed_at=failed_at,
-                                      executed=executed, prepared_ops=len(ops),
-                                      changed_ops=changed, stopped_before=stopped_before))
+            outcome = host_outcome(host.name, unreachable=unreachable, failed_at=failed_at,
+                                   executed=executed, prepared_ops=len(ops),
+                                   changed_ops=changed, stopped_before=stopped_before)
+            found.append(with_note(outcome, throughput.NOTES.get(host.name)))
         return found
 
 

@@ -159,6 +159,25 @@ class Readiness(_Section):
     fired_up_grace_s: float = Field(15.0, gt=0)
 
 
+class Throughput(_Section):
+    """The decode check after every restart that passed its gate (node/decode_check.py):
+    streaming chat completions at temperature 0, one at a time. The defaults take about 13 s at
+    60 tok/s; no expectation set: the figures are recorded, nothing is judged."""
+
+    enabled: bool = True
+    requests: int = Field(5, ge=1, le=100)          # timed requests; the median is the figure
+    warmup_requests: int = Field(1, ge=0, le=20)    # untimed, first (caches, CUDA graphs' paths)
+    max_tokens: int = Field(128, ge=2, le=4096)     # tokens decoded per request
+    prompts: list[Annotated[str, Field(min_length=1)]] = []  # cycled; none: one fixed prompt
+    timeout_s: float = Field(60.0, gt=0)            # per request
+    min_decode_tok_s: Optional[float] = Field(None, gt=0)    # absolute floor (median)
+    # Largest drop, in %, under the last known good's figure recorded on the same node.
+    max_regression_pct: Optional[float] = Field(None, ge=0, le=100)
+    # warn: served and recorded, with a warning; fail: the deploy fails, the new configuration
+    # keeps serving but is not the last known good; rollback: back to the last known good.
+    on_regression: Literal["warn", "fail", "rollback"] = "warn"
+
+
 class Hook(_Section):
     system_wide: bool = False  # true: also the system interpreter (every Python on the node)
 
@@ -175,6 +194,7 @@ class Profile(_Section):
     service: Service = Field(default_factory=Service)
     readiness: Readiness = Field(default_factory=Readiness)
     hook: Hook = Field(default_factory=Hook)
+    throughput: Throughput = Field(default_factory=Throughput)
     _name: str = PrivateAttr("")
     _source: tuple[Path, ...] = PrivateAttr(())
 

@@ -3,6 +3,10 @@ engine venv link to the venv the deploy built, if it staged one), restart, readi
 workers' environment, then save what serves as the last known good. A failed gate or workers
 check puts the last known good back, restarts on it and gates it again (unless --no-rollback).
 A failed preflight stops nothing: the files go back and the running server keeps serving.
+With a "decode" command (decode_check.py), the decode rate is measured after the workers check:
+a regression under the profile's `on_regression: rollback` rolls back like a failed gate, under
+`fail` it leaves the new configuration serving unrecorded (outcome "regressed"), under `warn`
+it is served and recorded.
 
     python3 cycle.py --steps-json '{"preflight": CMD, "switch": CMD, "restart": CMD,
                                     "gate": CMD, "workers": CMD, "save": CMD, "restore": CMD}'
@@ -11,9 +15,10 @@ A failed preflight stops nothing: the files go back and the running server keeps
 Each CMD is one of our scripts' command lines (NodeScripts builds them). Their progress lines
 stream through as they come; their result lines (result.py) are read, not shown. Ends with one
 result line: {"outcome": "served" | "preflight_failed" | "failed" | "rolled_back" |
-"rollback_failed", "profile": the profile restored (rolled_back, rollback_failed), "restored":
-whether the last known good files went back, "steps": [{"step", "status", "cause"}], "cause":
-the first step that failed}. Exit status: 0 served, else the first failed step's.
+"rollback_failed" | "regressed", "profile": the profile restored (rolled_back,
+rollback_failed), "restored": whether the last known good files went back, "steps": [{"step",
+"status", "cause"}], "cause": the first step that failed, "throughput": the decode check's
+figures, when it ran}. Exit status: 0 served, else the first failed step's.
 """
 import argparse
 import json
@@ -27,8 +32,9 @@ else:  # run as a script: the siblings' directory is on sys.path
     import status
 
 STEPS = ("preflight", "switch", "restart", "gate", "workers", "save", "restore")
+OPTIONAL_STEPS = ("decode",)
 LABELS = {"preflight": "preflight", "switch": "engine venv switch", "restart": "restart",
-          "gate": "readiness gate",
+          "gate": "readiness gate", "decode": "decode check",
           "workers": "worker environment check", "save": "recording last known good",
           "restore": "restoring the last known good files"}
 
@@ -37,6 +43,7 @@ class Cycle:
     def __init__(self, commands):
         self.commands = commands
         self.steps = []  # {"step", "status", "cause"} of every step run, in order
+        self.details = {}  # the decode check's figures and policy, for the result line
 
     def run(self, name, label=None):
         """Run one step, streaming its progress lines; True when it succeeded."""
@@ -50,6 +57,7 @@ class Cycle:
         code = proc.wait()
         found = result.parse(lines) or {}
         cause = found.get("cause")
+        self.details.update((key, found[key]) for key in ("throughput", "on_regression") if key in found)
         if code != status.READY and not cause:  # it died before its result line
             cause = next((line.strip() for line in reversed(lines) if line.strip()), "no output")
         self.steps.append(dict({"step": label or LABELS[name], "status": code,
@@ -65,7 +73,11 @@ class Cycle:
         code = status.READY if outcome == "served" else (
             status.PREFLIGHT_FAILED if outcome == "preflight_failed" else failed[0]["status"])
         return result.emit(code, failed[0]["cause"] if failed else None, outcome=outcome,
-                           steps=self.steps, **details)
+                           steps=self.steps, **dict(self.details, **details))
+
+    def decoded(self):
+        """The decode check, where there is one: True unless it found a regression."""
+        return "decode" not in self.commands or self.run("decode")
 
 
 def cycle(commands, rollback=True):
@@ -73,8 +85,11 @@ def cycle(commands, rollback=True):
     if not (c.run("preflight") and c.run("switch")):  # nothing stopped yet
         return c.end("preflight_failed", restored=c.run("restore"))
     if c.all("restart", "gate", "workers"):
-        return c.end("served" if c.run("save") else "failed")
-    if not rollback:
+        if c.decoded():
+            return c.end("served" if c.run("save") else "failed")
+        if not (rollback and c.details.get("on_regression") == "rollback"):
+            return c.end("regressed", restored=False)
+    elif not rollback:
         return c.end("failed", restored=False)
     print("rolling back to the last configuration that passed the gate", flush=True)
     if not c.run("restore", "rollback"):
@@ -87,7 +102,8 @@ def cycle(commands, rollback=True):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps-json", required=True, help="{step: command line} for " + ", ".join(STEPS))
+    parser.add_argument("--steps-json", required=True, help="{step: command line} for " + ", ".join(STEPS)
+                        + " (and optionally " + ", ".join(OPTIONAL_STEPS) + ")")
     parser.add_argument("--no-rollback", dest="rollback", action="store_false",
                         help="leave a configuration that fails its gate as it is")
     args = parser.parse_args(argv)

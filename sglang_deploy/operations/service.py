@@ -7,6 +7,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.facts.files import File
 
+from .. import throughput
 from ..facts import LastGood, Preflight, Serving, UnitState, WorkerEnvironment
 from ..node import result, status
 from .files import hook_paths
@@ -95,7 +96,18 @@ def _restart_or_roll_back(state, host, scripts, hook_python, rollback):
     for step in found["steps"]:
         if step["status"] != status.READY:
             host.log_styled(f"{step['step']} failed: {step['cause']}", fg="red", log_func=logger.error)
+    _say_decode_check(host, found)
     return _say_outcome(host, found)
+
+
+def _say_decode_check(host, found):
+    """The decode check's figure (recorded in reports/throughput/), if one ran."""
+    said = throughput.took_note(host.name, found)
+    if said:
+        text, level = said
+        log, colour = {"info": (logger.info, None), "warning": (logger.warning, "yellow"),
+                       "error": (logger.error, "red")}[level]
+        host.log_styled(text, fg=colour, log_func=log)
 
 
 def _say_outcome(host, found):
@@ -110,6 +122,9 @@ def _say_outcome(host, found):
     elif outcome == "rolled_back":
         host.log_styled(f"rolled back: serving {previous} again", fg="yellow",
                         log_func=logger.error)
+    elif outcome == "regressed":
+        host.log_styled("on_regression: fail: the new configuration serves, but is not recorded "
+                        "as the last known good", fg="red", log_func=logger.error)
     elif outcome == "rollback_failed" and found["restored"]:
         host.log_styled(f"rollback to {previous} failed too", fg="red", log_func=logger.error)
     return outcome == "served"

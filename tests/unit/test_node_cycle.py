@@ -113,7 +113,7 @@ def test_node_scripts_hand_the_cycle_their_own_command_lines():
     assert steps == {"preflight": scripts.preflight(f"{scripts.venv}/bin/python"),
                      "switch": scripts.switch(), "restart": scripts.restart(), "gate": scripts.gate(), "workers": scripts.workers(),
                      "save": scripts.save_last_good({"hook": "/site/sglang_deploy_env.py"}),
-                     "restore": scripts.restore_last_good()}
+                     "restore": scripts.restore_last_good(), "decode": scripts.decode_check()}
 
 
 class _Host:

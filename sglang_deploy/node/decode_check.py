@@ -1,0 +1,167 @@
+"""The decode check after a restart passed its gate: a short, deterministic decode benchmark
+(decode_rate.py) against the server, its figures appended to the node's history beside the last
+known good, and a verdict against the profile's expectations.
+
+    python3 decode_check.py --port P --served-name N --profile NAME --history FILE
+        --last-good-dir D [--requests N] [--warmup N] [--max-tokens N] [--prompt TEXT ...]
+        [--timeout S] [--min-decode-tok-s X] [--max-regression-pct X]
+        [--on-regression warn|fail|rollback]
+
+The baseline is the last known good's recorded figure on this node: the latest accepted entry
+of the history for the profile in D's manifest. A regression (below --min-decode-tok-s, or
+more than --max-regression-pct under the baseline) exits THROUGHPUT_REGRESSION unless the
+policy is `warn`; a measurement that fails counts as one when the profile has expectations.
+Ends with the result line (result.py): {"throughput": the entry recorded, "on_regression"}.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+import urllib.request
+
+if __package__:
+    from . import decode_rate, result, status
+else:  # run as a script: the siblings' directory is on sys.path
+    import decode_rate
+    import result
+    import status
+
+POLICIES = ("warn", "fail", "rollback")
+
+
+def verdict(figure, baseline, min_decode_tok_s=None, max_regression_pct=None):
+    """(change in % against the baseline figure or None, reasons it is a regression)."""
+    change = None if not (figure and baseline) else round(100.0 * (figure - baseline) / baseline, 1)
+    reasons = []
+    if min_decode_tok_s is not None and (figure is None or figure < min_decode_tok_s):
+        reasons.append("%s is below min_decode_tok_s %g" % (tok_s(figure), min_decode_tok_s))
+    if max_regression_pct is not None and change is not None and -change > max_regression_pct:
+        reasons.append("%s vs baseline %.1f exceeds max_regression_pct %g"
+                       % (pct(change), baseline, max_regression_pct))
+    return change, reasons
+
+
+def tok_s(figure):
+    return "no figure" if figure is None else "%.1f tok/s" % figure
+
+
+def pct(change):
+    return "%+.0f%%" % change
+
+
+def read_history(path):
+    """Every entry of a history file, oldest first (a torn last line is skipped)."""
+    entries = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    entries.append(json.loads(line))
+                except ValueError:
+                    continue
+    except FileNotFoundError:
+        pass
+    return entries
+
+
+def baseline_of(history, profile):
+    """The latest accepted entry with a figure for ``profile`` (the last known good's), or None."""
+    if not profile:
+        return None
+    return next((entry for entry in reversed(history) if entry.get("profile") == profile
+                 and entry.get("accepted") and entry.get("decode_tok_s")), None)
+
+
+def last_good_profile(directory):
+    try:
+        with open(os.path.join(directory, "manifest.json")) as f:
+            return json.load(f).get("profile")
+    except (OSError, ValueError):
+        return None
+
+
+def append(path, entry):
+    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(entry, sort_keys=True) + "\n")
+
+
+def engine_version(port, timeout=5):
+    """The version the server reports (/server_info), or None."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/server_info" % port, timeout=timeout) as r:
+            return json.load(r).get("version")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def describe(entry):
+    """One line: the figure and its change against the baseline."""
+    if entry.get("decode_tok_s") is None:
+        return "decode not measured: %s" % entry.get("error")
+    text = "%s (min %.1f, max %.1f, TTFT %.0f ms, %d requests)" % (
+        tok_s(entry["decode_tok_s"]), entry["decode_tok_s_min"], entry["decode_tok_s_max"],
+        entry["ttft_ms"], entry["requests"])
+    base = entry.get("baseline")
+    if base:
+        text += "; %s vs baseline %.1f (%s)" % (pct(entry["change_pct"]), base["decode_tok_s"], base["profile"])
+    return text
+
+
+def check(args, now=None):
+    history = read_history(args.history)
+    good = last_good_profile(args.last_good_dir)
+    base = baseline_of(history, good)
+    version = engine_version(args.port)
+    entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "profile": args.profile,
+             "engine_version": version, "port": args.port, "max_tokens": args.max_tokens,
+             "baseline": base and {key: base[key] for key in ("profile", "decode_tok_s", "time")}}
+    try:
+        entry.update(decode_rate.measure("http://127.0.0.1:%d/v1/chat/completions" % args.port,
+                                         args.served_name, args.prompt, args.requests, args.warmup,
+                                         args.max_tokens, args.timeout))
+        entry["error"] = None
+    except (decode_rate.MeasureError, OSError, ValueError) as e:
+        entry.update(decode_tok_s=None, error=str(e) or type(e).__name__)
+    change, reasons = verdict(entry.get("decode_tok_s"), base and base["decode_tok_s"],
+                              args.min_decode_tok_s, args.max_regression_pct)
+    expectations = args.min_decode_tok_s is not None or args.max_regression_pct is not None
+    if entry["error"] and expectations:
+        reasons.append("decode not measured: %s" % entry["error"])
+    regressed = bool(reasons)
+    entry.update(change_pct=change, regression=reasons, on_regression=args.on_regression,
+                 accepted=not regressed or args.on_regression == "warn")
+    append(args.history, entry)
+    print("decode check: %s" % describe(entry), flush=True)
+    if version and "+sandbox" in version:
+        print("decode check: engine %s: the sandbox stand-in decodes at its configured rate "
+              "(SGLANG_STANDIN_TOKENS_PER_SECOND), not a GPU's" % version, flush=True)
+    if regressed:
+        print("decode check: regression (%s): %s" % (args.on_regression, "; ".join(reasons)), flush=True)
+    failed = regressed and args.on_regression != "warn"
+    return result.emit(status.THROUGHPUT_REGRESSION if failed else status.READY,
+                       "decode regression: " + "; ".join(reasons) if failed else None,
+                       throughput=entry, on_regression=args.on_regression)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--served-name", required=True)
+    p.add_argument("--profile", required=True)
+    p.add_argument("--history", required=True, help="JSON lines, one per check")
+    p.add_argument("--last-good-dir", required=True)
+    p.add_argument("--requests", type=int, required=True)
+    p.add_argument("--warmup", type=int, required=True)
+    p.add_argument("--max-tokens", type=int, required=True)
+    p.add_argument("--prompt", action="append", default=[])
+    p.add_argument("--timeout", type=float, required=True, help="per request, seconds")
+    p.add_argument("--min-decode-tok-s", type=float)
+    p.add_argument("--max-regression-pct", type=float)
+    p.add_argument("--on-regression", choices=POLICIES, default="warn")
+    return check(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

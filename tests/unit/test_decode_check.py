@@ -1,0 +1,285 @@
+"""The decode check: its measuring (node/decode_rate.py) against a tiny local streaming server,
+its verdict and history (node/decode_check.py), the restart cycle's policies, and the
+controller's record and phrase (sglang_deploy/throughput.py)."""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from sglang_deploy import outcome, throughput
+from sglang_deploy.node import cycle, decode_check, decode_rate, result, status
+from test_node_cycle import _commands, _run, _step
+
+
+class _Streamer(BaseHTTPRequestHandler):
+    """SSE chat completions at ``rate`` tok/s: a role chunk, ``tokens`` content chunks (the
+    first after one token-time), a finish chunk and a usage chunk claiming ``usage`` tokens."""
+
+    rate, tokens, usage, version, error, seen = 100.0, 11, None, "0.5.23", None, []
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        body = json.dumps({"version": self.version}).encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        type(self).seen.append(request)
+        if self.error == "http":
+            self.send_response(503)
+            self.end_headers()
+            self.wfile.write(b"busy")
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()
+
+        def send(event):
+            self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+            self.wfile.flush()
+        send({"choices": [{"delta": {"role": "assistant", "content": ""}}]})
+        start = time.perf_counter()
+        for i in range(self.tokens):
+            time.sleep(max(0.0, start + (i + 1) / self.rate - time.perf_counter()))
+            send({"choices": [{"delta": {"content": " w"}}]})
+        if self.error == "stream":
+            send({"error": {"message": "scheduler died"}})
+        send({"choices": [{"delta": {}, "finish_reason": "length"}]})
+        if self.usage:
+            send({"choices": [], "usage": {"completion_tokens": self.usage}})
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+@pytest.fixture
+def server():
+    handler = type("Handler", (_Streamer,), {"seen": []})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield handler, httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _url(port):
+    return f"http://127.0.0.1:{port}/v1/chat/completions"
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+def test_stream_once_times_the_decode_from_first_to_last_token(server):
+    handler, port = server
+    tokens, decode_s, ttft_s = decode_rate.stream_once(_url(port), "m", "hi", 11, 10)
+    assert tokens == 11
+    assert decode_rate.decode_rate(tokens, decode_s) == pytest.approx(100, rel=0.3)
+    assert 0 < ttft_s < 0.5
+    body = handler.seen[0]
+    assert body["temperature"] == 0 and body["stream"] is True and body["max_tokens"] == 11
+    assert body["stream_options"] == {"include_usage": True} and body["model"] == "m"
+
+
+def test_the_usage_chunk_wins_when_chunks_pack_several_tokens(server):
+    handler, port = server
+    handler.usage = 31  # speculative decoding: three tokens per chunk
+    tokens, decode_s, _ = decode_rate.stream_once(_url(port), "m", "hi", 32, 10)
+    assert tokens == 31 and decode_rate.decode_rate(tokens, decode_s) == pytest.approx(300, rel=0.3)
+
+
+@pytest.mark.parametrize("error, says", [("http", "HTTP 503: busy"), ("stream", "scheduler died")])
+def test_a_request_that_cannot_be_timed_says_why(server, error, says):
+    handler, port = server
+    handler.error = error
+    with pytest.raises(decode_rate.MeasureError, match=says):
+        decode_rate.stream_once(_url(port), "m", "hi", 11, 10)
+
+
+def test_one_token_cannot_be_timed(server):
+    handler, port = server
+    handler.tokens = 1
+    with pytest.raises(decode_rate.MeasureError, match="too few tokens"):
+        decode_rate.stream_once(_url(port), "m", "hi", 1, 10)
+
+
+def test_summary_is_median_min_max_and_median_ttft():
+    found = decode_rate.summary([(11, 0.5, 0.1), (11, 0.25, 0.3), (21, 0.25, 0.2)])
+    assert found == {"requests": 3, "tokens": 43, "decode_tok_s": 40.0, "decode_tok_s_min": 20.0,
+                     "decode_tok_s_max": 80.0, "ttft_ms": 200.0}
+    assert decode_rate.median([4, 1, 3, 2]) == 2.5
+
+
+def test_measure_warms_up_untimed_and_cycles_the_prompts(server):
+    handler, port = server
+    found = decode_rate.measure(_url(port), "m", ["a", "b"], requests=3, warmup=1,
+                                max_tokens=11, timeout=10)
+    assert found["requests"] == 3 and found["tokens"] == 33
+    assert [r["messages"][0]["content"] for r in handler.seen] == ["a", "a", "b", "a"]
+
+
+# -- verdict and history ----------------------------------------------------------------------
+
+def test_the_incident_is_a_27_percent_regression():
+    change, reasons = decode_check.verdict(60.1, 82.4, max_regression_pct=10)
+    assert change == -27.1
+    assert reasons == ["-27% vs baseline 82.4 exceeds max_regression_pct 10"]
+    assert decode_check.verdict(80.0, 82.4, max_regression_pct=10) == (-2.9, [])
+
+
+def test_the_floor_is_checked_with_or_without_a_baseline():
+    assert decode_check.verdict(60.0, None, min_decode_tok_s=70) == (
+        None, ["60.0 tok/s is below min_decode_tok_s 70"])
+    assert decode_check.verdict(None, 82.0, min_decode_tok_s=70)[1] == [
+        "no figure is below min_decode_tok_s 70"]
+    assert decode_check.verdict(60.0, 82.0) == (-26.8, [])  # no expectations: figures only
+
+
+def test_the_baseline_is_the_last_known_goods_latest_accepted_figure():
+    history = [{"profile": "base", "accepted": True, "decode_tok_s": 81.0, "time": "t1"},
+               {"profile": "base", "accepted": True, "decode_tok_s": 82.0, "time": "t2"},
+               {"profile": "base", "accepted": False, "decode_tok_s": 50.0, "time": "t3"},
+               {"profile": "eagle", "accepted": True, "decode_tok_s": 60.0, "time": "t4"}]
+    assert decode_check.baseline_of(history, "base")["time"] == "t2"
+    assert decode_check.baseline_of(history, None) is None
+    assert decode_check.baseline_of(history, "other") is None
+
+
+def _args(tmp_path, port, **over):
+    argv = ["--port", str(port), "--served-name", "m", "--profile", over.pop("profile", "eagle"),
+            "--history", str(tmp_path / "throughput.jsonl"), "--last-good-dir",
+            str(tmp_path / "last-good"), "--requests", "2", "--warmup", "0", "--max-tokens", "11",
+            "--timeout", "10"]
+    for key, value in over.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    return argv
+
+
+def _last_good(tmp_path, profile, figure):
+    (tmp_path / "last-good").mkdir()
+    (tmp_path / "last-good" / "manifest.json").write_text(json.dumps({"profile": profile}))
+    decode_check.append(str(tmp_path / "throughput.jsonl"),
+                        {"profile": profile, "accepted": True, "decode_tok_s": figure, "time": "t0"})
+
+
+@pytest.mark.parametrize("policy, code, accepted", [
+    ("warn", status.READY, True), ("fail", status.THROUGHPUT_REGRESSION, False),
+    ("rollback", status.THROUGHPUT_REGRESSION, False)])
+def test_check_records_and_judges_against_the_last_known_good(tmp_path, server, capsys, policy,
+                                                              code, accepted):
+    handler, port = server
+    handler.rate, handler.version = 100.0, "0.5.23+sandbox"
+    _last_good(tmp_path, "base", 200.0)
+    got = decode_check.main(_args(tmp_path, port, max_regression_pct=10, on_regression=policy))
+    out = capsys.readouterr().out.splitlines()
+    found = result.parse(out)
+    assert got == code == found["status"] and found["on_regression"] == policy
+    entry = found["throughput"]
+    assert entry["baseline"] == {"profile": "base", "decode_tok_s": 200.0, "time": "t0"}
+    assert -70 < entry["change_pct"] < -30 and entry["accepted"] is accepted
+    assert entry["engine_version"] == "0.5.23+sandbox" and entry["profile"] == "eagle"
+    assert decode_check.read_history(tmp_path / "throughput.jsonl")[-1] == entry
+    assert any("not a GPU's" in line for line in out)  # said only for a +sandbox engine
+
+
+def test_without_expectations_the_figures_are_recorded_only(tmp_path, server, capsys):
+    handler, port = server
+    got = decode_check.main(_args(tmp_path, port))
+    out = capsys.readouterr().out.splitlines()
+    entry = result.parse(out)["throughput"]
+    assert got == status.READY and entry["accepted"] and entry["regression"] == []
+    assert entry["baseline"] is None and entry["decode_tok_s"] > 50
+    assert not any("not a GPU's" in line for line in out)
+
+
+def test_a_failed_measurement_fails_only_a_profile_with_expectations(tmp_path, server, capsys):
+    handler, port = server
+    handler.error = "http"
+    assert decode_check.main(_args(tmp_path, port)) == status.READY
+    assert decode_check.main(_args(tmp_path, port, min_decode_tok_s=10,
+                                   on_regression="fail")) == status.THROUGHPUT_REGRESSION
+    entries = decode_check.read_history(tmp_path / "throughput.jsonl")
+    assert [e["decode_tok_s"] for e in entries] == [None, None]
+    assert "HTTP 503" in entries[-1]["error"]
+
+
+# -- the restart cycle's policies -------------------------------------------------------------
+
+def _cycle(tmp_path, capsys, policy, code=status.THROUGHPUT_REGRESSION, rollback=True):
+    commands = _commands(tmp_path)
+    commands["decode"] = _step(tmp_path, "decode", [(code, "decode regression: -27%" if code else None)],
+                               on_regression=policy, throughput={"decode_tok_s": 60.0})
+    got = cycle.cycle(commands, rollback)
+    out = capsys.readouterr().out.splitlines()
+    return got, result.parse(out), (tmp_path / "ran").read_text().split()
+
+
+def test_a_regression_under_rollback_rolls_back(tmp_path, capsys):
+    code, found, ran = _cycle(tmp_path, capsys, "rollback")
+    assert ran == ["preflight", "restart", "gate", "workers", "decode", "restore", "restart", "gate"]
+    assert found["outcome"] == "rolled_back" and found["profile"] == "previous"
+    assert code == status.THROUGHPUT_REGRESSION and found["cause"] == "decode regression: -27%"
+    assert found["throughput"] == {"decode_tok_s": 60.0}
+
+
+def test_a_regression_under_fail_leaves_it_serving_unrecorded(tmp_path, capsys):
+    code, found, ran = _cycle(tmp_path, capsys, "fail")
+    assert ran == ["preflight", "restart", "gate", "workers", "decode"]
+    assert found["outcome"] == "regressed" and code == status.THROUGHPUT_REGRESSION
+
+
+def test_no_rollback_wins_over_the_rollback_policy(tmp_path, capsys):
+    _, found, ran = _cycle(tmp_path, capsys, "rollback", rollback=False)
+    assert found["outcome"] == "regressed" and "restore" not in ran
+
+
+def test_a_passing_check_is_served_and_recorded(tmp_path, capsys):
+    code, found, ran = _cycle(tmp_path, capsys, "warn", code=status.READY)
+    assert ran == ["preflight", "restart", "gate", "workers", "decode", "save"]
+    assert code == status.READY and found["outcome"] == "served"
+    assert found["throughput"] == {"decode_tok_s": 60.0}
+
+
+def test_without_a_decode_command_the_cycle_is_as_before(tmp_path, capsys):
+    code, found, ran, _ = _run(tmp_path, capsys)
+    assert ran == ["preflight", "restart", "gate", "workers", "save"] and "throughput" not in found
+
+
+# -- the controller ---------------------------------------------------------------------------
+
+INCIDENT = {"profile": "eagle", "decode_tok_s": 60.1, "change_pct": -27.1,
+            "baseline": {"profile": "base", "decode_tok_s": 82.4, "time": "t0"},
+            "regression": ["-27% vs baseline 82.4 exceeds max_regression_pct 10"],
+            "on_regression": "rollback"}
+
+
+def test_the_phrase_names_the_figure_and_its_change():
+    assert throughput.phrase(INCIDENT) == "60.1 tok/s (-27% vs baseline 82.4)"
+    assert throughput.phrase({"decode_tok_s": 82.0, "baseline": None}) == "82.0 tok/s (no baseline yet)"
+    assert throughput.phrase({"decode_tok_s": None, "error": "HTTP 503"}) == "decode not measured: HTTP 503"
+
+
+def test_took_note_records_on_the_controller_and_the_outcome_line_shows_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(throughput, "NOTES", {})
+    text, level = throughput.took_note("node1", {"throughput": INCIDENT}, reports=tmp_path)
+    assert level == "error" and text.startswith("decode check: 60.1 tok/s (-27% vs baseline 82.4): regression")
+    assert throughput.read(tmp_path / "node1.jsonl") == [dict(INCIDENT, host="node1")]
+    assert throughput.took_note("node1", {"outcome": "served"}, reports=tmp_path) is None
+    line = outcome.with_note(outcome.Outcome("node1", outcome.FAILED, "at 'Restart'"),
+                             throughput.NOTES["node1"]).line()
+    assert line == "sglang-deploy: node1: failed (at 'Restart'; 60.1 tok/s (-27% vs baseline 82.4))"
+    assert outcome.with_note(outcome.Outcome("n", outcome.UNCHANGED), None).line() == "sglang-deploy: n: unchanged"
+
+
+def test_the_controller_says_a_regressed_outcome_and_fails_the_deploy():
+    from sglang_deploy.operations.service import _say_outcome
+    from test_node_cycle import _Host
+    host = _Host()
+    assert _say_outcome(host, {"outcome": "regressed", "restored": False}) is False
+    assert host.said == ["on_regression: fail: the new configuration serves, but is not recorded "
+                         "as the last known good"]
