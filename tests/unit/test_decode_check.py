@@ -221,7 +221,7 @@ def _cycle(tmp_path, capsys, policy, code=status.THROUGHPUT_REGRESSION, rollback
 
 def test_a_regression_under_rollback_rolls_back(tmp_path, capsys):
     code, found, ran = _cycle(tmp_path, capsys, "rollback")
-    assert ran == ["preflight", "restart", "gate", "workers", "decode", "restore", "restart", "gate"]
+    assert ran == ["preflight", "switch", "restart", "gate", "workers", "decode", "restore", "restart", "gate"]
     assert found["outcome"] == "rolled_back" and found["profile"] == "previous"
     assert code == status.THROUGHPUT_REGRESSION and found["cause"] == "decode regression: -27%"
     assert found["throughput"] == {"decode_tok_s": 60.0}
@@ -229,7 +229,7 @@ def test_a_regression_under_rollback_rolls_back(tmp_path, capsys):
 
 def test_a_regression_under_fail_leaves_it_serving_unrecorded(tmp_path, capsys):
     code, found, ran = _cycle(tmp_path, capsys, "fail")
-    assert ran == ["preflight", "restart", "gate", "workers", "decode"]
+    assert ran == ["preflight", "switch", "restart", "gate", "workers", "decode"]
     assert found["outcome"] == "regressed" and code == status.THROUGHPUT_REGRESSION
 
 
@@ -240,14 +240,14 @@ def test_no_rollback_wins_over_the_rollback_policy(tmp_path, capsys):
 
 def test_a_passing_check_is_served_and_recorded(tmp_path, capsys):
     code, found, ran = _cycle(tmp_path, capsys, "warn", code=status.READY)
-    assert ran == ["preflight", "restart", "gate", "workers", "decode", "save"]
+    assert ran == ["preflight", "switch", "restart", "gate", "workers", "decode", "save"]
     assert code == status.READY and found["outcome"] == "served"
     assert found["throughput"] == {"decode_tok_s": 60.0}
 
 
 def test_without_a_decode_command_the_cycle_is_as_before(tmp_path, capsys):
     code, found, ran, _ = _run(tmp_path, capsys)
-    assert ran == ["preflight", "restart", "gate", "workers", "save"] and "throughput" not in found
+    assert ran == ["preflight", "switch", "restart", "gate", "workers", "save"] and "throughput" not in found
 
 
 # -- the controller ---------------------------------------------------------------------------
