@@ -30,8 +30,9 @@ wheels:
 	$(PYTHON) -m pip wheel --quiet --no-deps --no-build-isolation ./engine-standin -w $(WHEELS)
 	$(PYTHON) -m sglang_deploy.wheel_normal $(WHEELS)/*.whl
 
+# BARE=1: every node boots from the bare image (a fresh OS: the deploy installs what it needs).
 sandbox:
-	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES)
+	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES) $(if $(BARE),--bare $(NODES))
 
 sandbox-down:
 	$(PYTHON) sandbox/sandbox.py down

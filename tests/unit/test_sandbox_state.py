@@ -19,7 +19,7 @@ def test_node_record_ports_and_paths(tmp_path):
         "name": "node3", "ssh_host": "127.0.0.1", "ssh_port": 2203, "ssh_user": "root",
         "server_port": 30003, "pid": 42,
         "rootfs": str(tmp_path.resolve() / "nodes/node3/rootfs"),
-        "console_log": str(tmp_path.resolve() / "nodes/node3/console.log"),
+        "console_log": str(tmp_path.resolve() / "nodes/node3/console.log"), "bare": False,
     }
 
 
