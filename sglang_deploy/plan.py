@@ -42,6 +42,7 @@ class NodePlan:
     rollback: bool
     repair: tuple | None
     lint_warnings: list  # the profile's lint warnings, one line each, naming its file
+    os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
 
     @property
     def wheels_dir(self):
@@ -97,6 +98,7 @@ def plan_for(data, operator_env=None) -> NodePlan:
         repair=((f"{deploy_dir}/node", profile.engine.drift_check)
                 if _flag(_get(data, "repair")) else None),
         lint_warnings=lint_warnings,
+        os_packages=list(_get(data, "os_packages") or []),
     )
 
 
