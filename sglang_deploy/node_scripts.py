@@ -131,7 +131,14 @@ class NodeScripts:
         return _script(python, self.directory, "preflight.py", "--unit", self.unit,
                        "--argv-json", json.dumps(self.profile.argv()),
                        "--gpus-needed", self.gpus_needed(),
+                       *self._gpu_settings_flags(),
                        "--disk-path", self.profile.engine.venv, *flags)
+
+    def _gpu_settings_flags(self):
+        """preflight.py's flags for the profile's `gpu:` section (none when it is absent)."""
+        gpu = self.profile.gpu
+        return [*(["--min-driver", gpu.min_driver] if gpu.min_driver else []),
+                *(["--gpu-model", gpu.model] if gpu.model else [])]
 
     def cycle(self, hook_files, rollback=True):
         """cycle.py: preflight, restart, gate, workers, save; on a failed gate restore, restart

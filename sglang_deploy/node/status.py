@@ -28,6 +28,7 @@ NOT_INSTALLED_CONFIG = 14
 NO_GPU = 15
 GPUS_BUSY = 16
 MEASUREMENT_FAILED = 17
+ACS_NOT_CLEARED = 18
 
 DESCRIPTIONS = {
     READY: "success (gate: the server is ready; restart/workers: done, all checks passed)",
@@ -48,6 +49,7 @@ DESCRIPTIONS = {
     NO_GPU: "no GPU or no CUDA-capable torch on this node: nothing was measured",
     GPUS_BUSY: "the server holds the GPUs (stop it explicitly to measure)",
     MEASUREMENT_FAILED: "the measurement itself failed (a worker died or timed out)",
+    ACS_NOT_CLEARED: "ACS could not be cleared on a PCI bridge (or pciutils is missing)",
 }
 
 NAMES = {
