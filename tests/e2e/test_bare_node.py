@@ -96,7 +96,8 @@ def bare(profile_dir):
 
 def test_node_boots_bare(bare):
     missing = ssh(NODE, "for p in python3-venv curl pciutils rsync iproute2; do "
-                        "dpkg-query -W $p >/dev/null 2>&1 || echo $p; done; "
+                        "[ \"$(dpkg-query -W -f '${db:Status-Status}' $p 2>/dev/null)\" = "
+                        "installed ] || echo $p; done; "
                         "test -e /models || echo no-models")
     assert missing.split() == ["python3-venv", "curl", "pciutils", "rsync", "iproute2",
                                "no-models"]
