@@ -20,7 +20,8 @@ def test_every_captured_file_names_its_source():
         if path.suffix in (".txt", ".csv", ".log"):
             first = path.read_text().splitlines()[0]
             assert first.startswith("# Source: http") or first.startswith("# Source: shared/") \
-                or first.startswith("# Captured with capture_on_gpu_node.sh"), path.name
+                or first.startswith("# Captured with capture_on_gpu_node.sh") \
+                or first.startswith("# Captured on the sandbox host"), path.name
 
 
 # ------------------------------------------------------------------------------------------ Check
