@@ -14,7 +14,7 @@ import pytest
 
 from sglang_deploy.gpu_settings import ACS_UNIT
 
-from .sandbox import (_deploy_command, nodes, profile_dir, ssh, verify,  # noqa: F401
+from .sandbox import (REPO_ROOT, nodes, profile_dir, ssh, start_deploy, verify,  # noqa: F401
                       write_profile)
 
 pytestmark = pytest.mark.e2e
@@ -35,13 +35,8 @@ STEP = re.compile(r"--> Starting operation: (.+?)\s*$")
 def timed_deploy(profiles, limit):
     """A deploy whose output lines are time-stamped as they arrive: (returncode, output,
     seconds, {operation name: seconds from its start to the next one's})."""
-    import subprocess
-
-    from .sandbox import REPO_ROOT
-    command, env = _deploy_command(profiles, limit, None, ())
     started = time.monotonic()
-    process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    process = start_deploy(profiles, limit)
     lines, marks = [], []
     for line in process.stdout:
         lines.append(line)
@@ -59,7 +54,6 @@ def sandbox_tool():
     """sandbox/sandbox.py as a module (its tiny model's files)."""
     import importlib.util
 
-    from .sandbox import REPO_ROOT
     spec = importlib.util.spec_from_file_location("sandbox_tool", REPO_ROOT / "sandbox/sandbox.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
