@@ -135,7 +135,7 @@ class NodeScripts:
                        "--disk-path", self.profile.engine.venv, *flags)
 
     def _gpu_settings_flags(self):
-        """preflight.py's flags for the profile's `gpu:` section (none when it is absent)."""
+        """preflight.py's flags for the profile's `gpu:` settings (none when it asks for none)."""
         gpu = self.profile.gpu
         return [*(["--min-driver", gpu.min_driver] if gpu.min_driver else []),
                 *(["--gpu-model", gpu.model] if gpu.model else [])]

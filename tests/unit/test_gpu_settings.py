@@ -72,3 +72,27 @@ def test_acs_unit_runs_the_script_before_the_server_at_boot():
     assert "ExecStart=/usr/bin/python3 /opt/sglang-deploy/node/acs.py disable" in text
     assert "Before=sglang.service" in text and "Type=oneshot" in text
     assert "WantedBy=multi-user.target" in text and "RemainAfterExit=yes" in text
+
+
+def test_profile_gpu_settings_reach_preflight_command_line():
+    from sglang_deploy.plan import plan_for
+    from sglang_deploy.inventory import deploy_defaults
+
+    data = {**deploy_defaults(), "profile": "sandbox",
+            "profile_overrides": {"gpu": {"min_driver": "550.54.15", "model": "H200"}}}
+    command = plan_for(data, operator_env={}).scripts.preflight()
+    assert "--min-driver 550.54.15 --gpu-model H200" in command
+    plain = plan_for({**deploy_defaults(), "profile": "sandbox"}, operator_env={})
+    assert "--min-driver" not in plain.scripts.preflight()
+    assert plain.os_packages == ["python3", "python3-venv", "pciutils", "rsync", "iproute2"]
+
+
+def test_profile_refuses_a_driver_that_is_no_version():
+    from sglang_deploy.errors import ProfileError
+    from sglang_deploy.profile import load_profile
+
+    with pytest.raises(ProfileError, match="gpu.min_driver"):
+        load_profile("sandbox", overrides={"gpu": {"min_driver": "latest"}})
+    profile = load_profile("sandbox")
+    assert (profile.gpu.min_driver, profile.gpu.persistence_mode, profile.pcie.disable_acs) == (
+        None, True, False)
