@@ -37,8 +37,9 @@ wheels:
 	$(PYTHON) -m sglang_deploy.wheel_normal $(WHEELS)/*.whl
 	$(PYTHON) sandbox/standin_wheel.py --version $(NEXT_STANDIN) --out $(NEXT_WHEELS) >/dev/null
 
+# BARE=1: every node boots from the bare image (a fresh OS: the deploy installs what it needs).
 sandbox:
-	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES)
+	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES) $(if $(BARE),--bare $(NODES))
 
 sandbox-down:
 	$(PYTHON) sandbox/sandbox.py down

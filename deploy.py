@@ -8,11 +8,14 @@ reports no changes.
 """
 
 from pyinfra import host
-from pyinfra.operations import files
+from pyinfra.operations import files, server
 from pyinfra.operations.util import any_changed
 
 from sglang_deploy import operations as sglang
 from sglang_deploy.cli import exit_on_deploy_error
+from sglang_deploy.gpu_settings import ACS_UNIT, acs_unit_text
+from sglang_deploy.operations.gpu_settings import persistence_mode, unit_absent, unit_active
+from sglang_deploy.operations.prerequisites import os_prerequisites
 from sglang_deploy.outcome import report_at_exit
 from sglang_deploy.plan import plan_for, print_lint_warnings
 from sglang_deploy.venv_facts import PythonVersion
@@ -26,12 +29,29 @@ with exit_on_deploy_error(host.name):
     plan = plan_for(host.data)
 print_lint_warnings(plan)
 
+# 1b. The OS: Debian or Ubuntu (any other stops this host here, with nothing changed), with the
+#     packages the recipe needs (group_data/all.py os_packages); apt runs only when one is missing.
+os_prerequisites(name="OS prerequisites", packages=plan.os_packages)
+
 # 2. One deploy at a time per node: wait for another operator's to end, or fail saying whose.
 sglang.deploy_lock(name="Deploy lock", path=plan.lock_path, wait_s=plan.lock_wait_s,
                    holder=plan.lock_holder)
 
 # 3. Our on-node scripts (readiness gate, restart sequence, worker check, ...), as one set.
 sglang.node_scripts(name="On-node scripts", files=plan.node_scripts)
+
+# 3b. GPU node settings (profile `gpu:`, `pcie:`): persistence mode (skipped without an NVIDIA
+#     driver); with pcie.disable_acs, a boot-time unit that clears ACS on every PCI bridge.
+persistence_mode(name="GPU persistence mode", enabled=plan.profile.gpu.persistence_mode)
+if plan.profile.pcie.disable_acs:
+    acs_unit = sglang.unit_file(name="ACS unit", unit=ACS_UNIT, staging_dir=plan.run_dir,
+                                unit_dir=plan.unit_dir,
+                                content=acs_unit_text(plan.scripts.directory, plan.unit))
+    server.shell(name="Clear ACS now (unit changed)", commands=[f"systemctl restart {ACS_UNIT}"],
+                 _if=acs_unit.did_change)
+    unit_active(name="ACS cleared at every boot", unit=ACS_UNIT)
+else:
+    unit_absent(name="No ACS unit", unit=ACS_UNIT, unit_dir=plan.unit_dir)
 
 # 4. Preflight, before anything the server runs from changes: can this configuration start here
 #    (and is there room for its engine venv, when it is a new one)? The venv of this pin set is

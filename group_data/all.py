@@ -28,6 +28,12 @@ state_dir = "/var/lib/sglang-deploy"
 # readiness gate's report of the last start.
 run_dir = "/run/sglang-deploy"
 
+# -- The OS ---------------------------------------------------------------------------------
+# Debian/Ubuntu packages the recipe needs on the node, installed with apt when missing (the
+# package index is refreshed only then): venvs, lspci/setpci for the ACS check and unit, rsync
+# for copying files where both ends have it, `ss` for make verify's port check.
+os_packages = ["python3", "python3-venv", "pciutils", "rsync", "iproute2"]
+
 # -- Deploys ---------------------------------------------------------------------------------
 # One deploy at a time per node: how long a second deploy waits before it fails saying who
 # holds the lock. The lock goes away with the deploy that holds it, however that ends.

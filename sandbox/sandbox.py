@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Sandbox nodes: Debian bookworm systemd-nspawn containers reachable over SSH on loopback.
 
-    python3 sandbox/sandbox.py up [--nodes N]   create/boot node1..nodeN (idempotent)
+    python3 sandbox/sandbox.py up [--nodes N] [--bare B]   create/boot node1..nodeN (idempotent);
+                                                the last B boot from the bare image
     python3 sandbox/sandbox.py down             stop every recorded node, remove per-node state
     python3 sandbox/sandbox.py status           one line per node
 
@@ -13,7 +14,12 @@ inventory/sandbox.py reads:
 
     {"key": "<abs private key>", "nodes": [{"name": "node1", "ssh_host": "127.0.0.1",
       "ssh_port": 2201, "ssh_user": "root", "server_port": 30001, "pid": 12345,
-      "rootfs": "<abs>", "console_log": "<abs>"}]}
+      "rootfs": "<abs>", "console_log": "<abs>", "bare": false}]}
+
+A bare node (`--bare B`: the last B nodes) boots from a second cached image, `<cache>-bare`,
+holding only what systemd, sshd and the deploy lock need (BARE_PACKAGES: no python3-venv,
+curl, pciutils, rsync or iproute2) and no model directory: the deploy brings the rest, as on a
+fresh OS install. It reaches Debian's mirror through the shared host network.
 
 `up` keeps healthy nodes (same pids), stops and rebuilds from the image any node whose nspawn
 process is gone or that does not reach `running` in time, and leaves nodes numbered above N
@@ -53,6 +59,9 @@ SSH_BASE_PORT = 2200
 SERVER_BASE_PORT = 30000
 SSH_HOST = "127.0.0.1"
 PACKAGES = "systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,curl,procps,iproute2"
+# A fresh OS install: systemd as PID 1, sshd, and python3 (pyinfra's facts and the deploy lock
+# run it); everything else the recipe needs is the deploy's job (group_data/all.py os_packages).
+BARE_PACKAGES = "systemd,systemd-sysv,dbus,openssh-server,python3"
 IMAGE_STAMP = ".sandbox-image"
 # Timers that would run apt (holding the dpkg lock, reaching the network) behind a deploy's back.
 MASKED_UNITS = ("apt-daily.timer", "apt-daily-upgrade.timer")
@@ -76,12 +85,26 @@ class SandboxError(Exception):
 
 # ---------------------------------------------------------------- pure logic (unit-tested)
 
-def node_record(index, sandbox_dir, pid=None):
+def node_record(index, sandbox_dir, pid=None, bare=False):
     """The state entry of node `index` (1-based) under `sandbox_dir`."""
     node_dir = Path(sandbox_dir).resolve() / "nodes" / f"node{index}"
     return {"name": f"node{index}", "ssh_host": SSH_HOST, "ssh_port": SSH_BASE_PORT + index,
             "ssh_user": "root", "server_port": SERVER_BASE_PORT + index, "pid": pid,
-            "rootfs": str(node_dir / "rootfs"), "console_log": str(node_dir / "console.log")}
+            "rootfs": str(node_dir / "rootfs"), "console_log": str(node_dir / "console.log"),
+            "bare": bare}
+
+
+def bare_indices(count, bare):
+    """The 1-based indices of the nodes that boot bare: the last `bare` of `count`."""
+    if not 0 <= bare <= count:
+        raise SandboxError(f"--bare must be between 0 and --nodes ({count})")
+    return set(range(count - bare + 1, count + 1))
+
+
+def bare_image_path(image):
+    """The bare image's cache directory, beside the full one."""
+    image = Path(image)
+    return image.with_name(image.name + "-bare")
 
 
 def node_index(name):
@@ -347,24 +370,24 @@ def ensure_nspawn_tmpfs():
 
 # ---------------------------------------------------------------- base image
 
-def image_stamp():
+def image_stamp(packages=PACKAGES):
     """What the cached image was built from; a different stamp means rebuild."""
-    return f"debootstrap --variant=minbase --include={PACKAGES} bookworm"
+    return f"debootstrap --variant=minbase --include={packages} bookworm"
 
 
-def ensure_image(image):
+def ensure_image(image, packages=PACKAGES):
     """Build the cached base image once; an interrupted build is never used."""
     image = Path(image)
     with locked(image.parent / f".{image.name}.lock"):
         stamp = image / IMAGE_STAMP
-        if stamp.is_file() and stamp.read_text().strip() == image_stamp():
+        if stamp.is_file() and stamp.read_text().strip() == image_stamp(packages):
             return image
         for stale in image.parent.glob(f".{image.name}.tmp-*"):
             remove_tree(stale)
         tmp = image.parent / f".{image.name}.tmp-{os.getpid()}"
         log = image.parent / f"{image.name}.debootstrap.log"
         print(f"building base image {image} (debootstrap, about a minute)...", flush=True)
-        argv = ["debootstrap", "--variant=minbase", f"--include={PACKAGES}", "bookworm", str(tmp)]
+        argv = ["debootstrap", "--variant=minbase", f"--include={packages}", "bookworm", str(tmp)]
         if os.environ.get("SANDBOX_MIRROR"):
             argv.append(os.environ["SANDBOX_MIRROR"])
         try:
@@ -375,7 +398,7 @@ def ensure_image(image):
         if code != 0:
             remove_tree(tmp)
             raise SandboxError(f"debootstrap failed (exit {code}), log {log}:\n" + tail(log))
-        (tmp / IMAGE_STAMP).write_text(image_stamp() + "\n")
+        (tmp / IMAGE_STAMP).write_text(image_stamp(packages) + "\n")
         if image.exists():
             old = image.parent / f".{image.name}.tmp-old-{os.getpid()}"
             os.rename(image, old)
@@ -410,7 +433,8 @@ def make_rootfs(image, node, pubkey):
     configure_identity(rootfs, node["name"])
     mask_units(rootfs)
     configure_sshd(rootfs, node["ssh_port"], pubkey)
-    stage_model(rootfs)
+    if not node.get("bare"):
+        stage_model(rootfs)
 
 
 def configure_identity(rootfs, name):
@@ -590,8 +614,8 @@ def paths():
     return sandbox_dir, sandbox_dir / "state.json", image
 
 
-def cmd_up(count):
-    """Make node1..node{count} run, keeping the healthy ones."""
+def cmd_up(count, bare=0):
+    """Make node1..node{count} run, keeping the healthy ones; the last `bare` boot bare."""
     check_host()
     sandbox_dir, state_file, image = paths()
     timeout = float(os.environ.get("SANDBOX_BOOT_TIMEOUT", "60"))
@@ -600,18 +624,22 @@ def cmd_up(count):
         key = ensure_key(sandbox_dir)
         recorded = read_state(state_file)["nodes"]
         by_name = {n["name"]: n for n in recorded}
-        wanted = [by_name.get(f"node{i}") or node_record(i, sandbox_dir)
+        bares = bare_indices(count, bare)
+        wanted = [by_name.get(f"node{i}") or node_record(i, sandbox_dir, bare=i in bares)
                   for i in range(1, count + 1)]
-        rebuild = retire_unhealthy(wanted, by_name, key, min(timeout, 20))
+        rebuild = retire_unhealthy(wanted, by_name, key, min(timeout, 20), bares)
         if not rebuild:
             print(f"{count} node(s) already running")
             return
-        fresh = [node_record(node_index(n["name"]), sandbox_dir) for n in rebuild]
+        fresh = [node_record(node_index(n["name"]), sandbox_dir,
+                             bare=node_index(n["name"]) in bares) for n in rebuild]
         check_ports_free(fresh)
-        ensure_image(image)
+        images = {False: ensure_image(image) if any(not n["bare"] for n in fresh) else None,
+                  True: ensure_image(bare_image_path(image), BARE_PACKAGES)
+                  if any(n["bare"] for n in fresh) else None}
         ensure_nspawn_tmpfs()
         started = time.monotonic()
-        booting, errors = launch_all(fresh, image, key.with_suffix(".pub"))
+        booting, errors = launch_all(fresh, images, key.with_suffix(".pub"))
         write_state(state_file, key, merge_nodes(recorded, booting))
         if errors:
             raise errors[0]
@@ -622,12 +650,13 @@ def cmd_up(count):
               f"{copied - started:.1f} s)")
 
 
-def launch_all(fresh, image, pubkey):
-    """Copy and boot the nodes, a few at a time (copying is disk-bound, booting is not).
+def launch_all(fresh, images, pubkey):
+    """Copy and boot the nodes, a few at a time (copying is disk-bound, booting is not);
+    `images`: {bare: image directory}.
 
     Returns (the nodes launched, with their pid; the errors of the others)."""
     def launch(node):
-        make_rootfs(image, node, pubkey)
+        make_rootfs(images[bool(node.get("bare"))], node, pubkey)
         node["pid"] = boot(node).pid
 
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -636,15 +665,20 @@ def launch_all(fresh, image, pubkey):
     return [n for n in fresh if n["pid"]], errors
 
 
-def retire_unhealthy(wanted, recorded, key, timeout):
-    """Stop the wanted nodes that are not running well; returns those to (re)build."""
+def retire_unhealthy(wanted, recorded, key, timeout, bares=()):
+    """Stop the wanted nodes that are not running well, or not from the image asked for
+    (bare or not); returns those to (re)build."""
     alive = [n for n in wanted if is_node_nspawn(n.get("pid"), n["name"], n["rootfs"])]
     unhealthy = wait_running(alive, key, timeout) if alive else {}
-    rebuild = [n for n in wanted if n not in alive or n["name"] in unhealthy]
+    other_image = {n["name"]: "built bare, full wanted" if n.get("bare") else "built full, bare wanted"
+                   for n in wanted
+                   if bool(n.get("bare")) != (node_index(n["name"]) in bares)}
+    rebuild = [n for n in wanted
+               if n not in alive or n["name"] in unhealthy or n["name"] in other_image]
     for node in rebuild:
         stopped = stop(node)
         if stopped or node["name"] in recorded:
-            why = unhealthy.get(node["name"], "nspawn gone")
+            why = unhealthy.get(node["name"]) or other_image.get(node["name"], "nspawn gone")
             print(f"{node['name']}: not healthy ({why}); stopped {stopped or 'nothing'}; "
                   "rebuilding")
     return rebuild
@@ -702,6 +736,9 @@ def main(argv=None):
     up = sub.add_parser("up", help="create/boot nodes (idempotent)")
     up.add_argument("--nodes", type=int, default=os.environ.get("NODES") or "1",
                     help="number of nodes (default: $NODES or 1)")
+    up.add_argument("--bare", type=int, default=0, metavar="B",
+                    help="the last B nodes boot from the bare image (a fresh OS: no "
+                         "python3-venv, curl or model directory); default 0")
     sub.add_parser("down", help="stop nodes, remove per-node state")
     sub.add_parser("status", help="one line per node")
     args = parser.parse_args(argv)
@@ -709,7 +746,7 @@ def main(argv=None):
         if args.command == "up":
             if not 1 <= args.nodes <= 99:
                 raise SandboxError("--nodes must be between 1 and 99")
-            cmd_up(args.nodes)
+            cmd_up(args.nodes, args.bare)
         elif args.command == "down":
             cmd_down()
         else:

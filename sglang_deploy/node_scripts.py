@@ -139,11 +139,18 @@ class NodeScripts:
         return _script(python, self.directory, "preflight.py", "--unit", self.unit,
                        "--argv-json", json.dumps(self.profile.argv()),
                        "--gpus-needed", self.gpus_needed(),
+                       *self._gpu_settings_flags(),
                        "--disk-path", self.venv, "--min-free-gib", self.min_free_gib, *flags)
 
     def switch(self):
         """venvs.py switch: the unit's link to the venv the deploy staged (none: no change)."""
         return self._run("venvs.py", "switch", "--link", self.profile.engine.venv)
+
+    def _gpu_settings_flags(self):
+        """preflight.py's flags for the profile's `gpu:` settings (none when it asks for none)."""
+        gpu = self.profile.gpu
+        return [*(["--min-driver", gpu.min_driver] if gpu.min_driver else []),
+                *(["--gpu-model", gpu.model] if gpu.model else [])]
 
     def cycle(self, hook_files, rollback=True):
         """cycle.py: preflight, restart, gate, workers, save; on a failed gate restore, restart

@@ -58,6 +58,7 @@ class NodePlan:
         if not self.profile.hook.system_wide:
             self.hook_python = f"{self.venv}/bin/python"
         return self.venv
+    os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
 
     @property
     def wheels_dir(self):
@@ -116,6 +117,7 @@ def plan_for(data, operator_env=None) -> NodePlan:
         lint_warnings=lint_warnings,
         venvs_dir=_setting(data, "venvs_dir"),
         venvs_keep=int(_setting(data, "venvs_keep")),
+        os_packages=list(_get(data, "os_packages") or []),
     )
 
 

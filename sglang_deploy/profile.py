@@ -176,6 +176,23 @@ class Throughput(_Section):
     # warn: served and recorded, with a warning; fail: the deploy fails, the new configuration
     # keeps serving but is not the last known good; rollback: back to the last known good.
     on_regression: Literal["warn", "fail", "rollback"] = "warn"
+DriverVersion = Annotated[str, _pattern(r"[0-9]+(\.[0-9]+)*", "an NVIDIA driver version (e.g. 550.54.15)")]
+GpuModel = Annotated[str, Field(min_length=1), AfterValidator(_one_line)]
+
+
+class Gpu(_Section):
+    # Checked by preflight and `make verify` where nvidia-smi exists ("no GPU: skipped" elsewhere).
+    min_driver: Optional[DriverVersion] = None  # oldest NVIDIA driver accepted; null: any
+    model: Optional[GpuModel] = None            # text every GPU's name contains, e.g. H200; null: any
+    # The driver stays initialised between processes (no seconds-long re-init per start):
+    # nvidia-persistenced's unit enabled where the driver ships it, else `nvidia-smi -pm 1`.
+    persistence_mode: bool = True
+
+
+class Pcie(_Section):
+    # true: a boot-time unit (sglang-disable-acs.service) clears ACS on every PCI bridge, so
+    # GPU peer-to-peer traffic is not redirected through the root complex (NCCL P2P on PCIe).
+    disable_acs: bool = False
 
 
 class Hook(_Section):
@@ -195,6 +212,8 @@ class Profile(_Section):
     readiness: Readiness = Field(default_factory=Readiness)
     hook: Hook = Field(default_factory=Hook)
     throughput: Throughput = Field(default_factory=Throughput)
+    gpu: Gpu = Field(default_factory=Gpu)
+    pcie: Pcie = Field(default_factory=Pcie)
     _name: str = PrivateAttr("")
     _source: tuple[Path, ...] = PrivateAttr(())
 

@@ -1,7 +1,8 @@
 """Checks on the node before anything is stopped: can this configuration start here?
 
     <venv>/bin/python preflight.py --unit sglang.service --argv-json '["--model-path", ...]'
-        [--gpus-needed 8] [--min-free-gib 2 --disk-path /opt/sglang] [--no-argv]
+        [--gpus-needed 8] [--min-driver 550.54.15] [--gpu-model H200]
+        [--min-free-gib 2 --disk-path /opt/sglang] [--no-argv]
         [--new-venv /opt/sglang/venvs/NAME --live-venv /opt/sglang/venv]
 
 Run by the venv's interpreter, so the engine's own argument parser judges the argv
@@ -10,6 +11,7 @@ after every flag name is checked exactly against that parser's option strings (f
 argparse alone would accept an abbreviation).
 Checks: the argv parses; the model path (and the draft model path) is a directory with a
 config.json; enough GPUs for the parallel sizes (nvidia-smi; "no GPU: skipped" without it);
+the NVIDIA driver version and GPU model the profile's `gpu:` section asks for (gpu_settings.py);
 the port is free or held by this unit's own processes; free disk (and room for a new engine
 venv: the live one's size plus --min-free-gib); the engine's installed files
 match their wheels' RECORD (--drift). One line per check: `preflight ok: …`, `… skipped: …`,
@@ -27,10 +29,11 @@ import subprocess
 import sys
 
 if __package__:
-    from . import drift, flags, procs, result, status, systemd, venvs
+    from . import drift, flags, gpu_settings, procs, result, status, systemd, venvs
 else:  # run as a script: the siblings' directory is on sys.path
     import drift
     import flags
+    import gpu_settings
     import procs
     import result
     import status
@@ -88,6 +91,29 @@ def check_gpus(needed, nvidia_smi="nvidia-smi"):
     if listing.returncode != 0 or found < needed:
         return "failed", "%d GPUs needed, nvidia-smi lists %d" % (needed, found)
     return "ok", "%d GPUs needed, %d present" % (needed, found)
+
+
+def check_gpu_settings(min_driver, model, nvidia_smi="nvidia-smi"):
+    """The driver version and GPU model the profile asks for (None when it asks for neither)."""
+    if not min_driver and not model:
+        return None
+    wanted = ", ".join(filter(None, ["driver >= %s" % min_driver if min_driver else None,
+                                     "model %s" % model if model else None]))
+    if shutil.which(nvidia_smi) is None:
+        return "skipped", "no GPU: nvidia-smi not found (%s wanted on a GPU node)" % wanted
+    query = subprocess.run([nvidia_smi] + gpu_settings.QUERY, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True)
+    if query.returncode != 0:
+        return "failed", "nvidia-smi %s failed: %s" % (" ".join(gpu_settings.QUERY),
+                                                      (query.stderr or query.stdout).strip())
+    try:
+        gpus = gpu_settings.parse(query.stdout)
+    except gpu_settings.Unparsed as exc:
+        return "failed", str(exc)
+    found = gpu_settings.problems(gpus, min_driver=min_driver, model=model)
+    if found:
+        return "failed", "; ".join(found)
+    return "ok", "%s (%s wanted)" % (gpu_settings.summary(gpus), wanted)
 
 
 def check_port(port, unit):
@@ -162,6 +188,8 @@ def main(argv=None):
     parser.add_argument("--argv-json", required=True, help="the server's arguments, as JSON")
     parser.add_argument("--no-argv", action="store_true", help="skip the engine parser check")
     parser.add_argument("--gpus-needed", type=int, default=1)
+    parser.add_argument("--min-driver", help="oldest NVIDIA driver version accepted")
+    parser.add_argument("--gpu-model", help="text every GPU's name must contain, e.g. H200")
     parser.add_argument("--disk-path", default="/")
     parser.add_argument("--min-free-gib", type=float, default=2.0)
     parser.add_argument("--drift", nargs="*", default=[], metavar="DIST",
@@ -178,6 +206,7 @@ def main(argv=None):
         check_model_dir("model path", option(server_argv, "--model-path")),
         check_model_dir("draft model path", option(server_argv, "--speculative-draft-model-path")),
         check_gpus(args.gpus_needed),
+        check_gpu_settings(args.min_driver, args.gpu_model),
         check_port(port, args.unit),
         # A venv about to be built: room for it beside the live one (which implies the rest).
         check_new_venv(args.new_venv, args.live_venv, args.min_free_gib) if args.new_venv

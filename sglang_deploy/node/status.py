@@ -29,6 +29,7 @@ NO_GPU = 15
 GPUS_BUSY = 16
 MEASUREMENT_FAILED = 17
 THROUGHPUT_REGRESSION = 18
+ACS_NOT_CLEARED = 19
 
 DESCRIPTIONS = {
     READY: "success (gate: the server is ready; restart/workers: done, all checks passed)",
@@ -50,6 +51,7 @@ DESCRIPTIONS = {
     GPUS_BUSY: "the server holds the GPUs (stop it explicitly to measure)",
     MEASUREMENT_FAILED: "the measurement itself failed (a worker died or timed out)",
     THROUGHPUT_REGRESSION: "decode tok/s below the profile's expectation (min_decode_tok_s, max_regression_pct)",
+    ACS_NOT_CLEARED: "ACS could not be cleared on a PCI bridge (or pciutils is missing)",
 }
 
 NAMES = {

@@ -90,7 +90,8 @@ def test_every_registered_check_runs_and_no_detail_carries_a_secret(plan):
                        for path in (plan.env_path, plan.env_dir)},
                 outputs={"": leaky}, listening=False)
     found = checks.host_checks(node, plan)
-    assert [c.name for c in found][:len(checks.REGISTRY)] == [e.name for e in checks.REGISTRY]
+    registered = [e.name for e in checks.REGISTRY]
+    assert [c.name for c in found if c.name in registered] == registered
     assert not any(SECRET in c.detail for c in found), [c.line() for c in found]
     assert {c.name: c.state for c in found}["env file"] == FAILED
 

@@ -21,7 +21,8 @@ def test_every_captured_file_names_its_source():
             first = path.read_text().splitlines()[0]
             assert first.startswith("# Source: http") or first.startswith("# Source: shared/") \
                 or first.startswith("# Captured with capture_on_gpu_node.sh") \
-                or first.startswith("# Captured with capture_torch_rendezvous.sh"), path.name
+                or first.startswith("# Captured with capture_torch_rendezvous.sh") \
+                or first.startswith("# Captured on the sandbox host"), path.name
 
 
 # ------------------------------------------------------------------------------------------ Check

@@ -19,7 +19,7 @@ def test_node_record_ports_and_paths(tmp_path):
         "name": "node3", "ssh_host": "127.0.0.1", "ssh_port": 2203, "ssh_user": "root",
         "server_port": 30003, "pid": 42,
         "rootfs": str(tmp_path.resolve() / "nodes/node3/rootfs"),
-        "console_log": str(tmp_path.resolve() / "nodes/node3/console.log"),
+        "console_log": str(tmp_path.resolve() / "nodes/node3/console.log"), "bare": False,
     }
 
 
@@ -236,3 +236,31 @@ def test_apt_host_installs_what_is_missing_and_says_so(monkeypatch, capsys):
     assert calls[0][:2] == ["apt-get", "update"]
     assert calls[1][-2:] == ["debootstrap", "systemd-container"]
     assert "installing host prerequisites: debootstrap systemd-container" in capsys.readouterr().out
+
+
+def test_bare_nodes_are_the_last_ones(tmp_path):
+    assert sandbox.bare_indices(3, 1) == {3}
+    assert sandbox.bare_indices(2, 2) == {1, 2}
+    assert sandbox.bare_indices(2, 0) == set()
+    with pytest.raises(sandbox.SandboxError):
+        sandbox.bare_indices(2, 3)
+    assert sandbox.node_record(3, tmp_path, bare=True)["bare"] is True
+
+
+def test_bare_image_is_cached_beside_the_full_one_from_fewer_packages():
+    assert sandbox.bare_image_path("/var/cache/x/bookworm") == Path("/var/cache/x/bookworm-bare")
+    bare = set(sandbox.BARE_PACKAGES.split(","))
+    assert bare < set(sandbox.PACKAGES.split(","))
+    assert not bare & {"python3-venv", "curl", "iproute2"}
+    assert sandbox.image_stamp(sandbox.BARE_PACKAGES) != sandbox.image_stamp()
+
+
+def test_bare_node_gets_no_model_directory(tmp_path, monkeypatch):
+    for name in ("configure_identity", "mask_units", "configure_sshd"):
+        monkeypatch.setattr(sandbox, name, lambda *a: None)
+    image = tmp_path / "image"
+    (image / "etc").mkdir(parents=True)
+    for bare in (True, False):
+        node = sandbox.node_record(1, tmp_path / str(bare), bare=bare)
+        sandbox.make_rootfs(image, node, None)
+        assert (Path(node["rootfs"]) / "models/tiny-standin/config.json").exists() is not bare

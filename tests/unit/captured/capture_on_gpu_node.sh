@@ -9,6 +9,8 @@ smi=nvidia-smi
 
 $smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits > "$out/query_gpu_h200.csv"
 $smi topo -m > "$out/topo_h200_one_gpu.txt"
+# The profile's gpu: settings (driver, model, persistence mode), with the header format=csv prints.
+$smi --query-gpu=index,name,driver_version,persistence_mode,pci.bus_id --format=csv > "$out/query_gpu_settings_h200.csv"
 $smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits > "$out/compute_apps_h200_idle.csv"
 
 # One process holding GPU memory, then the same query while it runs.

@@ -1,0 +1,32 @@
+"""What the recipe needs from the OS: Debian or Ubuntu, with its packages installed by apt."""
+
+from pyinfra import host
+from pyinfra.api import FunctionCommand, operation
+from pyinfra.facts.deb import DebPackages
+from pyinfra.operations import apt
+
+from ..os_support import OsRelease, missing_packages, unsupported_os
+from .service import _fail
+
+
+@operation()
+def os_prerequisites(packages):
+    """
+    Stop a node whose OS is not Debian or Ubuntu (``unsupported OS: <name>``) before anything
+    on it changes; install the ``packages`` dpkg does not list. The package index is refreshed
+    only when one is missing, so a re-run makes no apt call at all.
+
+    + packages: Debian package names the recipe needs on the node
+    """
+    name = unsupported_os(host.get_fact(OsRelease))
+    if name is not None:
+        yield FunctionCommand(_fail, (f"unsupported OS: {name} (Debian or Ubuntu needed; "
+                                      "nothing was changed)",), {})
+        return
+    missing = missing_packages(packages, host.get_fact(DebPackages))
+    if not missing:
+        host.noop(f"installed: {', '.join(packages)}")
+        return
+    # A fresh install may have no package lists at all: refresh them, then install.
+    yield from apt.update._inner()
+    yield from apt.packages._inner(packages=missing, no_recommends=True)
