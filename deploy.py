@@ -32,6 +32,13 @@ sglang.deploy_lock(name="Deploy lock", path=plan.lock_path, wait_s=plan.lock_wai
 # 3. Our on-node scripts (readiness gate, restart sequence, worker check, ...), as one set.
 sglang.node_scripts(name="On-node scripts", files=plan.node_scripts)
 
+# 3b. The model (and draft model) from its source: copied into a staging sibling, verified
+#     against its manifest, swapped into place whole; nothing when the node's manifest matches.
+staged_models = [sglang.model_staged(name=f"Model {target.path} ({target.source.kind})",
+                                     target=target, scripts_dir=plan.scripts.directory,
+                                     repairing=bool(plan.repair))
+                 for target in plan.models]
+
 # 4. Preflight, before anything the server runs from changes: can this configuration start here?
 sglang.preflight(name="Preflight", scripts=plan.scripts, repairing=bool(plan.repair),
                  engine_ready=sglang.engine_matches(plan.profile.engine.venv,
@@ -64,7 +71,7 @@ unit = sglang.unit_file(name="systemd unit", unit=plan.unit, content=plan.unit_t
 #    fails its gate is rolled back to the last configuration that passed.
 sglang.restarted(name="Restart (configuration changed)", scripts=plan.scripts,
                  hook_python=plan.hook_python, rollback=plan.rollback,
-                 _if=any_changed(engine, env_file, hook, unit))
+                 _if=any_changed(engine, env_file, hook, unit, *staged_models))
 
 # 11. Enabled and serving, with every worker carrying the profile's environment.
 sglang.serving(name="Serving", scripts=plan.scripts, hook_python=plan.hook_python,

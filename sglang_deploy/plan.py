@@ -12,6 +12,7 @@ from pathlib import Path
 from .errors import DeployError
 from .inventory import REPO_ROOT
 from .lint import finding_lines
+from .model_staging import targets as staging_targets
 from .node_scripts import NodeScripts
 from .profile import Profile, load_profile
 from .render import render_env_file, render_hook_module, render_hook_pth, render_unit
@@ -42,6 +43,7 @@ class NodePlan:
     rollback: bool
     repair: tuple | None
     lint_warnings: list  # the profile's lint warnings, one line each, naming its file
+    models: list = field(default_factory=list)  # model_staging.StagingTarget: what is staged
 
     @property
     def wheels_dir(self):
@@ -97,6 +99,7 @@ def plan_for(data, operator_env=None) -> NodePlan:
         repair=((f"{deploy_dir}/node", profile.engine.drift_check)
                 if _flag(_get(data, "repair")) else None),
         lint_warnings=lint_warnings,
+        models=staging_targets(profile),
     )
 
 

@@ -8,7 +8,7 @@ Run by the venv's interpreter, so the engine's own argument parser judges the ar
 after every flag name is checked exactly against that parser's option strings (flags.py:
 argparse alone would accept an abbreviation).
 Checks: the argv parses; the model path (and the draft model path) is a directory with a
-config.json; enough GPUs for the parallel sizes (nvidia-smi; "no GPU: skipped" without it);
+config.json whose files have their manifest's sizes (model_manifest.py); enough GPUs for the parallel sizes (nvidia-smi; "no GPU: skipped" without it);
 the port is free or held by this unit's own processes; free disk; the engine's installed files
 match their wheels' RECORD (--drift). One line per check: `preflight ok: …`, `… skipped: …`,
 `… warning: …` or `… failed: …`; then the result line (result.py) with every check, the
@@ -24,10 +24,11 @@ import subprocess
 import sys
 
 if __package__:
-    from . import drift, flags, procs, result, status, systemd
+    from . import drift, flags, model_manifest, procs, result, status, systemd
 else:  # run as a script: the siblings' directory is on sys.path
     import drift
     import flags
+    import model_manifest
     import procs
     import result
     import status
@@ -72,6 +73,12 @@ def check_model_dir(label, path):
         return "failed", "%s %s is not a directory on this node" % (label, path)
     if not os.path.isfile(os.path.join(path, "config.json")):
         return "failed", "%s %s has no config.json" % (label, path)
+    problems, manifest = model_manifest.check(path)  # sizes: a partial copy, a truncated shard
+    if problems:
+        return "failed", "%s %s" % (label, model_manifest.describe(problems, path))
+    if manifest is not None:
+        return "ok", "%s %s matches its manifest (%d files, sizes)" % (
+            label, path, len(manifest["files"]))
     return "ok", "%s %s has a config.json" % (label, path)
 
 

@@ -28,6 +28,8 @@ NOT_INSTALLED_CONFIG = 14
 NO_GPU = 15
 GPUS_BUSY = 16
 MEASUREMENT_FAILED = 17
+MODEL_MISMATCH = 30
+NO_SPACE = 31
 
 DESCRIPTIONS = {
     READY: "success (gate: the server is ready; restart/workers: done, all checks passed)",
@@ -48,6 +50,8 @@ DESCRIPTIONS = {
     NO_GPU: "no GPU or no CUDA-capable torch on this node: nothing was measured",
     GPUS_BUSY: "the server holds the GPUs (stop it explicitly to measure)",
     MEASUREMENT_FAILED: "the measurement itself failed (a worker died or timed out)",
+    MODEL_MISMATCH: "a model directory's files do not match its manifest (missing, truncated, altered)",
+    NO_SPACE: "not enough free disk for the model being staged",
 }
 
 NAMES = {

@@ -8,10 +8,11 @@ from .engine import engine, engine_matches
 from .files import (HOOK_FILE, HOOK_PTH, binary_file, pth_directory, secret_file, startup_hook,
                     unit_file)
 from .lock import deploy_lock
+from .model import model_staged
 from .records import manifest_recorded
 from .scripts import node_scripts
 from .service import preflight, restarted, serving
 
 __all__ = ["engine", "engine_matches", "binary_file", "secret_file", "startup_hook", "unit_file",
            "pth_directory", "HOOK_FILE", "HOOK_PTH", "deploy_lock", "preflight", "restarted", "serving",
-           "manifest_recorded", "node_scripts"]
+           "manifest_recorded", "node_scripts", "model_staged"]
