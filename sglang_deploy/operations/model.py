@@ -91,6 +91,9 @@ def _uploads(label, local_dir, staging, need):
     first missing file."""
     total = sum(e["size"] for e in need)
     done = 0
+    clock = {}
+    if need:
+        yield FunctionCommand(_start_clock, (clock,), {})
     for index, entry in enumerate(need, 1):
         done += entry["size"]
         dest = f"{staging}/{entry['path']}"
@@ -101,6 +104,20 @@ def _uploads(label, local_dir, staging, need):
         yield StringCommand("mkdir", "-p", dest.rsplit("/", 1)[0])
         yield FileUploadCommand(str(local_dir / entry["path"]), partial)
         yield StringCommand("mv", "-f", partial, dest)
+    if need:
+        yield FunctionCommand(_say_rate, (label, clock, total), {})
+
+
+def _start_clock(state, host, clock):
+    clock["started"] = time.monotonic()
+    return True
+
+
+def _say_rate(state, host, label, clock, total):
+    took = max(time.monotonic() - clock["started"], 1e-6)
+    host.log(f"{label}: copied {total / 1e6:.1f} MB in {took:.1f} s ({total / 1e6 / took:.1f} "
+             "MB/s)", logger.info)
+    return True
 
 
 def _rsync(state, host, label, local_dir, staging, need):
@@ -117,7 +134,10 @@ def _rsync(state, host, label, local_dir, staging, need):
     if proc.returncode != 0:
         return _fail(state, host, f"{label}: rsync failed (exit {proc.returncode}): "
                                   f"{proc.stderr.strip()[-300:]}; the next run resumes")
-    host.log(f"{label}: copied in {time.monotonic() - started:.1f} s", logger.info)
+    took = max(time.monotonic() - started, 1e-6)
+    total = sum(e["size"] for e in need)
+    host.log(f"{label}: copied {total / 1e6:.1f} MB in {took:.1f} s ({total / 1e6 / took:.1f} "
+             "MB/s)", logger.info)
     return True
 
 

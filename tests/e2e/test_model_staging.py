@@ -60,7 +60,9 @@ def test_staged_from_the_controller_and_served(staged):
     size = sum(local.values())
     files, rsyncs = copies(staged.output)
     assert files + rsyncs >= 1, staged.output[-3000:]
-    print(f"\nstaging from the controller: {size / 1e6:.1f} MB, whole deploy {staged.seconds:.1f} s")
+    rate = [line for line in staged.output.splitlines() if "MB/s" in line]
+    print(f"\nstaging from the controller: {size / 1e6:.1f} MB, whole deploy "
+          f"{staged.seconds:.1f} s; {rate}")
     assert serving()
 
 
@@ -134,6 +136,9 @@ def test_an_interrupted_copy_resumes_and_the_old_model_serves_meanwhile(staged, 
     staged_files = ssh(NODE, f"ls -a {MODEL}.sglang-deploy-staging").split()
     rerun = deploy({NODE: profile}, limit=NODE)
     assert rerun.returncode == 0, rerun.output[-5000:]
+    rate = [line for line in rerun.output.splitlines() if "MB/s" in line]
+    print(f"\ninterrupted after: {[l for l in seen.splitlines() if 'file ' in l]}; staged then: "
+          f"{staged_files}; resumed: {rate}")
     if "file 1/2 extra-1.bin" in seen:  # one upload per file: the re-run starts where it died
         assert "extra-1.bin" in staged_files
         assert "extra-1.bin (" not in rerun.output and "extra-2.bin (" in rerun.output, \
