@@ -34,9 +34,13 @@ sglang.node_scripts(name="On-node scripts", files=plan.node_scripts)
 
 # 3b. The model (and draft model) from its source: copied into a staging sibling, verified
 #     against its manifest, swapped into place whole; nothing when the node's manifest matches.
+#     A Hub source is downloaded on the node by the pinned huggingface_hub, in a venv of its own.
+if any(target.source.kind == "huggingface" for target in plan.models):
+    sglang.engine(name="Hugging Face Hub client venv", venv=plan.hf_venv, python="python3",
+                  packages=[plan.hf_pin])
 staged_models = [sglang.model_staged(name=f"Model {target.path} ({target.source.kind})",
                                      target=target, scripts_dir=plan.scripts.directory,
-                                     repairing=bool(plan.repair))
+                                     repairing=bool(plan.repair), hub=plan.hub_client)
                  for target in plan.models]
 
 # 4. Preflight, before anything the server runs from changes: can this configuration start here?

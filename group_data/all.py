@@ -24,6 +24,10 @@ state_dir = "/var/lib/sglang-deploy"
 # readiness gate's report of the last start.
 run_dir = "/run/sglang-deploy"
 
+# Models with `source: {huggingface: ...}` are downloaded on the node by this huggingface_hub,
+# in a venv of its own under sglang_deploy_dir (hf-venv), never the engine's.
+huggingface_hub_pin = "huggingface_hub==2.4.0"
+
 # -- Deploys ---------------------------------------------------------------------------------
 # One deploy at a time per node: how long a second deploy waits before it fails saying who
 # holds the lock. The lock goes away with the deploy that holds it, however that ends.

@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -38,6 +38,14 @@ class StagingTarget:
             return None
         found = Path(self.source.controller)
         return found if found.is_absolute() else REPO_ROOT / found
+
+
+@dataclass(frozen=True)
+class HubClient:
+    """How a node downloads a Hub source (node/hf_stage.py)."""
+    python: str    # the Hub client venv's interpreter
+    run_dir: str   # the token file lives under it, 0700, for one command
+    token: Optional[str] = field(default=None, repr=False)  # the profile's HF_TOKEN secret
 
 
 def targets(profile: Profile) -> list[StagingTarget]:

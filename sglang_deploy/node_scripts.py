@@ -34,6 +34,14 @@ def model_stage_command(directory, action, model_dir, deep=False):
                    *(["--deep"] if deep else []))
 
 
+def hf_stage_command(python, directory, source, model_dir, token_file=None, deep=False):
+    """hf_stage.py run by the Hub client's venv: download a pinned revision into model_dir."""
+    return _script(python, directory, "hf_stage.py", "--repo", source.repo,
+                   "--revision", source.revision, "--dir", model_dir,
+                   *(["--token-file", token_file] if token_file else []),
+                   *(["--deep"] if deep else []))
+
+
 def model_check_command(directory, model_dir, deep=False):
     """model_manifest.py check: a model directory against its manifest, in its result line."""
     return _script("python3", directory, "model_manifest.py", "check", "--dir", model_dir,

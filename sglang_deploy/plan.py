@@ -12,6 +12,7 @@ from pathlib import Path
 from .errors import DeployError
 from .inventory import REPO_ROOT
 from .lint import finding_lines
+from .model_staging import HubClient
 from .model_staging import targets as staging_targets
 from .node_scripts import NodeScripts
 from .profile import Profile, load_profile
@@ -44,10 +45,19 @@ class NodePlan:
     repair: tuple | None
     lint_warnings: list  # the profile's lint warnings, one line each, naming its file
     models: list = field(default_factory=list)  # model_staging.StagingTarget: what is staged
+    hf_venv: str | None = None    # the Hub client's venv, when a model comes from the Hub
+    hf_pin: str | None = None
+    hf_token: str | None = field(default=None, repr=False)  # the profile's HF_TOKEN secret
 
     @property
     def wheels_dir(self):
         return self.scripts.wheels_dir
+
+    @property
+    def hub_client(self):
+        """How the node downloads a Hub source: the client venv's python, the token."""
+        return HubClient(python=f"{self.hf_venv}/bin/python", run_dir=self.run_dir,
+                         token=self.hf_token)
 
     @property
     def node_scripts(self):
@@ -100,6 +110,9 @@ def plan_for(data, operator_env=None) -> NodePlan:
                 if _flag(_get(data, "repair")) else None),
         lint_warnings=lint_warnings,
         models=staging_targets(profile),
+        hf_venv=f"{deploy_dir}/hf-venv",
+        hf_pin=_get(data, "huggingface_hub_pin"),
+        hf_token=secrets.get("HF_TOKEN"),
     )
 
 

@@ -30,6 +30,7 @@ GPUS_BUSY = 16
 MEASUREMENT_FAILED = 17
 MODEL_MISMATCH = 30
 NO_SPACE = 31
+HUB_ERROR = 32
 
 DESCRIPTIONS = {
     READY: "success (gate: the server is ready; restart/workers: done, all checks passed)",
@@ -52,6 +53,7 @@ DESCRIPTIONS = {
     MEASUREMENT_FAILED: "the measurement itself failed (a worker died or timed out)",
     MODEL_MISMATCH: "a model directory's files do not match its manifest (missing, truncated, altered)",
     NO_SPACE: "not enough free disk for the model being staged",
+    HUB_ERROR: "the Hugging Face Hub refused the model's repo or revision (its answer is the cause)",
 }
 
 NAMES = {

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+import hashlib
 from io import StringIO
 
 from pyinfra import host, logger
@@ -20,7 +21,7 @@ from ..model_staging import (GB, disk_problem, local_manifest, require_dir, rsyn
                              to_copy)
 from ..node import model_manifest, result
 from ..node.model_stage import staging_dir
-from ..node_scripts import model_stage_command
+from ..node_scripts import hf_stage_command, model_stage_command
 
 _SSH_KEYS = ("ssh_hostname", "ssh_user", "ssh_port", "ssh_key", "ssh_known_hosts_file")
 
@@ -36,7 +37,7 @@ def _say(state, host, message):
 
 
 @operation()
-def model_staged(target, scripts_dir, repairing=False):
+def model_staged(target, scripts_dir, repairing=False, hub=None):
     """
     Stage ``target`` (a ``model_staging.StagingTarget``) on the node when its manifest differs
     from the source's: free disk checked first, files copied into a staging sibling (rsync
@@ -46,10 +47,14 @@ def model_staged(target, scripts_dir, repairing=False):
     + target: what to stage, where
     + scripts_dir: where our on-node scripts are
     + repairing: also hash the live files and re-stage those that do not match
+    + hub: ``HubClient`` (venv python, token, private runtime directory) for Hub sources
     """
     label = f"{target.role} {target.path}"
     if host.get_fact(File, path=f"{scripts_dir}/model_stage.py") is None:
         host.noop(f"{label}: staged once our scripts are on the node (a dry run of a first deploy)")
+        return
+    if target.source.kind == "huggingface":
+        yield from _downloaded(label, target, scripts_dir, repairing, hub)
         return
     local_dir = require_dir(target.controller_dir, target.role)
     manifest = local_manifest(local_dir)
@@ -83,6 +88,34 @@ def model_staged(target, scripts_dir, repairing=False):
         yield from _uploads(label, local_dir, staging, need)
     yield FunctionCommand(_finish, (label, model_stage_command(scripts_dir, "finish",
                                                                target.path)), {})
+
+
+def _downloaded(label, target, scripts_dir, repairing, hub):
+    """Download on the node (node/hf_stage.py): nothing when the live manifest records this
+    repo and revision (and, repairing, its files still hash to it)."""
+    wanted = {"huggingface": {"repo": target.source.huggingface.repo,
+                              "revision": target.source.huggingface.revision}}
+    node = host.get_fact(ModelState, scripts_dir=scripts_dir, directory=target.path,
+                         deep=repairing)
+    if node is None:
+        yield FunctionCommand(_fail, (f"{label}: model_stage.py printed no result",), {})
+        return
+    if node["source"] == wanted and not (repairing and node["problems"]):
+        host.noop(f"{label} matches its manifest ({wanted['huggingface']['repo']}@"
+                  f"{wanted['huggingface']['revision'][:12]})")
+        return
+    token_file = None
+    if hub.token:
+        private = f"{hub.run_dir}/hub"
+        token_file = f"{private}/token-{hashlib.sha256(target.path.encode()).hexdigest()[:12]}"
+        yield StringCommand("mkdir", "-p", "-m", "0700", private)
+        yield StringCommand("chmod", "0700", private)
+        yield FileUploadCommand(StringIO(hub.token), token_file)
+    command = hf_stage_command(hub.python, scripts_dir, target.source.huggingface, target.path,
+                               token_file=token_file, deep=repairing)
+    if token_file:  # gone whatever the download did
+        command = f"{command}; status=$?; rm -f {shlex.quote(token_file)}; exit $status"
+    yield FunctionCommand(_finish, (label, command), {})
 
 
 def _uploads(label, local_dir, staging, need):
@@ -147,5 +180,5 @@ def _finish(state, host, label, command):
     if not ok or not found or found["status"] != 0:
         cause = (found or {}).get("cause") or "\n".join(output.stderr_lines[-3:])
         return _fail(state, host, f"{label}: staging failed: {cause}; the live directory "
-                                  "is untouched, the next run copies what is missing")
+                                  "is untouched, the next run resumes")
     return True
