@@ -4,9 +4,11 @@ verified against their manifest, swapped into place whole."""
 import json
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
+import ctypes
 import hashlib
 from io import StringIO
 
@@ -163,7 +165,7 @@ def _rsync(state, host, label, local_dir, staging, need):
              f"{sum(e['size'] for e in need) / 1e6:.1f} MB", logger.info)
     started = time.monotonic()
     proc = subprocess.run(argv, input="".join(e["path"] + "\n" for e in need), text=True,
-                          stdout=sys.stderr, stderr=subprocess.PIPE)
+                          stdout=sys.stderr, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
     if proc.returncode != 0:
         return _fail(state, host, f"{label}: rsync failed (exit {proc.returncode}): "
                                   f"{proc.stderr.strip()[-300:]}; the next run resumes")
@@ -172,6 +174,15 @@ def _rsync(state, host, label, local_dir, staging, need):
     host.log(f"{label}: copied {total / 1e6:.1f} MB in {took:.1f} s ({total / 1e6 / took:.1f} "
              "MB/s)", logger.info)
     return True
+
+
+def _die_with_parent():
+    """rsync ends with the deploy that started it (SIGTERM: it keeps the partial file), never
+    copying on as an orphan while the next run starts."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        pass
 
 
 def _finish(state, host, label, command):
