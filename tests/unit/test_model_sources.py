@@ -151,3 +151,19 @@ def test_rsync_is_resumable_with_progress(tmp_path):
     assert "--partial" in argv and "--info=progress2" in argv and "--files-from=-" in argv
     assert argv[-2:] == [f"{tmp_path}/", "root@h:/models/m.s/"]
     assert argv[argv.index("--rsh") + 1] == "ssh -p 2201"
+
+
+def test_the_plan_carries_the_hub_token_without_showing_it(tmp_path):
+    from sglang_deploy.plan import plan_for
+    path = profile(tmp_path, {"source": {"huggingface": {"repo": "org/m", "revision": COMMIT}}})
+    text = path.read_text() + "secrets:\n  HF_TOKEN: {from_env: HF_TOKEN}\n"
+    path.write_text(text)
+    data = {"profile": str(path), "sglang_deploy_dir": "/opt/sd", "env_dir": "/etc/sglang",
+            "unit_dir": "/etc/systemd/system", "state_dir": "/var/lib/sd", "run_dir": "/run/sd",
+            "deploy_lock_wait_s": 1, "rollback": True, "repair": False,
+            "huggingface_hub_pin": "huggingface_hub==2.4.0"}
+    plan = plan_for(data, operator_env={"HF_TOKEN": "hf_topsecret123456"})
+    assert [t.source.kind for t in plan.models] == ["huggingface"]
+    assert plan.hub_client.token == "hf_topsecret123456"
+    assert plan.hub_client.python == "/opt/sd/hf-venv/bin/python"
+    assert "hf_topsecret" not in repr(plan) + repr(plan.hub_client)
