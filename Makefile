@@ -5,6 +5,8 @@ PYTHON    ?= python3
 INVENTORY ?= inventory/sandbox.py
 NODES     ?= 1
 LIMIT     ?=
+# make verify DEEP=1: hash every model file against its manifest (sizes only otherwise).
+DEEP      ?=
 PYINFRA   ?= $(PYTHON) -m pyinfra
 PYTEST    ?= $(PYTHON) -m pytest
 WHEELS    := build/wheels
@@ -31,11 +33,16 @@ setup:
 # The SGLang stand-in the sandbox profile installs, as a wheel uploaded to the nodes, and the
 # same source at the next version. Built reproducibly (same source, same bytes), so a rebuild
 # is no change to deploy.
-wheels:
+wheels: standin-model
 	rm -rf $(WHEELS) engine-standin/build engine-standin/*.egg-info
 	$(PYTHON) -m pip wheel --quiet --no-deps --no-build-isolation ./engine-standin -w $(WHEELS)
 	$(PYTHON) -m sglang_deploy.wheel_normal $(WHEELS)/*.whl
 	$(PYTHON) sandbox/standin_wheel.py --version $(NEXT_STANDIN) --out $(NEXT_WHEELS) >/dev/null
+
+# The sandbox profiles' model, staged from the controller: its weight shard, reproducible bytes.
+.PHONY: standin-model
+standin-model:
+	$(PYTHON) sandbox/models/make_shard.py
 
 # BARE=1: every node boots from the bare image (a fresh OS: the deploy installs what it needs).
 sandbox:
@@ -53,6 +60,7 @@ plan: wheels
 
 # testinfra assertions, then the per-host report (also as JSON, for machines), printed whether
 # or not an assertion failed; fails when either did. Secret values never appear in either.
+verify: export SGLANG_DEPLOY_VERIFY_DEEP = $(DEEP)
 verify:
 	status=0; \
 	  $(PYTEST) -p no:cacheprovider tests/host --inventory $(INVENTORY) --limit "$(LIMIT)" -q || status=1; \

@@ -53,6 +53,17 @@ if plan.profile.pcie.disable_acs:
 else:
     unit_absent(name="No ACS unit", unit=ACS_UNIT, unit_dir=plan.unit_dir)
 
+# 3b. The model (and draft model) from its source: copied into a staging sibling, verified
+#     against its manifest, swapped into place whole; nothing when the node's manifest matches.
+#     A Hub source is downloaded on the node by the pinned huggingface_hub, in a venv of its own.
+if any(target.source.kind == "huggingface" for target in plan.models):
+    sglang.engine(name="Hugging Face Hub client venv", venv=plan.hf_venv, python="python3",
+                  packages=[plan.hf_pin])
+staged_models = [sglang.model_staged(name=f"Model {target.path} ({target.source.kind})",
+                                     target=target, scripts_dir=plan.scripts.directory,
+                                     repairing=bool(plan.repair), hub=plan.hub_client)
+                 for target in plan.models]
+
 # 4. Preflight, before anything the server runs from changes: can this configuration start here
 #    (and is there room for its engine venv, when it is a new one)? The venv of this pin set is
 #    named after the pins, the wheels and this node's Python (sglang_deploy/venvs.py).
@@ -89,7 +100,7 @@ unit = sglang.unit_file(name="systemd unit", unit=plan.unit, content=plan.unit_t
 #    fails its gate is rolled back to the last configuration that passed.
 sglang.restarted(name="Restart (configuration changed)", scripts=plan.scripts,
                  hook_python=plan.hook_python, rollback=plan.rollback,
-                 _if=any_changed(engine, env_file, hook, unit))
+                 _if=any_changed(engine, env_file, hook, unit, *staged_models))
 
 # 11. Enabled and serving, with every worker carrying the profile's environment.
 sglang.serving(name="Serving", scripts=plan.scripts, hook_python=plan.hook_python,

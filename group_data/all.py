@@ -34,6 +34,10 @@ run_dir = "/run/sglang-deploy"
 # for copying files where both ends have it, `ss` for make verify's port check.
 os_packages = ["python3", "python3-venv", "pciutils", "rsync", "iproute2"]
 
+# Models with `source: {huggingface: ...}` are downloaded on the node by this huggingface_hub,
+# in a venv of its own under sglang_deploy_dir (hf-venv), never the engine's.
+huggingface_hub_pin = "huggingface_hub==2.4.0"
+
 # -- Deploys ---------------------------------------------------------------------------------
 # One deploy at a time per node: how long a second deploy waits before it fails saying who
 # holds the lock. The lock goes away with the deploy that holds it, however that ends.

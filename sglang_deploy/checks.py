@@ -18,6 +18,7 @@ import dataclasses
 import difflib
 import functools
 import json
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from .gpu_health import (acs_check, gpus_check, iommu_check, is_pcie_tuned, pars
                          topology_check)
 from .nccl_confirm import confirm
 from .node import gpu_settings, status
+from .node.result import parse as parse_result
+from .node_scripts import model_check_command
 from .redact import Redactor
 from .venvs import venv_name, wheel_digests
 
@@ -374,6 +377,37 @@ def engine_venv(node, plan) -> Check:
     if problems:
         return Check("engine venv", FAILED, "; ".join(problems))
     return Check("engine venv", OK, f"pid {pid} runs {wanted.rsplit('/', 1)[1]}")
+
+
+def _model_dirs(plan) -> list[str]:
+    dirs = [plan.profile.model.path, plan.profile.draft_path]
+    return [d for i, d in enumerate(dirs) if d and d not in dirs[:i]]
+
+
+@verify_check("model files")
+def model_files(node, plan) -> Check:
+    """Every model directory's files against its manifest: sizes each run, sha256 too with
+    `make verify DEEP=1` (SGLANG_DEPLOY_VERIFY_DEEP=1; bench/model_hash.py says what it costs)."""
+    deep = os.environ.get("SGLANG_DEPLOY_VERIFY_DEEP", "") not in ("", "0")
+    problems, notes, unmanaged = [], [], []
+    for directory in _model_dirs(plan):
+        found = parse_result(node.run(model_check_command(plan.scripts.directory, directory,
+                                                          deep=deep)).stdout.splitlines())
+        if found is None:
+            problems.append(f"{directory}: the check printed no result")
+        elif found["cause"]:
+            problems.append(found["cause"])
+        elif not found["manifest"]:
+            unmanaged.append(directory)
+        else:
+            notes.append(f"{directory}: {found['files']} files, {found['bytes'] / 1e9:.2f} GB "
+                         f"match their manifest ({'sha256' if deep else 'sizes'})")
+    if problems:
+        return Check("model files", FAILED, "; ".join(problems))
+    if not notes:
+        return Check.nothing_to_check("model files", f"no manifest in {', '.join(unmanaged)} "
+                                      "(source: path, staged by hand)")
+    return Check("model files", OK, "; ".join(notes))
 
 
 @verify_check("gpus", warning_fails=False)

@@ -10,7 +10,7 @@ from pyinfra.api import FactBase
 
 from .node import result
 from .node.installed import VERSIONS_PY, canonical
-from .node_scripts import drift_command, manifest_command, workers_command
+from .node_scripts import drift_command, manifest_command, model_stage_command, workers_command
 
 # Run by the node's interpreters: standard library only, one JSON line out.
 _STARTUP_PY = (
@@ -207,3 +207,17 @@ class FileDigests(FactBase):
             mode, user, digest, path = line.split(" ", 3)
             found[path] = {"mode": mode, "user": user, "sha256": digest}
         return found
+
+
+class ModelState(ScriptResult):
+    """
+    What the node holds for one model directory (node/model_stage.py state): the live
+    manifest's digest and files, their problems (sizes; hashes with ``deep``), the staging
+    directory's files, free disk, whether rsync is there. ``None`` before our scripts exist.
+    """
+
+    script = "model_stage.py"
+
+    def command(self, scripts_dir, directory, deep=False):
+        return self._guarded(scripts_dir, model_stage_command(scripts_dir, "state", directory,
+                                                              deep=deep))

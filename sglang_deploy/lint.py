@@ -19,6 +19,7 @@ from typing import Optional, TextIO
 
 from .engine_flags import lint_flags
 from .errors import ProfileError
+from .model_staging import lint_sources
 from .nccl_lint import Finding, lint_env
 from .profile import PROFILES_DIR, Profile, load_profile, schema_json
 
@@ -27,7 +28,8 @@ def lint_profile(profile: Profile, *, pcie_only: bool = True) -> list[Finding]:
     """The findings of one loaded profile: its flag names, then its NCCL variables. Every node
     this project provisions is PCIe-only, so `pcie_only` is true unless a caller knows better;
     profiles do not say (yet)."""
-    return lint_flags(profile) + lint_env(profile.env, pcie_only=pcie_only)
+    return (lint_flags(profile) + lint_env(profile.env, pcie_only=pcie_only)
+            + lint_sources(profile))
 
 
 def finding_lines(profile: Profile, *, where: Optional[str] = None) -> tuple[list[str], list[str]]:

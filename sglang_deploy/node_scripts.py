@@ -29,6 +29,26 @@ def manifest_command(venv, directory, distributions):
     return _script(f"{venv}/bin/python", directory, "drift.py", "--manifest", *distributions)
 
 
+def model_stage_command(directory, action, model_dir, deep=False):
+    """model_stage.py: a model directory's state, seed or finish (node/model_stage.py)."""
+    return _script("python3", directory, "model_stage.py", action, "--dir", model_dir,
+                   *(["--deep"] if deep else []))
+
+
+def hf_stage_command(python, directory, source, model_dir, token_file=None, deep=False):
+    """hf_stage.py run by the Hub client's venv: download a pinned revision into model_dir."""
+    return _script(python, directory, "hf_stage.py", "--repo", source.repo,
+                   "--revision", source.revision, "--dir", model_dir,
+                   *(["--token-file", token_file] if token_file else []),
+                   *(["--deep"] if deep else []))
+
+
+def model_check_command(directory, model_dir, deep=False):
+    """model_manifest.py check: a model directory against its manifest, in its result line."""
+    return _script("python3", directory, "model_manifest.py", "check", "--dir", model_dir,
+                   *(["--deep"] if deep else []))
+
+
 def gate_args(profile):
     """gate.py's arguments for a server of ``profile``, all but what to gate (``--unit``, or
     ``--pid``/``--log``) and ``--json``."""

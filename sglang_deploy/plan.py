@@ -12,6 +12,8 @@ from pathlib import Path
 from .errors import DeployError
 from .inventory import REPO_ROOT, deploy_defaults
 from .lint import finding_lines
+from .model_staging import HubClient
+from .model_staging import targets as staging_targets
 from .node_scripts import NodeScripts
 from .profile import Profile, load_profile
 from .render import render_env_file, render_hook_module, render_hook_pth, render_unit
@@ -47,6 +49,12 @@ class NodePlan:
     venvs_keep: int = 0
     venv: str | None = None  # this pin set's venv on the node: bind_venv() names it
 
+    os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
+    models: list = field(default_factory=list)  # model_staging.StagingTarget: what is staged
+    hf_venv: str | None = None    # the Hub client's venv, when a model comes from the Hub
+    hf_pin: str | None = None
+    hf_token: str | None = field(default=None, repr=False)  # the profile's HF_TOKEN secret
+
     def bind_venv(self, python_version: str) -> str:
         """Name the venv of this plan's pin set on a node whose ``engine.python`` is
         ``python_version``: the engine step builds it, preflight runs its parser, the start-up
@@ -58,11 +66,16 @@ class NodePlan:
         if not self.profile.hook.system_wide:
             self.hook_python = f"{self.venv}/bin/python"
         return self.venv
-    os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
 
     @property
     def wheels_dir(self):
         return self.scripts.wheels_dir
+
+    @property
+    def hub_client(self):
+        """How the node downloads a Hub source: the client venv's python, the token."""
+        return HubClient(python=f"{self.hf_venv}/bin/python", run_dir=self.run_dir,
+                         token=self.hf_token)
 
     @property
     def node_scripts(self):
@@ -118,6 +131,10 @@ def plan_for(data, operator_env=None) -> NodePlan:
         venvs_dir=_setting(data, "venvs_dir"),
         venvs_keep=int(_setting(data, "venvs_keep")),
         os_packages=list(_get(data, "os_packages") or []),
+        models=staging_targets(profile),
+        hf_venv=f"{deploy_dir}/hf-venv",
+        hf_pin=_get(data, "huggingface_hub_pin"),
+        hf_token=secrets.get("HF_TOKEN"),
     )
 
 

@@ -126,9 +126,55 @@ class Engine(_Section):
     allow_drift: bool = False             # true: a drifted engine only warns; false: no restart
 
 
+class HuggingFaceRepo(_Section):
+    repo: Annotated[str, _pattern(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?",
+                                  "a Hugging Face repo id (owner/name)")]
+    # A commit, never a branch or tag: a branch moves, so the same profile would stage another
+    # model tomorrow.
+    revision: Annotated[str, _pattern(r"[0-9a-f]{40}", "a 40-hex commit id (a branch or tag "
+                                                       "name moves: not reproducible)")]
+
+
+class Source(_Section):
+    """Where a model directory comes from: at most one of these; neither is `source: path`."""
+
+    controller: Optional[str] = None  # a directory on the operator's machine (relative: to the repo)
+    huggingface: Optional[HuggingFaceRepo] = None  # downloaded on the node (HF_TOKEN: secrets)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Source:
+        if self.controller is not None and self.huggingface is not None:
+            raise ValueError("either controller or huggingface, not both")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return ("controller" if self.controller is not None
+                else "huggingface" if self.huggingface is not None else "path")
+
+
+def _source_word(value: Any) -> Any:
+    # `source: path` (the default): the directory is already on the node.
+    if value == "path":
+        return {}
+    if isinstance(value, str):
+        raise ValueError(f"{value!r} is not a source: path, {{controller: DIR}} or "
+                         "{huggingface: {repo: R, revision: COMMIT}}")
+    return value
+
+
+ModelSource = Annotated[Source, BeforeValidator(_source_word,
+                                                json_schema_input_type=Union[Literal["path"], dict])]
+
+
 class Model(_Section):
-    path: AbsPath    # pre-staged on the node; nothing is downloaded at start-up
+    path: AbsPath    # on the node; nothing is downloaded at start-up
     served_name: Word
+    # How `path` gets there: `path` (already on the node), {controller: DIR} or
+    # {huggingface: {repo: R, revision: COMMIT}}; staged and verified by model_staging.py.
+    source: ModelSource = Field(default_factory=Source)
+    # The same, for server_args' speculative-draft-model-path (EAGLE-3's draft model).
+    draft_source: ModelSource = Field(default_factory=Source)
 
 
 class Secret(_Section):
@@ -234,6 +280,12 @@ class Profile(_Section):
     def source(self) -> tuple[Path, ...]:
         """The files this profile was read from, leaf first."""
         return self._source
+
+    @property
+    def draft_path(self) -> Optional[str]:
+        """The EAGLE-3 draft model's directory on the node, if the profile names one."""
+        found = self.server_args.get("speculative-draft-model-path")
+        return str(found) if isinstance(found, (str, int, float)) and found else None
 
     @property
     def tp_size(self) -> int:

@@ -10,7 +10,7 @@ Run by the venv's interpreter, so the engine's own argument parser judges the ar
 after every flag name is checked exactly against that parser's option strings (flags.py:
 argparse alone would accept an abbreviation).
 Checks: the argv parses; the model path (and the draft model path) is a directory with a
-config.json; enough GPUs for the parallel sizes (nvidia-smi; "no GPU: skipped" without it);
+config.json whose files have their manifest's sizes (model_manifest.py); enough GPUs for the parallel sizes (nvidia-smi; "no GPU: skipped" without it);
 the NVIDIA driver version and GPU model the profile's `gpu:` section asks for (gpu_settings.py);
 the port is free or held by this unit's own processes; free disk (and room for a new engine
 venv: the live one's size plus --min-free-gib); the engine's installed files
@@ -29,11 +29,12 @@ import subprocess
 import sys
 
 if __package__:
-    from . import drift, flags, gpu_settings, procs, result, status, systemd, venvs
+    from . import drift, flags, gpu_settings, model_manifest, procs, result, status, systemd, venvs
 else:  # run as a script: the siblings' directory is on sys.path
     import drift
     import flags
     import gpu_settings
+    import model_manifest
     import procs
     import result
     import status
@@ -79,6 +80,12 @@ def check_model_dir(label, path):
         return "failed", "%s %s is not a directory on this node" % (label, path)
     if not os.path.isfile(os.path.join(path, "config.json")):
         return "failed", "%s %s has no config.json" % (label, path)
+    problems, manifest = model_manifest.check(path)  # sizes: a partial copy, a truncated shard
+    if problems:
+        return "failed", "%s %s" % (label, model_manifest.describe(problems, path))
+    if manifest is not None:
+        return "ok", "%s %s matches its manifest (%d files, sizes)" % (
+            label, path, len(manifest["files"]))
     return "ok", "%s %s has a config.json" % (label, path)
 
 

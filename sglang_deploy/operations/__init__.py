@@ -8,6 +8,7 @@ from .engine import engine, engine_matches
 from .files import (HOOK_FILE, HOOK_PTH, binary_file, pth_directory, secret_file, startup_hook,
                     unit_file)
 from .lock import deploy_lock
+from .model import model_staged
 from .records import manifest_recorded
 from .scripts import node_scripts
 from .service import preflight, restarted, serving
@@ -15,4 +16,5 @@ from .venvs import old_venvs_pruned
 
 __all__ = ["engine", "engine_matches", "binary_file", "secret_file", "startup_hook", "unit_file",
            "pth_directory", "HOOK_FILE", "HOOK_PTH", "deploy_lock", "preflight", "restarted", "serving",
-           "manifest_recorded", "node_scripts", "old_venvs_pruned"]
+           "manifest_recorded", "node_scripts", "old_venvs_pruned",
+           "model_staged"]

@@ -164,7 +164,7 @@ def test_a_second_deploy_waits_for_the_lock_and_a_killed_deploy_leaves_none(conv
 
 
 @pytest.mark.parametrize("body, reason", [
-    ("model:\n  path: /models/not-staged\n",
+    ("model:\n  path: /models/not-staged\n  source: path\n",  # on the node by hand: not there
      "model path /models/not-staged is not a directory on this node"),
 ])
 def test_preflight_refuses_a_bad_configuration_and_the_server_keeps_serving(

@@ -1,0 +1,195 @@
+"""The model (and draft model) directories a profile stages: copied from the controller,
+verified against their manifest, swapped into place whole."""
+
+import json
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import ctypes
+import hashlib
+from io import StringIO
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.api.command import FileUploadCommand
+from pyinfra.facts.files import File
+
+from ..facts import ModelState
+from ..inventory import ssh_argv
+from ..model_staging import (GB, disk_problem, local_manifest, require_dir, rsync_argv,
+                             to_copy)
+from ..node import model_manifest, result
+from ..node.model_stage import staging_dir
+from ..node_scripts import hf_stage_command, model_stage_command
+
+_SSH_KEYS = ("ssh_hostname", "ssh_user", "ssh_port", "ssh_key", "ssh_known_hosts_file")
+
+
+def _fail(state, host, message):
+    host.log_styled(message, fg="red", log_func=logger.error)
+    return False
+
+
+def _say(state, host, message):
+    host.log(message, logger.info)
+    return True
+
+
+@operation()
+def model_staged(target, scripts_dir, repairing=False, hub=None):
+    """
+    Stage ``target`` (a ``model_staging.StagingTarget``) on the node when its manifest differs
+    from the source's: free disk checked first, files copied into a staging sibling (rsync
+    when both ends have it, else one upload per file), every file hashed, then swapped into
+    place. A node whose manifest matches is left alone (nothing is copied, no change).
+
+    + target: what to stage, where
+    + scripts_dir: where our on-node scripts are
+    + repairing: also hash the live files and re-stage those that do not match
+    + hub: ``HubClient`` (venv python, token, private runtime directory) for Hub sources
+    """
+    label = f"{target.role} {target.path}"
+    if host.get_fact(File, path=f"{scripts_dir}/model_stage.py") is None:
+        host.noop(f"{label}: staged once our scripts are on the node (a dry run of a first deploy)")
+        return
+    if target.source.kind == "huggingface":
+        yield from _downloaded(label, target, scripts_dir, repairing, hub)
+        return
+    local_dir = require_dir(target.controller_dir, target.role)
+    manifest = local_manifest(local_dir)
+    wanted = model_manifest.digest(manifest)
+    node = host.get_fact(ModelState, scripts_dir=scripts_dir, directory=target.path,
+                         deep=repairing)
+    if node is None:
+        yield FunctionCommand(_fail, (f"{label}: model_stage.py printed no result",), {})
+        return
+    size = model_manifest.total_size(manifest)
+    if node["digest"] == wanted and not (repairing and node["problems"]):
+        host.noop(f"{label} matches its manifest ({len(manifest['files'])} files, "
+                  f"{size / GB:.2f} GB)")
+        return
+    need = to_copy(manifest, node)
+    problem = disk_problem(host.name, target.path, need, node["free"])
+    if problem:
+        yield FunctionCommand(_fail, (f"{label}: {problem}: nothing was copied",), {})
+        return
+    staging = staging_dir(target.path)
+    for line in node["problems"]:
+        host.log(f"{label}: re-staging {line}", logger.warning)
+    yield StringCommand("mkdir", "-p", staging)
+    source = {"controller": str(local_dir)}
+    yield FileUploadCommand(StringIO(json.dumps(dict(manifest, source=source), indent=1)),
+                            f"{staging}/{model_manifest.MANIFEST_NAME}")
+    yield model_stage_command(scripts_dir, "seed", target.path, deep=repairing)
+    if need and node["rsync"] and shutil.which("rsync"):
+        yield FunctionCommand(_rsync, (label, local_dir, staging, need), {})
+    else:
+        yield from _uploads(label, local_dir, staging, need)
+    yield FunctionCommand(_finish, (label, model_stage_command(scripts_dir, "finish",
+                                                               target.path)), {})
+
+
+def _downloaded(label, target, scripts_dir, repairing, hub):
+    """Download on the node (node/hf_stage.py): nothing when the live manifest records this
+    repo and revision (and, repairing, its files still hash to it)."""
+    wanted = {"huggingface": {"repo": target.source.huggingface.repo,
+                              "revision": target.source.huggingface.revision}}
+    node = host.get_fact(ModelState, scripts_dir=scripts_dir, directory=target.path,
+                         deep=repairing)
+    if node is None:
+        yield FunctionCommand(_fail, (f"{label}: model_stage.py printed no result",), {})
+        return
+    if node["source"] == wanted and not (repairing and node["problems"]):
+        host.noop(f"{label} matches its manifest ({wanted['huggingface']['repo']}@"
+                  f"{wanted['huggingface']['revision'][:12]})")
+        return
+    token_file = None
+    if hub.token:
+        private = f"{hub.run_dir}/hub"
+        token_file = f"{private}/token-{hashlib.sha256(target.path.encode()).hexdigest()[:12]}"
+        yield StringCommand("mkdir", "-p", "-m", "0700", private)
+        yield StringCommand("chmod", "0700", private)
+        yield FileUploadCommand(StringIO(hub.token), token_file)
+    command = hf_stage_command(hub.python, scripts_dir, target.source.huggingface, target.path,
+                               token_file=token_file, deep=repairing)
+    if token_file:  # gone whatever the download did
+        command = f"{command}; status=$?; rm -f {shlex.quote(token_file)}; exit $status"
+    yield FunctionCommand(_finish, (label, command), {})
+
+
+def _uploads(label, local_dir, staging, need):
+    """One upload per file (no rsync on one end): each to a temporary name in the staging
+    directory, renamed when complete, so a file there is whole and a re-run resumes at the
+    first missing file."""
+    total = sum(e["size"] for e in need)
+    done = 0
+    clock = {}
+    if need:
+        yield FunctionCommand(_start_clock, (clock,), {})
+    for index, entry in enumerate(need, 1):
+        done += entry["size"]
+        dest = f"{staging}/{entry['path']}"
+        partial = f"{staging}/.upload-{index}"
+        yield FunctionCommand(_say, (f"{label}: file {index}/{len(need)} {entry['path']} "
+                                     f"({entry['size'] / 1e6:.1f} MB; {done / 1e6:.1f} of "
+                                     f"{total / 1e6:.1f} MB)",), {})
+        yield StringCommand("mkdir", "-p", dest.rsplit("/", 1)[0])
+        yield FileUploadCommand(str(local_dir / entry["path"]), partial)
+        yield StringCommand("mv", "-f", partial, dest)
+    if need:
+        yield FunctionCommand(_say_rate, (label, clock, total), {})
+
+
+def _start_clock(state, host, clock):
+    clock["started"] = time.monotonic()
+    return True
+
+
+def _say_rate(state, host, label, clock, total):
+    took = max(time.monotonic() - clock["started"], 1e-6)
+    host.log(f"{label}: copied {total / 1e6:.1f} MB in {took:.1f} s ({total / 1e6 / took:.1f} "
+             "MB/s)", logger.info)
+    return True
+
+
+def _rsync(state, host, label, local_dir, staging, need):
+    """rsync from the controller, its progress streamed to the operator."""
+    data = {key: host.data.get(key) for key in _SSH_KEYS}
+    ssh = ssh_argv(host.name, data, "")[:-2]
+    target = ssh_argv(host.name, data, "")[-2]
+    argv = rsync_argv(ssh, target, local_dir, staging)
+    host.log(f"{label}: rsync of {len(need)} file(s), "
+             f"{sum(e['size'] for e in need) / 1e6:.1f} MB", logger.info)
+    started = time.monotonic()
+    proc = subprocess.run(argv, input="".join(e["path"] + "\n" for e in need), text=True,
+                          stdout=sys.stderr, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+    if proc.returncode != 0:
+        return _fail(state, host, f"{label}: rsync failed (exit {proc.returncode}): "
+                                  f"{proc.stderr.strip()[-300:]}; the next run resumes")
+    took = max(time.monotonic() - started, 1e-6)
+    total = sum(e["size"] for e in need)
+    host.log(f"{label}: copied {total / 1e6:.1f} MB in {took:.1f} s ({total / 1e6 / took:.1f} "
+             "MB/s)", logger.info)
+    return True
+
+
+def _die_with_parent():
+    """rsync ends with the deploy that started it (SIGTERM: it keeps the partial file), never
+    copying on as an orphan while the next run starts."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        pass
+
+
+def _finish(state, host, label, command):
+    ok, output = host.run_shell_command(StringCommand(command), print_output=True)
+    found = result.parse(output.stdout_lines)
+    if not ok or not found or found["status"] != 0:
+        cause = (found or {}).get("cause") or "\n".join(output.stderr_lines[-3:])
+        return _fail(state, host, f"{label}: staging failed: {cause}; the live directory "
+                                  "is untouched, the next run resumes")
+    return True

@@ -1,0 +1,99 @@
+"""Staging on the node (node/model_stage.py): the live directory changes only by one swap of a
+complete, verified staging directory; live files the new manifest lists unchanged are kept."""
+
+import json
+import os
+
+from sglang_deploy.node import model_manifest, model_stage
+
+
+def write_files(directory, files):
+    for name, data in files.items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def manifest_of(tmp_path, files):
+    source = tmp_path / "source"
+    write_files(source, files)
+    return model_manifest.build(str(source))
+
+
+def start_staging(live, manifest):
+    staging = model_stage.staging_dir(str(live))
+    os.makedirs(staging, exist_ok=True)
+    with open(os.path.join(staging, model_manifest.MANIFEST_NAME), "w") as f:
+        json.dump(manifest, f)
+    return staging
+
+
+V1 = {"config.json": b"{}", "shard-1": b"a" * 1000, "shard-2": b"b" * 1000}
+V2 = {"config.json": b"{}", "shard-1": b"a" * 1000, "shard-2": b"c" * 2000}
+
+
+def staged_v1(tmp_path):
+    live = tmp_path / "models" / "m"
+    write_files(live, V1)
+    model_manifest.write(str(live), model_manifest.build(str(live)))
+    return live
+
+
+def test_state_reports_digest_staged_files_and_free_disk(tmp_path):
+    live = staged_v1(tmp_path)
+    staging = start_staging(live, manifest_of(tmp_path, V2))
+    write_files(tmp_path / "models" / "m.sglang-deploy-staging", {"shard-2": b"c" * 10})
+    found = model_stage.state(str(live))
+    assert found["digest"] == model_manifest.digest(model_manifest.build(str(live)))
+    assert found["staged"] == [["shard-2", 10]] and found["problems"] == []
+    assert found["free"] > 0 and staging.endswith(".sglang-deploy-staging")
+
+
+def test_seed_links_unchanged_files_only(tmp_path):
+    live = staged_v1(tmp_path)
+    start_staging(live, manifest_of(tmp_path, V2))
+    assert sorted(model_stage.seed(str(live))) == ["config.json", "shard-1"]
+    staged = tmp_path / "models" / "m.sglang-deploy-staging"
+    assert os.path.samefile(staged / "shard-1", live / "shard-1")
+    assert not (staged / "shard-2").exists()
+
+
+def test_seed_skips_a_live_file_that_no_longer_matches(tmp_path):
+    live = staged_v1(tmp_path)
+    start_staging(live, manifest_of(tmp_path, V1))
+    (live / "shard-1").write_bytes(b"a" * 10)  # truncated on the node
+    (live / "shard-2").write_bytes(b"x" * 1000)  # same size, other bytes: only deep sees it
+    assert sorted(model_stage.seed(str(live), deep=True)) == ["config.json"]
+
+
+def test_finish_refuses_an_incomplete_copy_and_leaves_the_live_model(tmp_path):
+    live = staged_v1(tmp_path)
+    before = model_manifest.read(str(live))
+    start_staging(live, manifest_of(tmp_path, V2))
+    model_stage.seed(str(live))
+    write_files(tmp_path / "models" / "m.sglang-deploy-staging",
+                {"shard-2": b"c" * 1500, ".upload-1": b"half"})
+    problems = model_stage.finish(str(live))
+    assert problems == ["shard-2: 1500 bytes, the manifest says 2000 (truncated or partial?)"]
+    assert model_manifest.read(str(live)) == before and (live / "shard-2").read_bytes() == V1["shard-2"]
+    staged = tmp_path / "models" / "m.sglang-deploy-staging"
+    assert sorted(os.listdir(staged)) == [model_manifest.MANIFEST_NAME, "config.json", "shard-1"]
+
+
+def test_finish_swaps_a_verified_copy_into_place(tmp_path):
+    live = staged_v1(tmp_path)
+    start_staging(live, manifest_of(tmp_path, V2))
+    model_stage.seed(str(live))
+    write_files(tmp_path / "models" / "m.sglang-deploy-staging", {"shard-2": V2["shard-2"]})
+    assert model_stage.finish(str(live)) == []
+    assert (live / "shard-2").read_bytes() == V2["shard-2"]
+    assert model_manifest.check(str(live), deep=True)[0] == []
+    assert sorted(os.listdir(tmp_path / "models")) == ["m"]
+
+
+def test_finish_stages_into_a_directory_that_did_not_exist(tmp_path):
+    live = tmp_path / "models" / "new"
+    start_staging(live, manifest_of(tmp_path, V1))
+    write_files(tmp_path / "models" / "new.sglang-deploy-staging", V1)
+    assert model_stage.finish(str(live)) == []
+    assert model_manifest.check(str(live), deep=True) == ([], model_manifest.read(str(live)))
