@@ -1,7 +1,7 @@
 """From a bare OS to serving, on the sandbox's bare node (`sandbox.py up --nodes 3 --bare 1`:
 node3 has no python3-venv, curl, pciutils, rsync, iproute2 or model directory): an unsupported
-OS is refused with nothing changed; the deploy installs the OS prerequisites with apt, then
-serves, and `make verify` passes; a re-run changes nothing and makes no apt call.
+OS is refused with nothing changed; the deploy installs the OS prerequisites with apt, stages
+the model from the controller, then serves, and `make verify` passes; a re-run changes nothing and makes no apt call.
 
     E2E_NODES=3 E2E_SANDBOX_ARGS="--bare 1" /work/wt/e2e-locked -m e2e tests/e2e/test_bare_node.py -q -s
 """
@@ -48,16 +48,6 @@ def timed_deploy(profiles, limit):
     marks.append(("end", ended))
     steps = {name: t2 - t1 for (name, t1), (_, t2) in zip(marks, marks[1:])}
     return process.returncode, "".join(lines), ended - started, steps
-
-
-def sandbox_tool():
-    """sandbox/sandbox.py as a module (its tiny model's files)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("sandbox_tool", REPO_ROOT / "sandbox/sandbox.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def apt_calls():
@@ -114,11 +104,9 @@ def test_unsupported_os_stops_before_anything_changes(bare):
 
 @pytest.fixture(scope="module")
 def served(bare):
-    # Model staging is not the deploy's job yet: this test helper stands in for it until the
-    # deploy stages models from the controller (model.source), which replaces this line.
-    for name, content in sandbox_tool().TINY_MODEL.items():
-        ssh(NODE, f"mkdir -p /models/tiny-standin && cat > /models/tiny-standin/{name}",
-            stdin=json.dumps(content, indent=2) + "\n")
+    # The node has no model directory: the deploy stages it from the controller
+    # (profiles/sandbox.yml model.source), after apt installed what the copy needs.
+    assert ssh(NODE, "test -e /models/tiny-standin || echo absent").strip() == "absent"
     code, output, seconds, steps = timed_deploy(bare, NODE)
     assert code == 0, output[-5000:]
     return output, seconds, steps
@@ -133,13 +121,17 @@ def test_bare_node_to_serving_and_verified(bare, served):
     assert ssh(NODE, "systemctl is-active sglang.service").strip() == "active"
     assert ssh(NODE, f"systemctl is-enabled {ACS_UNIT}").strip() == "enabled"
     assert "no PCI bridges: nothing to clear" in ssh(NODE, f"journalctl -o cat -u {ACS_UNIT}")
+    manifest = json.loads(ssh(NODE, "cat /models/tiny-standin/.sglang-deploy-manifest.json"))
+    assert "config.json" in json.dumps(manifest), manifest
     verified = verify(bare)
     assert verified.returncode == 0, verified.stdout[-5000:]
     apt_s = sum(end - start for start, end, _ in calls)
     venv_s = steps.get("Engine venv and pinned packages", 0)
     start_s = steps.get("Restart (configuration changed)", 0) + steps.get("Serving", 0)
+    model_s = sum(v for k, v in steps.items() if k.startswith("Model "))
     print(f"\nbare node -> serving: {seconds:.1f}s; apt {apt_s:.1f}s ({apt_s / seconds:.0%}), "
-          f"venv {venv_s:.1f}s ({venv_s / seconds:.0%}), start {start_s:.1f}s "
+          f"venv {venv_s:.1f}s ({venv_s / seconds:.0%}), model staging {model_s:.1f}s "
+          f"({model_s / seconds:.0%}), start {start_s:.1f}s "
           f"({start_s / seconds:.0%}); steps: "
           + json.dumps({k: round(v, 1) for k, v in steps.items()}))
 
