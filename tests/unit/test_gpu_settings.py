@@ -78,11 +78,11 @@ def test_profile_gpu_settings_reach_preflight_command_line():
     from sglang_deploy.plan import plan_for
     from sglang_deploy.inventory import deploy_defaults
 
-    data = {**deploy_defaults(), "profile": "sandbox",
+    data = {**deploy_defaults(), "profile": "baseline",
             "profile_overrides": {"gpu": {"min_driver": "550.54.15", "model": "H200"}}}
     command = plan_for(data, operator_env={}).scripts.preflight()
     assert "--min-driver 550.54.15 --gpu-model H200" in command
-    plain = plan_for({**deploy_defaults(), "profile": "sandbox"}, operator_env={})
+    plain = plan_for({**deploy_defaults(), "profile": "baseline"}, operator_env={})
     assert "--min-driver" not in plain.scripts.preflight()
     assert plain.os_packages == ["python3", "python3-venv", "pciutils", "rsync", "iproute2"]
 
