@@ -8,6 +8,9 @@ LIMIT     ?=
 PYINFRA   ?= $(PYTHON) -m pyinfra
 PYTEST    ?= $(PYTHON) -m pytest
 WHEELS    := build/wheels
+# LIMIT=node1,node2: only those hosts (pyinfra's --limit, once per name).
+comma     := ,
+LIMIT_ARGS = $(addprefix --limit ,$(subst $(comma), ,$(LIMIT)))
 # The stand-in at the next version, from the same source: upgrades and rollbacks between
 # engine versions on sandbox nodes (tests/e2e/test_engine_venvs.py).
 NEXT_STANDIN := 0.5.24+sandbox
@@ -45,11 +48,11 @@ sandbox-down:
 	$(PYTHON) sandbox/sandbox.py down
 
 deploy: wheels
-	$(PYINFRA) -y $(INVENTORY) deploy.py
+	$(PYINFRA) -y $(INVENTORY) deploy.py $(LIMIT_ARGS)
 
 # What a deploy would change, with diffs (secret values shown as ***); changes nothing.
 plan: wheels
-	$(PYINFRA) $(INVENTORY) deploy.py --dry --diff < /dev/null
+	$(PYINFRA) $(INVENTORY) deploy.py --dry --diff $(LIMIT_ARGS) < /dev/null
 
 # testinfra assertions, then the per-host report (also as JSON, for machines), printed whether
 # or not an assertion failed; fails when either did. Secret values never appear in either.
