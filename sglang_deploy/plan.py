@@ -46,6 +46,7 @@ class NodePlan:
     venvs_dir: str = ""  # one engine venv per pin set (group_data/all.py)
     venvs_keep: int = 0
     venv: str | None = None  # this pin set's venv on the node: bind_venv() names it
+    os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
 
     def bind_venv(self, python_version: str) -> str:
         """Name the venv of this plan's pin set on a node whose ``engine.python`` is
@@ -58,7 +59,6 @@ class NodePlan:
         if not self.profile.hook.system_wide:
             self.hook_python = f"{self.venv}/bin/python"
         return self.venv
-    os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
 
     @property
     def wheels_dir(self):
