@@ -48,6 +48,7 @@ class NodePlan:
     venvs_dir: str = ""  # one engine venv per pin set (group_data/all.py)
     venvs_keep: int = 0
     venv: str | None = None  # this pin set's venv on the node: bind_venv() names it
+    os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
 
     os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
     models: list = field(default_factory=list)  # model_staging.StagingTarget: what is staged

@@ -21,9 +21,10 @@ import time
 import urllib.request
 
 if __package__:
-    from . import decode_rate, result, status
+    from . import decode_rate, lastgood, result, status
 else:  # run as a script: the siblings' directory is on sys.path
     import decode_rate
+    import lastgood
     import result
     import status
 
@@ -75,8 +76,7 @@ def baseline_of(history, profile):
 
 def last_good_profile(directory):
     try:
-        with open(os.path.join(directory, "manifest.json")) as f:
-            return json.load(f).get("profile")
+        return (lastgood.load(directory) or {}).get("profile")
     except (OSError, ValueError):
         return None
 

@@ -51,7 +51,7 @@ def venvs():
 
 
 class Load(threading.Thread):
-    """Requests one after another against the node: (time, version served or None) each."""
+    """Requests one after another against the node: (wall clock, version served or None)."""
 
     def __init__(self):
         super().__init__(daemon=True)
@@ -67,7 +67,7 @@ class Load(threading.Thread):
                     ok = answer.status == 200
             except OSError:
                 ok = False
-            self.answers.append((time.monotonic(), served_version() if ok else None))
+            self.answers.append((time.time(), served_version() if ok else None))
             time.sleep(0.05)
 
 
@@ -106,6 +106,17 @@ def first(versions):
     return live()
 
 
+def mtime(path, follow=False):
+    """A path's modification time on the node (the link itself unless ``follow``)."""
+    return float(ssh(NODE, f"stat {'-L ' if follow else ''}-c %.9Y {path}").strip())
+
+
+def server_started():
+    """When the unit's running server process started, wall clock, to the second."""
+    return float(ssh(NODE, 'date -d "$(systemctl show -p ExecMainStartTimestamp --value '
+                           'sglang.service)" +%s').strip())
+
+
 def test_an_upgrade_under_load_serves_the_old_venv_until_the_restart_then_the_new(versions, first):
     old_link, old_exe = first
     assert old_exe == old_link and old_link.startswith(f"{VENVS}/sglang-0.5.23+sandbox-")
@@ -114,14 +125,11 @@ def test_an_upgrade_under_load_serves_the_old_venv_until_the_restart_then_the_ne
     started = time.monotonic()
     upgrade = start_deploy({NODE: versions["0.5.24"]}, limit=NODE)
     try:
-        # The engine step is done, the restart not begun: the new venv is there beside the old,
-        # and the old server still runs from the old one, untouched.
+        # The engine step is done: the new venv is there beside the old, finished.
         seen = wait_for_output(upgrade, "Env directory", timeout=180)
         built = time.monotonic()
         new = [v for v in venvs() if v.startswith("sglang-0.5.24+sandbox-")]
         assert new, seen[-3000:]
-        assert live() == (old_link, old_link)
-        assert served_version() == "0.5.23+sandbox"
         rest, _ = upgrade.communicate(timeout=300)
     finally:
         load.stopped.set()
@@ -130,16 +138,25 @@ def test_an_upgrade_under_load_serves_the_old_venv_until_the_restart_then_the_ne
     done = time.monotonic()
     new_venv = f"{VENVS}/{new[0]}"
     assert live() == (new_venv, new_venv)
-    served = [v for _, v in load.answers if v]
-    assert served[0] == "0.5.23+sandbox" and served[-1] == "0.5.24+sandbox"
+    # When things happened, from the node's own clocks (the sandbox shares the controller's):
+    # the build finished, then the link was switched, then the new server started, seconds later;
+    # nothing but the old server answered before the switch.
+    finished = mtime(f"{new_venv}/.sglang-deploy-venv.json")
+    switched = mtime(LINK)
+    restarted = server_started()
+    assert finished < switched <= restarted + 1 < switched + 15, (finished, switched, restarted)
+    served = [(t, v) for t, v in load.answers if v]
+    assert served[0][1] == "0.5.23+sandbox" and served[-1][1] == "0.5.24+sandbox"
+    assert all(v == "0.5.23+sandbox" for t, v in served if t < switched), served
     # Never the old version again once the new one answered: the switch happened once.
-    assert "0.5.23+sandbox" not in served[served.index("0.5.24+sandbox"):]
-    assert all(v == "0.5.23+sandbox" for t, v in load.answers if v and t < built)
+    versions_served = [v for _, v in served]
+    assert "0.5.23+sandbox" not in versions_served[versions_served.index("0.5.24+sandbox"):]
     assert ssh(NODE, f"test -x {old_link}/bin/python && echo kept").strip() == "kept"
     sizes = ssh(NODE, f"du -sm {VENVS}/*")
-    print(f"\nupgrade under load: {done - started:.1f}s (build {built - started:.1f}s); "
-          f"{len(load.answers)} requests, {sum(v is None for _, v in load.answers)} unanswered "
-          f"during the restart; MiB per venv:\n{sizes}")
+    print(f"\nupgrade under load: {done - started:.1f}s (build {built - started:.1f}s, switch "
+          f"{switched - finished:.1f}s after it); {len(load.answers)} requests, "
+          f"{sum(v is None for _, v in load.answers)} unanswered during the restart; "
+          f"MiB per venv:\n{sizes}")
 
 
 def test_a_new_version_that_crashes_is_rolled_back_to_the_old_venv_without_a_download(versions):

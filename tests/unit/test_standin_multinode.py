@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy.node import group_join, sglang_log
-from test_standin_server import Standin, cmdline, free_port
+from test_standin_server import Standin, cmdline, free_port, standins  # noqa: F401 (fixture)
 
 FAST = {"SGLANG_STANDIN_LOAD_SECONDS": "0.4", "SGLANG_STANDIN_WARMUP_SECONDS": "0.2"}
 
@@ -38,17 +38,11 @@ def status_of(s, path="/health"):
 
 
 @pytest.fixture
-def nodes(tmp_path):
-    started = []
-
+def nodes(standins):
     def start(rank, dist_port, env=None, **kwargs):
-        s = Standin(tmp_path, node_args(rank, dist_port), env=dict(FAST, **(env or {})), **kwargs)
-        started.append(s)
-        return s
+        return standins(node_args(rank, dist_port), env=dict(FAST, **(env or {})), **kwargs)
 
-    yield start
-    for s in started:
-        s.kill()
+    return start
 
 
 # ====================================================================== a group that serves
