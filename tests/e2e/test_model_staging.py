@@ -45,7 +45,10 @@ def copies(output):
 @pytest.fixture(scope="module")
 def staged():
     subprocess.run([sys.executable, "sandbox/models/make_shard.py"], cwd=REPO_ROOT, check=True)
-    wipe(NODE)  # the node image's pre-created model directory stays: staged over
+    wipe(NODE)
+    # Back to the directory the node image pre-creates (config files, no shard, no manifest),
+    # whatever earlier deploys staged into it: staged over.
+    ssh(NODE, f"rm -rf {MANIFEST} {MODEL}/{SHARD} {MODEL}.sglang-deploy-staging")
     assert ssh(NODE, f"test -f {MODEL}/config.json && echo yes").strip() == "yes"
     run = deploy({NODE: "sandbox"}, limit=NODE)
     assert run.returncode == 0, run.output[-5000:]
