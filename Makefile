@@ -3,11 +3,17 @@
 
 PYTHON    ?= python3
 INVENTORY ?= inventory/sandbox.py
-NODES     ?= 1
+FLEET     ?=
+# FLEET=1: a local fleet (4 serving nodes and SGLang's router in front of them).
+NODES     ?= $(if $(FLEET),4,1)
+ROUTERS   ?= $(if $(FLEET),1,0)
 LIMIT     ?=
 PYINFRA   ?= $(PYTHON) -m pyinfra
 PYTEST    ?= $(PYTHON) -m pytest
 WHEELS    := build/wheels
+# SGLang's router and its dependencies, downloaded here once for nodes without internet.
+ROUTER_WHEELS := build/router-wheels
+ROUTER_PIN    ?= sglang-router==0.3.2
 
 .PHONY: help setup wheels sandbox sandbox-down deploy plan verify demo test test-unit test-e2e clean
 
@@ -17,7 +23,8 @@ help:
 	@echo "make deploy        pyinfra \$$INVENTORY deploy.py   (INVENTORY=inventory/gpu.py for real nodes)"
 	@echo "make plan          what a deploy would change (--dry --diff)"
 	@echo "make verify        testinfra checks against \$$INVENTORY"
-	@echo "make sandbox       boot NODES sandbox nodes; make sandbox-down stops them"
+	@echo "make sandbox       boot NODES sandbox nodes (+ ROUTERS router nodes); make sandbox-down stops them"
+	@echo "make demo FLEET=1  a local fleet: 4 nodes behind SGLang's router, rolling restarts"
 	@echo "make lint-profiles schema, flag names and NCCL lint of every profile"
 
 setup:
@@ -31,12 +38,18 @@ wheels:
 	$(PYTHON) -m sglang_deploy.wheel_normal $(WHEELS)/*.whl
 
 sandbox:
-	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES)
+	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES) --routers $(ROUTERS)
+
+# Router wheels for hosts without internet (kept: the pin decides what is inside).
+.PHONY: router-wheels
+router-wheels:
+	@ls $(ROUTER_WHEELS)/sglang_router-*.whl >/dev/null 2>&1 || \
+	  $(PYTHON) -m pip download --quiet --only-binary=:all: $(ROUTER_PIN) -d $(ROUTER_WHEELS)
 
 sandbox-down:
 	$(PYTHON) sandbox/sandbox.py down
 
-deploy: wheels
+deploy: wheels $(if $(filter-out 0,$(ROUTERS)),router-wheels)
 	$(PYINFRA) -y $(INVENTORY) deploy.py
 
 # What a deploy would change, with diffs (secret values shown as ***); changes nothing.

@@ -7,68 +7,108 @@ The server restarts only when something it runs changed; a re-run with nothing c
 reports no changes.
 """
 
-from pyinfra import host
+from pyinfra import host, inventory
 from pyinfra.operations import files
 from pyinfra.operations.util import any_changed
 
 from sglang_deploy import operations as sglang
 from sglang_deploy.cli import exit_on_deploy_error
+from sglang_deploy.fleet import is_router
+from sglang_deploy.fleet_plan import fleet_hosts, router_plan, rotation_for
+from sglang_deploy.operations import fleet as fleet_ops
 from sglang_deploy.outcome import report_at_exit
-from sglang_deploy.plan import plan_for, print_lint_warnings
+from sglang_deploy.plan import node_script_files, plan_for, plan_holder, print_lint_warnings
 
 # Every run ends with one line per host: deployed, unchanged, failed or unreachable (and why).
 report_at_exit()
 
-# 1. Read this host's profile and lint it; a bad profile or a lint error stops the run before
-#    any host is touched. Lint warnings are printed once per profile.
-with exit_on_deploy_error(host.name):
-    plan = plan_for(host.data)
-print_lint_warnings(plan)
+# A router host (the inventory's `routers` group) runs SGLang's router in front of the nodes:
+# its lock first (one rollout of the fleet at a time), its service after the nodes' steps.
+if is_router(host):
+    with exit_on_deploy_error(host.name):
+        router = router_plan(host.name, fleet_hosts(inventory))
+    sglang.deploy_lock(name="Rollout lock", path=f"{host.data.run_dir}/rollout.lock",
+                       wait_s=float(host.data.deploy_lock_wait_s),
+                       holder=plan_holder())
+    sglang.node_scripts(name="On-node scripts (router)", files=node_script_files(
+        host.data.sglang_deploy_dir))
+else:
+    # 1. Read this host's profile and lint it; a bad profile or a lint error stops the run before
+    #    any host is touched. Lint warnings are printed once per profile.
+    with exit_on_deploy_error(host.name):
+        plan = plan_for(host.data)
+        rotation = rotation_for(host.name, host.data, fleet_hosts(inventory),
+                                plan.profile.service.port)
+    print_lint_warnings(plan)
 
-# 2. One deploy at a time per node: wait for another operator's to end, or fail saying whose.
-sglang.deploy_lock(name="Deploy lock", path=plan.lock_path, wait_s=plan.lock_wait_s,
-                   holder=plan.lock_holder)
+    # 2. One deploy at a time per node: wait for another operator's to end, or fail saying whose.
+    sglang.deploy_lock(name="Deploy lock", path=plan.lock_path, wait_s=plan.lock_wait_s,
+                       holder=plan.lock_holder)
 
-# 3. Our on-node scripts (readiness gate, restart sequence, worker check, ...), as one set.
-sglang.node_scripts(name="On-node scripts", files=plan.node_scripts)
+    # 3. Our on-node scripts (readiness gate, restart sequence, worker check, ...), as one set.
+    sglang.node_scripts(name="On-node scripts", files=plan.node_scripts)
 
-# 4. Preflight, before anything the server runs from changes: can this configuration start here?
-sglang.preflight(name="Preflight", scripts=plan.scripts, repairing=bool(plan.repair),
-                 engine_ready=sglang.engine_matches(plan.profile.engine.venv,
-                                                    plan.profile.engine.packages))
+    # 4. Preflight, before anything the server runs from changes: can this configuration start here?
+    sglang.preflight(name="Preflight", scripts=plan.scripts, repairing=bool(plan.repair),
+                     engine_ready=sglang.engine_matches(plan.profile.engine.venv,
+                                                        plan.profile.engine.packages))
 
-# 5. Wheels the profile installs from (the sandbox's stand-in engine, or none).
-for wheel in plan.wheels:
-    sglang.binary_file(name=f"Wheel {wheel.name}", src=str(wheel),
-                       dest=f"{plan.wheels_dir}/{wheel.name}")
+    # 5. Wheels the profile installs from (the sandbox's stand-in engine, or none).
+    for wheel in plan.wheels:
+        sglang.binary_file(name=f"Wheel {wheel.name}", src=str(wheel),
+                           dest=f"{plan.wheels_dir}/{wheel.name}")
 
-# 6. The engine: a venv holding exactly the profile's pinned packages.
-engine = sglang.engine(name="Engine venv and pinned packages", venv=plan.profile.engine.venv,
-                       python=plan.profile.engine.python, packages=plan.profile.engine.packages,
-                       wheels_dir=plan.wheels_dir, repair=plan.repair)
+    # 6. The engine: a venv holding exactly the profile's pinned packages.
+    engine = sglang.engine(name="Engine venv and pinned packages", venv=plan.profile.engine.venv,
+                           python=plan.profile.engine.python, packages=plan.profile.engine.packages,
+                           wheels_dir=plan.wheels_dir, repair=plan.repair)
 
-# 7. The environment file the unit loads (root only: it may hold secrets).
-files.directory(name="Env directory", path=plan.env_dir, user="root", group="root", mode="0700")
-env_file = sglang.secret_file(name="Env file", dest=plan.env_path, content=plan.env_text,
-                              secret_values=plan.secret_values)
+    # 7. The environment file the unit loads (root only: it may hold secrets).
+    files.directory(name="Env directory", path=plan.env_dir, user="root", group="root", mode="0700")
+    env_file = sglang.secret_file(name="Env file", dest=plan.env_path, content=plan.env_text,
+                                  secret_values=plan.secret_values)
 
-# 8. The start-up hook: the same variables in any Python started by hand from the venv.
-hook = sglang.startup_hook(name="Start-up hook", python=plan.hook_python,
-                           module_text=plan.hook_module, pth_text=plan.hook_pth)
+    # 8. The start-up hook: the same variables in any Python started by hand from the venv.
+    hook = sglang.startup_hook(name="Start-up hook", python=plan.hook_python,
+                               module_text=plan.hook_module, pth_text=plan.hook_pth)
 
-# 9. The systemd unit, verified before it is installed; daemon-reload only when it changed.
-unit = sglang.unit_file(name="systemd unit", unit=plan.unit, content=plan.unit_text,
-                        staging_dir=plan.run_dir, unit_dir=plan.unit_dir)
+    # 9. The systemd unit, verified before it is installed; daemon-reload only when it changed.
+    unit = sglang.unit_file(name="systemd unit", unit=plan.unit, content=plan.unit_text,
+                            staging_dir=plan.run_dir, unit_dir=plan.unit_dir)
 
-# 10. Restart only when what the server runs changed, then gate until it serves; a start that
-#    fails its gate is rolled back to the last configuration that passed.
-sglang.restarted(name="Restart (configuration changed)", scripts=plan.scripts,
-                 hook_python=plan.hook_python, rollback=plan.rollback,
-                 _if=any_changed(engine, env_file, hook, unit))
+    # 10. Restart only when what the server runs changed, then gate until it serves; a start that
+    #    fails its gate is rolled back to the last configuration that passed.
+    #    In a fleet, out of rotation and in batches (rolling_batch): see sglang_deploy/fleet.py.
+    fleet_ops.rolled_restart(name="Restart (configuration changed)", scripts=plan.scripts,
+                             hook_python=plan.hook_python, rotation=rotation,
+                             profile_name=plan.profile.name, rollback=plan.rollback,
+                             _parallel=rotation.rolling.batch,
+                             _if=any_changed(engine, env_file, hook, unit))
 
-# 11. Enabled and serving, with every worker carrying the profile's environment.
-sglang.serving(name="Serving", scripts=plan.scripts, hook_python=plan.hook_python,
-               rollback=plan.rollback)
+    # 11. Enabled and serving, with every worker carrying the profile's environment.
+    sglang.serving(name="Serving", scripts=plan.scripts, hook_python=plan.hook_python,
+                   rollback=plan.rollback)
 
-# 12. A record on the controller of what the engine holds, to diff nodes or dates.
-sglang.manifest_recorded(name="Engine manifest", scripts=plan.scripts, profile=plan.profile)
+    # 12. A record on the controller of what the engine holds, to diff nodes or dates.
+    sglang.manifest_recorded(name="Engine manifest", scripts=plan.scripts, profile=plan.profile)
+
+
+# The router: its pinned venv, its unit (worker URLs, policy, health checks), a restart only
+# when either changed, then its gate (/readiness 200, every expected worker healthy).
+if is_router(host):
+    router_dir = f"{host.data.sglang_deploy_dir}/router-wheels"
+    for wheel in router.wheels:
+        sglang.binary_file(name=f"Router wheel {wheel.name}", src=str(wheel),
+                           dest=f"{router_dir}/{wheel.name}")
+    router_venv = sglang.engine(name="Router venv", venv=router.settings.venv,
+                                python=router.settings.python,
+                                packages=list(router.settings.packages),
+                                wheels_dir=router_dir if router.wheels else None)
+    router_unit = sglang.unit_file(name="Router unit", unit=router.unit,
+                                   content=router.unit_text, staging_dir=host.data.run_dir,
+                                   unit_dir=host.data.unit_dir)
+    fleet_ops.router_restarted(name="Router restart (configuration changed)", plan=router,
+                               scripts_dir=f"{host.data.sglang_deploy_dir}/node",
+                               _if=any_changed(router_venv, router_unit))
+    fleet_ops.router_serving(name="Router serving", plan=router,
+                             scripts_dir=f"{host.data.sglang_deploy_dir}/node")

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Sandbox nodes: Debian bookworm systemd-nspawn containers reachable over SSH on loopback.
 
-    python3 sandbox/sandbox.py up [--nodes N]   create/boot node1..nodeN (idempotent)
+    python3 sandbox/sandbox.py up [--nodes N] [--routers R]
+                                                create/boot node1..nodeN (idempotent), and
+                                                R more nodes recorded with role "router"
     python3 sandbox/sandbox.py down             stop every recorded node, remove per-node state
     python3 sandbox/sandbox.py status           one line per node
 
@@ -590,8 +592,17 @@ def paths():
     return sandbox_dir, sandbox_dir / "state.json", image
 
 
-def cmd_up(count):
-    """Make node1..node{count} run, keeping the healthy ones."""
+def with_roles(nodes, serving):
+    """The first `serving` nodes serve; the others run SGLang's router (role "router", on
+    their server port): the sandbox inventory groups those as `routers`."""
+    return [dict(node, role="router" if node_index(node["name"]) > serving else "node")
+            for node in nodes]
+
+
+def cmd_up(count, routers=0):
+    """Make node1..node{count+routers} run, keeping the healthy ones; the last `routers` of
+    them are router nodes."""
+    serving, count = count, count + routers
     check_host()
     sandbox_dir, state_file, image = paths()
     timeout = float(os.environ.get("SANDBOX_BOOT_TIMEOUT", "60"))
@@ -604,6 +615,7 @@ def cmd_up(count):
                   for i in range(1, count + 1)]
         rebuild = retire_unhealthy(wanted, by_name, key, min(timeout, 20))
         if not rebuild:
+            write_state(state_file, key, merge_nodes(recorded, with_roles(wanted, serving)))
             print(f"{count} node(s) already running")
             return
         fresh = [node_record(node_index(n["name"]), sandbox_dir) for n in rebuild]
@@ -612,7 +624,8 @@ def cmd_up(count):
         ensure_nspawn_tmpfs()
         started = time.monotonic()
         booting, errors = launch_all(fresh, image, key.with_suffix(".pub"))
-        write_state(state_file, key, merge_nodes(recorded, booting))
+        write_state(state_file, key, merge_nodes(recorded, with_roles(
+            merge_nodes([n for n in wanted if n not in rebuild], booting), serving)))
         if errors:
             raise errors[0]
         copied = time.monotonic()
@@ -702,6 +715,8 @@ def main(argv=None):
     up = sub.add_parser("up", help="create/boot nodes (idempotent)")
     up.add_argument("--nodes", type=int, default=os.environ.get("NODES") or "1",
                     help="number of nodes (default: $NODES or 1)")
+    up.add_argument("--routers", type=int, default=os.environ.get("ROUTERS") or "0",
+                    help="router nodes after the serving ones (default: $ROUTERS or 0)")
     sub.add_parser("down", help="stop nodes, remove per-node state")
     sub.add_parser("status", help="one line per node")
     args = parser.parse_args(argv)
@@ -709,7 +724,9 @@ def main(argv=None):
         if args.command == "up":
             if not 1 <= args.nodes <= 99:
                 raise SandboxError("--nodes must be between 1 and 99")
-            cmd_up(args.nodes)
+            if not 0 <= args.routers <= 9:
+                raise SandboxError("--routers must be between 0 and 9")
+            cmd_up(args.nodes, args.routers)
         elif args.command == "down":
             cmd_down()
         else:
