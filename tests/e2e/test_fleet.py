@@ -10,7 +10,8 @@ import threading
 
 import pytest
 
-from .sandbox import REPO_ROOT, deploy, nodes, profile_dir, unit_start, write_profile  # noqa: F401
+from .sandbox import (REPO_ROOT, deploy, nodes, profile_dir, ssh, unit_start,  # noqa: F401
+                      write_profile)
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 from fleet_load import Watcher, router_view, run_load  # noqa: E402
@@ -113,6 +114,23 @@ def test_crashing_config_stops_the_rollout(deployed, profile_dir):  # noqa: F811
     # The next run with the served profile changes nothing on the nodes not rolled.
     again = fleet_deploy("sandbox", names, router)
     assert again.returncode == 0, again.output[-3000:]
+
+
+def test_router_down_takes_no_node_out_of_rotation(deployed, profile_dir):  # noqa: F811
+    names, ports, router, router_port = deployed
+    changed = write_profile(profile_dir, "unrouted", """
+        extends: {profiles}/sandbox.yml
+        env:
+          SGLANG_STANDIN_WARMUP_SECONDS: 2
+    """)
+    ssh(router, "systemctl stop sglang-router.service")
+    starts = {name: unit_start(name) for name in names}
+    run = fleet_deploy(changed, names, router)
+    assert run.returncode != 0
+    assert "nothing was taken out of rotation" in run.output, run.output[-4000:]
+    assert all(unit_start(name) == starts[name] for name in names)
+    # The router's own steps still ran: it is back, with every node healthy.
+    assert sorted(router_view(router_port).values()) == [True] * len(names)
 
 
 def _worker_ids(router_port):

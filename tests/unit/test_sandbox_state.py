@@ -236,3 +236,10 @@ def test_apt_host_installs_what_is_missing_and_says_so(monkeypatch, capsys):
     assert calls[0][:2] == ["apt-get", "update"]
     assert calls[1][-2:] == ["debootstrap", "systemd-container"]
     assert "installing host prerequisites: debootstrap systemd-container" in capsys.readouterr().out
+
+
+def test_router_nodes_come_after_the_serving_ones(tmp_path):
+    nodes = [sandbox.node_record(i, tmp_path) for i in (1, 2, 3)]
+    roles = [(n["name"], n["role"]) for n in sandbox.with_roles(nodes, 2)]
+    assert roles == [("node1", "node"), ("node2", "node"), ("node3", "router")]
+    assert sandbox.main(["up", "--nodes", "2", "--routers", "10"]) == 1
