@@ -101,19 +101,21 @@ def test_crashing_config_stops_the_rollout(deployed, profile_dir):  # noqa: F811
     starts = {name: unit_start(name) for name in names}
     run = fleet_deploy(crashing, names, router)
     assert run.returncode != 0
-    first, *rest = names
-    assert f"rollout stopped at {first}" in run.output, run.output[-4000:]
-    assert "rolled back: serving" in run.output
+    # Exactly one node tried the new configuration (batch 1): rolled back and back in the router.
+    tried = [n for n in names if f"sglang-deploy: {n}: failed" in run.output
+             and "rolled back: serves" in _outcome_line(run.output, n)]
+    assert len(tried) == 1, run.output[-4000:]
+    first, rest = tried[0], [n for n in names if n != tried[0]]
+    assert f"rollout stopped at {first}" in run.output
     for name in rest:
         assert unit_start(name) == starts[name], f"{name} was restarted after the rollout stopped"
-        assert f"sglang-deploy: {name}: failed" in run.output
+        assert "not restarted: serves" in _outcome_line(run.output, name)
     assert sorted(router_view(router_port).values()) == [True] * len(names)
-    # The per-host report says what each node serves now.
-    assert f"{first}: failed" in run.output and "rolled back: serves" in run.output
-    assert "not restarted: serves" in run.output
-    # The next run with the served profile changes nothing on the nodes not rolled.
-    again = fleet_deploy("sandbox", names, router)
+    # Their files went back too: the next run of the profile they serve restarts nothing.
+    served = profile_dir / "rolled.yml"
+    again = fleet_deploy(str(served) if served.exists() else "sandbox", names, router)
     assert again.returncode == 0, again.output[-3000:]
+    assert "out of rotation" not in again.output
 
 
 def test_router_down_takes_no_node_out_of_rotation(deployed, profile_dir):  # noqa: F811
@@ -131,6 +133,11 @@ def test_router_down_takes_no_node_out_of_rotation(deployed, profile_dir):  # no
     assert all(unit_start(name) == starts[name] for name in names)
     # The router's own steps still ran: it is back, with every node healthy.
     assert sorted(router_view(router_port).values()) == [True] * len(names)
+
+
+def _outcome_line(output, name):
+    return next((line for line in output.splitlines()
+                 if line.startswith(f"sglang-deploy: {name}: ")), "")
 
 
 def _worker_ids(router_port):
