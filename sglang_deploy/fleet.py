@@ -169,8 +169,9 @@ def render_router_unit(router: RouterSettings, worker_urls) -> str:
 
 
 def batches(names, size):
-    """The order of a rolling restart: ``names`` in inventory order, ``size`` at a time
-    (pyinfra's ``_parallel`` batches the same way)."""
+    """A rolling restart's batches: ``names`` in their order, ``size`` at a time (pyinfra's
+    ``_parallel`` slices its active hosts the same way; router hosts, which have no restart,
+    count in a slice, so a batch restarts at most ``size`` nodes)."""
     if size < 1:
         raise ValueError("batch size must be at least 1")
     names = list(names)

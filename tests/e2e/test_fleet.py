@@ -145,3 +145,17 @@ def _worker_ids(router_port):
     with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
             f"http://127.0.0.1:{router_port}/workers", timeout=3) as answer:
         return sorted((w["url"], w["id"]) for w in json.loads(answer.read())["workers"])
+
+
+def test_verify_covers_the_router(deployed):
+    names, ports, router, router_port = deployed
+    routers_run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/host/test_router_host.py",
+         "--inventory", "inventory/sandbox.py", "--limit", router, "-v"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert routers_run.returncode == 0, routers_run.stdout[-3000:]
+    for check in ("router-packages", "router-unit", "router-workers"):
+        assert f"test_router_check[{router}-{check}] PASSED" in routers_run.stdout
+    table = subprocess.run([sys.executable, "-m", "sglang_deploy.summary", "inventory/sandbox.py",
+                            "--limit", router], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert table.returncode == 0 and f"http://127.0.0.1:{router_port}" in table.stdout, table.stdout
