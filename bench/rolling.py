@@ -96,7 +96,8 @@ def main():
             path.write_text(f"extends: {REPO}/profiles/sandbox.yml\n"
                             f"env:\n  SGLANG_STANDIN_LOAD_SECONDS: {seconds}\n")
             profiles[name] = str(path)
-        code, output, _ = deploy(profiles["slow-a"], names + router)
+        fast = ["--data", f"rolling_batch={len(names)}"]  # unmeasured steps: all at once
+        code, output, _ = deploy(profiles["slow-a"], names + router, fast)
         if code != 0:
             sys.exit(f"converging failed:\n{output[-4000:]}")
         lines = [f"rolling restart bench ({len(names)} nodes + router, load time "
@@ -106,7 +107,7 @@ def main():
                  + time.strftime(", %Y-%m-%d %H:%M)")]
         lines += measured("rolling, batch 1", profiles["slow-b"], names + router, ports,
                           router_port, args, [])
-        deploy(profiles["slow-a"], names + router)  # back, unmeasured
+        deploy(profiles["slow-a"], names + router, fast)  # back, unmeasured
         lines += measured(f"all at once (rolling_batch={len(names)})", profiles["slow-b"],
                           names + router, ports, router_port, args,
                           ["--data", f"rolling_batch={len(names)}"])
