@@ -5,7 +5,7 @@
 
 Needs sandbox nodes behind a router (`python3 sandbox/sandbox.py up --nodes 4 --routers 1`).
 Converges the fleet on the sandbox profile, then, twice — rolling (rolling_batch=1) and all at
-once (rolling_batch=N) — deploys a changed profile (a start that lasts --load-seconds, longer
+once (rolling_batch = nodes + routers: pyinfra batches the router host too) — deploys a changed profile (a start that lasts --load-seconds, longer
 than the router's retries) while a bounded load runs through the router on loopback: 4
 concurrent streaming chat requests, every 4th long (400 tokens), the others short. Reports
 requests sent / failed, the minimum number of nodes serving at any instant (/ping sampled every
@@ -51,7 +51,7 @@ def deploy(profile, names, extra=()):
     return done.returncode, done.stdout + done.stderr, time.monotonic() - started
 
 
-def measured(label, profile, names, ports, router_port, args, extra):
+def measured(label, profile, names, router, ports, router_port, args, extra):
     watcher = Watcher(router_port, ports)
     watcher.start()
     load = {}
@@ -60,7 +60,7 @@ def measured(label, profile, names, ports, router_port, args, extra):
         long_tokens=400, long_every=4)))
     client.start()
     time.sleep(2)  # the load is running before anything restarts
-    code, output, seconds = deploy(profile, names, extra)
+    code, output, seconds = deploy(profile, names + router, extra)
     client.join()
     watcher.stop.set()
     watcher.join()
@@ -96,7 +96,10 @@ def main():
             path.write_text(f"extends: {REPO}/profiles/sandbox.yml\n"
                             f"env:\n  SGLANG_STANDIN_LOAD_SECONDS: {seconds}\n")
             profiles[name] = str(path)
-        fast = ["--data", f"rolling_batch={len(names)}"]  # unmeasured steps: all at once
+        # pyinfra slices every active host, the router's too, into the batches: a batch of
+        # nodes + routers restarts every node at once.
+        everything = len(names) + len(router)
+        fast = ["--data", f"rolling_batch={everything}"]  # unmeasured steps: all at once
         code, output, _ = deploy(profiles["slow-a"], names + router, fast)
         if code != 0:
             sys.exit(f"converging failed:\n{output[-4000:]}")
@@ -105,12 +108,11 @@ def main():
                  + subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                                   capture_output=True, text=True).stdout.strip()
                  + time.strftime(", %Y-%m-%d %H:%M)")]
-        lines += measured("rolling, batch 1", profiles["slow-b"], names + router, ports,
+        lines += measured("rolling, batch 1", profiles["slow-b"], names, router, ports,
                           router_port, args, [])
         deploy(profiles["slow-a"], names + router, fast)  # back, unmeasured
-        lines += measured(f"all at once (rolling_batch={len(names)})", profiles["slow-b"],
-                          names + router, ports, router_port, args,
-                          ["--data", f"rolling_batch={len(names)}"])
+        lines += measured(f"all at once (rolling_batch={everything})", profiles["slow-b"],
+                          names, router, ports, router_port, args, fast)
     text = "\n".join(lines) + "\n"
     print(text)
     results = REPO / "bench" / "results"
