@@ -3,7 +3,10 @@
 
 PYTHON    ?= python3
 INVENTORY ?= inventory/sandbox.py
-NODES     ?= 1
+FLEET     ?=
+# FLEET=1: a local fleet (4 serving nodes and SGLang's router in front of them).
+NODES     ?= $(if $(FLEET),4,1)
+ROUTERS   ?= $(if $(FLEET),1,0)
 LIMIT     ?=
 # make verify DEEP=1: hash every model file against its manifest (sizes only otherwise).
 DEEP      ?=
@@ -17,6 +20,9 @@ LIMIT_ARGS = $(addprefix --limit ,$(subst $(comma), ,$(LIMIT)))
 # engine versions on sandbox nodes (tests/e2e/test_engine_venvs.py).
 NEXT_STANDIN := 0.5.24+sandbox
 NEXT_WHEELS  := build/wheels-next
+# SGLang's router and its dependencies, downloaded here once for nodes without internet.
+ROUTER_WHEELS := build/router-wheels
+ROUTER_PIN    ?= sglang-router==0.3.2
 
 .PHONY: help setup wheels sandbox sandbox-down deploy plan verify demo test test-unit test-e2e clean
 
@@ -26,7 +32,8 @@ help:
 	@echo "make deploy        pyinfra \$$INVENTORY deploy.py   (INVENTORY=inventory/gpu.py for real nodes)"
 	@echo "make plan          what a deploy would change (--dry --diff)"
 	@echo "make verify        testinfra checks against \$$INVENTORY"
-	@echo "make sandbox       boot NODES sandbox nodes; make sandbox-down stops them"
+	@echo "make sandbox       boot NODES sandbox nodes (+ ROUTERS router nodes); make sandbox-down stops them"
+	@echo "make demo FLEET=1  a local fleet: 4 nodes behind SGLang's router, rolling restarts"
 	@echo "make lint-profiles schema, flag names and NCCL lint of every profile"
 	@echo "make report        reports/index.html: decode tok/s per node and profile over time"
 
@@ -49,12 +56,18 @@ standin-model:
 
 # BARE=1: every node boots from the bare image (a fresh OS: the deploy installs what it needs).
 sandbox:
-	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES) $(if $(BARE),--bare $(NODES))
+	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES) $(if $(BARE),--bare $(NODES)) --routers $(ROUTERS)
+
+# Router wheels for hosts without internet (kept: the pin decides what is inside).
+.PHONY: router-wheels
+router-wheels:
+	@ls $(ROUTER_WHEELS)/sglang_router-*.whl >/dev/null 2>&1 || \
+	  $(PYTHON) -m pip download --quiet --only-binary=:all: $(ROUTER_PIN) -d $(ROUTER_WHEELS)
 
 sandbox-down:
 	$(PYTHON) sandbox/sandbox.py down
 
-deploy: wheels
+deploy: wheels $(if $(filter-out 0,$(ROUTERS)),router-wheels)
 	$(PYINFRA) -y $(INVENTORY) deploy.py $(LIMIT_ARGS)
 
 # What a deploy would change, with diffs (secret values shown as ***); changes nothing.

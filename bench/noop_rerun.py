@@ -67,22 +67,29 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--routers", type=int, default=0,
+                        help="router nodes after the serving ones, in both runs (a fleet)")
     args = parser.parse_args(argv)
     subprocess.run(["make", "-s", "wheels"], cwd=REPO, check=True)
-    subprocess.run([sys.executable, "sandbox/sandbox.py", "up", "--nodes", str(args.nodes)],
-                   cwd=REPO, check=True)
-    hosts = [arg for i in range(1, args.nodes + 1) for arg in ("--limit", f"node{i}")]
+    if args.routers:
+        subprocess.run(["make", "-s", "router-wheels"], cwd=REPO, check=True)
+    subprocess.run([sys.executable, "sandbox/sandbox.py", "up", "--nodes", str(args.nodes),
+                    "--routers", str(args.routers)], cwd=REPO, check=True)
+    routers = [arg for i in range(args.nodes + 1, args.nodes + args.routers + 1)
+               for arg in ("--limit", f"node{i}")]
+    hosts = [arg for i in range(1, args.nodes + 1) for arg in ("--limit", f"node{i}")] + routers
     converge_s, _, _ = pyinfra(hosts)
-    rows = [measure("1 node", ["--limit", "node1"], args.runs),
+    rows = [measure("1 node" + (" + router" if routers else ""), ["--limit", "node1", *routers],
+                    args.runs),
             measure(f"{args.nodes} nodes", hosts, args.runs)]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                             capture_output=True, text=True).stdout.strip()
-    lines = [f"no-op re-run of deploy.py on sandbox nodes (commit {commit}, "
+    lines = [f"no-op re-run of deploy.py on sandbox nodes{' behind a router' if routers else ''} (commit {commit}, "
              f"{time.strftime('%Y-%m-%d %H:%M')}, converge of {args.nodes} nodes first: {converge_s:.1f} s)",
-             "", f"{'run':<10} {'median s':>9} {'min s':>7} {'max s':>7} {'SSH commands/host':>18} "
+             "", f"{'run':<16} {'median s':>9} {'min s':>7} {'max s':>7} {'SSH commands/host':>18} "
              f"{'transfers/host':>15}"]
     for r in rows:
-        lines.append(f"{r['label']:<10} {r['median_s']:>9.2f} {r['min_s']:>7.2f} {r['max_s']:>7.2f} "
+        lines.append(f"{r['label']:<16} {r['median_s']:>9.2f} {r['min_s']:>7.2f} {r['max_s']:>7.2f} "
                      f"{r['commands_per_host']:>18.0f} {r['transfers_per_host']:>15.0f}")
     lines.append(f"\n{args.nodes} nodes / 1 node: {rows[1]['median_s'] / rows[0]['median_s']:.2f}x the time")
     text = "\n".join(lines)

@@ -57,3 +57,42 @@ venvs_keep = 3
 # Free disk (GiB) that must remain beside the engine venvs: a new venv needs the live one's
 # size plus this; preflight refuses before anything is built or stopped.
 venv_min_free_gib = 2.0
+
+# -- Fleets: SGLang's router and rolling restarts (sglang_deploy/fleet.py) --------------------
+# Hosts of the inventory's `routers` group run SGLang's router in front of every serving node.
+# How other hosts reach a host (routers -> nodes, nodes -> routers); default: its ssh_hostname.
+fleet_address = None
+# The router: pinned packages in a venv of its own, installed from `router_find_links` (a
+# directory of wheels on the controller, uploaded; `make router-wheels`) or from the index.
+router_packages = ["sglang-router==0.3.2"]
+router_find_links = None
+router_venv = "/opt/sglang-router/venv"
+router_python = "python3"
+router_bind = "0.0.0.0"
+router_port = 30000
+# The router's Prometheus exporter (it will not start when this port is taken).
+router_prometheus_port = 29000
+# One of sglang-router's policies: random, round_robin, cache_aware, power_of_two, manual.
+router_policy = "round_robin"
+# The router's own health checks of its workers (its defaults are far slower: a node that
+# comes back would wait a minute for its first check).
+router_health_check_interval_s = 2
+router_health_check_timeout_s = 5
+router_health_failure_threshold = 3
+router_health_success_threshold = 1
+# Extra arguments for sglang_router.launch_router, e.g. ["--retry-max-retries", "3"].
+router_extra_args = []
+# How long the router's gate waits for /readiness 200 and every worker healthy.
+router_gate_timeout_s = 120
+# A run that restarts nodes restarts `rolling_batch` at a time: each is taken out of every
+# router, drained (up to rolling_drain_timeout_s), restarted through its gate, put back and
+# waited for until every router lists it healthy (up to rolling_healthy_timeout_s). Once more
+# than `rolling_max_failures` nodes failed, the rollout stops: later nodes keep their previous
+# configuration. Without routers the batches still keep the other nodes serving.
+rolling_batch = 1
+rolling_max_failures = 0
+rolling_drain_timeout_s = 120
+rolling_healthy_timeout_s = 120
+# A router that does not answer before a node leaves rotation stops the rollout; true rolls on
+# without it (that router then keeps sending to the restarting node until its health check).
+rolling_without_routers = False

@@ -1,10 +1,12 @@
-"""Real GPU nodes, from inventory/hosts.yml (or the file $SGLANG_DEPLOY_HOSTS names).
+"""Real GPU nodes, from inventory/hosts.yml (or the file $SGLANG_DEPLOY_HOSTS names), and the
+SGLang routers in front of them (its `routers:` section: the `routers` group).
 
 The file's format is documented in inventory/hosts.example.yml.
 """
 
-from sglang_deploy.inventory import gpu_hosts
+from sglang_deploy.inventory import gpu_hosts, gpu_routers
 from sglang_deploy.cli import exit_on_deploy_error
 
 with exit_on_deploy_error():
     gpu = gpu_hosts()
+    routers = gpu_routers()

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Sandbox nodes: Debian bookworm systemd-nspawn containers reachable over SSH on loopback.
 
-    python3 sandbox/sandbox.py up [--nodes N] [--bare B]   create/boot node1..nodeN (idempotent);
-                                                the last B boot from the bare image
+    python3 sandbox/sandbox.py up [--nodes N] [--bare B] [--routers R]
+                                                create/boot node1..nodeN (idempotent): the
+                                                last B of them boot from the bare image, and
+                                                R more nodes are recorded with role "router"
     python3 sandbox/sandbox.py down             stop every recorded node, remove per-node state
     python3 sandbox/sandbox.py status           one line per node
 
@@ -614,8 +616,17 @@ def paths():
     return sandbox_dir, sandbox_dir / "state.json", image
 
 
-def cmd_up(count, bare=0):
-    """Make node1..node{count} run, keeping the healthy ones; the last `bare` boot bare."""
+def with_roles(nodes, serving):
+    """The first `serving` nodes serve; the others run SGLang's router (role "router", on
+    their server port): the sandbox inventory groups those as `routers`."""
+    return [dict(node, role="router" if node_index(node["name"]) > serving else "node")
+            for node in nodes]
+
+
+def cmd_up(count, bare=0, routers=0):
+    """Make node1..node{count+routers} run, keeping the healthy ones: the last `bare` serving
+    nodes boot bare, the last `routers` of them all are router nodes."""
+    serving, count = count, count + routers
     check_host()
     sandbox_dir, state_file, image = paths()
     timeout = float(os.environ.get("SANDBOX_BOOT_TIMEOUT", "60"))
@@ -624,11 +635,12 @@ def cmd_up(count, bare=0):
         key = ensure_key(sandbox_dir)
         recorded = read_state(state_file)["nodes"]
         by_name = {n["name"]: n for n in recorded}
-        bares = bare_indices(count, bare)
+        bares = bare_indices(serving, bare)
         wanted = [by_name.get(f"node{i}") or node_record(i, sandbox_dir, bare=i in bares)
                   for i in range(1, count + 1)]
         rebuild = retire_unhealthy(wanted, by_name, key, min(timeout, 20), bares)
         if not rebuild:
+            write_state(state_file, key, merge_nodes(recorded, with_roles(wanted, serving)))
             print(f"{count} node(s) already running")
             return
         fresh = [node_record(node_index(n["name"]), sandbox_dir,
@@ -640,7 +652,8 @@ def cmd_up(count, bare=0):
         ensure_nspawn_tmpfs()
         started = time.monotonic()
         booting, errors = launch_all(fresh, images, key.with_suffix(".pub"))
-        write_state(state_file, key, merge_nodes(recorded, booting))
+        write_state(state_file, key, merge_nodes(recorded, with_roles(
+            merge_nodes([n for n in wanted if n not in rebuild], booting), serving)))
         if errors:
             raise errors[0]
         copied = time.monotonic()
@@ -737,8 +750,10 @@ def main(argv=None):
     up.add_argument("--nodes", type=int, default=os.environ.get("NODES") or "1",
                     help="number of nodes (default: $NODES or 1)")
     up.add_argument("--bare", type=int, default=0, metavar="B",
-                    help="the last B nodes boot from the bare image (a fresh OS: no "
+                    help="the last B serving nodes boot from the bare image (a fresh OS: no "
                          "python3-venv, curl or model directory); default 0")
+    up.add_argument("--routers", type=int, default=os.environ.get("ROUTERS") or "0",
+                    help="router nodes after the serving ones (default: $ROUTERS or 0)")
     sub.add_parser("down", help="stop nodes, remove per-node state")
     sub.add_parser("status", help="one line per node")
     args = parser.parse_args(argv)
@@ -746,7 +761,9 @@ def main(argv=None):
         if args.command == "up":
             if not 1 <= args.nodes <= 99:
                 raise SandboxError("--nodes must be between 1 and 99")
-            cmd_up(args.nodes, args.bare)
+            if not 0 <= args.routers <= 9:
+                raise SandboxError("--routers must be between 0 and 9")
+            cmd_up(args.nodes, args.bare, args.routers)
         elif args.command == "down":
             cmd_down()
         else:

@@ -26,6 +26,7 @@ HOSTS_FILE_VAR = "SGLANG_DEPLOY_HOSTS"
 DEFAULT_HOSTS_FILE = REPO_ROOT / "inventory" / "hosts.yml"
 SANDBOX_STATE_FILE = REPO_ROOT / ".sandbox" / "state.json"
 SANDBOX_PROFILE = "sandbox"
+SANDBOX_ROUTER_WHEELS = "build/router-wheels"
 # Per-node profiles for the sandbox, e.g. "node1=sandbox,node2=sandbox-eagle3".
 SANDBOX_PROFILES_VAR = "SGLANG_DEPLOY_SANDBOX_PROFILES"
 
@@ -41,6 +42,24 @@ class HostEntry(BaseModel):
     ssh_key: Optional[str] = None
     profile: Optional[str] = None
     profile_overrides: dict[str, Any] = Field(default_factory=dict)
+    # How routers reach this node (default: ssh_hostname).
+    fleet_address: Optional[str] = None
+
+
+class RouterEntry(BaseModel):
+    """One router host: SSH keys plus its router_* settings (group_data/all.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ssh_hostname: Optional[str] = None
+    ssh_user: Optional[str] = None
+    ssh_port: Optional[int] = Field(default=None, ge=1, le=65535)
+    ssh_key: Optional[str] = None
+    fleet_address: Optional[str] = None
+    router_port: Optional[int] = None
+    router_prometheus_port: Optional[int] = None
+    router_policy: Optional[str] = None
+    router_extra_args: Optional[list[str]] = None
 
 
 class HostsFile(BaseModel):
@@ -48,6 +67,9 @@ class HostsFile(BaseModel):
 
     defaults: HostEntry = Field(default_factory=HostEntry)
     hosts: dict[str, Optional[HostEntry]]
+    routers: dict[str, Optional[RouterEntry]] = Field(default_factory=dict)
+    # Fleet-wide settings for every host: rolling_* and router_* keys of group_data/all.py.
+    fleet: dict[str, Any] = Field(default_factory=dict)
 
 
 def hosts_file_path() -> Path:
@@ -56,6 +78,15 @@ def hosts_file_path() -> Path:
 
 def gpu_hosts(path: Optional[Path] = None) -> list[tuple[str, dict]]:
     """Hosts from the operator's hosts file; DeployError (no traceback) when unusable."""
+    return _read_hosts_file(path)[0]
+
+
+def gpu_routers(path: Optional[Path] = None) -> list[tuple[str, dict]]:
+    """The hosts file's routers (its `routers:` section), as the `routers` group."""
+    return _read_hosts_file(path)[1]
+
+
+def _read_hosts_file(path):
     path = Path(path or hosts_file_path())
     if not path.is_file():
         raise DeployError(
@@ -73,13 +104,25 @@ def gpu_hosts(path: Optional[Path] = None) -> list[tuple[str, dict]]:
         raise DeployError(f"{path}: {where}: {first['msg']}") from None
     if not parsed.hosts:
         raise DeployError(f"{path}: no hosts listed under 'hosts:'")
+    unknown = [key for key in parsed.fleet if not key.startswith(("rolling_", "router_"))]
+    if unknown:
+        raise DeployError(f"{path}: fleet: {unknown[0]}: only rolling_* and router_* settings "
+                          "(group_data/all.py) belong here")
     defaults = parsed.defaults.model_dump(exclude_none=True, exclude_defaults=True)
     hosts = []
     for name, entry in parsed.hosts.items():
         data = {**defaults, **(entry.model_dump(exclude_none=True, exclude_defaults=True) if entry else {})}
         data.setdefault("ssh_hostname", name)
-        hosts.append((name, data))
-    return hosts
+        hosts.append((name, {**parsed.fleet, **data}))
+    ssh_defaults = {k: v for k, v in defaults.items() if k.startswith("ssh_")}
+    routers = []
+    for name, entry in parsed.routers.items():
+        if name in parsed.hosts:
+            raise DeployError(f"{path}: routers: {name} is also under hosts")
+        data = {**ssh_defaults, **(entry.model_dump(exclude_none=True) if entry else {})}
+        data.setdefault("ssh_hostname", name)
+        routers.append((name, {**parsed.fleet, **data, "role": "router"}))
+    return hosts, routers
 
 
 def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict]]:
@@ -90,6 +133,8 @@ def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict
     chosen = _profile_choices(os.environ.get(SANDBOX_PROFILES_VAR, ""))
     hosts = []
     for node in state["nodes"]:
+        if node.get("role") == "router":
+            continue
         hosts.append((node["name"], {
             "ssh_hostname": node["ssh_host"],
             "ssh_port": node["ssh_port"],
@@ -102,6 +147,28 @@ def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict
             "profile_overrides": {"service": {"port": node["server_port"]}},
         }))
     return hosts
+
+
+def sandbox_routers(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict]]:
+    """Sandbox nodes recorded with role router (`sandbox.py up --routers N`): SGLang's router
+    on the node's server port, installed from the wheels `make router-wheels` downloads on the
+    controller (the nodes have no internet)."""
+    if not state_file.is_file():
+        return []
+    state = json.loads(state_file.read_text())
+    return [(node["name"], {
+        "ssh_hostname": node["ssh_host"],
+        "ssh_port": node["ssh_port"],
+        "ssh_user": node["ssh_user"],
+        "ssh_key": state["key"],
+        "ssh_strict_host_key_checking": "off",
+        "ssh_known_hosts_file": "/dev/null",
+        "role": "router",
+        "router_port": node["server_port"],
+        # Nodes share the host's network: each router its own exporter port.
+        "router_prometheus_port": node["server_port"] - 1000,
+        "router_find_links": SANDBOX_ROUTER_WHEELS,
+    }) for node in state["nodes"] if node.get("role") == "router"]
 
 
 def _profile_choices(spec: str) -> dict[str, str]:

@@ -103,6 +103,15 @@ def report_lines(outcomes) -> list:
         f"sglang-deploy: exit status {status}: {EXIT_DESCRIPTIONS[status]}"]
 
 
+def with_rollout_notes(outcomes, notes=None):
+    """Each host's outcome with what it serves after a rolling restart, where one ran."""
+    if notes is None:
+        from .operations.fleet import ROLLOUT
+        notes = ROLLOUT["run"].notes if "run" in ROLLOUT else {}
+    return [Outcome(o.host, o.state, "; ".join(filter(None, [o.why, notes.get(o.host)])))
+            for o in outcomes]
+
+
 def _count(n, noun):
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
@@ -204,7 +213,7 @@ def report_at_exit():
 def _report(state, recorder):
     if not recorder.report or not getattr(state, "initialised", False):
         return
-    outcomes = recorder.outcomes(state)
+    outcomes = with_rollout_notes(recorder.outcomes(state))
     if not outcomes:
         return
     sys.stdout.flush()

@@ -49,8 +49,6 @@ class NodePlan:
     venvs_keep: int = 0
     venv: str | None = None  # this pin set's venv on the node: bind_venv() names it
     os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
-
-    os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
     models: list = field(default_factory=list)  # model_staging.StagingTarget: what is staged
     hf_venv: str | None = None    # the Hub client's venv, when a model comes from the Hub
     hf_pin: str | None = None
@@ -81,8 +79,18 @@ class NodePlan:
     @property
     def node_scripts(self):
         """(local path, remote path) of every on-node script."""
-        return [(path, f"{self.deploy_dir}/node/{path.name}")
-                for path in sorted(NODE_SCRIPTS_DIR.glob("*.py")) if path.name != "__init__.py"]
+        return node_script_files(self.deploy_dir)
+
+
+def node_script_files(deploy_dir):
+    """(local path, remote path) of every on-node script under ``deploy_dir``/node."""
+    return [(path, f"{deploy_dir}/node/{path.name}")
+            for path in sorted(NODE_SCRIPTS_DIR.glob("*.py")) if path.name != "__init__.py"]
+
+
+def plan_holder():
+    """Who holds a lock this run takes: shown to whoever waits for it."""
+    return f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
 
 
 def plan_for(data, operator_env=None) -> NodePlan:
@@ -124,7 +132,7 @@ def plan_for(data, operator_env=None) -> NodePlan:
                             min_free_gib=float(_setting(data, "venv_min_free_gib"))),
         lock_path=f"{run_dir}/{service}.lock",
         lock_wait_s=float(_get(data, "deploy_lock_wait_s")),
-        lock_holder=f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}",
+        lock_holder=plan_holder(),
         rollback=_flag(_get(data, "rollback")),
         repair=((f"{deploy_dir}/node", profile.engine.drift_check)
                 if _flag(_get(data, "repair")) else None),

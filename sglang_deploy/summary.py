@@ -20,6 +20,7 @@ from .cli import exit_on_deploy_error
 from .check import FAILED, OK, WARNING, Check
 from .inventory import inventory_hosts, testinfra_host
 from .plan import plan_for
+from .router_summary import is_router, print_router_table, router_report
 from .redact import Redactor
 
 COLUMNS = ("host", "checked against", *(entry.column for entry in checks.REGISTRY if entry.column),
@@ -70,17 +71,22 @@ def main(argv=None):
     args = parser.parse_args(argv)
     limit = set(filter(None, args.limit.split(",")))
     with exit_on_deploy_error():
-        reports = [host_report(name, data) for name, data in inventory_hosts(args.inventory)
-                   if not limit or name in limit]
+        everything = inventory_hosts(args.inventory)
+        reports = [host_report(name, data) for name, data in everything
+                   if (not limit or name in limit) and not is_router(data)]
+        routers = [router_report(name, data, everything) for name, data in everything
+                   if (not limit or name in limit) and is_router(data)]
     print_table([COLUMNS] + [row(r) for r in reports])
     for report in reports:
         for c in report["checks"]:
             if c["state"] != OK:
                 print(f"{report['host']}: {c['name']}: {c['state']}: {c['detail']}")
+    if routers:
+        print_router_table(routers)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(reports, indent=2) + "\n")
-    return 1 if any(failed(r) for r in reports) else 0
+        Path(args.json).write_text(json.dumps(reports + routers, indent=2) + "\n")
+    return 1 if any(failed(r) for r in reports + routers) else 0
 
 
 if __name__ == "__main__":

@@ -50,14 +50,14 @@ def read(path) -> list:
     return entries
 
 
-def took_note(host_name, found, reports=REPORTS):
+def took_note(host_name, found, reports=None):
     """From a restart cycle's result line: record its decode check, keep its phrase for the
     outcome line and return (phrase, log level: 'info' | 'warning' | 'error'), or None when
     no check ran."""
     entry = found.get("throughput")
     if not entry:
         return None
-    record(host_name, entry, reports)
+    record(host_name, entry, reports or REPORTS)
     text = NOTES[host_name] = phrase(entry)
     if not entry.get("regression"):
         return f"decode check: {text}", "info"

@@ -5,16 +5,17 @@ Each operation yields commands only when the node differs from what is asked, an
 """
 
 from .engine import engine, engine_matches
+from .fleet import rolled_restart, router_restarted, router_serving
 from .files import (HOOK_FILE, HOOK_PTH, binary_file, pth_directory, secret_file, startup_hook,
                     unit_file)
 from .lock import deploy_lock
 from .model import model_staged
 from .records import manifest_recorded
 from .scripts import node_scripts
-from .service import preflight, restarted, serving
+from .service import preflight, serving
 from .venvs import old_venvs_pruned
 
 __all__ = ["engine", "engine_matches", "binary_file", "secret_file", "startup_hook", "unit_file",
-           "pth_directory", "HOOK_FILE", "HOOK_PTH", "deploy_lock", "preflight", "restarted", "serving",
-           "manifest_recorded", "node_scripts", "old_venvs_pruned",
-           "model_staged"]
+           "pth_directory", "HOOK_FILE", "HOOK_PTH", "deploy_lock", "preflight", "rolled_restart",
+           "serving", "router_restarted", "router_serving", "manifest_recorded", "node_scripts",
+           "old_venvs_pruned", "model_staged"]

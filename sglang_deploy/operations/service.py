@@ -1,5 +1,6 @@
-"""The server's lifecycle: preflight, restart through the readiness gate with rollback, and
-"serving" checks that leave a serving node alone."""
+"""The server's lifecycle: preflight, the restart cycle through the readiness gate with rollback
+(run by operations/fleet.py's rolled_restart, out of rotation), and "serving" checks that leave
+a serving node alone."""
 
 import shlex
 
@@ -82,21 +83,30 @@ def _record_last_good(host, scripts, hook_python):
                               scripts.save_last_good(hook_paths(hook_python)))])
 
 
+def run_cycle(host, command):
+    """Run a restart cycle (node/cycle.py, or rotation.py around it), streaming its output; its
+    result (None when it printed none) and output. Failed steps and the decode check's figure
+    are said here, once for every caller."""
+    _, output = host.run_shell_command(StringCommand(command), print_output=True)
+    found = result.parse(output.stdout_lines)
+    if found is None:
+        return None, output
+    for step in found.get("steps", []):
+        if step["status"] != status.READY:
+            host.log_styled(f"{step['step']} failed: {step['cause']}", fg="red", log_func=logger.error)
+    _say_decode_check(host, found)
+    return found, output
+
+
 def _restart_or_roll_back(state, host, scripts, hook_python, rollback):
     """The restart cycle, on the node in one call (node/cycle.py): preflight, restart on the
     new configuration, gate, workers, record; if it does not pass the gate, put the last one
     that did back, restart on it and gate again. Either way a failed change fails the deploy. A
     failed preflight stops nothing: the files go back and the server keeps serving."""
-    ok, output = host.run_shell_command(
-        StringCommand(scripts.cycle(hook_paths(hook_python), rollback)), print_output=True)
-    found = result.parse(output.stdout_lines)
+    found, output = run_cycle(host, scripts.cycle(hook_paths(hook_python), rollback))
     if found is None:
         host.log_styled(f"restart cycle failed: {_cause(output)}", fg="red", log_func=logger.error)
         return False
-    for step in found["steps"]:
-        if step["status"] != status.READY:
-            host.log_styled(f"{step['step']} failed: {step['cause']}", fg="red", log_func=logger.error)
-    _say_decode_check(host, found)
     return _say_outcome(host, found)
 
 
@@ -128,21 +138,6 @@ def _say_outcome(host, found):
     elif outcome == "rollback_failed" and found["restored"]:
         host.log_styled(f"rollback to {previous} failed too", fg="red", log_func=logger.error)
     return outcome == "served"
-
-
-@operation(is_idempotent=False)
-def restarted(scripts, hook_python, rollback=True):
-    """
-    Restart the server and hold the deploy until it serves: stop and wait for the old
-    processes, port and GPU memory to be released; start; readiness gate; worker environment;
-    then record this configuration as the node's last known good. A start that fails is rolled
-    back to the last known good (unless ``rollback`` is off) and fails the deploy.
-
-    + scripts: ``NodeScripts`` for this node
-    + hook_python: interpreter whose start-up hook belongs to the configuration
-    + rollback: restore the last known good when the new configuration fails its gate
-    """
-    yield FunctionCommand(_restart_or_roll_back, (scripts, hook_python, rollback), {})
 
 
 def _start_and_record(state, host, scripts, hook_python):

@@ -18,6 +18,9 @@ import pytest
 import testinfra
 
 from sglang_deploy.checks import REGISTRY
+from sglang_deploy.fleet import is_router
+from sglang_deploy.fleet_plan import router_plan
+from sglang_deploy.router_checks import ROUTER_REGISTRY
 from sglang_deploy.inventory import inventory_hosts, testinfra_host
 from sglang_deploy.plan import NodePlan, plan_for
 from sglang_deploy.redact import Redactor
@@ -50,11 +53,21 @@ def redacted_plan(plan: NodePlan, redact: Redactor) -> NodePlan:
 
 
 def pytest_generate_tests(metafunc):
-    if "node" in metafunc.fixturenames:
-        hosts = inventory_hosts(metafunc.config.getoption("inventory"))
+    if "node" in metafunc.fixturenames or "router" in metafunc.fixturenames:
+        everything = inventory_hosts(metafunc.config.getoption("inventory"))
         limit = set(filter(None, metafunc.config.getoption("limit").split(",")))
-        hosts = [(name, data) for name, data in hosts if not limit or name in limit]
-        metafunc.parametrize("node_spec", hosts, ids=[name for name, _ in hosts], scope="session")
+        # Router hosts have their own checks (tests/host/test_router_host.py).
+        wanted = "router" in metafunc.fixturenames
+        hosts = [(name, data) for name, data in everything
+                 if (not limit or name in limit) and is_router(data) == wanted]
+        if wanted:
+            hosts = [(name, router_plan(name, everything), data) for name, _ in hosts
+                     for data in [dict(everything)[name]]]
+            metafunc.parametrize("router_spec", hosts, ids=[h[0] for h in hosts], scope="session")
+        else:
+            metafunc.parametrize("node_spec", hosts, ids=[name for name, _ in hosts], scope="session")
+    if "router_check" in metafunc.fixturenames:
+        metafunc.parametrize("router_check", ROUTER_REGISTRY, ids=[c.id for c in ROUTER_REGISTRY])
     if "check" in metafunc.fixturenames:
         metafunc.parametrize("check", REGISTRY, ids=[check.id for check in REGISTRY])
 
@@ -68,3 +81,9 @@ def node(node_spec):
     SECRETS.add(redact.names, plan.secret_values)
     SECRETS.add_profile(plan.profile)
     return Node(name=name, host=testinfra_host(data), plan=redacted_plan(plan, redact))
+
+
+@pytest.fixture(scope="session")
+def router(router_spec):
+    name, plan, data = router_spec
+    return name, testinfra_host(data), plan

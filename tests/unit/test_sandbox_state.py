@@ -264,3 +264,10 @@ def test_bare_node_gets_no_model_directory(tmp_path, monkeypatch):
         node = sandbox.node_record(1, tmp_path / str(bare), bare=bare)
         sandbox.make_rootfs(image, node, None)
         assert (Path(node["rootfs"]) / "models/tiny-standin/config.json").exists() is not bare
+
+
+def test_router_nodes_come_after_the_serving_ones(tmp_path):
+    nodes = [sandbox.node_record(i, tmp_path) for i in (1, 2, 3)]
+    roles = [(n["name"], n["role"]) for n in sandbox.with_roles(nodes, 2)]
+    assert roles == [("node1", "node"), ("node2", "node"), ("node3", "router")]
+    assert sandbox.main(["up", "--nodes", "2", "--routers", "10"]) == 1

@@ -1,0 +1,182 @@
+"""The restart cycle of one node of a fleet, out of rotation: take the node out of every router,
+let its in-flight requests finish, run the restart cycle (cycle.py), then put it back in every
+router and wait until each lists it healthy. The node calls the routers itself: they must reach
+it anyway, and the controller then only orders the nodes.
+
+    python3 rotation.py --worker-url http://10.0.0.11:30001 --local-port 30001
+        [--router http://10.0.0.5:30000 ...] [--drain-timeout 120] [--healthy-timeout 120]
+        [--allow-unreachable-routers] --cycle 'CYCLE COMMAND' --restore 'RESTORE COMMAND'
+
+Before anything: every router must answer /health, or nothing is taken out of rotation, the
+restore command puts the last known good files back (the node keeps serving what it served)
+and the result says which router (--allow-unreachable-routers rolls past it). A node that was
+not serving is in no rotation: it is restarted without draining. The node goes back into the
+routers whenever it serves after the cycle: the new configuration, or the old one after a
+rollback or a failed preflight.
+
+Ends with one result line: the cycle's result (outcome, steps, restored, profile) plus
+"rotation": {"routers", "out_s" (time out of rotation), "drain_s", "drained", "in_flight_left"};
+a cycle that did not run has outcome "router_unreachable" or "router_failed".
+"""
+import argparse
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+
+if __package__:
+    from . import result, status
+    from .routers import Router, RouterError
+else:  # run as a script: the siblings' directory is on sys.path
+    import result
+    import status
+    from routers import Router, RouterError
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+SERVES_AFTER = ("served", "rolled_back", "preflight_failed", "regressed")
+
+
+def say(text):
+    print("rotation: " + text, flush=True)
+
+
+def in_flight(load_answer):
+    """Requests running or waiting, from a /get_load answer (a list per data-parallel rank, or
+    one mapping)."""
+    ranks = load_answer if isinstance(load_answer, list) else [load_answer]
+    return sum(int(rank.get("num_reqs", 0)) + int(rank.get("num_waiting_reqs", 0))
+               for rank in ranks if isinstance(rank, dict))
+
+
+def _get(url, timeout=3.0):
+    with _OPENER.open(url, timeout=timeout) as answer:
+        return answer.status, answer.read().decode(errors="replace")
+
+
+def serving(port):
+    try:
+        return _get("http://127.0.0.1:%d/ping" % port)[0] == 200
+    except OSError:
+        return False
+
+
+def drain(port, timeout, interval=0.25):
+    """Wait until the node has no request in flight; (seconds waited, requests left)."""
+    started = time.monotonic()
+    left = None
+    while True:
+        try:
+            left = in_flight(json.loads(_get("http://127.0.0.1:%d/get_load" % port)[1]))
+        except (OSError, ValueError):
+            left = None  # no answer: nothing we can wait for
+        waited = time.monotonic() - started
+        if not left or waited >= timeout:
+            return waited, left or 0
+        time.sleep(interval)
+
+
+def run_streaming(command):
+    """Run a script, its progress lines streamed through; (exit status, its result)."""
+    proc = subprocess.Popen(command, shell=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, universal_newlines=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if result.progress([line]):
+            print(line, end="", flush=True)
+    return proc.wait(), result.parse(lines)
+
+
+def put_back(routers, worker_url, timeout):
+    """Add the node to every router that does not list it, then wait until each lists it
+    healthy. The cause of the first failure, or None."""
+    for router in routers:
+        try:
+            if worker_url.rstrip("/") not in router.workers():
+                router.add(worker_url)
+            router.wait_for(worker_url, "healthy", timeout)
+            say("healthy in %s again" % router.url)
+        except RouterError as exc:
+            return str(exc)
+    return None
+
+
+def rotate(args):
+    routers = [Router(url) for url in args.router]
+    rotation = {"routers": [r.url for r in routers], "out_s": 0.0, "drain_s": 0.0,
+                "drained": True, "in_flight_left": 0}
+
+    def refuse(outcome, cause):
+        code, _ = run_streaming(args.restore)
+        return result.emit(status.PREFLIGHT_FAILED, cause, outcome=outcome, steps=[],
+                           restored=code == status.READY, rotation=rotation)
+
+    was_serving = serving(args.local_port)
+    unreachable = []
+    for router in routers:
+        try:
+            if not router.health():
+                unreachable.append("router %s: /health is not 200" % router.url)
+        except RouterError as exc:
+            unreachable.append(str(exc))
+    # A node that does not serve is in no rotation: a router down cannot cost it requests
+    # (and a starting router lists it from its unit).
+    if unreachable and was_serving and not args.allow_unreachable_routers:
+        return refuse("router_unreachable", "; ".join(unreachable)
+                      + ": nothing was taken out of rotation")
+    for line in unreachable:
+        say(line + (": rolling without it (allowed)" if was_serving else ": skipped"))
+    routers = [r for r in routers if not any(r.url + ":" in line for line in unreachable)]
+    rotation["routers"] = [r.url for r in routers]
+
+    taken_out = time.monotonic()
+    if was_serving:
+        try:
+            for router in routers:
+                if router.remove(args.worker_url):
+                    router.wait_for(args.worker_url, "absent", args.healthy_timeout)
+                say("out of %s" % router.url)
+        except RouterError as exc:
+            cause = put_back(routers, args.worker_url, args.healthy_timeout)
+            return refuse("router_failed", str(exc) + ("" if cause is None else "; " + cause))
+        drain_s, left = drain(args.local_port, args.drain_timeout)
+        rotation.update(drain_s=round(drain_s, 2), drained=not left, in_flight_left=left)
+        say("drained in %.1fs" % drain_s if not left else
+            "%d request(s) still in flight after %.0fs: restarting anyway" % (left, drain_s))
+    else:
+        say("not serving: in no rotation, nothing to drain")
+
+    code, found = run_streaming(args.cycle)
+    if found is None:
+        rotation["out_s"] = round(time.monotonic() - taken_out, 2)
+        return result.emit(code or status.UNEXPECTED, "restart cycle printed no result",
+                           outcome="failed", steps=[], restored=False, rotation=rotation)
+    details = {k: v for k, v in found.items() if k not in ("status", "result", "cause")}
+    cause, code = found.get("cause"), found["status"]
+    if found.get("outcome") in SERVES_AFTER:
+        failed = put_back(routers, args.worker_url, args.healthy_timeout)
+        if failed:
+            cause = failed if code == status.READY else "%s; %s" % (cause, failed)
+            code = code if code != status.READY else status.TIMEOUT
+            details["rotation_failed"] = failed
+    rotation["out_s"] = round(time.monotonic() - taken_out, 2) if was_serving else 0.0
+    details["rotation"] = rotation
+    return result.emit(code, cause, **details)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker-url", required=True, help="this node as the routers know it")
+    parser.add_argument("--local-port", type=int, required=True, help="the server's port here")
+    parser.add_argument("--router", action="append", default=[], help="a router's base URL")
+    parser.add_argument("--drain-timeout", type=float, default=120.0)
+    parser.add_argument("--healthy-timeout", type=float, default=120.0)
+    parser.add_argument("--allow-unreachable-routers", action="store_true")
+    parser.add_argument("--cycle", required=True, help="cycle.py's command line")
+    parser.add_argument("--restore", required=True, help="lastgood.py restore's command line")
+    return rotate(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""A fleet behind SGLang's router: 3 serving nodes and a router node.
+
+    E2E_NODES=3 E2E_SANDBOX_ARGS="--routers 1" /work/wt/e2e-locked -m e2e tests/e2e/test_fleet.py -q -s
+"""
+
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from .sandbox import (REPO_ROOT, deploy, nodes, profile_dir, ssh, unit_start,  # noqa: F401
+                      write_profile)
+
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+from fleet_load import Watcher, router_view, run_load  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+MODEL = "tiny-standin"
+
+
+def fleet():
+    """(serving node names, {name: server port}, router name, router port)."""
+    _, found = nodes()
+    state = json.loads((REPO_ROOT / ".sandbox" / "state.json").read_text())
+    roles = {n["name"]: n.get("role", "node") for n in state["nodes"]}
+    serving = sorted(n for n in found if roles[n] == "node")
+    routers = [n for n in found if roles[n] == "router"]
+    if not routers or len(serving) < 3:
+        pytest.skip("needs 3 nodes and a router: E2E_NODES=3 E2E_SANDBOX_ARGS='--routers 1'")
+    return serving, {n: found[n]["server_port"] for n in serving}, routers[0], \
+        found[routers[0]]["server_port"]
+
+
+def fleet_deploy(profile, names, router, **kwargs):
+    profiles = {name: profile for name in names}
+    return deploy({**profiles, router: "sandbox"}, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def deployed():
+    subprocess.run(["make", "-s", "router-wheels"], cwd=REPO_ROOT, check=True)
+    names, ports, router, router_port = fleet()
+    run = fleet_deploy("sandbox", names, router)
+    assert run.returncode == 0, run.output[-4000:]
+    view = router_view(router_port)
+    assert view and sorted(view.values()) == [True] * len(names), view
+    return names, ports, router, router_port
+
+
+def test_noop_run_touches_no_router_membership(deployed):
+    names, ports, router, router_port = deployed
+    before = _worker_ids(router_port)
+    run = fleet_deploy("sandbox", names, router)
+    assert run.returncode == 0 and run.changed == 0, run.output[-3000:]
+    assert "out of rotation" not in run.output
+    assert _worker_ids(router_port) == before
+
+
+def test_rolling_change_loses_no_request(deployed, profile_dir):  # noqa: F811
+    names, ports, router, router_port = deployed
+    changed = write_profile(profile_dir, "rolled", """
+        extends: {profiles}/sandbox.yml
+        env:
+          SGLANG_STANDIN_LOAD_SECONDS: 4
+    """)
+    starts = {name: unit_start(name) for name in names}
+    watcher = Watcher(router_port, ports)
+    watcher.start()
+    stop = threading.Event()
+    load = {}
+    client = threading.Thread(target=lambda: load.update(r=run_load(
+        router_port, MODEL, count=10_000, concurrency=3, short_tokens=8, long_tokens=120,
+        long_every=5, stop=stop)))
+    client.start()
+    run = fleet_deploy(changed, names, router)
+    stop.set()
+    client.join()
+    watcher.stop.set()
+    watcher.join()
+    result = load["r"]
+    print(f"\nrolling: {result.sent} requests, {result.failed} failed; min serving "
+          f"{watcher.min_serving}/{len(names)}, min in router {watcher.min_in_router}; "
+          f"out of rotation {watcher.out_s}; deploy {run.seconds:.1f}s")
+    assert run.returncode == 0, run.output[-4000:]
+    assert all(unit_start(name) != starts[name] for name in names), "every node restarted"
+    assert result.sent > 0 and result.failed == 0, result.failures
+    assert watcher.min_serving >= len(names) - 1
+    assert sorted(router_view(router_port).values()) == [True] * len(names)
+
+
+def test_crashing_config_stops_the_rollout(deployed, profile_dir):  # noqa: F811
+    names, ports, router, router_port = deployed
+    crashing = write_profile(profile_dir, "crashing", """
+        extends: {profiles}/sandbox.yml
+        env:
+          SGLANG_STANDIN_FAIL: crash-load
+          SGLANG_STANDIN_FAIL_AFTER_SECONDS: 1
+    """)
+    starts = {name: unit_start(name) for name in names}
+    run = fleet_deploy(crashing, names, router)
+    assert run.returncode != 0
+    # Exactly one node tried the new configuration (batch 1): rolled back and back in the router.
+    tried = [n for n in names if f"sglang-deploy: {n}: failed" in run.output
+             and "rolled back: serves" in _outcome_line(run.output, n)]
+    assert len(tried) == 1, run.output[-4000:]
+    first, rest = tried[0], [n for n in names if n != tried[0]]
+    assert f"rollout stopped at {first}" in run.output
+    for name in rest:
+        assert unit_start(name) == starts[name], f"{name} was restarted after the rollout stopped"
+        assert "not restarted: serves" in _outcome_line(run.output, name)
+    assert sorted(router_view(router_port).values()) == [True] * len(names)
+    # Their files went back too: the next run of the profile they serve restarts nothing.
+    served = profile_dir / "rolled.yml"
+    again = fleet_deploy(str(served) if served.exists() else "sandbox", names, router)
+    assert again.returncode == 0, again.output[-3000:]
+    assert "out of rotation" not in again.output
+
+
+def test_router_down_takes_no_node_out_of_rotation(deployed, profile_dir):  # noqa: F811
+    names, ports, router, router_port = deployed
+    changed = write_profile(profile_dir, "unrouted", """
+        extends: {profiles}/sandbox.yml
+        env:
+          SGLANG_STANDIN_WARMUP_SECONDS: 2
+    """)
+    ssh(router, "systemctl stop sglang-router.service")
+    starts = {name: unit_start(name) for name in names}
+    run = fleet_deploy(changed, names, router)
+    assert run.returncode != 0
+    assert "nothing was taken out of rotation" in run.output, run.output[-4000:]
+    assert all(unit_start(name) == starts[name] for name in names)
+    # The router's own steps still ran: it is back, with every node healthy.
+    assert sorted(router_view(router_port).values()) == [True] * len(names)
+
+
+def _outcome_line(output, name):
+    return next((line for line in output.splitlines()
+                 if line.startswith(f"sglang-deploy: {name}: ")), "")
+
+
+def _worker_ids(router_port):
+    import urllib.request
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+            f"http://127.0.0.1:{router_port}/workers", timeout=3) as answer:
+        return sorted((w["url"], w["id"]) for w in json.loads(answer.read())["workers"])
+
+
+def test_verify_covers_the_router(deployed):
+    names, ports, router, router_port = deployed
+    routers_run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/host/test_router_host.py",
+         "--inventory", "inventory/sandbox.py", "--limit", router, "-v"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert routers_run.returncode == 0, routers_run.stdout[-3000:]
+    for check in ("router-packages", "router-unit", "router-workers"):
+        assert f"test_router_check[{router}-{check}] PASSED" in routers_run.stdout
+    table = subprocess.run([sys.executable, "-m", "sglang_deploy.summary", "inventory/sandbox.py",
+                            "--limit", router], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert table.returncode == 0 and f"http://127.0.0.1:{router_port}" in table.stdout, table.stdout

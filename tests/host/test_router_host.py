@@ -1,0 +1,10 @@
+"""A router host as a deploy leaves it: its pinned venv, its unit as rendered, and its view of
+the fleet (/readiness 200, every serving node healthy): sglang_deploy.router_checks."""
+
+from sglang_deploy.check import OK
+
+
+def test_router_check(router, router_check):
+    name, host, plan = router
+    found = router_check.function(host, plan, "/opt/sglang-deploy/node")
+    assert found.state == OK, f"{name}: {found.line()}"

@@ -1,0 +1,176 @@
+"""The fleet's pure parts: batching, the rollout's stop rule, router settings, the router's
+unit, the router's /workers answer, a node's load, and routers in the inventories."""
+
+import json
+
+import pytest
+
+from sglang_deploy.errors import DeployError
+from sglang_deploy.fleet import (Rollout, batches, check_ports, is_router, render_router_unit,
+                                 rolling_settings, router_settings)
+from sglang_deploy.fleet_plan import router_plan, rotation_for
+from sglang_deploy.inventory import deploy_defaults, gpu_hosts, gpu_routers, sandbox_hosts, sandbox_routers
+from sglang_deploy.node.routers import parse_workers
+from sglang_deploy.node.rotation import in_flight
+from sglang_deploy.outcome import Outcome, with_rollout_notes
+
+DEFAULTS = deploy_defaults()
+
+
+def router_data(**overrides):
+    return {**DEFAULTS, "ssh_hostname": "10.0.0.5", "ssh_port": 22, "role": "router", **overrides}
+
+
+def node_data(**overrides):
+    return {**DEFAULTS, "ssh_hostname": "10.0.0.11", "profile": "sandbox", **overrides}
+
+
+def test_batches_keep_inventory_order():
+    assert batches(["a", "b", "c", "d", "e"], 2) == [["a", "b"], ["c", "d"], ["e"]]
+    assert batches(["a", "b", "c"], 1) == [["a"], ["b"], ["c"]]
+    with pytest.raises(ValueError):
+        batches(["a"], 0)
+
+
+def test_rollout_stops_after_max_failures():
+    run = Rollout(max_failures=0)
+    assert run.refusal("n1") is None
+    run.succeeded("n1")
+    run.failed("n2", "readiness gate failed")
+    refusal = run.refusal("n3")
+    assert refusal == "rollout stopped at n2 (readiness gate failed); restarted before it: n1"
+    tolerant = Rollout(max_failures=1)
+    tolerant.failed("n1", "x")
+    assert tolerant.refusal("n2") is None
+    tolerant.failed("n2", "y")
+    assert tolerant.refusal("n3").startswith("rollout stopped at n1")
+
+
+def test_rolling_defaults_and_bad_values():
+    rolling = rolling_settings(DEFAULTS)
+    assert (rolling.batch, rolling.max_failures, rolling.without_routers) == (1, 0, False)
+    assert rolling_settings({**DEFAULTS, "rolling_batch": "2"}).batch == 2
+    for key, value in [("rolling_batch", 0), ("rolling_batch", "two"), ("rolling_max_failures", -1),
+                       ("rolling_drain_timeout_s", 0), ("rolling_without_routers", "maybe")]:
+        with pytest.raises(DeployError, match=key):
+            rolling_settings({**DEFAULTS, key: value})
+
+
+def test_unknown_router_policy_fails_naming_it():
+    with pytest.raises(DeployError, match="r1: router_policy: unknown policy 'fastest'"):
+        router_settings("r1", router_data(router_policy="fastest"))
+
+
+def test_router_pins_must_name_sglang_router_exactly():
+    with pytest.raises(DeployError, match="router_packages"):
+        router_settings("r1", router_data(router_packages=["sglang-router>=0.3"]))
+
+
+def test_router_port_clashes_fail_before_anything_runs():
+    hosts = [("n1", node_data(ssh_hostname="10.0.0.5", profile_overrides={"service": {"port": 30000}})),
+             ("r1", router_data())]
+    with pytest.raises(DeployError, match="r1: router_port 30000 clashes with n1's server port on 10.0.0.5"):
+        router_plan("r1", hosts)
+    with pytest.raises(DeployError, match="is its SSH port"):
+        check_ports([router_settings("r1", router_data(router_port=22))], [], {"r1": 22})
+    two = [("r1", router_data()), ("r2", router_data(router_prometheus_port=29001))]
+    with pytest.raises(DeployError, match="router r1's router_port"):
+        router_plan("r2", two)
+    with pytest.raises(DeployError, match="r2: router_prometheus_port 29000 clashes"):
+        router_plan("r2", [("r1", router_data()), ("r2", router_data(router_port=30100))])
+    # A node's plan checks the fleet too: its deploy fails just the same.
+    with pytest.raises(DeployError, match="clashes"):
+        rotation_for("n1", hosts[0][1], hosts, 30000)
+
+
+def test_router_unit_lists_every_serving_node():
+    hosts = [("n2", node_data(ssh_hostname="10.0.0.12")), ("n1", node_data()),
+             ("r1", router_data(router_policy="cache_aware", router_extra_args=["--retry-max-retries", "3"]))]
+    plan = router_plan("r1", hosts)
+    assert plan.worker_urls == ["http://10.0.0.11:30000", "http://10.0.0.12:30000"]
+    exec_start = next(line for line in plan.unit_text.splitlines() if line.startswith("ExecStart="))
+    assert exec_start == (
+        "ExecStart=/opt/sglang-router/venv/bin/python -m sglang_router.launch_router --host 0.0.0.0 "
+        "--port 30000 --policy cache_aware --prometheus-host 0.0.0.0 --prometheus-port 29000 "
+        "--health-check-endpoint /health "
+        "--health-check-interval-secs 2 --health-check-timeout-secs 5 --health-failure-threshold 3 "
+        "--health-success-threshold 1 --retry-max-retries 3 "
+        "--worker-urls http://10.0.0.11:30000 http://10.0.0.12:30000")
+    assert "sglang-router==0.3.2" in plan.unit_text
+    # The same inventory in another order renders the same unit: no spurious restart.
+    assert router_plan("r1", list(reversed(hosts))).unit_text == plan.unit_text
+    assert plan.gate("/opt/sglang-deploy/node").count("--worker ") == 2
+
+
+def test_render_router_unit_without_workers():
+    text = render_router_unit(router_settings("r1", router_data()), [])
+    assert "--worker-urls" not in text and "0 worker(s)" in text
+
+
+def test_rotation_command_wraps_the_cycle():
+    hosts = [("n1", node_data()), ("r1", router_data())]
+    rotation = rotation_for("n1", hosts[0][1], hosts, 30001)
+    assert rotation.worker_url == "http://10.0.0.11:30001"
+    assert rotation.router_urls == ["http://10.0.0.5:30000"]
+    command = rotation.wrap("/opt/d/node", "python3 cycle.py --x", "python3 lastgood.py restore")
+    assert command.startswith("python3 /opt/d/node/rotation.py --worker-url http://10.0.0.11:30001")
+    assert "--router http://10.0.0.5:30000" in command and "--allow-unreachable-routers" not in command
+    allowed = rotation_for("n1", {**hosts[0][1], "rolling_without_routers": True}, hosts, 30001)
+    assert "--allow-unreachable-routers" in allowed.wrap("/d", "c", "r")
+
+
+def test_is_router():
+    assert is_router({"role": "router"}) and not is_router({"profile": "x"})
+
+
+def test_parse_workers():
+    answer = json.dumps({"workers": [
+        {"id": "u1", "url": "http://127.0.0.1:30001/", "is_healthy": True, "load": 2},
+        {"id": "u2", "url": "http://127.0.0.1:30002", "is_healthy": False, "load": 0}],
+        "total": 2})
+    assert parse_workers(answer) == {
+        "http://127.0.0.1:30001": {"id": "u1", "healthy": True, "load": 2},
+        "http://127.0.0.1:30002": {"id": "u2", "healthy": False, "load": 0}}
+    for bad in ('{"total": 0}', '{"workers": [{"id": "x"}]}'):
+        with pytest.raises(ValueError):
+            parse_workers(bad)
+
+
+def test_in_flight_from_get_load():
+    assert in_flight([{"num_reqs": 2, "num_waiting_reqs": 1}, {"num_reqs": 1}]) == 4
+    assert in_flight({"num_reqs": 0, "num_waiting_reqs": 0}) == 0
+
+
+def test_outcome_lines_say_what_each_node_serves():
+    lines = with_rollout_notes([Outcome("n1", "failed", "at 'Restart'"), Outcome("n2", "deployed")],
+                               notes={"n1": "rolled back: serves sandbox"})
+    assert lines[0].line() == "sglang-deploy: n1: failed (at 'Restart'; rolled back: serves sandbox)"
+    assert lines[1].line() == "sglang-deploy: n2: deployed"
+
+
+def test_hosts_file_routers_and_fleet_settings(tmp_path):
+    path = tmp_path / "hosts.yml"
+    path.write_text("defaults: {ssh_user: root, profile: sandbox}\n"
+                    "hosts: {gpu1: {ssh_hostname: 10.0.0.11}}\n"
+                    "routers: {rt1: {ssh_hostname: 10.0.0.5, router_policy: cache_aware}}\n"
+                    "fleet: {rolling_batch: 2}\n")
+    assert gpu_hosts(path) == [("gpu1", {"ssh_user": "root", "profile": "sandbox",
+                                         "ssh_hostname": "10.0.0.11", "rolling_batch": 2})]
+    assert gpu_routers(path) == [("rt1", {"ssh_user": "root", "ssh_hostname": "10.0.0.5",
+                                          "router_policy": "cache_aware", "rolling_batch": 2,
+                                          "role": "router"})]
+    path.write_text("hosts: {gpu1: {}}\nfleet: {profile: x}\n")
+    with pytest.raises(DeployError, match="fleet: profile"):
+        gpu_hosts(path)
+
+
+def test_sandbox_router_nodes_form_the_routers_group(tmp_path):
+    state = tmp_path / "state.json"
+    node = {"ssh_host": "127.0.0.1", "ssh_user": "root"}
+    state.write_text(json.dumps({"key": "/k", "nodes": [
+        dict(node, name="node1", ssh_port=2201, server_port=30001, role="node"),
+        dict(node, name="node2", ssh_port=2202, server_port=30002, role="router")]}))
+    assert [name for name, _ in sandbox_hosts(state)] == ["node1"]
+    (name, data), = sandbox_routers(state)
+    assert name == "node2" and data["role"] == "router" and data["router_port"] == 30002
+    assert data["router_find_links"] == "build/router-wheels"

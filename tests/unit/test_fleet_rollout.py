@@ -1,0 +1,126 @@
+"""The controller's side of a rolling restart (operations/fleet._rotate) with a fake host: the
+first failure stops the rollout, later nodes keep their previous configuration, and a node that
+becomes unreachable mid-restart stops it naming that node."""
+
+import json
+
+import pytest
+from pyinfra.api.command import StringCommand
+
+from sglang_deploy import throughput
+from sglang_deploy.fleet import Rolling
+from sglang_deploy.fleet_plan import Rotation
+from sglang_deploy.operations import fleet as fleet_ops
+
+
+class Output:
+    def __init__(self, lines):
+        self.stdout_lines, self.stderr_lines = lines, []
+
+
+class FakeHost:
+    def __init__(self, name, answer):
+        self.name, self.answer, self.commands, self.logged = name, answer, [], []
+
+    def run_shell_command(self, command, print_output=False):
+        text = str(command.bits[0]) if isinstance(command, StringCommand) else str(command)
+        self.commands.append(text)
+        return self.answer(text)
+
+    def log_styled(self, message, **kwargs):
+        self.logged.append(message)
+
+    def log(self, message, *args):
+        self.logged.append(message)
+
+
+class Scripts:
+    directory = "/opt/sglang-deploy/node"
+
+    def cycle(self, hook_files, rollback=True):
+        return "python3 cycle.py"
+
+    def restore_last_good(self):
+        return "python3 lastgood.py restore"
+
+
+ROTATION = Rotation("http://10.0.0.11:30000", 30000, ["http://10.0.0.5:30000"],
+                    Rolling(batch=1, max_failures=0, drain_timeout_s=60, healthy_timeout_s=60,
+                            without_routers=False))
+
+
+def line(**fields):
+    return json.dumps(dict({"status": 0, "cause": None, "steps": []}, **fields))
+
+
+@pytest.fixture(autouse=True)
+def fresh_rollout(monkeypatch):
+    monkeypatch.setattr(fleet_ops, "ROLLOUT", {})
+    monkeypatch.setattr(fleet_ops, "hook_paths", lambda python: {"hook": "/h.py"})
+
+
+def rotate(host):
+    return fleet_ops._rotate(None, host, Scripts(), "/venv/bin/python", ROTATION, "rolled", True)
+
+
+def restored(text):
+    return True, Output([line(profile="sandbox")])
+
+
+def test_first_failure_stops_the_rollout_and_later_nodes_keep_their_configuration():
+    ok = FakeHost("n1", lambda c: (True, Output([line(outcome="served",
+                                                       rotation={"routers": ["r"], "out_s": 9.0})])))
+    assert rotate(ok) is True
+    assert "rotation.py" in ok.commands[0] and "--cycle" in ok.commands[0]
+    bad = FakeHost("n2", lambda c: (False, Output([line(status=3, outcome="rolled_back",
+                                                        cause="scheduler died", profile="sandbox",
+                                                        restored=True)])))
+    assert rotate(bad) is False
+    later = FakeHost("n3", restored)
+    assert rotate(later) is False
+    assert later.commands == ["python3 lastgood.py restore"], "n3 must not be restarted"
+    assert any("rollout stopped at n2 (scheduler died); restarted before it: n1" in m
+               for m in later.logged)
+    notes = fleet_ops.ROLLOUT["run"].notes
+    assert notes == {"n1": "serves rolled, back in rotation",
+                     "n2": "rolled back: serves sandbox",
+                     "n3": "not restarted: serves sandbox"}
+
+
+def test_unreachable_node_mid_rollout_stops_it_naming_the_node():
+    def drop(command):
+        raise OSError("Socket is closed")
+    gone = FakeHost("n1", drop)
+    assert rotate(gone) is False
+    assert any("n1 became unreachable mid-rollout" in m for m in gone.logged)
+    later = FakeHost("n2", restored)
+    rotate(later)
+    assert any("rollout stopped at n1 (n1 became unreachable" in m for m in later.logged)
+
+
+def test_router_refusal_restarts_nothing_later():
+    refused = FakeHost("n1", lambda c: (False, Output([line(
+        status=11, outcome="router_unreachable", restored=True,
+        cause="router http://10.0.0.5:30000: unreachable: nothing was taken out of rotation")])))
+    assert rotate(refused) is False
+    assert any("nothing was taken out of rotation" in m for m in refused.logged)
+    later = FakeHost("n2", restored)
+    rotate(later)
+    assert later.commands == ["python3 lastgood.py restore"]
+
+
+def test_a_rotated_restart_says_and_records_its_decode_check(tmp_path, monkeypatch):
+    monkeypatch.setattr(throughput, "REPORTS", tmp_path)
+    monkeypatch.setattr(throughput, "NOTES", {})
+    slower = {"profile": "rolled", "decode_tok_s": 60.1, "change_pct": -27.1,
+              "baseline": {"profile": "sandbox", "decode_tok_s": 82.4, "time": "t0"},
+              "regression": ["-27% vs baseline 82.4 exceeds max_regression_pct 10"],
+              "on_regression": "rollback"}
+    regressed = FakeHost("n1", lambda c: (False, Output([line(
+        status=18, outcome="rolled_back", cause="decode regressed", profile="sandbox",
+        restored=True, throughput=slower, rotation={"routers": ["r"], "out_s": 9.0})])))
+    assert rotate(regressed) is False
+    assert any(m.startswith("decode check: 60.1 tok/s (-27% vs baseline 82.4): regression")
+               for m in regressed.logged), regressed.logged
+    assert throughput.read(tmp_path / "n1.jsonl") == [dict(slower, host="n1")]
+    assert fleet_ops.ROLLOUT["run"].notes == {"n1": "rolled back: serves sandbox"}

@@ -1,0 +1,88 @@
+"""node/routers.py and node/router_gate.py against a small HTTP server that answers like
+sglang-router 0.3.2's worker API (queued additions and removals, /readiness)."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from sglang_deploy.node import router_gate
+from sglang_deploy.node.routers import Router, RouterError
+
+
+class FakeRouter(BaseHTTPRequestHandler):
+    workers = {}  # url -> {"id", "is_healthy"}
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path == "/health":
+            return self._send(200, "OK")
+        if self.path == "/readiness":
+            healthy = sum(w["is_healthy"] for w in self.workers.values())
+            return self._send(200 if healthy else 503, {"status": "ready" if healthy else "not ready"})
+        if self.path == "/workers":
+            return self._send(200, {"workers": [dict(w, url=u, load=0) for u, w in self.workers.items()]})
+        self._send(404, {})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.workers[body["url"]] = {"id": f"id-{len(self.workers)}", "is_healthy": True}
+        self._send(202, {"status": "accepted"})
+
+    def do_DELETE(self):
+        wid = self.path.rsplit("/", 1)[1]
+        for url, worker in list(self.workers.items()):
+            if worker["id"] == wid:
+                del self.workers[url]
+                return self._send(202, {"status": "accepted"})
+        self._send(404, {"error": "not found"})
+
+
+@pytest.fixture
+def router():
+    FakeRouter.workers = {"http://10.0.0.11:30000": {"id": "a", "is_healthy": True},
+                          "http://10.0.0.12:30000": {"id": "b", "is_healthy": False}}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeRouter)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_remove_then_add_back(router):
+    client = Router(router)
+    assert client.remove("http://10.0.0.11:30000") is True
+    client.wait_for("http://10.0.0.11:30000", "absent", timeout=2)
+    assert client.remove("http://10.0.0.11:30000") is False  # not listed: nothing to remove
+    client.add("http://10.0.0.11:30000/")
+    client.wait_for("http://10.0.0.11:30000", "healthy", timeout=2)
+
+
+def test_wait_names_what_it_saw(router):
+    with pytest.raises(RouterError, match="10.0.0.12:30000 still unhealthy after 0s"):
+        Router(router).wait_for("http://10.0.0.12:30000", "healthy", timeout=0)
+
+
+def test_unreachable_router_is_named():
+    with pytest.raises(RouterError, match=r"router http://127.0.0.1:9: unreachable"):
+        Router("http://127.0.0.1:9", timeout=1).health()
+
+
+def test_router_gate_names_unhealthy_and_missing_workers(router, capsys):
+    code = router_gate.main(["--url", router, "--timeout", "0", "--worker", "http://10.0.0.11:30000",
+                             "--worker", "http://10.0.0.12:30000", "--worker", "http://10.0.0.13:30000"])
+    found = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 4
+    assert "http://10.0.0.12:30000 unhealthy, http://10.0.0.13:30000 not listed" in found["cause"]
+    FakeRouter.workers["http://10.0.0.12:30000"]["is_healthy"] = True
+    assert router_gate.main(["--url", router, "--timeout", "0",
+                             "--worker", "http://10.0.0.11:30000", "--worker", "http://10.0.0.12:30000"]) == 0
