@@ -88,14 +88,20 @@ demo: setup sandbox deploy verify
 test-unit: lint-profiles
 	$(PYTEST) tests/unit -q
 
-# End-to-end on fresh sandbox nodes, torn down even when a test fails.
-# Nodes 1-2 as the sandbox image boots them; node 3 bare (no python3-venv, no model): the
-# deploy provisions it from nothing.
-test-e2e: wheels
-	$(PYTHON) sandbox/sandbox.py up --nodes 3 --bare 1
-	status=0; $(PYTEST) -m e2e tests/e2e -q || status=$$?; \
-	  $(MAKE) sandbox-down; \
-	  if [ $$status -eq 5 ]; then echo "no end-to-end test selected"; fi; exit $$status
+# End-to-end on fresh sandbox nodes, torn down even when a test fails, in two sandboxes:
+# 1. nodes 1-2 as the sandbox image boots them, node 3 bare (no python3-venv, no model): the
+#    deploy provisions it from nothing;
+# 2. the fleet: 3 nodes behind a router node (with a router in the inventory every restart
+#    goes through it, so the fleet gets a sandbox of its own).
+E2E_PHASES := "--nodes 3 --bare 1|e2e and not fleet" "--nodes 3 --routers 1|fleet"
+test-e2e: wheels router-wheels
+	@status=0; for phase in $(E2E_PHASES); do \
+	  $(PYTHON) sandbox/sandbox.py up $${phase%%|*} || { status=1; break; }; \
+	  $(PYTEST) -m "$${phase#*|}" tests/e2e -q || status=$$?; \
+	  $(PYTHON) sandbox/sandbox.py down; \
+	  [ $$status -eq 0 ] || break; \
+	done; \
+	if [ $$status -eq 5 ]; then echo "no end-to-end test selected"; fi; exit $$status
 
 test: setup test-unit test-e2e
 

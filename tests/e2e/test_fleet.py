@@ -1,6 +1,6 @@
 """A fleet behind SGLang's router: 3 serving nodes and a router node.
 
-    E2E_NODES=3 E2E_SANDBOX_ARGS="--routers 1" /work/wt/e2e-locked -m e2e tests/e2e/test_fleet.py -q -s
+    python3 sandbox/sandbox.py up --nodes 3 --routers 1 && python3 -m pytest -m fleet tests/e2e
 """
 
 import json
@@ -16,7 +16,7 @@ from .sandbox import (REPO_ROOT, deploy, nodes, profile_dir, ssh, unit_start,  #
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 from fleet_load import Watcher, router_view, run_load  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.fleet]
 MODEL = "tiny-standin"
 
 
