@@ -49,8 +49,6 @@ class NodePlan:
     venvs_keep: int = 0
     venv: str | None = None  # this pin set's venv on the node: bind_venv() names it
     os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
-
-    os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
     models: list = field(default_factory=list)  # model_staging.StagingTarget: what is staged
     hf_venv: str | None = None    # the Hub client's venv, when a model comes from the Hub
     hf_pin: str | None = None
