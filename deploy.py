@@ -72,8 +72,8 @@ else:
     #    against its manifest, swapped into place whole; nothing when the node's manifest matches.
     #    A Hub source is downloaded on the node by the pinned huggingface_hub, in its own venv.
     if any(target.source.kind == "huggingface" for target in plan.models):
-        sglang.engine(name="Hugging Face Hub client venv", venv=plan.hf_venv, python="python3",
-                      packages=[plan.hf_pin])
+        sglang.tool_venv(name="Hugging Face Hub client venv", venv=plan.hf_venv,
+                         python="python3", packages=[plan.hf_pin])
     staged_models = [sglang.model_staged(name=f"Model {target.path} ({target.source.kind})",
                                          target=target, scripts_dir=plan.scripts.directory,
                                          repairing=bool(plan.repair), hub=plan.hub_client)
@@ -142,10 +142,10 @@ if is_router(host):
     for wheel in router.wheels:
         sglang.binary_file(name=f"Router wheel {wheel.name}", src=str(wheel),
                            dest=f"{router_dir}/{wheel.name}")
-    router_venv = sglang.engine(name="Router venv", venv=router.settings.venv,
-                                python=router.settings.python,
-                                packages=list(router.settings.packages),
-                                wheels_dir=router_dir if router.wheels else None)
+    router_venv = sglang.tool_venv(name="Router venv", venv=router.settings.venv,
+                                   python=router.settings.python,
+                                   packages=list(router.settings.packages),
+                                   wheels_dir=router_dir if router.wheels else None)
     router_unit = sglang.unit_file(name="Router unit", unit=router.unit,
                                    content=router.unit_text, staging_dir=host.data.run_dir,
                                    unit_dir=host.data.unit_dir)

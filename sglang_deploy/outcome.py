@@ -53,14 +53,15 @@ class Outcome:
 
 
 def host_outcome(name, *, unreachable=None, failed_at=None, executed, prepared_ops, changed_ops,
-                 stopped_before=None):
+                 stopped_before=None, aborted=None):
     """One host's outcome from what the run saw of it.
 
     unreachable: why the connection failed (None: connected); failed_at: the operation that
     failed (None: none did); executed: whether operations ran at all (not a dry run);
     prepared_ops: operations prepared for the host; changed_ops: those that changed (executed)
     or would change (not executed); stopped_before: the first operation an executed run never
-    completed for the host, with no failure recorded (pyinfra stopped on an internal error).
+    completed for the host, with no failure recorded (pyinfra stopped on an internal error);
+    aborted: why the run stopped while preparing (an exception in deploy.py), if it did.
     """
     if unreachable is not None:
         return Outcome(name, UNREACHABLE, unreachable)
@@ -71,6 +72,8 @@ def host_outcome(name, *, unreachable=None, failed_at=None, executed, prepared_o
                                      "its cause is above")
     if not prepared_ops:
         return Outcome(name, NOT_RUN, "the deploy stopped before its operations; see above")
+    if aborted and not executed:
+        return Outcome(name, NOT_RUN, f"nothing ran: {aborted}; see above")
     if not executed:
         return Outcome(name, WOULD_CHANGE, _count(changed_ops, "operation")) if changed_ops \
             else Outcome(name, UNCHANGED, "nothing would change")
@@ -137,11 +140,30 @@ class HostErrors(logging.Handler):
             self.first.setdefault(match["host"], " ".join(match["message"].split()))
 
 
+class RunAborted(logging.Handler):
+    """Whether pyinfra gave up while preparing the run: it logs an exception raised by the
+    deploy file (or its own error) as a warning, then exits 1; the hosts prepared before it
+    would otherwise read as unchanged."""
+
+    MESSAGES = ("An exception occurred in: ", "pyinfra error")
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.why = None
+
+    def emit(self, record):
+        text = _ANSI.sub("", record.getMessage())
+        for message in self.MESSAGES:
+            if message in text and self.why is None:
+                self.why = "the run stopped: " + text.split("--> ", 1)[-1].strip().rstrip(":")
+
+
 class OutcomeRecorder(BaseStateCallback):
     """Which operation failed on which host, and, at the end, every host's outcome."""
 
     def __init__(self, errors=None):
         self.errors = errors if errors is not None else HostErrors()
+        self.aborted = RunAborted()
         self.failed_at = {}
         self.report = False
 
@@ -170,7 +192,8 @@ class OutcomeRecorder(BaseStateCallback):
                                    if not data.operation_meta.is_complete()), None)
             outcome = host_outcome(host.name, unreachable=unreachable, failed_at=failed_at,
                                    executed=executed, prepared_ops=len(ops),
-                                   changed_ops=changed, stopped_before=stopped_before)
+                                   changed_ops=changed, stopped_before=stopped_before,
+                                   aborted=self.aborted.why)
             found.append(with_note(outcome, throughput.NOTES.get(host.name)))
         return found
 
@@ -195,6 +218,7 @@ def watch():
 
         _recorder = OutcomeRecorder()
         logger.addHandler(_recorder.errors)
+        logger.addHandler(_recorder.aborted)
         atexit.register(_report, state, _recorder)
     return _recorder
 

@@ -1,5 +1,5 @@
 """The engine: one venv per pin set, built beside the live one, and the switch to it staged
-for the restart cycle; repaired on request."""
+for the restart cycle; repaired on request. Tools (the Hub client, the router) get plain venvs."""
 
 import shlex
 
@@ -55,6 +55,30 @@ def engine(venv, link, python, packages, scripts_dir, wheels_dir=None, repair=No
         changed = True
     if not changed:
         host.noop(f"{link} -> {venv} holds {', '.join(packages)}")
+
+
+@operation()
+def tool_venv(venv, python, packages, wheels_dir=None):
+    """
+    A venv of its own for a tool the recipe runs (the Hugging Face Hub client, SGLang's
+    router), holding exactly the pinned ``packages``: created when missing, the differing pins
+    reinstalled; nothing when it holds them.
+
+    + venv: where it lives
+    + python: interpreter that creates it
+    + packages: exact pins, ``name==version``
+    + wheels_dir: remote directory of uploaded wheels; when given pip installs from it alone
+    """
+    quoted = shlex.quote(venv)
+    pip = (f"{quoted}/bin/pip install --no-input --disable-pip-version-check "
+           + (f"--no-index --find-links {shlex.quote(wheels_dir)} " if wheels_dir else ""))
+    if host.get_fact(InstalledDistributions, venv=venv) is None:
+        yield f"rm -rf {quoted} && mkdir -p {shlex.quote(venv.rsplit('/', 1)[0])}"
+        yield f"{shlex.quote(python)} -m venv {quoted}"
+        yield pip + " ".join(shlex.quote(pin) for pin in packages)
+        return
+    if not (yield from _keep_exact(venv, pip, packages, None)):
+        host.noop(f"{venv} holds {', '.join(packages)}")
 
 
 def _build(venv, python, pip, packages, scripts_dir):

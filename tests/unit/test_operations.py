@@ -122,6 +122,26 @@ def test_an_unfinished_build_is_built_again(run):
     assert commands[0].startswith(f"rm -rf {V} ") and commands[-2].endswith(f"mark --venv {V}")
 
 
+def test_a_tool_venv_is_created_with_its_pins_when_missing(run):
+    commands, _ = run(operations.tool_venv, {InstalledDistributions: None}, "/opt/hf/venv",
+                      "python3", ["huggingface_hub==0.36.0"], wheels_dir="/w")
+    assert commands == ["rm -rf /opt/hf/venv && mkdir -p /opt/hf",
+                        "python3 -m venv /opt/hf/venv",
+                        "/opt/hf/venv/bin/pip install --no-input --disable-pip-version-check "
+                        "--no-index --find-links /w huggingface_hub==0.36.0"]
+
+
+def test_a_tool_venv_holding_its_pins_is_a_noop_and_a_differing_pin_is_reinstalled(run):
+    held = {InstalledDistributions: {"sglang-router": "0.3.2", "aiohttp": "3.14.5"}}
+    commands, noops = run(operations.tool_venv, held, "/opt/r/venv", "python3",
+                          ["sglang-router==0.3.2"])
+    assert commands == [] and noops == ["/opt/r/venv holds sglang-router==0.3.2"]
+    commands, _ = run(operations.tool_venv, held, "/opt/r/venv", "python3",
+                      ["sglang-router==0.3.3"])
+    assert commands == ["/opt/r/venv/bin/pip install --no-input --disable-pip-version-check "
+                        "sglang-router==0.3.3"]
+
+
 def test_engine_installs_only_the_differing_pins(run):
     installed = {"sglang": "0.5.22", "torch": "2.13.0"}
     facts = {InstalledDistributions: installed, EngineVenvs: venvs_fact(live=V.rsplit("/", 1)[1])}

@@ -119,3 +119,18 @@ def test_a_run_stopped_by_an_internal_error_is_a_failure_not_unchanged():
     assert found[0] == Outcome("node1", FAILED,
                                "the run stopped before 'Serving' completed; its cause is above")
     assert exit_status(found) == EXIT_DEPLOY_ERROR
+
+
+def test_a_run_that_stopped_on_an_exception_in_the_deploy_file_ran_nothing_anywhere():
+    # pyinfra prepares host after host; an exception in deploy.py for the last one ends the run
+    # before anything executes: the hosts prepared before it must not read as unchanged.
+    state, node1, node2 = fake_state(StateStage.Prepare)
+    state.failed_hosts, state.activated_hosts = set(), {node1, node2}
+    recorder = OutcomeRecorder()
+    logger = logging.getLogger("test_outcome_aborted")
+    logger.addHandler(recorder.aborted)
+    logger.warning("--> \x1b[31;1mAn exception occurred in: deploy.py\x1b[0m:\n")
+    found = recorder.outcomes(state)
+    assert found[0] == Outcome("node1", NOT_RUN, "nothing ran: the run stopped: An exception "
+                                                 "occurred in: deploy.py; see above")
+    assert exit_status(found) == EXIT_DEPLOY_ERROR
