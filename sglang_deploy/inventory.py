@@ -31,31 +31,29 @@ SANDBOX_ROUTER_WHEELS = "build/router-wheels"
 SANDBOX_PROFILES_VAR = "SGLANG_DEPLOY_SANDBOX_PROFILES"
 
 
-class HostEntry(BaseModel):
+class SshEntry(BaseModel):
+    """How the controller reaches a host, and how the fleet's other hosts do."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ssh_hostname: Optional[str] = None
+    ssh_user: Optional[str] = None
+    ssh_port: Optional[int] = Field(default=None, ge=1, le=65535)
+    ssh_key: Optional[str] = None
+    # How routers reach this node, or nodes this router (default: ssh_hostname).
+    fleet_address: Optional[str] = None
+
+
+class HostEntry(SshEntry):
     """One host of the hosts file; every key optional except where defaults lack it."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    ssh_hostname: Optional[str] = None
-    ssh_user: Optional[str] = None
-    ssh_port: Optional[int] = Field(default=None, ge=1, le=65535)
-    ssh_key: Optional[str] = None
     profile: Optional[str] = None
     profile_overrides: dict[str, Any] = Field(default_factory=dict)
-    # How routers reach this node (default: ssh_hostname).
-    fleet_address: Optional[str] = None
 
 
-class RouterEntry(BaseModel):
+class RouterEntry(SshEntry):
     """One router host: SSH keys plus its router_* settings (group_data/all.py)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    ssh_hostname: Optional[str] = None
-    ssh_user: Optional[str] = None
-    ssh_port: Optional[int] = Field(default=None, ge=1, le=65535)
-    ssh_key: Optional[str] = None
-    fleet_address: Optional[str] = None
     router_port: Optional[int] = None
     router_prometheus_port: Optional[int] = None
     router_policy: Optional[str] = None

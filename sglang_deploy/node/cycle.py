@@ -22,7 +22,6 @@ figures, when it ran}. Exit status: 0 served, else the first failed step's.
 """
 import argparse
 import json
-import subprocess
 import sys
 
 if __package__:
@@ -47,14 +46,7 @@ class Cycle:
 
     def run(self, name, label=None):
         """Run one step, streaming its progress lines; True when it succeeded."""
-        proc = subprocess.Popen(self.commands[name], shell=True, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, universal_newlines=True)
-        lines = []
-        for line in proc.stdout:
-            lines.append(line.rstrip("\n"))
-            if result.progress([line]):
-                print(line, end="", flush=True)
-        code = proc.wait()
+        code, lines = result.run_streaming(self.commands[name])
         found = result.parse(lines) or {}
         cause = found.get("cause")
         self.details.update((key, found[key]) for key in ("throughput", "on_regression") if key in found)

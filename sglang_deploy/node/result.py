@@ -13,6 +13,7 @@ A script that streams events before its result (lock.py) prints ``{"event": ...}
 ``events`` reads them.
 """
 import json
+import subprocess
 
 if __package__:
     from . import status
@@ -57,3 +58,16 @@ def progress(lines):
     """A script's human lines: its output without the result and event lines."""
     return [line for line in lines if _json_object(line) is None
             or not ({"status", "event"} & set(_json_object(line)))]
+
+
+def run_streaming(command):
+    """Run another of our scripts (a shell command line), streaming its progress lines through;
+    (its exit status, every line it printed): ``parse`` them for its result."""
+    proc = subprocess.Popen(command, shell=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, universal_newlines=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if progress([line]):
+            print(line, end="", flush=True)
+    return proc.wait(), lines

@@ -20,7 +20,6 @@ a cycle that did not run has outcome "router_unreachable" or "router_failed".
 """
 import argparse
 import json
-import subprocess
 import sys
 import time
 import urllib.request
@@ -76,18 +75,6 @@ def drain(port, timeout, interval=0.25):
         time.sleep(interval)
 
 
-def run_streaming(command):
-    """Run a script, its progress lines streamed through; (exit status, its result)."""
-    proc = subprocess.Popen(command, shell=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, universal_newlines=True)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line.rstrip("\n"))
-        if result.progress([line]):
-            print(line, end="", flush=True)
-    return proc.wait(), result.parse(lines)
-
-
 def put_back(routers, worker_url, timeout):
     """Add the node to every router that does not list it, then wait until each lists it
     healthy. The cause of the first failure, or None."""
@@ -108,7 +95,7 @@ def rotate(args):
                 "drained": True, "in_flight_left": 0}
 
     def refuse(outcome, cause):
-        code, _ = run_streaming(args.restore)
+        code, _ = result.run_streaming(args.restore)
         return result.emit(status.PREFLIGHT_FAILED, cause, outcome=outcome, steps=[],
                            restored=code == status.READY, rotation=rotation)
 
@@ -147,7 +134,8 @@ def rotate(args):
     else:
         say("not serving: in no rotation, nothing to drain")
 
-    code, found = run_streaming(args.cycle)
+    code, lines = result.run_streaming(args.cycle)
+    found = result.parse(lines)
     if found is None:
         rotation["out_s"] = round(time.monotonic() - taken_out, 2)
         return result.emit(code or status.UNEXPECTED, "restart cycle printed no result",
