@@ -75,14 +75,15 @@ def _rotate(state, host, scripts, hook_python, rotation, profile_name, rollback)
                         log_func=logger.error)
     if served:
         run.succeeded(host.name)
-        run.note(host.name, f"serves {profile_name}, back in rotation")
+        if rotation.router_urls:  # without routers, "deployed" says it all
+            run.note(host.name, f"serves {profile_name}, back in rotation")
         return True
     run.failed(host.name, found.get("cause") or outcome)
     previous = found.get("profile")
     run.note(host.name, {"rolled_back": f"rolled back: serves {previous}",
                          "preflight_failed": "preflight failed: serves its previous configuration",
                          "regressed": f"serves {profile_name}, slower than its last known good "
-                                      "(on_regression: fail), back in rotation",
+                                      "(on_regression: fail)",
                          }.get(outcome, f"{outcome}: not serving"))
     return False
 

@@ -124,3 +124,14 @@ def test_a_rotated_restart_says_and_records_its_decode_check(tmp_path, monkeypat
                for m in regressed.logged), regressed.logged
     assert throughput.read(tmp_path / "n1.jsonl") == [dict(slower, host="n1")]
     assert fleet_ops.ROLLOUT["run"].notes == {"n1": "rolled back: serves sandbox"}
+
+
+def test_without_routers_a_served_node_needs_no_note_and_a_rolled_back_one_says_what_it_serves():
+    alone = Rotation("http://10.0.0.11:30000", 30000, [], ROTATION.rolling)
+    ok = FakeHost("n1", lambda c: (True, Output([line(outcome="served")])))
+    assert fleet_ops._rotate(None, ok, Scripts(), "/venv/bin/python", alone, "rolled", True)
+    bad = FakeHost("n2", lambda c: (False, Output([line(status=3, outcome="rolled_back",
+                                                        cause="oom", profile="sandbox",
+                                                        restored=True)])))
+    assert not fleet_ops._rotate(None, bad, Scripts(), "/venv/bin/python", alone, "rolled", True)
+    assert fleet_ops.ROLLOUT["run"].notes == {"n2": "rolled back: serves sandbox"}
