@@ -223,7 +223,9 @@ def test_ping_200_waits_for_the_fired_up_line_then_is_quick(node):
     node.log("[2026-11-29 10:01:13] The server is fired up and ready to roll!")
     rc, out = finish(proc)
     assert rc == status.READY, out
-    assert 0 <= node.summary()["ready_at"] - fired < 0.3, out
+    # Within about one poll interval of the line (not the next progress beat): the bound
+    # leaves room for a loaded machine, it is no speed target.
+    assert 0 <= node.summary()["ready_at"] - fired < 1.5, out
 
 
 def test_fired_up_line_without_ping_200_is_not_ready(node):
