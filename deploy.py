@@ -14,6 +14,7 @@ from pyinfra.operations.util import any_changed
 from sglang_deploy import operations as sglang
 from sglang_deploy.cli import exit_on_deploy_error
 from sglang_deploy.gpu_settings import ACS_UNIT, acs_unit_text
+from sglang_deploy.operations import group as serving_group
 from sglang_deploy.operations.gpu_settings import persistence_mode, unit_absent, unit_active
 from sglang_deploy.operations.prerequisites import os_prerequisites
 from sglang_deploy.outcome import report_at_exit
@@ -26,7 +27,8 @@ report_at_exit()
 # 1. Read this host's profile and lint it; a bad profile or a lint error stops the run before
 #    any host is touched. Lint warnings are printed once per profile.
 with exit_on_deploy_error(host.name):
-    plan = plan_for(host.data)
+    # -- serving group: a multi-node server's member runs its rank's flags (serving_group.py) --
+    plan = plan_for(host.data, member=serving_group.member_of(host))
 print_lint_warnings(plan)
 
 # 1b. The OS: Debian or Ubuntu (any other stops this host here, with nothing changed), with the
@@ -70,6 +72,12 @@ staged_models = [sglang.model_staged(name=f"Model {target.path} ({target.source.
 plan.bind_venv(host.get_fact(PythonVersion, python=plan.profile.engine.python))
 sglang.preflight(name="Preflight", scripts=plan.scripts, repairing=bool(plan.repair),
                  engine_ready=sglang.engine_matches(plan.venv, plan.profile.engine.packages))
+# -- serving group: every follower reaches rank 0's dist-init port (once rank 0 runs) ---------
+if plan.group:
+    serving_group.group_preflight(
+        name="Group preflight (rank 0's dist-init port)", member=plan.group,
+        scripts_dir=plan.scripts.directory, leader_unit=plan.unit,
+        dist_init_addr=plan.group.dist_init_addr(plan.profile.service.dist_init_port))
 
 # 5. Wheels the profile installs from (the sandbox's stand-in engine, or none).
 for wheel in plan.wheels:
@@ -96,15 +104,25 @@ hook = sglang.startup_hook(name="Start-up hook", python=plan.hook_python,
 unit = sglang.unit_file(name="systemd unit", unit=plan.unit, content=plan.unit_text,
                         staging_dir=plan.run_dir, unit_dir=plan.unit_dir)
 
-# 10. Restart only when what the server runs changed, then gate until it serves; a start that
-#    fails its gate is rolled back to the last configuration that passed.
-sglang.restarted(name="Restart (configuration changed)", scripts=plan.scripts,
-                 hook_python=plan.hook_python, rollback=plan.rollback,
-                 _if=any_changed(engine, env_file, hook, unit, *staged_models))
+# -- serving group: restarted as one when any member changed, driven by rank 0 (10, 11) -------
+if plan.group:
+    serving_group.join(plan.group, host, plan, [engine, env_file, hook, unit, *staged_models])
+    stop_wait_s = float(host.data.get("group_follower_stop_s"))
+    serving_group.group_restarted(name="Restart serving group (configuration changed)",
+                                  member=plan.group, rollback=plan.rollback,
+                                  stop_wait_s=stop_wait_s, _if=serving_group.changed(plan.group))
+    serving_group.group_serving(name="Serving group", member=plan.group, rollback=plan.rollback,
+                                stop_wait_s=stop_wait_s)
+else:
+    # 10. Restart only when what the server runs changed, then gate until it serves; a start
+    #    that fails its gate is rolled back to the last configuration that passed.
+    sglang.restarted(name="Restart (configuration changed)", scripts=plan.scripts,
+                     hook_python=plan.hook_python, rollback=plan.rollback,
+                     _if=any_changed(engine, env_file, hook, unit, *staged_models))
 
-# 11. Enabled and serving, with every worker carrying the profile's environment.
-sglang.serving(name="Serving", scripts=plan.scripts, hook_python=plan.hook_python,
-               rollback=plan.rollback)
+    # 11. Enabled and serving, with every worker carrying the profile's environment.
+    sglang.serving(name="Serving", scripts=plan.scripts, hook_python=plan.hook_python,
+                   rollback=plan.rollback)
 
 # 12. Old engine venvs: the newest `venvs_keep` stay, and the live and last known good ones.
 sglang.old_venvs_pruned(name="Old engine venvs", venvs_dir=plan.venvs_dir,

@@ -162,8 +162,16 @@ class OutcomeRecorder(BaseStateCallback):
             outcome = host_outcome(host.name, unreachable=unreachable, failed_at=failed_at,
                                    executed=executed, prepared_ops=len(ops),
                                    changed_ops=changed, stopped_before=stopped_before)
-            found.append(with_note(outcome, throughput.NOTES.get(host.name)))
+            outcome = with_note(outcome, throughput.NOTES.get(host.name))
+            found.append(with_note(outcome, group_notes().get(host.name)))
         return found
+
+
+def group_notes() -> dict:
+    """Each serving group member's rank and its group's verdict (operations/group.py)."""
+    from .operations.group import NOTES
+
+    return NOTES
 
 
 def _names(state, op_hash) -> str:

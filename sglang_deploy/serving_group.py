@@ -19,7 +19,7 @@ Pure functions of the inventory and the profiles; nothing here touches a host.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from .errors import DeployError
@@ -35,6 +35,7 @@ class Member:
     hosts: tuple             # the group's host names, by rank (rank 0 first)
     leader_address: str      # rank 0's cluster address: the --dist-init-addr host
     socket_ifname: Optional[str] = None
+    leader_port: Optional[int] = None  # rank 0's API port (resolve_checked: from its profile)
 
     @property
     def size(self) -> int:
@@ -197,6 +198,16 @@ def resolve_checked(hosts, profile_of, limited=None) -> dict:
             continue
         if limited is not None:
             in_run(member, limited)
-        check(member, {other: profiles.get(other) or profile_of(by_name[other])
-                       for other in member.hosts})
+        group_profiles = {other: profiles.get(other) or profile_of(by_name[other])
+                          for other in member.hosts}
+        check(member, group_profiles)
+        members[name] = replace(member, leader_port=group_profiles[member.leader].service.port)
     return members
+
+
+def profile_of(data):
+    """A host's profile, from its data (the loader the plan uses)."""
+    from .profile import load_profile
+
+    get = data.get if hasattr(data, "get") else lambda key: getattr(data, key, None)
+    return load_profile(get("profile"), overrides=get("profile_overrides") or None)
