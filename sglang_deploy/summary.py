@@ -21,13 +21,14 @@ from .check import FAILED, OK, WARNING, Check
 from .inventory import inventory_hosts, testinfra_host
 from .plan import plan_for
 from .redact import Redactor
+from .serving_group import profile_of, resolve_checked
 
 COLUMNS = ("host", "checked against", *(entry.column for entry in checks.REGISTRY if entry.column),
            "warnings")
 
 
-def host_report(name, data):
-    plan = plan_for(data)
+def host_report(name, data, member=None):
+    plan = plan_for(data, member=member)
     try:
         found = checks.host_checks(testinfra_host(data), plan)
     except Exception as exc:  # e.g. unreachable: still a row, with the reason
@@ -70,7 +71,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     limit = set(filter(None, args.limit.split(",")))
     with exit_on_deploy_error():
-        reports = [host_report(name, data) for name, data in inventory_hosts(args.inventory)
+        hosts = inventory_hosts(args.inventory)
+        members = resolve_checked(hosts, profile_of)  # serving groups: each member's rank
+        reports = [host_report(name, data, members.get(name)) for name, data in hosts
                    if not limit or name in limit]
     print_table([COLUMNS] + [row(r) for r in reports])
     for report in reports:

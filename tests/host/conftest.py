@@ -20,6 +20,7 @@ import testinfra
 from sglang_deploy.checks import REGISTRY
 from sglang_deploy.inventory import inventory_hosts, testinfra_host
 from sglang_deploy.plan import NodePlan, plan_for
+from sglang_deploy.serving_group import profile_of, resolve_checked
 from sglang_deploy.redact import Redactor
 from sglang_deploy.redact_reports import ReportRedaction
 
@@ -52,17 +53,18 @@ def redacted_plan(plan: NodePlan, redact: Redactor) -> NodePlan:
 def pytest_generate_tests(metafunc):
     if "node" in metafunc.fixturenames:
         hosts = inventory_hosts(metafunc.config.getoption("inventory"))
+        members = resolve_checked(hosts, profile_of)  # serving groups: each member's rank
         limit = set(filter(None, metafunc.config.getoption("limit").split(",")))
-        hosts = [(name, data) for name, data in hosts if not limit or name in limit]
-        metafunc.parametrize("node_spec", hosts, ids=[name for name, _ in hosts], scope="session")
+        hosts = [(name, data, members.get(name)) for name, data in hosts if not limit or name in limit]
+        metafunc.parametrize("node_spec", hosts, ids=[name for name, _, _ in hosts], scope="session")
     if "check" in metafunc.fixturenames:
         metafunc.parametrize("check", REGISTRY, ids=[check.id for check in REGISTRY])
 
 
 @pytest.fixture(scope="session")
 def node(node_spec):
-    name, data = node_spec
-    plan = plan_for(data)
+    name, data, member = node_spec
+    plan = plan_for(data, member=member)
     redact = Redactor.for_profile(plan.profile)
     redact.add(values=plan.secret_values)
     SECRETS.add(redact.names, plan.secret_values)
