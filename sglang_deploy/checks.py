@@ -192,7 +192,16 @@ def serving(node, plan) -> Check:
     return Check("serving", FAILED, detail)
 
 
-@verify_check("serving group")
+def _group_cell(by_name):
+    """The table's "serving group": '-' alone, else the member's rank and the verdict."""
+    found = by_name.get("serving group")
+    rank = re.search(r"group (\S+) node-rank (\d+) of (\d+)", found["detail"]) if found else None
+    if not rank:
+        return found["state"] if found and found["state"] == FAILED else "-"
+    return f"{rank.group(1)} rank {rank.group(2)}/{rank.group(3)}: {found['state']}"
+
+
+@verify_check("serving group", cell=_group_cell)
 def serving_group(node, plan) -> Check:
     """A serving group member: its rank, and the group's verdict as rank 0's API answers it,
     asked from this node at rank 0's cluster address."""

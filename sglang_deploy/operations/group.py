@@ -10,6 +10,7 @@ its own. docs/architecture.md ("Serving groups") says why this and not ordered o
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 import time
 
@@ -162,6 +163,11 @@ class Group:
             self.restore()
             return False, (f"{', '.join(gone)} failed before the restart (its cause is above): "
                            "nothing was stopped")
+        engines = {h.name: posixpath.basename(plan.venv or "") for h, plan in zip(self.hosts, self.plans)}
+        if len(set(engines.values())) > 1:  # the same pins, wheels and Python on every member
+            self.restore()
+            return False, ("members would run different engine venvs: " + ", ".join(
+                f"{name} {venv}" for name, venv in engines.items()) + "; nothing was stopped")
         if preflight:
             failure = (self.first_failure(self.on(self.all_ranks(), lambda r: self.plans[r].scripts.preflight(
                 f"{self.plans[r].venv}/bin/python")), "preflight")

@@ -206,3 +206,9 @@ def test_a_group_member_runs_its_share_of_the_schedulers_and_a_lone_host_has_no_
     report = json.dumps({"status": 0, "message": None, "workers": [worker] * 4})
     assert checks.workers_env(Node(outputs={"workers.py": Result(0, report)}), group_plans()["node2"]).state == OK
     assert not checks.serving_group(Node(), plan).applies
+
+
+def test_the_table_shows_each_members_rank_and_the_groups_verdict():
+    detail = "group g1 node-rank 1 of 2: rank 0 node1 serves tiny at 10.0.0.1:30000"
+    assert checks._group_cell({"serving group": {"state": OK, "detail": detail}}) == "g1 rank 1/2: ok"
+    assert checks._group_cell({"serving group": {"state": WARNING, "detail": "serves alone"}}) == "-"

@@ -113,3 +113,13 @@ def test_a_member_that_failed_before_the_restart_stops_nothing(make_group):
     assert not ok and text == "node2 failed before the restart (its cause is above): nothing was stopped"
     assert not [entry for entry in LOG if "restart.py" in entry[1] or "systemctl start" in entry[1]]
     assert commands("node1", "lastgood.py restore")  # rank 0's files go back
+
+
+def test_members_whose_engine_venvs_differ_stop_nothing(make_group):
+    members = make_group()
+    members.plans[0].venv = "/opt/sglang/venvs/sglang-0.5.23-aaa"
+    members.plans[1].venv = "/opt/sglang/venvs/sglang-0.5.23-bbb"
+    ok, text = members.cycle()
+    assert not ok and text.startswith("members would run different engine venvs: "
+                                      "node1 sglang-0.5.23-aaa, node2 sglang-0.5.23-bbb")
+    assert not [entry for entry in LOG if "restart.py" in entry[1] or "preflight.py" in entry[1]]
