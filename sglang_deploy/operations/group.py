@@ -344,6 +344,11 @@ def _record(state, host, member, ranks, stop_wait_s):
     return True
 
 
+def _restart_because(state, host, member, why, rollback, stop_wait_s):
+    host.log(f"group {member.group}: {'; '.join(why)}: restarting the group", logger.warning)
+    return _lead(state, host, member, rollback, stop_wait_s)
+
+
 def _problems(member, stop_wait_s):
     """What is wrong with a group that should serve: (restart?, [why], ranks to record)."""
     from pyinfra import state
@@ -402,8 +407,7 @@ def group_serving(member, rollback=True, stop_wait_s=20.0):
         return
     restart, why, record = _problems(member, stop_wait_s)
     if restart:
-        host.log(f"group {member.group}: {'; '.join(why)}: restarting the group", logger.warning)
-        yield FunctionCommand(_lead, (member, rollback, stop_wait_s), {})
+        yield FunctionCommand(_restart_because, (member, why, rollback, stop_wait_s), {})
     elif why:
         yield FunctionCommand(_fail, (f"group {member.group}: {'; '.join(why)}",), {})
     elif record:
