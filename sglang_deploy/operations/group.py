@@ -21,7 +21,7 @@ from pyinfra.context import ContextObject, ctx_config, ctx_host
 
 from .. import serving_group
 from ..facts import InterpreterStartup, LastGood, Serving
-from ..node import result, status
+from ..node import group_join, result, status
 from .files import HOOK_FILE, HOOK_PTH, pth_directory
 
 _MEMBERS = None   # {host name: Member} of this run, resolved and checked once
@@ -264,7 +264,9 @@ class Group:
             gating.join(timeout=POLL_S)
         ok, output = gating.get()
         if not ok:
-            return f"rank 0 {self.hosts[0].name} failed its gate: {_cause(output)}"
+            why = f"rank 0 {self.hosts[0].name} failed its gate: {_cause(output)}"
+            missing = self.not_joined()
+            return f"{missing}; {why}" if missing else why
         for rank in self.followers:
             ended = _ended(_unit_show(self.hosts[rank], units[rank]), base[rank])
             if ended:
@@ -272,6 +274,23 @@ class Group:
         self.say(f"rank 0 {self.hosts[0].name} serves; followers "
                  f"{', '.join(self.who(r) for r in self.followers)} running")
         return None
+
+    def not_joined(self):
+        """Which follower never joined rank 0's rendezvous, from every member's journal of this
+        start (node/group_join.py's reading), or None when the rendezvous is not the cause."""
+        def journal(rank):
+            ok, output = self.run(rank, f"python3 {shlex.quote(self.plans[rank].scripts.directory)}/systemd.py "
+                                        f"journal {shlex.quote(self.plans[rank].unit)}", print_output=False)
+            return [line for line in output.stdout_lines if not line.startswith("-- cursor:")] if ok else None
+        profile = self.plans[0].profile
+        found = group_join.assess(journal(0), len(self.hosts), profile.tp_size,
+                                  {rank: journal(rank) for rank in self.followers})
+        if found["state"] in ("joined", "not-started") or not found["cause"]:
+            return None
+        if found["missing"]:
+            return (", ".join(self.who(rank) for rank in found["missing"])
+                    + f" never joined rank 0: {found['cause']}")
+        return found["cause"]
 
     def follower_died(self, rank, ended, gating):
         ok, output = self.run(rank, f"python3 {shlex.quote(self.plans[rank].scripts.directory)}/follower.py "

@@ -123,3 +123,25 @@ def test_members_whose_engine_venvs_differ_stop_nothing(make_group):
     assert not ok and text.startswith("members would run different engine venvs: "
                                       "node1 sglang-0.5.23-aaa, node2 sglang-0.5.23-bbb")
     assert not [entry for entry in LOG if "restart.py" in entry[1] or "preflight.py" in entry[1]]
+
+
+def test_a_follower_that_never_joins_is_named_when_rank_0s_gate_gives_up(make_group):
+    def rank0(host, text):
+        if "gate.py" in text:
+            return False, result(4, cause="timeout: last phase: starting (120.0s)")
+        if "systemd.py journal" in text:
+            return True, ["[2026-12-01 03:00:00 TP0] Init parallel begin.", "-- cursor: c"]
+        return healthy(host, text)
+
+    def follower(host, text):  # its unit runs, its schedulers never got as far as the rendezvous
+        if "systemd.py journal" in text:
+            return True, ["[2026-12-01 03:00:00] server_args=...", "-- cursor: c"]
+        return healthy(host, text)
+
+    members = make_group(follower)
+    members.hosts[0].script = rank0
+    ok, text = members.cycle(rollback=False)
+    assert not ok
+    assert text.startswith("node2 (node-rank 1) never joined rank 0: rank 0 is waiting for its "
+                           "followers: node-rank 1 has not joined (node-rank 1: not started); "
+                           "rank 0 node1 failed its gate: timeout")
