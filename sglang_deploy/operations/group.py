@@ -19,7 +19,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.context import ContextObject, ctx_config, ctx_host
 
-from .. import serving_group
+from .. import serving_group, throughput
 from ..facts import InterpreterStartup, LastGood, Serving
 from ..node import group_join, result, status
 from .files import HOOK_FILE, HOOK_PTH, pth_directory
@@ -179,6 +179,10 @@ class Group:
         why = self.restart_and_gate() or self.first_failure(
             self.on(self.all_ranks(), lambda r: self.plans[r].scripts.workers()), "worker environment check")
         if not why:
+            why = self.decode_check()
+            if why is False:  # on_regression: fail: it serves, unrecorded
+                return False, "decode check regressed (on_regression: fail): the group serves, not recorded"
+        if not why:
             why = self.record()
             if not why:
                 return True, f"serving ({self.plans[0].profile.name})"
@@ -196,6 +200,21 @@ class Group:
             return False, f"{why}; rollback to {previous} failed too: {again}"
         self.say(f"rolled back: serving {previous} again", fg="yellow", error=True)
         return False, f"{why}; rolled back: serving {previous} again"
+
+    def decode_check(self):
+        """Rank 0's decode check (it serves the API), when the profile has one: None when it
+        passed or only warns, False under on_regression: fail, why under rollback."""
+        command = self.plans[0].scripts.decode_check()
+        if not command:
+            return None
+        ok, output = self.run(0, command)
+        found = result.parse(output.stdout_lines) or {}
+        said = throughput.took_note(self.hosts[0].name, found)
+        if said:
+            self.say(said[0], fg={"warning": "yellow", "error": "red"}.get(said[1]))
+        if ok or found.get("on_regression") == "warn" or not found.get("throughput"):
+            return None
+        return False if found.get("on_regression") == "fail" else f"decode check: {_cause(output)}"
 
     def restore(self):
         ranks = [r for r in self.all_ranks() if self.hosts[r] not in self.state.failed_hosts]

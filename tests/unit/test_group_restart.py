@@ -89,6 +89,7 @@ def test_rank_0_stops_first_every_member_starts_and_only_rank_0_is_gated(make_gr
     starts = commands("node1", "systemctl start") + commands("node2", "systemctl start")
     assert rank0_stop < follower_end < min(starts)
     assert commands("node1", "gate.py") and not commands("node2", "gate.py")
+    assert commands("node1", "decode_check.py") and not commands("node2", "decode_check.py")
     assert commands("node1", "preflight.py") < [rank0_stop] and commands("node2", "preflight.py")
     for name in ("node1", "node2"):
         assert commands(name, "workers.py") and commands(name, "lastgood.py save")
