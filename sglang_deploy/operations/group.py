@@ -120,6 +120,7 @@ class Group:
         self.plans = [MEMBERS[member.group][name] for name in member.hosts]
         self.config = ctx_config.get()  # pyinfra's context, for the greenlets of `on`
         self.t0 = time.monotonic()
+        self.said = set()  # what say() said already (a follower's death, said as it is seen)
 
     @property
     def followers(self):
@@ -129,6 +130,7 @@ class Group:
         return f"{self.hosts[rank].name} (node-rank {rank})"
 
     def say(self, text, fg=None, error=False):
+        self.said.add(text)
         self.hosts[0].log_styled(f"[{time.monotonic() - self.t0:6.1f}s] group {self.member.group}: {text}",
                                  fg=fg, log_func=logger.error if error else logger.info)
 
@@ -186,7 +188,8 @@ class Group:
             why = self.record()
             if not why:
                 return True, f"serving ({self.plans[0].profile.name})"
-        self.say(why, fg="red", error=True)
+        if why not in self.said:
+            self.say(why, fg="red", error=True)
         if not rollback:
             return False, f"{why}; rollback disabled: the group is left as it is"
         self.say("rolling back every member to its last known good", fg="yellow")
