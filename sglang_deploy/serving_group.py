@@ -183,10 +183,11 @@ def in_run(member: Member, limited) -> None:
                           "run (--limit): a serving group is deployed as a whole")
 
 
-def resolve_checked(hosts, profile_of, limited=None) -> dict:
+def resolve_checked(hosts, profile_of, limited=None, whole=True) -> dict:
     """resolve(), then every group checked (check, in_run) and every host outside a group
     (check_alone), before anything changes. ``profile_of(data)`` loads a host's profile;
-    ``limited``: the names in this run (None: all)."""
+    ``limited``: the names in this run (None: all); ``whole``: a group must be in the run
+    whole (a deploy; `make verify` may look at one member)."""
     members = resolve(hosts)
     by_name = dict(hosts)
     wanted = [name for name, _ in hosts if limited is None or name in limited]
@@ -196,7 +197,7 @@ def resolve_checked(hosts, profile_of, limited=None) -> dict:
         if member is None:
             check_alone(name, profiles[name])
             continue
-        if limited is not None:
+        if limited is not None and whole:
             in_run(member, limited)
         group_profiles = {other: profiles.get(other) or profile_of(by_name[other])
                           for other in member.hosts}

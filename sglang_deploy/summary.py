@@ -72,7 +72,8 @@ def main(argv=None):
     limit = set(filter(None, args.limit.split(",")))
     with exit_on_deploy_error():
         hosts = inventory_hosts(args.inventory)
-        members = resolve_checked(hosts, profile_of)  # serving groups: each member's rank
+        # Serving groups: each member's rank (the hosts verified and their groups' members).
+        members = resolve_checked(hosts, profile_of, limited=limit or None, whole=False)
         reports = [host_report(name, data, members.get(name)) for name, data in hosts
                    if not limit or name in limit]
     print_table([COLUMNS] + [row(r) for r in reports])

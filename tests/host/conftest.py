@@ -53,8 +53,9 @@ def redacted_plan(plan: NodePlan, redact: Redactor) -> NodePlan:
 def pytest_generate_tests(metafunc):
     if "node" in metafunc.fixturenames:
         hosts = inventory_hosts(metafunc.config.getoption("inventory"))
-        members = resolve_checked(hosts, profile_of)  # serving groups: each member's rank
         limit = set(filter(None, metafunc.config.getoption("limit").split(",")))
+        # Serving groups: each member's rank (the hosts verified and their groups' members).
+        members = resolve_checked(hosts, profile_of, limited=limit or None, whole=False)
         hosts = [(name, data, members.get(name)) for name, data in hosts if not limit or name in limit]
         metafunc.parametrize("node_spec", hosts, ids=[name for name, _, _ in hosts], scope="session")
     if "check" in metafunc.fixturenames:

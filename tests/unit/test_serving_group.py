@@ -143,3 +143,9 @@ def test_sandbox_groups_share_rank_0s_dist_init_port(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLANG_DEPLOY_SANDBOX_GROUPS", "g1")
     with pytest.raises(DeployError, match="expected GROUP=NODE"):
         sandbox_hosts(state)
+
+
+def test_verify_may_look_at_one_member_of_a_group():
+    hosts = [host("n1", serving_group="g"), host("n2", serving_group="g"), host("n3", profile="nonexistent")]
+    members = serving_group.resolve_checked(hosts, profile_of, limited={"n2"}, whole=False)
+    assert members["n2"].leader_port == 30000  # n3's profile, outside the run, is never read
