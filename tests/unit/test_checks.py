@@ -205,7 +205,9 @@ def test_a_group_member_runs_its_share_of_the_schedulers_and_a_lone_host_has_no_
     worker = {"pid": 7, "title": "sglang::scheduler_TP4", "ok": True, "error": None, "mismatches": []}
     report = json.dumps({"status": 0, "message": None, "workers": [worker] * 4})
     assert checks.workers_env(Node(outputs={"workers.py": Result(0, report)}), group_plans()["node2"]).state == OK
-    assert not checks.serving_group(Node(), plan).applies
+    alone = checks.serving_group(Node(), plan)
+    assert (alone.state, alone.detail) == (OK, "serves alone (no serving_group)")
+    assert checks._group_cell({"serving group": {"state": OK, "detail": alone.detail}}) == "-"
 
 
 def test_the_table_shows_each_members_rank_and_the_groups_verdict():
