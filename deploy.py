@@ -16,6 +16,7 @@ from sglang_deploy.cli import exit_on_deploy_error
 from sglang_deploy.fleet import is_router
 from sglang_deploy.fleet_plan import fleet_hosts, router_plan, rotation_for
 from sglang_deploy.gpu_settings import ACS_UNIT, acs_unit_text
+from sglang_deploy.operations import group as serving_group
 from sglang_deploy.operations.gpu_settings import persistence_mode, unit_absent, unit_active
 from sglang_deploy.operations.prerequisites import os_prerequisites
 from sglang_deploy.outcome import report_at_exit
@@ -39,7 +40,8 @@ else:
     # 1. Read this host's profile and lint it; a bad profile or a lint error stops the run before
     #    any host is touched. Lint warnings are printed once per profile.
     with exit_on_deploy_error(host.name):
-        plan = plan_for(host.data)
+        # A serving group's member (a multi-node server) runs its rank's flags (serving_group.py).
+        plan = plan_for(host.data, member=serving_group.member_of(host))
         rotation = rotation_for(host.name, host.data, fleet_hosts(inventory),
                                 plan.profile.service.port)
     print_lint_warnings(plan)
@@ -85,6 +87,11 @@ else:
     plan.bind_venv(host.get_fact(PythonVersion, python=plan.profile.engine.python))
     sglang.preflight(name="Preflight", scripts=plan.scripts, repairing=bool(plan.repair),
                      engine_ready=sglang.engine_matches(plan.venv, plan.profile.engine.packages))
+    if plan.group:  # every follower reaches rank 0's dist-init port (once rank 0 runs)
+        serving_group.group_preflight(
+            name="Group preflight (rank 0's dist-init port)", member=plan.group,
+            scripts_dir=plan.scripts.directory, leader_unit=plan.unit,
+            dist_init_addr=plan.group.dist_init_addr(plan.profile.service.dist_init_port))
 
     # 8. Wheels the profile installs from (the sandbox's stand-in engine, or none).
     for wheel in plan.wheels:
@@ -114,16 +121,30 @@ else:
 
     # 13. Restart only when what the server runs changed, then gate until it serves; a start
     #     that fails its gate is rolled back to the last configuration that passed. Out of every
-    #     router's rotation, `rolling_batch` nodes at a time (sglang_deploy/fleet.py).
-    sglang.rolled_restart(name="Restart (configuration changed)", scripts=plan.scripts,
-                          hook_python=plan.hook_python, rotation=rotation,
-                          profile_name=plan.profile.name, rollback=plan.rollback,
-                          _parallel=rotation.rolling.batch,
-                          _if=any_changed(engine, env_file, hook, unit, *staged_models))
+    #     router's rotation, `rolling_batch` nodes at a time (sglang_deploy/fleet.py). A serving
+    #     group restarts as one when any member changed, driven by rank 0 (operations/group.py).
+    if plan.group:
+        serving_group.join(plan.group, host, plan, [engine, env_file, hook, unit, *staged_models])
+        stop_wait_s = float(host.data.get("group_follower_stop_s"))
+        serving_group.group_restarted(name="Restart serving group (configuration changed)",
+                                      member=plan.group, rollback=plan.rollback,
+                                      stop_wait_s=stop_wait_s,
+                                      _if=serving_group.changed(plan.group))
+    else:
+        sglang.rolled_restart(name="Restart (configuration changed)", scripts=plan.scripts,
+                              hook_python=plan.hook_python, rotation=rotation,
+                              profile_name=plan.profile.name, rollback=plan.rollback,
+                              _parallel=rotation.rolling.batch,
+                              _if=any_changed(engine, env_file, hook, unit, *staged_models))
 
-    # 14. Enabled and serving, with every worker carrying the profile's environment.
-    sglang.serving(name="Serving", scripts=plan.scripts, hook_python=plan.hook_python,
-                   rollback=plan.rollback)
+    # 14. Enabled and serving, with every worker carrying the profile's environment (for a
+    #     group: every member, its readiness judged on rank 0).
+    if plan.group:
+        serving_group.group_serving(name="Serving group", member=plan.group,
+                                    rollback=plan.rollback, stop_wait_s=stop_wait_s)
+    else:
+        sglang.serving(name="Serving", scripts=plan.scripts, hook_python=plan.hook_python,
+                       rollback=plan.rollback)
 
     # 15. Old engine venvs: the newest `venvs_keep` stay, and the live and last known good ones.
     sglang.old_venvs_pruned(name="Old engine venvs", venvs_dir=plan.venvs_dir,

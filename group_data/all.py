@@ -11,6 +11,22 @@ profile = "baseline"
 # Mapping deep-merged over the profile for this host, e.g. {"service": {"port": 30001}}.
 profile_overrides = {}
 
+# -- Serving groups (one model on several nodes; sglang_deploy/serving_group.py) --------------
+# Hosts with the same serving_group run one multi-node server (SGLang --nnodes, the profile's
+# server_args.nnodes); None: a host serves on its own.
+serving_group = None
+# A member's --node-rank; None: the order of the group's hosts in the inventory (first: rank 0).
+node_rank = None
+# The host's address on the cluster network; rank 0's is the group's --dist-init-addr host
+# (port: the profile's service.dist_init_port). None: its ssh_hostname.
+cluster_address = None
+# The host's cluster network interface: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME in its env
+# file (None: NCCL and gloo pick one).
+socket_ifname = None
+# Coordinated stop: rank 0 stops first and broadcasts the shutdown; a follower still running
+# this many seconds after rank 0 is gone is killed (SGLang's followers ignore SIGTERM).
+group_follower_stop_s = 20
+
 # -- Where things go on the node -------------------------------------------------------------
 # On-node scripts (gate, restart, worker check) and uploaded wheels.
 sglang_deploy_dir = "/opt/sglang-deploy"

@@ -113,7 +113,8 @@ def _fact(node, fact_class, **kwargs):
 
 
 def _tp_size(plan) -> int:
-    return plan.profile.tp_size
+    """Schedulers on this node: tp-size, shared by the nodes of a serving group."""
+    return plan.profile.tp_size // plan.profile.nnodes
 
 
 def _ownership(node, path, want_user, want_mode, want_group=None):
@@ -179,12 +180,42 @@ def serving(node, plan) -> Check:
     found = _fact(node, Serving, port=profile.service.port,
                   served_name=profile.model.served_name) or {}
     listening = node.socket(f"tcp://0.0.0.0:{profile.service.port}").is_listening
+    if plan.group and not plan.group.is_leader and found.get("health") == 200 and listening:
+        # A follower serves no API: its /health is a dummy (always 200 once its schedulers run).
+        return Check("serving", OK, f"follower: dummy /health on :{profile.service.port}; "
+                                    f"rank 0 {plan.group.leader} serves the API")
     if found.get("ready") and listening:
         return Check("serving", OK, f"{profile.model.served_name} on :{profile.service.port}")
     detail = f"/health {found.get('health')}, /v1/models {found.get('models')}"
     if not listening:
         detail = f"nothing listens on 0.0.0.0:{profile.service.port}; {detail}"
     return Check("serving", FAILED, detail)
+
+
+def _group_cell(by_name):
+    """The table's "serving group": '-' alone, else the member's rank and the verdict."""
+    found = by_name.get("serving group")
+    rank = re.search(r"group (\S+) node-rank (\d+) of (\d+)", found["detail"]) if found else None
+    if not rank:
+        return found["state"] if found and found["state"] == FAILED else "-"
+    return f"{rank.group(1)} rank {rank.group(2)}/{rank.group(3)}: {found['state']}"
+
+
+@verify_check("serving group", cell=_group_cell)
+def serving_group(node, plan) -> Check:
+    """A serving group member: its rank, and the group's verdict as rank 0's API answers it,
+    asked from this node at rank 0's cluster address."""
+    member = plan.group
+    if member is None:
+        return Check("serving group", OK, "serves alone (no serving_group)")
+    where = f"{member.leader_address}:{member.leader_port}"
+    found = _fact(node, Serving, port=member.leader_port, health_path="/ping",
+                  served_name=plan.profile.model.served_name, host=member.leader_address) or {}
+    if found.get("ready"):
+        return Check("serving group", OK, f"{member.label()}: rank 0 {member.leader} serves "
+                                          f"{plan.profile.model.served_name} at {where}")
+    return Check("serving group", FAILED, f"{member.label()}: rank 0 {member.leader} does not "
+                 f"serve at {where} (/ping {found.get('health')}, /v1/models {found.get('models')})")
 
 
 @verify_check("last start", cell=_last_start_cell)

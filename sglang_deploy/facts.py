@@ -105,8 +105,9 @@ class Serving(FactBase):
     model ids of ``/v1/models`` and ``ready`` (health 200 and the name listed).
     """
 
-    def command(self, port, served_name, health_path="/health"):
-        args = f"http://127.0.0.1:{int(port)} {shlex.quote(served_name)} {shlex.quote(health_path)}"
+    def command(self, port, served_name, health_path="/health", host="127.0.0.1"):
+        address = f"[{host}]" if ":" in host else host  # another node: a group's rank 0
+        args = f"http://{shlex.quote(address)}:{int(port)} {shlex.quote(served_name)} {shlex.quote(health_path)}"
         return f"python3 -c {shlex.quote(SERVING_PROBE_PY)} {args}"
 
     def process(self, output):

@@ -14,6 +14,7 @@ from .fleet import (ROUTER_UNIT, Rolling, RouterSettings, address, check_ports, 
 from .inventory import REPO_ROOT
 from .errors import DeployError
 from .profile import load_profile
+from .serving_group import resolve
 
 
 def fleet_hosts(inventory):
@@ -22,10 +23,13 @@ def fleet_hosts(inventory):
 
 
 def workers(hosts):
-    """[(name, address, port)] of the serving nodes (every host that is not a router)."""
+    """[(name, address, port)] of the serving nodes: every host that is not a router, nor a
+    serving group's follower (rank 0 alone serves the group's API; a follower's /health is a
+    dummy that always answers 200, so a router must never send it requests)."""
+    members = resolve(hosts)
     found = []
     for name, data in hosts:
-        if is_router(data):
+        if is_router(data) or (name in members and not members[name].is_leader):
             continue
         profile = load_profile(data.get("profile"), overrides=data.get("profile_overrides") or None)
         found.append((name, address(data, name), profile.service.port))

@@ -29,6 +29,11 @@ SANDBOX_PROFILE = "sandbox"
 SANDBOX_ROUTER_WHEELS = "build/router-wheels"
 # Per-node profiles for the sandbox, e.g. "node1=sandbox,node2=sandbox-eagle3".
 SANDBOX_PROFILES_VAR = "SGLANG_DEPLOY_SANDBOX_PROFILES"
+# Serving groups of sandbox nodes, rank 0 first, e.g. "g1=node1+node2" (several: "a=...,b=...").
+SANDBOX_GROUPS_VAR = "SGLANG_DEPLOY_SANDBOX_GROUPS"
+# Sandbox nodes share the controller's network: a group's --dist-init-addr port is rank 0's
+# server port plus this, so it never meets another node's ports.
+SANDBOX_DIST_INIT_OFFSET = 1000
 
 
 class SshEntry(BaseModel):
@@ -49,6 +54,11 @@ class HostEntry(SshEntry):
 
     profile: Optional[str] = None
     profile_overrides: dict[str, Any] = Field(default_factory=dict)
+    # Serving groups (multi-node servers): sglang_deploy/serving_group.py.
+    serving_group: Optional[str] = None
+    node_rank: Optional[int] = Field(default=None, ge=0)
+    cluster_address: Optional[str] = None
+    socket_ifname: Optional[str] = None
 
 
 class RouterEntry(SshEntry):
@@ -129,10 +139,17 @@ def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict
         raise DeployError(f"no sandbox nodes: {state_file} is missing (run `make sandbox`)")
     state = json.loads(state_file.read_text())
     chosen = _profile_choices(os.environ.get(SANDBOX_PROFILES_VAR, ""))
+    groups = _group_choices(os.environ.get(SANDBOX_GROUPS_VAR, ""))
+    ports = {node["name"]: node["server_port"] for node in state["nodes"]}
     hosts = []
     for node in state["nodes"]:
         if node.get("role") == "router":
             continue
+        service = {"port": node["server_port"]}
+        group = groups.get(node["name"])
+        if group:
+            # The group's members share rank 0's dist-init port (a group runs one profile).
+            service["dist_init_port"] = ports[group[1][0]] + SANDBOX_DIST_INIT_OFFSET
         hosts.append((node["name"], {
             "ssh_hostname": node["ssh_host"],
             "ssh_port": node["ssh_port"],
@@ -142,7 +159,9 @@ def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict
             "ssh_strict_host_key_checking": "off",
             "ssh_known_hosts_file": "/dev/null",
             "profile": chosen.get(node["name"], SANDBOX_PROFILE),
-            "profile_overrides": {"service": {"port": node["server_port"]}},
+            "profile_overrides": {"service": service},
+            **({"serving_group": group[0], "node_rank": group[1].index(node["name"]),
+                "cluster_address": node["ssh_host"]} if group else {}),
         }))
     return hosts
 
@@ -167,6 +186,19 @@ def sandbox_routers(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, di
         "router_prometheus_port": node["server_port"] - 1000,
         "router_find_links": SANDBOX_ROUTER_WHEELS,
     }) for node in state["nodes"] if node.get("role") == "router"]
+
+
+def _group_choices(spec: str) -> dict[str, tuple[str, list[str]]]:
+    """Parse "g1=node1+node2" into {"node1": ("g1", ["node1", "node2"]), "node2": ...}."""
+    found = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, sep, members = item.partition("=")
+        nodes = [node.strip() for node in members.split("+") if node.strip()]
+        if not sep or not name or not nodes:
+            raise DeployError(f"${SANDBOX_GROUPS_VAR}: expected GROUP=NODE+NODE..., got {item!r}")
+        for node in nodes:
+            found[node] = (name, nodes)
+    return found
 
 
 def _profile_choices(spec: str) -> dict[str, str]:

@@ -194,8 +194,16 @@ class OutcomeRecorder(BaseStateCallback):
                                    executed=executed, prepared_ops=len(ops),
                                    changed_ops=changed, stopped_before=stopped_before,
                                    aborted=self.aborted.why)
-            found.append(with_note(outcome, throughput.NOTES.get(host.name)))
+            outcome = with_note(outcome, throughput.NOTES.get(host.name))
+            found.append(with_note(outcome, group_notes().get(host.name)))
         return found
+
+
+def group_notes() -> dict:
+    """Each serving group member's rank and its group's verdict (operations/group.py)."""
+    from .operations.group import NOTES
+
+    return NOTES
 
 
 def _names(state, op_hash) -> str:

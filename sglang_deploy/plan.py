@@ -17,6 +17,7 @@ from .model_staging import targets as staging_targets
 from .node_scripts import NodeScripts
 from .profile import Profile, load_profile
 from .render import render_env_file, render_hook_module, render_hook_pth, render_unit
+from .serving_group import apply as apply_group
 from .venvs import venv_name, wheel_digests
 
 NODE_SCRIPTS_DIR = Path(__file__).resolve().parent / "node"
@@ -53,6 +54,7 @@ class NodePlan:
     hf_venv: str | None = None    # the Hub client's venv, when a model comes from the Hub
     hf_pin: str | None = None
     hf_token: str | None = field(default=None, repr=False)  # the profile's HF_TOKEN secret
+    group: object = None  # serving_group.Member of a multi-node server; None: serves alone
 
     def bind_venv(self, python_version: str) -> str:
         """Name the venv of this plan's pin set on a node whose ``engine.python`` is
@@ -93,12 +95,14 @@ def plan_holder():
     return f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
 
 
-def plan_for(data, operator_env=None) -> NodePlan:
-    """The plan for a host whose data is ``data`` (pyinfra host.data or a plain mapping)."""
+def plan_for(data, operator_env=None, member=None) -> NodePlan:
+    """The plan for a host whose data is ``data`` (pyinfra host.data or a plain mapping);
+    ``member``: its place in a serving group (serving_group.resolve), whose flags it runs."""
     operator_env = os.environ if operator_env is None else operator_env
     overrides = _get(data, "profile_overrides") or None
     profile = load_profile(_get(data, "profile"), overrides=overrides)
     lint_warnings = _lint(profile, overrides)
+    profile = apply_group(profile, member)
     service = profile.service.name
     unit = f"{service}.service"
     deploy_dir = _get(data, "sglang_deploy_dir")
@@ -144,6 +148,7 @@ def plan_for(data, operator_env=None) -> NodePlan:
         hf_venv=f"{deploy_dir}/hf-venv",
         hf_pin=_get(data, "huggingface_hub_pin"),
         hf_token=secrets.get("HF_TOKEN"),
+        group=member,
     )
 
 

@@ -191,6 +191,9 @@ class Service(_Section):
     restart_sec: int = Field(10, ge=0)          # RestartSec=: no tight crash loop
     timeout_start_sec: int = Field(1800, ge=1)  # TimeoutStartSec=; readiness is the gate's job
     timeout_stop_sec: int = Field(120, ge=1)    # TimeoutStopSec=: workers must free GPU memory
+    # Multi-node (a serving group, sglang_deploy/serving_group.py): the port of rank 0's
+    # --dist-init-addr, where torch's TCPStore waits for the other nodes' ranks.
+    dist_init_port: int = Field(20000, ge=1, le=65535)
 
 
 class Readiness(_Section):

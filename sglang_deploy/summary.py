@@ -22,13 +22,14 @@ from .inventory import inventory_hosts, testinfra_host
 from .plan import plan_for
 from .router_summary import is_router, print_router_table, router_report
 from .redact import Redactor
+from .serving_group import profile_of, resolve_checked
 
 COLUMNS = ("host", "checked against", *(entry.column for entry in checks.REGISTRY if entry.column),
            "warnings")
 
 
-def host_report(name, data):
-    plan = plan_for(data)
+def host_report(name, data, member=None):
+    plan = plan_for(data, member=member)
     try:
         found = checks.host_checks(testinfra_host(data), plan)
     except Exception as exc:  # e.g. unreachable: still a row, with the reason
@@ -72,7 +73,9 @@ def main(argv=None):
     limit = set(filter(None, args.limit.split(",")))
     with exit_on_deploy_error():
         everything = inventory_hosts(args.inventory)
-        reports = [host_report(name, data) for name, data in everything
+        # Serving groups: each member's rank (the hosts verified and their groups' members).
+        members = resolve_checked(everything, profile_of, limited=limit or None, whole=False)
+        reports = [host_report(name, data, members.get(name)) for name, data in everything
                    if (not limit or name in limit) and not is_router(data)]
         routers = [router_report(name, data, everything) for name, data in everything
                    if (not limit or name in limit) and is_router(data)]

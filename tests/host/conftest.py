@@ -23,6 +23,7 @@ from sglang_deploy.fleet_plan import router_plan
 from sglang_deploy.router_checks import ROUTER_REGISTRY
 from sglang_deploy.inventory import inventory_hosts, testinfra_host
 from sglang_deploy.plan import NodePlan, plan_for
+from sglang_deploy.serving_group import profile_of, resolve_checked
 from sglang_deploy.redact import Redactor
 from sglang_deploy.redact_reports import ReportRedaction
 
@@ -76,7 +77,12 @@ def pytest_generate_tests(metafunc):
                      for data in [dict(everything)[name]]]
             metafunc.parametrize("router_spec", hosts, ids=[h[0] for h in hosts], scope="session")
         else:
-            metafunc.parametrize("node_spec", hosts, ids=[name for name, _ in hosts], scope="session")
+            # Serving groups: each member's rank (the hosts verified and their groups' members).
+            limit = set(filter(None, metafunc.config.getoption("limit").split(",")))
+            members = resolve_checked(everything, profile_of, limited=limit or None, whole=False)
+            hosts = [(name, data, members.get(name)) for name, data in hosts]
+            metafunc.parametrize("node_spec", hosts, ids=[name for name, _, _ in hosts],
+                                 scope="session")
     if "router_check" in metafunc.fixturenames:
         metafunc.parametrize("router_check", ROUTER_REGISTRY, ids=[c.id for c in ROUTER_REGISTRY])
     if "check" in metafunc.fixturenames:
@@ -85,8 +91,8 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="session")
 def node(node_spec):
-    name, data = node_spec
-    plan = plan_for(data)
+    name, data, member = node_spec
+    plan = plan_for(data, member=member)
     redact = Redactor.for_profile(plan.profile)
     redact.add(values=plan.secret_values)
     SECRETS.add(redact.names, plan.secret_values)

@@ -174,3 +174,43 @@ def test_last_good_asserts_its_env_copy_is_private_and_still_names_the_profile(p
 def test_nothing_to_check_is_a_warning_that_does_not_apply(plan):
     for found in (checks.last_good(Node(), plan), checks.last_start(Node(), plan)):
         assert found.state == WARNING and not found.applies
+
+
+def group_plans():
+    from sglang_deploy import serving_group
+    data = {**HOST_DATA, "serving_group": "g1",
+            "profile_overrides": {"server_args": {"tp-size": 8, "nnodes": 2}}}
+    hosts = [("node1", {**data, "ssh_hostname": "10.0.0.1"}), ("node2", {**data, "ssh_hostname": "10.0.0.2"})]
+    members = serving_group.resolve_checked(hosts, serving_group.profile_of)
+    return {name: plan_for(data, operator_env={}, member=members[name]) for name, data in hosts}
+
+
+def test_a_followers_dummy_health_is_its_serving_and_the_group_is_judged_at_rank_0():
+    follower = group_plans()["node2"]
+    dummy = json.dumps({"health": 200, "models": [], "ready": False})
+    found = checks.serving(Node(outputs={"urllib": Result(0, dummy)}), follower)
+    assert found.state == OK and "rank 0 node1 serves the API" in found.detail
+    # The same answer from rank 0 is no readiness.
+    assert checks.serving(Node(outputs={"urllib": Result(0, dummy)}), group_plans()["node1"]).state == FAILED
+    ready = json.dumps({"health": 200, "models": [follower.profile.model.served_name], "ready": True})
+    node = Node(outputs={"http://10.0.0.1:30000 ": Result(0, ready), "urllib": Result(0, dummy)})
+    found = checks.serving_group(node, follower)
+    assert found.state == OK
+    assert found.detail.startswith("group g1 node-rank 1 of 2: rank 0 node1 serves")
+    found = checks.serving_group(Node(outputs={"urllib": Result(0, dummy)}), follower)
+    assert found.state == FAILED and "rank 0 node1 does not serve at 10.0.0.1:30000" in found.detail
+
+
+def test_a_group_member_runs_its_share_of_the_schedulers_and_a_lone_host_has_no_group(plan):
+    worker = {"pid": 7, "title": "sglang::scheduler_TP4", "ok": True, "error": None, "mismatches": []}
+    report = json.dumps({"status": 0, "message": None, "workers": [worker] * 4})
+    assert checks.workers_env(Node(outputs={"workers.py": Result(0, report)}), group_plans()["node2"]).state == OK
+    alone = checks.serving_group(Node(), plan)
+    assert (alone.state, alone.detail) == (OK, "serves alone (no serving_group)")
+    assert checks._group_cell({"serving group": {"state": OK, "detail": alone.detail}}) == "-"
+
+
+def test_the_table_shows_each_members_rank_and_the_groups_verdict():
+    detail = "group g1 node-rank 1 of 2: rank 0 node1 serves tiny at 10.0.0.1:30000"
+    assert checks._group_cell({"serving group": {"state": OK, "detail": detail}}) == "g1 rank 1/2: ok"
+    assert checks._group_cell({"serving group": {"state": WARNING, "detail": "serves alone"}}) == "-"

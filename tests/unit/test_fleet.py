@@ -102,6 +102,16 @@ def test_router_unit_lists_every_serving_node():
     assert plan.gate("/opt/sglang-deploy/node").count("--worker ") == 2
 
 
+def test_a_serving_groups_followers_are_no_router_workers():
+    # A follower's /health answers 200 whatever the group does: the router must only know rank 0.
+    hosts = [("n1", node_data()),
+             ("g0", node_data(ssh_hostname="10.0.0.21", serving_group="big")),
+             ("g1", node_data(ssh_hostname="10.0.0.22", serving_group="big")),
+             ("r1", router_data())]
+    assert router_plan("r1", hosts).worker_urls == ["http://10.0.0.11:30000",
+                                                    "http://10.0.0.21:30000"]
+
+
 def test_render_router_unit_without_workers():
     text = render_router_unit(router_settings("r1", router_data()), [])
     assert "--worker-urls" not in text and "0 worker(s)" in text

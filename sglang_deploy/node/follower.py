@@ -1,0 +1,113 @@
+"""A serving group's follower (--node-rank >= 1) on this node: its stop, and why it ended.
+
+    python3 follower.py stop --unit sglang.service --wait 20 [--poll 0.1]
+    python3 follower.py cause --unit sglang.service
+
+SGLang 0.5.23's followers ignore SIGTERM: they stop when rank 0 shuts down and broadcasts it,
+otherwise only when killed, so `systemctl stop` on a follower waits for TimeoutStopSec and its
+SIGKILL. `stop`, run once rank 0 is stopped, waits up to --wait seconds for the unit to end by
+itself (rank 0's broadcast), SIGKILLs what is left of it then, naming it, and finally runs
+`systemctl stop` (instant by then) so that a follower that ended with an error is not
+restarted by `Restart=on-failure`. One line per step, with seconds since the script started:
+    [   0.1s] sglang.service ended on rank 0's shutdown (inactive/dead)
+    [  20.0s] still running after 20s: killing pids 1234 (python3 -m sglang.launch_server ...)
+`cause` reads the journal of the unit's last start and says why it ended (sglang_log causes,
+e.g. group-peer-lost), for the controller's report of a follower that died during a start.
+Each ends with the result line (result.py): stop: READY or STOP_TIMEOUT; cause: READY with
+{cause, key, state}.
+"""
+import argparse
+import subprocess
+import sys
+import time
+
+if __package__:
+    from . import procs, result, sglang_log, status, systemd
+else:  # run as a script: the siblings' directory is on sys.path
+    import procs
+    import result
+    import sglang_log
+    import status
+    import systemd
+
+ENDED = ("inactive", "failed")
+
+
+def _ended(show):
+    # "activating/auto-restart": it ended and systemd waits RestartSec to start it again.
+    return show.get("ActiveState") in ENDED or show.get("SubState") == "auto-restart"
+
+
+def stop(args):
+    t0 = time.monotonic()
+
+    def say(text):
+        print("[%6.1fs] %s" % (time.monotonic() - t0, text), flush=True)
+
+    props = ("ActiveState", "SubState", "MainPID", "ControlGroup", "Result")
+    show = systemd.unit_show(args.unit, props, systemctl=args.systemctl)
+    cgroup = procs.cgroup_dir(show.get("ControlGroup", ""))
+    killed = False
+    while not _ended(show):
+        if time.monotonic() - t0 >= args.wait:
+            left = procs.cgroup_pids(cgroup) if cgroup else []
+            say("still running %gs after rank 0 stopped: killing %s" % (args.wait, ", ".join(
+                "pid %d (%s)" % (pid, procs.title(pid, limit=80) or "?") for pid in left) or "the unit"))
+            systemd.systemctl(["kill", "--signal=SIGKILL", args.unit], args.systemctl)
+            killed = True
+            break
+        time.sleep(args.poll)
+        show = systemd.unit_show(args.unit, props, systemctl=args.systemctl)
+    if not killed:
+        say("%s ended on rank 0's shutdown (%s/%s)" % (args.unit, show.get("ActiveState"),
+                                                      show.get("SubState")))
+    try:  # no processes left to signal: returns at once; cancels a pending auto-restart
+        systemd.systemctl(["stop", args.unit], args.systemctl, timeout=max(5.0, args.wait))
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + 10
+    while cgroup and procs.cgroup_pids(cgroup):
+        if time.monotonic() >= deadline:
+            text = "stop timeout: still there: " + ", ".join(
+                "pid %d (%s)" % (pid, procs.title(pid, limit=80) or "?") for pid in procs.cgroup_pids(cgroup))
+            say(text)
+            return result.emit(status.STOP_TIMEOUT, text, killed=killed)
+        time.sleep(args.poll)
+    say("stopped%s" % (" (killed)" if killed else ""))
+    return result.emit(status.READY, killed=killed, seconds=round(time.monotonic() - t0, 2))
+
+
+def cause(args):
+    show = systemd.unit_show(args.unit, systemctl=args.systemctl)
+    lines, _ = systemd.journal_lines(args.unit, show=show, journalctl=args.journalctl,
+                                     systemctl=args.systemctl)
+    found = sglang_log.cause_of(lines)
+    state = "%s/%s, %s" % (show.get("ActiveState"), show.get("SubState"), systemd.describe_exit(show))
+    if found:
+        key, text = found
+    else:
+        key, text = "ended", "unrecognised cause; its journal: journalctl -u %s" % args.unit
+    tail = [line for line in lines if line.strip()][-args.lines:]
+    for line in tail:
+        print("    " + line, flush=True)
+    return result.emit(status.READY, key=key, cause="%s: %s (%s)" % (key, text, state), state=state)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--systemctl", default=systemd.SYSTEMCTL)
+    parser.add_argument("--journalctl", default=systemd.JOURNALCTL)
+    sub = parser.add_subparsers(dest="action", required=True)
+    p_stop = sub.add_parser("stop", help="wait for the unit to end on rank 0's shutdown, kill after --wait")
+    p_stop.add_argument("--unit", required=True)
+    p_stop.add_argument("--wait", type=float, required=True)
+    p_stop.add_argument("--poll", type=float, default=0.1)
+    p_cause = sub.add_parser("cause", help="why the unit's last start ended")
+    p_cause.add_argument("--unit", required=True)
+    p_cause.add_argument("--lines", type=int, default=8, help="journal lines shown")
+    args = parser.parse_args(argv)
+    return stop(args) if args.action == "stop" else cause(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

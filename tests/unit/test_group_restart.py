@@ -1,0 +1,148 @@
+"""The coordinated restart of a serving group (operations/group.py), against fake hosts that
+record every command: rank 0 stops first, every member starts, only rank 0 is gated while the
+followers are watched, a follower that dies is named and every member rolls back together."""
+
+import json
+from types import SimpleNamespace
+
+import gevent
+import pytest
+
+from sglang_deploy import serving_group
+from sglang_deploy.inventory import deploy_defaults
+from sglang_deploy.operations import group
+
+LOG = []
+
+
+class FakeHost:
+    def __init__(self, name, script):
+        self.name, self.script, self.starts = name, script, 0
+
+    def run_shell_command(self, command, print_output=False):
+        text = str(command)
+        LOG.append((self.name, text))
+        if "systemctl start" in text:
+            self.starts += 1
+        ok, lines = self.script(self, text)
+        return ok, SimpleNamespace(stdout_lines=lines, stderr_lines=[])
+
+    def log_styled(self, text, **kwargs):
+        LOG.append((self.name, "log: " + text))
+
+
+def result(code=0, **details):
+    return [json.dumps(dict(details, status=code), sort_keys=True)]
+
+
+def healthy(host, text):
+    if "gate.py" in text:
+        gevent.sleep(0.2)  # rank 0 loads, warms up
+    if "systemctl show" in text:
+        return True, ["ActiveState=active", "SubState=running", f"MainPID={100 + host.starts}", "NRestarts=0"]
+    if "lastgood.py restore" in text:
+        return True, result(profile="group")
+    return True, result()
+
+
+def follower_dies_on_first_start(host, text):
+    if host.starts == 1 and "systemctl show" in text and LOG.count((host.name, text)) > 1:
+        return True, ["ActiveState=failed", "SubState=failed", "MainPID=0", "NRestarts=0"]
+    if "follower.py cause" in text:
+        return True, result(cause="cuda-oom: CUDA out of memory (failed/failed)")
+    return healthy(host, text)
+
+
+@pytest.fixture
+def make_group(monkeypatch):
+    monkeypatch.setattr(group, "POLL_S", 0.01)
+    monkeypatch.setattr(group, "_hook_paths", lambda host, python: {})
+    LOG.clear()
+
+    def make(follower_script=healthy, failed=()):
+        hosts = [("node1", {"profile": "baseline", "serving_group": "g1", "ssh_hostname": "10.0.0.1",
+                            "profile_overrides": {"server_args": {"tp-size": 2, "nnodes": 2}}}),
+                 ("node2", {"profile": "baseline", "serving_group": "g1", "ssh_hostname": "10.0.0.2",
+                            "profile_overrides": {"server_args": {"tp-size": 2, "nnodes": 2}}})]
+        members = serving_group.resolve_checked(hosts, serving_group.profile_of)
+        fakes = {"node1": FakeHost("node1", healthy), "node2": FakeHost("node2", follower_script)}
+        group.MEMBERS.clear()
+        from sglang_deploy.plan import plan_for
+        for name, data in hosts:
+            group.MEMBERS.setdefault("g1", {})[name] = plan_for({**deploy_defaults(), **data},
+                                                                 operator_env={}, member=members[name])
+        state = SimpleNamespace(inventory=SimpleNamespace(get_host=fakes.get),
+                                failed_hosts={fakes[name] for name in failed})
+        return group.Group(state, members["node1"], stop_wait_s=5)
+    return make
+
+
+def commands(name, *words):
+    return [i for i, (host, text) in enumerate(LOG) if host == name and all(w in text for w in words)]
+
+
+def test_rank_0_stops_first_every_member_starts_and_only_rank_0_is_gated(make_group):
+    ok, text = make_group().cycle()
+    assert (ok, text) == (True, "serving (baseline)")
+    rank0_stop = commands("node1", "restart.py", "--no-start")[0]
+    follower_end = commands("node2", "follower.py stop", "--wait 5")[0]
+    starts = commands("node1", "systemctl start") + commands("node2", "systemctl start")
+    assert rank0_stop < follower_end < min(starts)
+    assert commands("node1", "gate.py") and not commands("node2", "gate.py")
+    assert commands("node1", "decode_check.py") and not commands("node2", "decode_check.py")
+    assert commands("node1", "preflight.py") < [rank0_stop] and commands("node2", "preflight.py")
+    for name in ("node1", "node2"):
+        assert commands(name, "workers.py") and commands(name, "lastgood.py save")
+
+
+def test_a_follower_that_dies_during_the_start_is_named_and_every_member_rolls_back(make_group):
+    ok, text = make_group(follower_dies_on_first_start).cycle()
+    assert not ok
+    assert text.startswith("node2 (node-rank 1) died while the group started: cuda-oom")
+    assert text.endswith("rolled back: serving group again")
+    for name in ("node1", "node2"):
+        assert len(commands(name, "lastgood.py restore")) == 1
+        assert len(commands(name, "systemctl start")) == 2
+        assert not commands(name, "lastgood.py save")
+    # After the death, rank 0 was stopped before anything started again.
+    died = commands("node2", "follower.py cause")[0]
+    assert commands("node1", "restart.py", "--no-start")[1] > died
+
+
+def test_a_member_that_failed_before_the_restart_stops_nothing(make_group):
+    ok, text = make_group(failed=("node2",)).cycle()
+    assert not ok and text == "node2 failed before the restart (its cause is above): nothing was stopped"
+    assert not [entry for entry in LOG if "restart.py" in entry[1] or "systemctl start" in entry[1]]
+    assert commands("node1", "lastgood.py restore")  # rank 0's files go back
+
+
+def test_members_whose_engine_venvs_differ_stop_nothing(make_group):
+    members = make_group()
+    members.plans[0].venv = "/opt/sglang/venvs/sglang-0.5.23-aaa"
+    members.plans[1].venv = "/opt/sglang/venvs/sglang-0.5.23-bbb"
+    ok, text = members.cycle()
+    assert not ok and text.startswith("members would run different engine venvs: "
+                                      "node1 sglang-0.5.23-aaa, node2 sglang-0.5.23-bbb")
+    assert not [entry for entry in LOG if "restart.py" in entry[1] or "preflight.py" in entry[1]]
+
+
+def test_a_follower_that_never_joins_is_named_when_rank_0s_gate_gives_up(make_group):
+    def rank0(host, text):
+        if "gate.py" in text:
+            return False, result(4, cause="timeout: last phase: starting (120.0s)")
+        if "systemd.py journal" in text:
+            return True, ["[2026-12-01 03:00:00 TP0] Init parallel begin.", "-- cursor: c"]
+        return healthy(host, text)
+
+    def follower(host, text):  # its unit runs, its schedulers never got as far as the rendezvous
+        if "systemd.py journal" in text:
+            return True, ["[2026-12-01 03:00:00] server_args=...", "-- cursor: c"]
+        return healthy(host, text)
+
+    members = make_group(follower)
+    members.hosts[0].script = rank0
+    ok, text = members.cycle(rollback=False)
+    assert not ok
+    assert text.startswith("node2 (node-rank 1) never joined rank 0: rank 0 is waiting for its "
+                           "followers: node-rank 1 has not joined (node-rank 1: not started); "
+                           "rank 0 node1 failed its gate: timeout")
