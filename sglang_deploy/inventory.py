@@ -151,13 +151,7 @@ def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict
             # The group's members share rank 0's dist-init port (a group runs one profile).
             service["dist_init_port"] = ports[group[1][0]] + SANDBOX_DIST_INIT_OFFSET
         hosts.append((node["name"], {
-            "ssh_hostname": node["ssh_host"],
-            "ssh_port": node["ssh_port"],
-            "ssh_user": node["ssh_user"],
-            "ssh_key": state["key"],
-            # Throwaway nodes get new host keys on every rebuild.
-            "ssh_strict_host_key_checking": "off",
-            "ssh_known_hosts_file": "/dev/null",
+            **_sandbox_ssh(node, state["key"]),
             "profile": chosen.get(node["name"], SANDBOX_PROFILE),
             "profile_overrides": {"service": service},
             **({"serving_group": group[0], "node_rank": group[1].index(node["name"]),
@@ -174,18 +168,21 @@ def sandbox_routers(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, di
         return []
     state = json.loads(state_file.read_text())
     return [(node["name"], {
-        "ssh_hostname": node["ssh_host"],
-        "ssh_port": node["ssh_port"],
-        "ssh_user": node["ssh_user"],
-        "ssh_key": state["key"],
-        "ssh_strict_host_key_checking": "off",
-        "ssh_known_hosts_file": "/dev/null",
+        **_sandbox_ssh(node, state["key"]),
         "role": "router",
         "router_port": node["server_port"],
         # Nodes share the host's network: each router its own exporter port.
         "router_prometheus_port": node["server_port"] - 1000,
         "router_find_links": SANDBOX_ROUTER_WHEELS,
     }) for node in state["nodes"] if node.get("role") == "router"]
+
+
+def _sandbox_ssh(node, key) -> dict:
+    """How pyinfra reaches a sandbox node."""
+    return {"ssh_hostname": node["ssh_host"], "ssh_port": node["ssh_port"],
+            "ssh_user": node["ssh_user"], "ssh_key": key,
+            # Throwaway nodes get new host keys on every rebuild.
+            "ssh_strict_host_key_checking": "off", "ssh_known_hosts_file": "/dev/null"}
 
 
 def _group_choices(spec: str) -> dict[str, tuple[str, list[str]]]:
