@@ -20,9 +20,10 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.context import ContextObject, ctx_config, ctx_host
 
 from .. import serving_group, throughput
-from ..facts import InterpreterStartup, LastGood, Serving
+from ..facts import LastGood, Serving
 from ..node import group_join, result, status
-from .files import HOOK_FILE, HOOK_PTH, pth_directory
+from .files import hook_paths
+from .service import _cause, _fail
 
 _MEMBERS = None   # {host name: Member} of this run, resolved and checked once
 MEMBERS = {}      # group -> {host name: NodePlan}
@@ -65,14 +66,6 @@ def _note(group, text):
         NOTES[name] = f"{_MEMBERS[name].label()}: {text}" if _MEMBERS and name in _MEMBERS else text
 
 
-def _cause(output):
-    found = result.parse(output.stdout_lines)
-    if found and found.get("cause"):
-        return found["cause"]
-    lines = [line.strip() for line in output.stderr_lines + output.stdout_lines if line.strip()]
-    return lines[-1] if lines else "no output"
-
-
 def _real(member_host):
     """The Host itself, never pyinfra's `host` context proxy (which cannot be set as its own
     context)."""
@@ -80,13 +73,9 @@ def _real(member_host):
 
 
 def _hook_paths(member_host, python):
-    member_host = _real(member_host)
-    with ctx_host.use(member_host):
-        startup = member_host.get_fact(InterpreterStartup, python=python)
-    if startup is None:
-        return None
-    directory = pth_directory(startup)
-    return {"hook": f"{directory}/{HOOK_FILE}", "hook_pth": f"{directory}/{HOOK_PTH}"}
+    """files.hook_paths, asked of another member."""
+    with ctx_host.use(_real(member_host)):
+        return hook_paths(python)
 
 
 def _run(member_host, command, print_output=False):
@@ -369,11 +358,6 @@ def group_restarted(member, rollback=True, stop_wait_s=20.0):
         yield FunctionCommand(_lead, (member, rollback, stop_wait_s), {})
     else:
         yield FunctionCommand(_follow, (member,), {})
-
-
-def _fail(state, host, message):
-    host.log_styled(message, fg="red", log_func=logger.error)
-    return False
 
 
 def _record(state, host, member, ranks, stop_wait_s):
