@@ -172,16 +172,17 @@ class NodeScripts:
         return [*(["--min-driver", gpu.min_driver] if gpu.min_driver else []),
                 *(["--gpu-model", gpu.model] if gpu.model else [])]
 
-    def cycle(self, hook_files, rollback=True):
-        """cycle.py: preflight, restart, gate, workers, save; on a failed gate restore, restart
-        and gate again: each step one of the command lines above."""
+    def cycle(self, hook_files, rollback=True, running=False):
+        """cycle.py: preflight, restart, gate, workers, decode check, save; on a failed gate
+        restore, restart and gate again: each step one of the command lines above. ``running``:
+        the server already runs what is installed, the cycle starts at the gate."""
         steps = {"preflight": self.preflight(f"{self.venv}/bin/python"), "switch": self.switch(),
                  "restart": self.restart(), "gate": self.gate(), "workers": self.workers(),
                  "save": self.save_last_good(hook_files), "restore": self.restore_last_good()}
         if self.decode_check():
             steps["decode"] = self.decode_check()
         return self._run("cycle.py", "--steps-json", json.dumps(steps, sort_keys=True),
-                         *([] if rollback else ["--no-rollback"]))
+                         *([] if rollback else ["--no-rollback"]), *(["--running"] if running else []))
 
     @property
     def throughput_history(self):

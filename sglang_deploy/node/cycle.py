@@ -6,11 +6,13 @@ A failed preflight stops nothing: the files go back and the running server keeps
 With a "decode" command (decode_check.py), the decode rate is measured after the workers check:
 a regression under the profile's `on_regression: rollback` rolls back like a failed gate, under
 `fail` it leaves the new configuration serving unrecorded (outcome "regressed"), under `warn`
-it is served and recorded.
+it is served and recorded. With --running the server already runs what is installed (the
+deploy started it, or a run that died midway left it unrecorded): the cycle starts at the gate,
+so nothing is recorded as the last known good without its decode check.
 
     python3 cycle.py --steps-json '{"preflight": CMD, "switch": CMD, "restart": CMD,
                                     "gate": CMD, "workers": CMD, "save": CMD, "restore": CMD}'
-                     [--no-rollback]
+                     [--no-rollback] [--running]
 
 Each CMD is one of our scripts' command lines (NodeScripts builds them). Their progress lines
 stream through as they come; their result lines (result.py) are read, not shown. Ends with one
@@ -72,11 +74,15 @@ class Cycle:
         return "decode" not in self.commands or self.run("decode")
 
 
-def cycle(commands, rollback=True):
+def cycle(commands, rollback=True, running=False):
     c = Cycle(commands)
-    if not (c.run("preflight") and c.run("switch")):  # nothing stopped yet
+    if running:
+        passed = c.all("gate", "workers")
+    elif not (c.run("preflight") and c.run("switch")):  # nothing stopped yet
         return c.end("preflight_failed", restored=c.run("restore"))
-    if c.all("restart", "gate", "workers"):
+    else:
+        passed = c.all("restart", "gate", "workers")
+    if passed:
         if c.decoded():
             return c.end("served" if c.run("save") else "failed")
         if not (rollback and c.details.get("on_regression") == "rollback"):
@@ -98,12 +104,14 @@ def main(argv=None):
                         + " (and optionally " + ", ".join(OPTIONAL_STEPS) + ")")
     parser.add_argument("--no-rollback", dest="rollback", action="store_false",
                         help="leave a configuration that fails its gate as it is")
+    parser.add_argument("--running", action="store_true",
+                        help="the server already runs what is installed: start at the gate")
     args = parser.parse_args(argv)
     commands = json.loads(args.steps_json)
     missing = [name for name in STEPS if name not in commands]
     if missing:
         parser.error("--steps-json lacks " + ", ".join(missing))
-    return cycle(commands, args.rollback)
+    return cycle(commands, args.rollback, args.running)
 
 
 if __name__ == "__main__":

@@ -78,11 +78,6 @@ def _gate_steps(scripts):
     return [("readiness gate", scripts.gate()), ("worker environment check", scripts.workers())]
 
 
-def _record_last_good(host, scripts, hook_python):
-    return _run_steps(host, [("recording last known good",
-                              scripts.save_last_good(hook_paths(hook_python)))])
-
-
 def run_cycle(host, command):
     """Run a restart cycle (node/cycle.py, or rotation.py around it), streaming its output; its
     result (None when it printed none) and output. Failed steps and the decode check's figure
@@ -98,12 +93,13 @@ def run_cycle(host, command):
     return found, output
 
 
-def _restart_or_roll_back(state, host, scripts, hook_python, rollback):
+def _restart_or_roll_back(state, host, scripts, hook_python, rollback, running=False):
     """The restart cycle, on the node in one call (node/cycle.py): preflight, restart on the
-    new configuration, gate, workers, record; if it does not pass the gate, put the last one
-    that did back, restart on it and gate again. Either way a failed change fails the deploy. A
-    failed preflight stops nothing: the files go back and the server keeps serving."""
-    found, output = run_cycle(host, scripts.cycle(hook_paths(hook_python), rollback))
+    new configuration, gate, workers, decode check, record; if it does not pass, put the last
+    one that did back, restart on it and gate again. Either way a failed change fails the
+    deploy. A failed preflight stops nothing: the files go back and the server keeps serving.
+    ``running``: the server already runs what is installed: the cycle starts at the gate."""
+    found, output = run_cycle(host, scripts.cycle(hook_paths(hook_python), rollback, running))
     if found is None:
         host.log_styled(f"restart cycle failed: {_cause(output)}", fg="red", log_func=logger.error)
         return False
@@ -140,9 +136,11 @@ def _say_outcome(host, found):
     return outcome == "served"
 
 
-def _start_and_record(state, host, scripts, hook_python):
-    return (_run_steps(host, [("start", scripts.start()), *_gate_steps(scripts)])
-            and _record_last_good(host, scripts, hook_python))
+def _start_and_record(state, host, scripts, hook_python, rollback):
+    """Start the unit, then judge what it serves like any restart: gate, workers, decode
+    check, record (or roll back)."""
+    return (_run_steps(host, [("start", scripts.start())])
+            and _restart_or_roll_back(state, host, scripts, hook_python, rollback, running=True))
 
 
 def _gate_and_record(state, host, scripts, hook_python, rollback):
@@ -152,9 +150,11 @@ def _gate_and_record(state, host, scripts, hook_python, rollback):
 
 def _last_good_is_what_serves(state, host, scripts, hook_python, rollback):
     """A server that passed its gate and worker check runs a configuration: if that is not the
-    recorded last known good (a deploy died before recording it), record it. If the server
-    started before what is installed was written (a deploy died before restarting), what is
-    installed never passed a gate: restart through the gate, with rollback."""
+    recorded last known good (a deploy died before recording it, or its decode check found a
+    regression under `on_regression: fail`), judge it like a restart from the gate on: decode
+    check, then record it or not. If the server started before what is installed was written
+    (a deploy died before restarting), what is installed never passed a gate: restart through
+    the gate, with rollback."""
     paths = hook_paths(hook_python)
     ok, output = host.run_shell_command(StringCommand(scripts.compare_last_good(paths)))
     found = LastGood().process(output.stdout_lines) if ok else None
@@ -168,8 +168,8 @@ def _last_good_is_what_serves(state, host, scripts, hook_python, rollback):
         host.log(f"{found['not_running']}: restarting", logger.warning)
         return _restart_or_roll_back(state, host, scripts, hook_python, rollback)
     host.log(f"serving a configuration other than the last known good "
-             f"({', '.join(found['differs'])}): recording it", logger.warning)
-    return _record_last_good(host, scripts, hook_python)
+             f"({', '.join(found['differs'])}): checking it before recording it", logger.warning)
+    return _restart_or_roll_back(state, host, scripts, hook_python, rollback, running=True)
 
 
 def _check_workers(state, host, scripts):
@@ -181,20 +181,21 @@ def serving(scripts, hook_python, rollback=True):
     """
     Ensure the unit is enabled and serving without touching a server that already serves:
     start and gate it when it is not active, gate it when it is active but not ready, and
-    check that every scheduler carries the profile's environment. A serving configuration
-    that is not the recorded last known good is recorded; one installed after the server
+    check that every scheduler carries the profile's environment. A server it starts, and a
+    serving configuration that is not the recorded last known good, are judged like a restart
+    (gate, workers, decode check) before they are recorded; one installed after the server
     started is restarted into (a deploy that died midway leaves either).
 
     + scripts: ``NodeScripts`` for this node
     + hook_python: interpreter whose start-up hook belongs to the configuration
-    + rollback: restore the last known good when a restart here fails its gate
+    + rollback: restore the last known good when what it starts or finds fails its checks
     """
     unit, profile = scripts.unit, scripts.profile
     unit_state = host.get_fact(UnitState, unit=unit)
     if unit_state.get("UnitFileState") != "enabled":
         yield f"systemctl enable {shlex.quote(unit)}"
     if unit_state.get("ActiveState") not in ("active", "activating"):
-        yield FunctionCommand(_start_and_record, (scripts, hook_python), {})
+        yield FunctionCommand(_start_and_record, (scripts, hook_python, rollback), {})
         return
     serving_now = host.get_fact(Serving, port=profile.service.port, health_path="/ping",
                                 served_name=profile.model.served_name)

@@ -47,7 +47,8 @@ def test_a_rerun_after_a_killed_deploy_records_what_serves(converged, profile_di
     rerun = deploy({"node1": slow}, limit="node1")
     assert rerun.returncode == 0, rerun.output[-5000:]
     assert unit_start("node1") == started, "the re-run restarted the server"
-    assert "recording it" in rerun.output, rerun.output[-5000:]
+    assert "checking it before recording it" in rerun.output, rerun.output[-5000:]
+    assert "decode check: " in rerun.output  # measured before it became the last known good
     assert last_good() == "recovered"
     # Recorded once: a further re-run changes nothing.
     again = deploy({"node1": slow}, limit="node1")

@@ -12,7 +12,7 @@ import pytest
 
 from sglang_deploy.node import result
 
-from .sandbox import REPO_ROOT, deploy, profile_dir, ssh, wipe, write_profile  # noqa: F401
+from .sandbox import REPO_ROOT, deploy, profile_dir, ssh, unit_start, wipe, write_profile  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 
@@ -83,6 +83,22 @@ def test_eagle3_regression_rolls_back_to_the_baseline(baseline, profile_dir):
     entry = node_history()[-1]
     assert entry["profile"] == "incident-eagle3-rollback" and not entry["accepted"]
     assert 78 < serving_rate() < 84  # the baseline serves again
+
+
+def test_eagle3_regression_with_fail_stays_unrecorded_however_often_it_is_rerun(baseline, profile_dir):
+    profile = eagle3(profile_dir, "fail")
+    run = deploy({"node1": profile}, limit="node1")
+    assert run.returncode != 0 and REGRESSION.search(run.output), run.output[-5000:]
+    assert "the new configuration serves, but is not recorded as the last known good" in run.output
+    started = unit_start("node1")
+    # Nothing changed since: the re-run restarts nothing, measures what serves again and
+    # still refuses to record it.
+    rerun = deploy({"node1": profile}, limit="node1")
+    assert rerun.returncode != 0 and REGRESSION.search(rerun.output), rerun.output[-5000:]
+    assert unit_start("node1") == started
+    assert result.parse(ssh("node1", LAST_GOOD).splitlines())["manifest"]["profile"] == "incident-baseline"
+    checks = [e for e in node_history() if e["profile"] == "incident-eagle3-fail"]
+    assert len(checks) == 2 and not any(e["accepted"] for e in checks)
 
 
 def test_eagle3_regression_with_warn_deploys_with_a_warning(baseline, profile_dir):

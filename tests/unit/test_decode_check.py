@@ -3,6 +3,7 @@ its verdict and history (node/decode_check.py), the restart cycle's policies, an
 controller's record and phrase (sglang_deploy/throughput.py)."""
 
 import json
+import shlex
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -283,3 +284,89 @@ def test_the_controller_says_a_regressed_outcome_and_fails_the_deploy():
     assert _say_outcome(host, {"outcome": "regressed", "restored": False}) is False
     assert host.said == ["on_regression: fail: the new configuration serves, but is not recorded "
                          "as the last known good"]
+
+
+# -- a server the deploy did not restart: the cycle from the gate ------------------------------
+
+def _running(tmp_path, capsys, policy, code=status.THROUGHPUT_REGRESSION):
+    commands = _commands(tmp_path)
+    commands["decode"] = _step(tmp_path, "decode", [(code, "decode regression: -27%" if code else None)],
+                               on_regression=policy, throughput={"decode_tok_s": 60.0})
+    got = cycle.cycle(commands, rollback=True, running=True)
+    return got, result.parse(capsys.readouterr().out.splitlines()), (tmp_path / "ran").read_text().split()
+
+
+def test_a_running_server_is_checked_from_the_gate_before_it_is_recorded(tmp_path, capsys):
+    code, found, ran = _running(tmp_path, capsys, "warn", code=status.READY)
+    assert ran == ["gate", "workers", "decode", "save"] and found["outcome"] == "served"
+
+
+def test_a_regressed_configuration_found_serving_is_not_recorded_under_fail(tmp_path, capsys):
+    # The re-run after an `on_regression: fail` deploy: the same files, nothing to restart; the
+    # configuration must not become the last known good unmeasured.
+    code, found, ran = _running(tmp_path, capsys, "fail")
+    assert ran == ["gate", "workers", "decode"] and found["outcome"] == "regressed"
+    assert code == status.THROUGHPUT_REGRESSION
+
+
+def test_a_regressed_configuration_found_serving_rolls_back_under_rollback(tmp_path, capsys):
+    code, found, ran = _running(tmp_path, capsys, "rollback")
+    assert ran == ["gate", "workers", "decode", "restore", "restart", "gate"]
+    assert found["outcome"] == "rolled_back" and found["profile"] == "previous"
+
+
+def test_the_cycle_script_takes_running():
+    from test_operations import PLAN
+    argv = shlex.split(PLAN.scripts.cycle({"hook": "/site/h.py"}, running=True))
+    assert argv[-1] == "--running" and "--running" not in shlex.split(PLAN.scripts.cycle({"hook": "/site/h.py"}))
+
+
+class _ShellHost:
+    """Runs nothing: answers each command line with the result line ``answer`` gives for it."""
+    name = "node1"
+
+    def __init__(self, answer):
+        self.answer, self.ran, self.said = answer, [], []
+
+    def run_shell_command(self, command, print_output=False):
+        from types import SimpleNamespace
+        self.ran.append(str(command))
+        line = self.answer(str(command))
+        return line["status"] == 0, SimpleNamespace(stdout_lines=[json.dumps(line)], stderr_lines=[])
+
+    def log_styled(self, message, **_):
+        self.said.append(message)
+
+    def log(self, message, *_):
+        self.said.append(message)
+
+    def get_fact(self, fact, **_):  # the interpreter's site directory, for the hook's paths
+        from test_operations import STARTUP
+        return STARTUP
+
+
+def _answer(command):
+    if " compare " in command:  # lastgood.py compare: the serving configuration is not the record
+        return {"status": 0, "last_good": "incident-baseline", "differs": ["env"], "not_running": None}
+    if "cycle.py" in command:
+        return {"status": status.THROUGHPUT_REGRESSION, "outcome": "regressed", "restored": False,
+                "steps": [], "cause": "decode regression: -27%"}
+    return {"status": 0}
+
+
+@pytest.mark.parametrize("path", ["found serving", "started"])
+def test_the_serving_step_records_nothing_before_a_decode_check(path, monkeypatch, tmp_path):
+    from sglang_deploy.operations import service
+    from test_operations import PLAN
+    monkeypatch.setattr(throughput, "REPORTS", tmp_path)
+    from pyinfra.context import ctx_host
+    host = _ShellHost(_answer)
+    step = service._start_and_record if path == "started" else service._last_good_is_what_serves
+    with ctx_host.use(host):
+        served = step(None, host, PLAN.scripts, "/opt/sglang/venv/bin/python", True)
+    assert served is False
+    cycles = [shlex.split(c) for c in host.ran if "cycle.py" in c]
+    assert len(cycles) == 1 and cycles[0][-1] == "--running"
+    assert "decode" in json.loads(cycles[0][cycles[0].index("--steps-json") + 1])
+    assert not any("lastgood.py save" in c for c in host.ran if "cycle.py" not in c)  # only the cycle records
+    assert any("on_regression: fail" in said for said in host.said)
