@@ -83,6 +83,8 @@ def test_eagle3_regression_rolls_back_to_the_baseline(baseline, profile_dir):
     entry = node_history()[-1]
     assert entry["profile"] == "incident-eagle3-rollback" and not entry["accepted"]
     assert 78 < serving_rate() < 84  # the baseline serves again
+    print("\nthe incident replayed (-s):", *[line for line in run.output.splitlines()
+          if re.search(r"decode check|rolled back|rolling back|sglang-deploy: node1", line)], sep="\n")
 
 
 def test_eagle3_regression_with_fail_stays_unrecorded_however_often_it_is_rerun(baseline, profile_dir):
