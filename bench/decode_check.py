@@ -256,9 +256,10 @@ def main(argv=None):
     g_added, g_ratio = compare([s.gate_to_saved for s in on], [s.gate_to_saved for s in off])
     out(f"Added by the check (medians, on - off): deploy wall {fmt_s(added)} s (ratio on/off "
         f"{fmt_s(ratio, 3)}); gate -> saved {fmt_s(g_added, 3)} s (ratio {fmt_s(g_ratio, 3)})")
-    befores = sorted({s.before_check for s in on if s.before_check})
+    befores = [s.before_check for s in on if s.before_check]
     if befores:
-        out(f"  check (deploy output) is measured from the line: {' | '.join(b.strip()[:90] for b in befores)}")
+        out(f"  check (deploy output) is measured from the line before the node's `decode check:` "
+            f"line, e.g. {befores[0].strip()[:90]!r}")
 
     entries = [s for s in on if s.entry.get("decode_tok_s") and s.check_output == s.check_output]
     if entries:
