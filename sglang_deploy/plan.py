@@ -143,7 +143,7 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
         lint_warnings=lint_warnings,
         venvs_dir=_setting(data, "venvs_dir"),
         venvs_keep=int(_setting(data, "venvs_keep")),
-        os_packages=list(_get(data, "os_packages") or []),
+        os_packages=list(_setting(data, "os_packages")),
         models=staging_targets(profile),
         hf_venv=f"{deploy_dir}/hf-venv",
         hf_pin=_get(data, "huggingface_hub_pin"),
