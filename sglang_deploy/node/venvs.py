@@ -58,9 +58,13 @@ def target_name(link, directory):
 
 
 def last_good_venv(last_good_dir):
+    # Imported here: lastgood imports this module (the venv link it restores).
+    if __package__:
+        from . import lastgood
+    else:
+        import lastgood
     try:
-        with open(os.path.join(last_good_dir, "manifest.json")) as f:
-            return json.load(f).get("venv_target")
+        return (lastgood.load(last_good_dir) or {}).get("venv_target")
     except (OSError, ValueError):
         return None
 
