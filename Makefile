@@ -97,7 +97,7 @@ E2E_PHASES := "--nodes 3 --bare 1|e2e and not fleet" "--nodes 3 --routers 1|flee
 test-e2e: wheels router-wheels
 	@status=0; for phase in $(E2E_PHASES); do \
 	  $(PYTHON) sandbox/sandbox.py up $${phase%%|*} || { status=1; break; }; \
-	  $(PYTEST) -m "$${phase#*|}" tests/e2e -q || status=$$?; \
+	  $(PYTEST) -m "$${phase#*|}" tests/e2e -q --durations=15 || status=$$?; \
 	  $(PYTHON) sandbox/sandbox.py down; \
 	  [ $$status -eq 0 ] || break; \
 	done; \
