@@ -6,6 +6,8 @@ it anyway, and the controller then only orders the nodes.
     python3 rotation.py --worker-url http://10.0.0.11:30001 --local-port 30001
         [--router http://10.0.0.5:30000 ...] [--drain-timeout 120] [--healthy-timeout 120]
         [--allow-unreachable-routers] --cycle 'CYCLE COMMAND' --restore 'RESTORE COMMAND'
+    python3 rotation.py ... --only out     # out of rotation and drained, nothing restarted
+    python3 rotation.py ... --only back    # back in every router and healthy there
 
 Before anything: every router must answer /health, or nothing is taken out of rotation, the
 restore command puts the last known good files back (the node keeps serving what it served)
@@ -16,7 +18,11 @@ rollback or a failed preflight.
 
 Ends with one result line: the cycle's result (outcome, steps, restored, profile) plus
 "rotation": {"routers", "out_s" (time out of rotation), "drain_s", "drained", "in_flight_left"};
-a cycle that did not run has outcome "router_unreachable" or "router_failed".
+a cycle that did not run has outcome "router_unreachable" or "router_failed". The halves
+(--only) serve a restart the node does not run alone (a serving group's, driven from the
+controller): `out` ends with {"outcome": "out" | "router_unreachable" | "router_failed",
+"rotation": {..., "was_serving"}} and restores nothing; `back` with the cause of a router
+that did not take the node back, if any.
 """
 import argparse
 import json
@@ -89,17 +95,9 @@ def put_back(routers, worker_url, timeout):
     return None
 
 
-def rotate(args):
-    routers = [Router(url) for url in args.router]
-    rotation = {"routers": [r.url for r in routers], "out_s": 0.0, "drain_s": 0.0,
-                "drained": True, "in_flight_left": 0}
-
-    def refuse(outcome, cause):
-        code, _ = result.run_streaming(args.restore)
-        return result.emit(status.PREFLIGHT_FAILED, cause, outcome=outcome, steps=[],
-                           restored=code == status.READY, rotation=rotation)
-
-    was_serving = serving(args.local_port)
+def answering(routers, was_serving, allow_unreachable):
+    """(the routers to rotate through, the refusal's cause or None): a router that does not
+    answer refuses the rotation of a serving node unless that is allowed."""
     unreachable = []
     for router in routers:
         try:
@@ -109,30 +107,50 @@ def rotate(args):
             unreachable.append(str(exc))
     # A node that does not serve is in no rotation: a router down cannot cost it requests
     # (and a starting router lists it from its unit).
-    if unreachable and was_serving and not args.allow_unreachable_routers:
-        return refuse("router_unreachable", "; ".join(unreachable)
-                      + ": nothing was taken out of rotation")
+    if unreachable and was_serving and not allow_unreachable:
+        return routers, "; ".join(unreachable) + ": nothing was taken out of rotation"
     for line in unreachable:
         say(line + (": rolling without it (allowed)" if was_serving else ": skipped"))
-    routers = [r for r in routers if not any(r.url + ":" in line for line in unreachable)]
-    rotation["routers"] = [r.url for r in routers]
+    return [r for r in routers if not any(r.url + ":" in line for line in unreachable)], None
 
-    taken_out = time.monotonic()
-    if was_serving:
-        try:
-            for router in routers:
-                if router.remove(args.worker_url):
-                    router.wait_for(args.worker_url, "absent", args.healthy_timeout)
-                say("out of %s" % router.url)
-        except RouterError as exc:
-            cause = put_back(routers, args.worker_url, args.healthy_timeout)
-            return refuse("router_failed", str(exc) + ("" if cause is None else "; " + cause))
-        drain_s, left = drain(args.local_port, args.drain_timeout)
-        rotation.update(drain_s=round(drain_s, 2), drained=not left, in_flight_left=left)
-        say("drained in %.1fs" % drain_s if not left else
-            "%d request(s) still in flight after %.0fs: restarting anyway" % (left, drain_s))
-    else:
+
+def take_out(args, rotation):
+    """Out of every answering router and drained. (routers, was_serving, outcome, cause):
+    outcome and cause say why nothing was taken out ("router_unreachable") or why the node is
+    back in ("router_failed"); both None when it is out (or was in no rotation)."""
+    was_serving = serving(args.local_port)
+    routers, refused = answering([Router(url) for url in args.router], was_serving,
+                                 args.allow_unreachable_routers)
+    rotation["routers"] = [r.url for r in routers]
+    if refused:
+        return routers, was_serving, "router_unreachable", refused
+    if not was_serving:
         say("not serving: in no rotation, nothing to drain")
+        return routers, was_serving, None, None
+    try:
+        for router in routers:
+            if router.remove(args.worker_url):
+                router.wait_for(args.worker_url, "absent", args.healthy_timeout)
+            say("out of %s" % router.url)
+    except RouterError as exc:
+        cause = put_back(routers, args.worker_url, args.healthy_timeout)
+        return routers, was_serving, "router_failed", str(exc) + ("" if cause is None else "; " + cause)
+    drain_s, left = drain(args.local_port, args.drain_timeout)
+    rotation.update(drain_s=round(drain_s, 2), drained=not left, in_flight_left=left)
+    say("drained in %.1fs" % drain_s if not left else
+        "%d request(s) still in flight after %.0fs: restarting anyway" % (left, drain_s))
+    return routers, was_serving, None, None
+
+
+def rotate(args):
+    """Out, the restart cycle, back in (when the node serves after it)."""
+    rotation = {"routers": [], "out_s": 0.0, "drain_s": 0.0, "drained": True, "in_flight_left": 0}
+    taken_out = time.monotonic()
+    routers, was_serving, refused, cause = take_out(args, rotation)
+    if refused:
+        code, _ = result.run_streaming(args.restore)
+        return result.emit(status.PREFLIGHT_FAILED, cause, outcome=refused, steps=[],
+                           restored=code == status.READY, rotation=rotation)
 
     code, lines = result.run_streaming(args.cycle)
     found = result.parse(lines)
@@ -153,6 +171,24 @@ def rotate(args):
     return result.emit(code, cause, **details)
 
 
+def out_only(args):
+    """Out of rotation and drained, for a restart the caller runs itself (a serving group's,
+    driven from the controller). Result: {"rotation": {..., "was_serving"}, "outcome"}."""
+    rotation = {"routers": [], "drain_s": 0.0, "drained": True, "in_flight_left": 0}
+    _, was_serving, refused, cause = take_out(args, rotation)
+    rotation["was_serving"] = was_serving
+    return result.emit(status.PREFLIGHT_FAILED if refused else status.READY, cause,
+                       outcome=refused or "out", rotation=rotation)
+
+
+def back_only(args):
+    """Back into every router and healthy there (after out_only and the caller's restart)."""
+    routers = [Router(url) for url in args.router]
+    cause = put_back(routers, args.worker_url, args.healthy_timeout)
+    return result.emit(status.TIMEOUT if cause else status.READY, cause,
+                       rotation={"routers": [r.url for r in routers]})
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker-url", required=True, help="this node as the routers know it")
@@ -161,9 +197,16 @@ def main(argv=None):
     parser.add_argument("--drain-timeout", type=float, default=120.0)
     parser.add_argument("--healthy-timeout", type=float, default=120.0)
     parser.add_argument("--allow-unreachable-routers", action="store_true")
-    parser.add_argument("--cycle", required=True, help="cycle.py's command line")
-    parser.add_argument("--restore", required=True, help="lastgood.py restore's command line")
-    return rotate(parser.parse_args(argv))
+    parser.add_argument("--only", choices=("out", "back"),
+                        help="one half, around a restart driven from elsewhere")
+    parser.add_argument("--cycle", help="cycle.py's command line")
+    parser.add_argument("--restore", help="lastgood.py restore's command line")
+    args = parser.parse_args(argv)
+    if args.only:
+        return out_only(args) if args.only == "out" else back_only(args)
+    if not (args.cycle and args.restore):
+        parser.error("--cycle and --restore are required (or --only out|back)")
+    return rotate(args)
 
 
 if __name__ == "__main__":

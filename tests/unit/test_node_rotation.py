@@ -1,0 +1,123 @@
+"""node/rotation.py on its own: a node's restart out of rotation against a router that answers
+like sglang-router 0.3.2 (test_node_routers.FakeRouter) and a server that answers /ping and
+/get_load like SGLang; the restart cycle and the restore are small commands."""
+
+import json
+import shlex
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from sglang_deploy.node import result, rotation, status
+from test_node_routers import FakeRouter, router  # noqa: F401 (fixture)
+
+WORKER = "http://10.0.0.11:30000"
+
+
+class FakeServer(BaseHTTPRequestHandler):
+    """The node's own server: /ping, and /get_load counting down the requests in flight."""
+    in_flight = [0]
+    loads_seen = 0
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        if self.path == "/get_load":
+            FakeServer.loads_seen += 1
+            left = FakeServer.in_flight.pop(0) if len(FakeServer.in_flight) > 1 else FakeServer.in_flight[0]
+            body = json.dumps([{"num_reqs": left, "num_waiting_reqs": 0}]).encode()
+        else:
+            body = b""
+        self.send_response(200 if self.path in ("/ping", "/get_load") else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def server():
+    FakeServer.in_flight, FakeServer.loads_seen = [2, 1, 0], 0
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeServer)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd.server_address[1]
+    httpd.shutdown()
+
+
+def _command(tmp_path, name, line):
+    """A command that notes it ran (and whether the router listed the worker then) and prints
+    ``line`` as its result."""
+    code = (f"import json, sys; open({str(tmp_path / 'ran')!r}, 'a').write({name!r} + '\\n'); "
+            f"line = {json.dumps(line)!r}; print(line); sys.exit(json.loads(line)['status'])")
+    return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
+
+
+def _args(router_url, port, *extra):
+    return ["--worker-url", WORKER, "--local-port", str(port), "--router", router_url,
+            "--drain-timeout", "5", "--healthy-timeout", "5", *extra]
+
+
+def _ran(tmp_path):
+    path = tmp_path / "ran"
+    return path.read_text().split() if path.exists() else []
+
+
+def _found(capsys):
+    return result.parse(capsys.readouterr().out.splitlines())
+
+
+def test_a_serving_node_is_taken_out_drained_restarted_and_put_back(router, server, tmp_path, capsys):  # noqa: F811
+    cycle = _command(tmp_path, "cycle", {"status": 0, "outcome": "served", "steps": []})
+    code = rotation.main(_args(router, server, "--cycle", cycle,
+                               "--restore", _command(tmp_path, "restore", {"status": 0})))
+    found = _found(capsys)
+    assert code == status.READY and found["outcome"] == "served" and _ran(tmp_path) == ["cycle"]
+    assert found["rotation"]["drained"] and FakeServer.loads_seen >= 3  # waited for 2, 1, 0
+    assert FakeRouter.workers[WORKER]["is_healthy"]  # back in
+
+
+def test_an_unreachable_router_takes_nothing_out_and_puts_the_files_back(server, tmp_path, capsys):
+    code = rotation.main(_args("http://127.0.0.1:9", server, "--cycle", _command(tmp_path, "cycle", {"status": 0}),
+                               "--restore", _command(tmp_path, "restore", {"status": 0})))
+    found = _found(capsys)
+    assert code == status.PREFLIGHT_FAILED and found["outcome"] == "router_unreachable"
+    assert _ran(tmp_path) == ["restore"] and found["restored"] is True
+    assert "nothing was taken out of rotation" in found["cause"]
+
+
+def test_out_only_drains_and_restarts_nothing(router, server, capsys):  # noqa: F811
+    code = rotation.main(_args(router, server, "--only", "out"))
+    found = _found(capsys)
+    assert code == status.READY and found["outcome"] == "out"
+    assert found["rotation"]["was_serving"] and found["rotation"]["drained"]
+    assert WORKER not in FakeRouter.workers  # out of the router
+    assert rotation.main(_args(router, server, "--only", "back")) == status.READY
+    assert FakeRouter.workers[WORKER]["is_healthy"]
+
+
+def test_out_only_refuses_with_an_unreachable_router_and_restores_nothing(server, tmp_path, capsys):
+    code = rotation.main(_args("http://127.0.0.1:9", server, "--only", "out"))
+    found = _found(capsys)
+    assert code == status.PREFLIGHT_FAILED and found["outcome"] == "router_unreachable"
+    assert "restored" not in found
+
+
+def test_a_node_that_does_not_serve_is_in_no_rotation(router, tmp_path, capsys):  # noqa: F811
+    code = rotation.main(_args(router, 9, "--only", "out"))
+    found = _found(capsys)
+    assert code == status.READY and found["rotation"]["was_serving"] is False
+    assert WORKER in FakeRouter.workers  # nothing removed
+
+
+def test_back_only_names_a_router_that_does_not_take_it_back(capsys):
+    code = rotation.main(["--worker-url", WORKER, "--local-port", "9", "--router", "http://127.0.0.1:9",
+                          "--healthy-timeout", "1", "--only", "back"])
+    found = _found(capsys)
+    assert code == status.TIMEOUT and "http://127.0.0.1:9" in found["cause"]
+
+
+def test_the_whole_rotation_needs_its_cycle_and_restore():
+    with pytest.raises(SystemExit):
+        rotation.main(["--worker-url", WORKER, "--local-port", "9"])
