@@ -66,3 +66,13 @@ def took_note(host_name, found, reports=None):
     if policy == "warn":
         return f"decode check: {text}: regression (on_regression: warn): {why}", "warning"
     return f"decode check: {text}: regression (on_regression: {policy}): {why}", "error"
+
+
+def took_restored_note(host_name, found, reports=None):
+    """After a rollback, the restored server's figure (the cycle's "restored_throughput"):
+    recorded like any check; the line that says it, or None when none was measured."""
+    entry = found.get("restored_throughput")
+    if not entry:
+        return None
+    record(host_name, entry, reports or REPORTS)
+    return f"decode check after the rollback: {entry.get('profile')} serves at {phrase(entry)}"

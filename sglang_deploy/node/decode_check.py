@@ -12,6 +12,10 @@ of the history for the profile in D's manifest. A regression (below --min-decode
 more than --max-regression-pct under the baseline) exits THROUGHPUT_REGRESSION unless the
 policy is `warn`; a measurement that fails counts as one when the profile has expectations.
 Ends with the result line (result.py): {"throughput": the entry recorded, "on_regression"}.
+
+With --restored the server runs the last known good a rollback just put back (--profile names
+it): its figure is recorded and said, judged against nothing (a check that proves the baseline
+serves at its rate again, or shows that the node itself got slower), and the check never fails.
 """
 import argparse
 import json
@@ -110,13 +114,17 @@ def describe(entry):
 
 
 def check(args, now=None):
+    if args.restored:  # the last known good again: measured, judged against nothing
+        args.min_decode_tok_s = args.max_regression_pct = None
+        args.on_regression = "warn"
     history = read_history(args.history)
     good = last_good_profile(args.last_good_dir)
     base = baseline_of(history, good)
     version = engine_version(args.port)
     entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "profile": args.profile,
              "engine_version": version, "port": args.port, "max_tokens": args.max_tokens,
-             "baseline": base and {key: base[key] for key in ("profile", "decode_tok_s", "time")}}
+             "baseline": base and {key: base[key] for key in ("profile", "decode_tok_s", "time")},
+             "restored": args.restored}
     try:
         entry.update(decode_rate.measure("http://127.0.0.1:%d/v1/chat/completions" % args.port,
                                          args.served_name, args.prompt, args.requests, args.warmup,
@@ -133,7 +141,8 @@ def check(args, now=None):
     entry.update(change_pct=change, regression=reasons, on_regression=args.on_regression,
                  accepted=not regressed or args.on_regression == "warn")
     append(args.history, entry)
-    print("decode check: %s" % describe(entry), flush=True)
+    print("decode check%s: %s" % (" (the last known good, restored)" if args.restored else "",
+                                  describe(entry)), flush=True)
     if version and "+sandbox" in version:
         print("decode check: engine %s: the sandbox stand-in decodes at its configured rate "
               "(SGLANG_STANDIN_TOKENS_PER_SECOND), not a GPU's" % version, flush=True)
@@ -160,6 +169,8 @@ def main(argv=None):
     p.add_argument("--min-decode-tok-s", type=float)
     p.add_argument("--max-regression-pct", type=float)
     p.add_argument("--on-regression", choices=POLICIES, default="warn")
+    p.add_argument("--restored", action="store_true",
+                   help="the server runs the last known good a rollback restored: record only")
     return check(p.parse_args(argv))
 
 

@@ -114,6 +114,9 @@ def _say_decode_check(host, found):
         log, colour = {"info": (logger.info, None), "warning": (logger.warning, "yellow"),
                        "error": (logger.error, "red")}[level]
         host.log_styled(text, fg=colour, log_func=log)
+    restored = throughput.took_restored_note(host.name, found)
+    if restored:
+        host.log(restored, logger.info)
 
 
 def _say_outcome(host, found):

@@ -77,11 +77,14 @@ def test_eagle3_regression_rolls_back_to_the_baseline(baseline, profile_dir):
     assert REGRESSION.search(run.output), run.output[-5000:]
     assert "exceeds max_regression_pct 10" in run.output
     assert "rolled back: serving incident-baseline again" in run.output
+    # The deploy measured the restored baseline itself, and recorded it under its own name.
+    assert re.search(r"decode check after the rollback: incident-baseline serves at 8\d\.\d tok/s", run.output)
     outcome = run.output.strip().splitlines()[-2]
     assert outcome.startswith("sglang-deploy: node1: failed") and REGRESSION.search(outcome), outcome
     assert result.parse(ssh("node1", LAST_GOOD).splitlines())["manifest"]["profile"] == "incident-baseline"
-    entry = node_history()[-1]
-    assert entry["profile"] == "incident-eagle3-rollback" and not entry["accepted"]
+    regressed, restored = node_history()[-2:]
+    assert regressed["profile"] == "incident-eagle3-rollback" and not regressed["accepted"]
+    assert restored["profile"] == "incident-baseline" and restored["restored"] and restored["accepted"]
     assert 78 < serving_rate() < 84  # the baseline serves again
     print("\nthe incident replayed (-s):", *[line for line in run.output.splitlines()
           if re.search(r"decode check|rolled back|rolling back|sglang-deploy: node1", line)], sep="\n")

@@ -168,6 +168,28 @@ def _last_good(tmp_path, profile, figure):
                         {"profile": profile, "accepted": True, "decode_tok_s": figure, "time": "t0"})
 
 
+def test_the_restored_last_known_good_is_recorded_and_judged_against_nothing(tmp_path, server, capsys):
+    handler, port = server
+    handler.rate = 100.0
+    _last_good(tmp_path, "base", 200.0)
+    got = decode_check.main(_args(tmp_path, port, max_regression_pct=10, min_decode_tok_s=150,
+                                  on_regression="rollback") + ["--restored", "--profile", "base"])
+    out = capsys.readouterr().out.splitlines()
+    entry = result.parse(out)["throughput"]
+    assert got == status.READY and entry["profile"] == "base" and entry["restored"] is True
+    assert entry["accepted"] and entry["regression"] == [] and entry["change_pct"] < -30
+    assert any(line.startswith("decode check (the last known good, restored): ") for line in out)
+
+
+def test_the_controller_records_and_says_the_restored_servers_figure(tmp_path):
+    restored = {"profile": "base", "decode_tok_s": 82.0, "change_pct": -0.4, "restored": True,
+                "baseline": {"profile": "base", "decode_tok_s": 82.3, "time": "t0"}}
+    said = throughput.took_restored_note("node1", {"restored_throughput": restored}, reports=tmp_path)
+    assert said == "decode check after the rollback: base serves at 82.0 tok/s (-0% vs baseline 82.3)"
+    assert throughput.read(tmp_path / "node1.jsonl") == [dict(restored, host="node1")]
+    assert throughput.took_restored_note("node1", {"outcome": "served"}, reports=tmp_path) is None
+
+
 @pytest.mark.parametrize("policy, code, accepted", [
     ("warn", status.READY, True), ("fail", status.THROUGHPUT_REGRESSION, False),
     ("rollback", status.THROUGHPUT_REGRESSION, False)])
@@ -222,10 +244,13 @@ def _cycle(tmp_path, capsys, policy, code=status.THROUGHPUT_REGRESSION, rollback
 
 def test_a_regression_under_rollback_rolls_back(tmp_path, capsys):
     code, found, ran = _cycle(tmp_path, capsys, "rollback")
-    assert ran == ["preflight", "switch", "restart", "gate", "workers", "decode", "restore", "restart", "gate"]
+    # ... and the restored server is measured once more (decode_check.py --restored).
+    assert ran == ["preflight", "switch", "restart", "gate", "workers", "decode", "restore", "restart",
+                   "gate", "decode"]
     assert found["outcome"] == "rolled_back" and found["profile"] == "previous"
     assert code == status.THROUGHPUT_REGRESSION and found["cause"] == "decode regression: -27%"
-    assert found["throughput"] == {"decode_tok_s": 60.0}
+    assert found["throughput"] == {"decode_tok_s": 60.0} == found["restored_throughput"]
+    assert [s["step"] for s in found["steps"] if s["status"]] == ["decode check"]
 
 
 def test_a_regression_under_fail_leaves_it_serving_unrecorded(tmp_path, capsys):
@@ -311,7 +336,7 @@ def test_a_regressed_configuration_found_serving_is_not_recorded_under_fail(tmp_
 
 def test_a_regressed_configuration_found_serving_rolls_back_under_rollback(tmp_path, capsys):
     code, found, ran = _running(tmp_path, capsys, "rollback")
-    assert ran == ["gate", "workers", "decode", "restore", "restart", "gate"]
+    assert ran == ["gate", "workers", "decode", "restore", "restart", "gate", "decode"]
     assert found["outcome"] == "rolled_back" and found["profile"] == "previous"
 
 
