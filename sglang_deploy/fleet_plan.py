@@ -88,6 +88,18 @@ class Rotation:
     def wrap(self, scripts_dir, cycle, restore):
         """rotation.py around the node's restart cycle (``cycle``: cycle.py's command line;
         ``restore``: lastgood.py restore's)."""
+        return self._rotation(scripts_dir, "--cycle", cycle, "--restore", restore)
+
+    def out(self, scripts_dir):
+        """rotation.py's first half: out of every router and drained, nothing restarted (for a
+        restart driven from the controller: a serving group's rank 0)."""
+        return self._rotation(scripts_dir, "--only", "out")
+
+    def back(self, scripts_dir):
+        """rotation.py's second half: back in every router and healthy there."""
+        return self._rotation(scripts_dir, "--only", "back")
+
+    def _rotation(self, scripts_dir, *tail):
         args = ["--worker-url", self.worker_url, "--local-port", self.local_port,
                 "--drain-timeout", self.rolling.drain_timeout_s,
                 "--healthy-timeout", self.rolling.healthy_timeout_s]
@@ -95,9 +107,8 @@ class Rotation:
             args += ["--router", url]
         if self.rolling.without_routers:
             args.append("--allow-unreachable-routers")
-        args += ["--cycle", cycle, "--restore", restore]
         return (f"python3 {shlex.quote(scripts_dir)}/rotation.py "
-                + " ".join(shlex.quote(str(a)) for a in args))
+                + " ".join(shlex.quote(str(a)) for a in [*args, *tail]))
 
 
 def rotation_for(name, data, hosts, port) -> Rotation:

@@ -2,6 +2,7 @@
 unit, the router's /workers answer, a node's load, and routers in the inventories."""
 
 import json
+import shlex
 
 import pytest
 
@@ -127,6 +128,15 @@ def test_rotation_command_wraps_the_cycle():
     assert "--router http://10.0.0.5:30000" in command and "--allow-unreachable-routers" not in command
     allowed = rotation_for("n1", {**hosts[0][1], "rolling_without_routers": True}, hosts, 30001)
     assert "--allow-unreachable-routers" in allowed.wrap("/d", "c", "r")
+
+
+def test_rotation_halves_for_a_restart_driven_elsewhere():
+    hosts = [("n1", node_data()), ("r1", router_data())]
+    rotation = rotation_for("n1", hosts[0][1], hosts, 30001)
+    for half in ("out", "back"):
+        argv = shlex.split(getattr(rotation, half)("/opt/d/node"))
+        assert argv[:2] == ["python3", "/opt/d/node/rotation.py"] and argv[-2:] == ["--only", half]
+        assert "--cycle" not in argv and argv[argv.index("--router") + 1] == "http://10.0.0.5:30000"
 
 
 def test_is_router():
