@@ -11,8 +11,13 @@ success), the details are the script's own (the profile restored, the report of 
 controller reads nothing else of it.
 A script that streams events before its result (lock.py) prints ``{"event": ...}`` lines;
 ``events`` reads them.
+
+A script whose output the operator watches (the controller streams it) is given a file for its
+result line instead (RESULT_FILE_VAR, claimed by the first of our scripts that starts, so the
+scripts it runs print theirs for it to read): the operator reads progress, never the JSON.
 """
 import json
+import os
 import subprocess
 
 if __package__:
@@ -21,10 +26,20 @@ else:  # run as a script: the siblings' directory is on sys.path
     import status
 
 
+RESULT_FILE_VAR = "SGLANG_DEPLOY_RESULT_FILE"
+# Claimed at import: this process writes its result there, the processes it starts do not see it.
+_RESULT_FILE = os.environ.pop(RESULT_FILE_VAR, None)
+
+
 def emit(code, cause=None, **details):
-    """Print the result line of a script that exits with ``code``; return ``code``."""
-    line = dict(details, result=status.name(code), status=code, cause=cause)
-    print(json.dumps(line, sort_keys=True), flush=True)
+    """Print the result line of a script that exits with ``code`` (or write it to the result
+    file the controller gave this script); return ``code``."""
+    line = json.dumps(dict(details, result=status.name(code), status=code, cause=cause), sort_keys=True)
+    if _RESULT_FILE:
+        with open(os.open(_RESULT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(line + "\n")
+    else:
+        print(line, flush=True)
     return code
 
 

@@ -11,6 +11,7 @@ from ..fleet import Rollout
 from ..node import result, status
 from .files import hook_paths
 from .service import _cause, _fail, _say_outcome, run_cycle
+from .streamed import run_streamed
 
 ROLLOUT = {}  # "run" -> the Rollout shared by every node of this run
 
@@ -141,7 +142,7 @@ def router_serving(plan, scripts_dir):
 
 
 def _router_gate(state, host, plan, scripts_dir):
-    ok, output = host.run_shell_command(StringCommand(plan.gate(scripts_dir)), print_output=True)
+    ok, output = run_streamed(host, plan.gate(scripts_dir))
     if not ok:
         host.log_styled(f"router gate failed: {_cause(output)}", fg="red", log_func=logger.error)
         _, journal = host.run_shell_command(StringCommand(

@@ -24,6 +24,7 @@ from ..model_staging import (GB, disk_problem, local_manifest, require_dir, rsyn
 from ..node import model_manifest, result
 from ..node.model_stage import staging_dir
 from ..node_scripts import hf_stage_command, model_stage_command
+from .streamed import run_streamed
 
 _SSH_KEYS = ("ssh_hostname", "ssh_user", "ssh_port", "ssh_key", "ssh_known_hosts_file")
 
@@ -186,7 +187,7 @@ def _die_with_parent():
 
 
 def _finish(state, host, label, command):
-    ok, output = host.run_shell_command(StringCommand(command), print_output=True)
+    ok, output = run_streamed(host, command)
     found = result.parse(output.stdout_lines)
     if not ok or not found or found["status"] != 0:
         cause = (found or {}).get("cause") or "\n".join(output.stderr_lines[-3:])

@@ -12,6 +12,7 @@ from .. import throughput
 from ..facts import LastGood, Preflight, Serving, UnitState, WorkerEnvironment
 from ..node import result, status
 from .files import hook_paths
+from .streamed import run_streamed
 
 
 def _fail(state, host, message):
@@ -63,7 +64,7 @@ def _cause(output):
 def _run_step(host, what, command):
     """Run one step, streaming its output; on failure log what failed and why (the script's
     result line) and return (False, output)."""
-    ok, output = host.run_shell_command(StringCommand(command), print_output=True)
+    ok, output = run_streamed(host, command)
     if not ok:
         host.log_styled(f"{what} failed: {_cause(output)}", fg="red", log_func=logger.error)
     return ok, output
@@ -82,7 +83,7 @@ def run_cycle(host, command):
     """Run a restart cycle (node/cycle.py, or rotation.py around it), streaming its output; its
     result (None when it printed none) and output. Failed steps and the decode check's figure
     are said here, once for every caller."""
-    _, output = host.run_shell_command(StringCommand(command), print_output=True)
+    _, output = run_streamed(host, command)
     found = result.parse(output.stdout_lines)
     if found is None:
         return None, output
