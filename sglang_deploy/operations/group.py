@@ -20,7 +20,7 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from .. import serving_group
 from ..facts import LastGood, Serving
-from ..node import result, status
+from ..node import dist_reach, result, status
 from .group_cycle import Group, member_hook_paths, run_on, unit_show
 from .service import _cause, _fail
 
@@ -190,15 +190,37 @@ def group_serving(member, rollback=True, stop_wait_s=20.0):
                   f"{member.leader}, followers {', '.join(member.followers)} active")
 
 
-def _reach(state, host, member, command, leader_unit):
-    ok, output = host.run_shell_command(StringCommand(command), print_output=True)
-    if ok:
-        return True
+def _probe(scripts_dir, dist_init_addr, rank, timeout_s, listening_port=None):
+    return (f"python3 {shlex.quote(scripts_dir)}/dist_reach.py --addr {shlex.quote(dist_init_addr)} "
+            f"--node-rank {rank} --timeout {timeout_s:g}"
+            + (f" --listening-port {listening_port}" if listening_port else ""))
+
+
+def _listening_port(leader, leader_unit):
+    """The dist-init port rank 0 runs with (its main process's argv), or None."""
+    ok, output = run_on(leader, f"cat /proc/$(systemctl show -p MainPID --value {shlex.quote(leader_unit)})"
+                                "/cmdline | tr '\\0' '\\n'")
+    return dist_reach.dist_init_port_of(output.stdout_lines) if ok else None
+
+
+def _reach(state, host, member, scripts_dir, dist_init_addr, leader_unit, timeout_s):
+    """The follower's probe failed: skipped while rank 0 is not running; while it runs on another
+    port than this change's (the change moves it), that port is probed instead; else again, to
+    say why it fails."""
     leader = state.inventory.get_host(member.leader)
-    show = unit_show(leader, leader_unit)
-    if show.get("ActiveState") != "active":
+    if unit_show(leader, leader_unit).get("ActiveState") != "active":
         host.log(f"{member.label()}: rank 0 {member.leader} is not running: its dist-init port "
                  "is checked once it runs (skipped)", logger.warning)
+        return True
+    planned = dist_reach.split_addr(dist_init_addr)[1]
+    now = _listening_port(leader, leader_unit)
+    moved = now if now and now != planned else None
+    ok, output = host.run_shell_command(StringCommand(_probe(scripts_dir, dist_init_addr, member.rank,
+                                                             timeout_s, moved)), print_output=True)
+    if ok:
+        if moved:
+            host.log(f"{member.label()}: rank 0 {member.leader} listens on port {moved} until the group "
+                     f"restarts onto {planned}: reached on {moved}", logger.warning)
         return True
     host.log_styled(f"group preflight failed: {_cause(output)}", fg="red", log_func=logger.error)
     return False
@@ -209,7 +231,9 @@ def group_preflight(member, scripts_dir, dist_init_addr, leader_unit, timeout_s=
     """
     From a follower, before anything changes: can it reach rank 0's --dist-init-addr (a TCP
     connect, node/dist_reach.py run on the follower)? Only meaningful while rank 0 runs: on a
-    first converge, skipped with a note. Rank 0 has nothing to check here.
+    first converge, skipped with a note. When this change moves the dist-init port, rank 0
+    still listens on the old one: that port on rank 0's host is probed instead, and said so.
+    Rank 0 has nothing to check here.
 
     + member: serving_group.Member of this host
     + scripts_dir: where our on-node scripts are
@@ -219,10 +243,9 @@ def group_preflight(member, scripts_dir, dist_init_addr, leader_unit, timeout_s=
     if member.is_leader:
         host.noop(f"{member.label()}: the followers check that they reach {dist_init_addr}")
         return
-    command = (f"python3 {shlex.quote(scripts_dir)}/dist_reach.py --addr {shlex.quote(dist_init_addr)} "
-               f"--node-rank {member.rank} --timeout {timeout_s:g}")
-    ok, output = host.run_shell_command(StringCommand(command))
+    ok, output = host.run_shell_command(StringCommand(_probe(scripts_dir, dist_init_addr, member.rank,
+                                                             timeout_s)))
     if ok:
         host.noop(f"node-rank {member.rank} reaches rank 0 {member.leader} at {dist_init_addr}")
         return
-    yield FunctionCommand(_reach, (member, command, leader_unit), {})
+    yield FunctionCommand(_reach, (member, scripts_dir, dist_init_addr, leader_unit, timeout_s), {})
