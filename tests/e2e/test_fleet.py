@@ -33,6 +33,12 @@ def fleet():
         found[routers[0]]["server_port"]
 
 
+def sandbox_with_env(directory, name, **env):
+    """Profile ``name``: the sandbox profile with these env values added (a changed configuration)."""
+    return write_profile(directory, name, "extends: {profiles}/sandbox.yml\nenv:\n" + "".join(
+        f"  {key}: {json.dumps(value)}\n" for key, value in env.items()))
+
+
 def fleet_deploy(profile, names, router, **kwargs):
     profiles = {name: profile for name in names}
     return deploy({**profiles, router: "sandbox"}, **kwargs)
@@ -60,11 +66,7 @@ def test_noop_run_touches_no_router_membership(deployed):
 
 def test_rolling_change_loses_no_request(deployed, profile_dir):  # noqa: F811
     names, ports, router, router_port = deployed
-    changed = write_profile(profile_dir, "rolled", """
-        extends: {profiles}/sandbox.yml
-        env:
-          SGLANG_STANDIN_LOAD_SECONDS: 4
-    """)
+    changed = sandbox_with_env(profile_dir, "rolled", SGLANG_STANDIN_LOAD_SECONDS=4)
     starts = {name: unit_start(name) for name in names}
     watcher = Watcher(router_port, ports)
     watcher.start()
@@ -92,12 +94,8 @@ def test_rolling_change_loses_no_request(deployed, profile_dir):  # noqa: F811
 
 def test_crashing_config_stops_the_rollout(deployed, profile_dir):  # noqa: F811
     names, ports, router, router_port = deployed
-    crashing = write_profile(profile_dir, "crashing", """
-        extends: {profiles}/sandbox.yml
-        env:
-          SGLANG_STANDIN_FAIL: crash-load
-          SGLANG_STANDIN_FAIL_AFTER_SECONDS: 1
-    """)
+    crashing = sandbox_with_env(profile_dir, "crashing", SGLANG_STANDIN_FAIL="crash-load",
+                                SGLANG_STANDIN_FAIL_AFTER_SECONDS=1)
     starts = {name: unit_start(name) for name in names}
     run = fleet_deploy(crashing, names, router)
     assert run.returncode != 0
@@ -120,11 +118,7 @@ def test_crashing_config_stops_the_rollout(deployed, profile_dir):  # noqa: F811
 
 def test_router_down_takes_no_node_out_of_rotation(deployed, profile_dir):  # noqa: F811
     names, ports, router, router_port = deployed
-    changed = write_profile(profile_dir, "unrouted", """
-        extends: {profiles}/sandbox.yml
-        env:
-          SGLANG_STANDIN_WARMUP_SECONDS: 2
-    """)
+    changed = sandbox_with_env(profile_dir, "unrouted", SGLANG_STANDIN_WARMUP_SECONDS=2)
     ssh(router, "systemctl stop sglang-router.service")
     starts = {name: unit_start(name) for name in names}
     run = fleet_deploy(changed, names, router)

@@ -1,6 +1,7 @@
 """A serving group on sandbox nodes: node1 (rank 0) and node2 (rank 1) serve one model together
 (--nnodes 2). Converge, a no-op re-run, a coordinated restart, a follower that fails its start,
-a follower that cannot reach rank 0, and what a naive stop of a follower costs.
+a follower that cannot reach rank 0, a change that moves the dist-init port, and what a naive
+stop of a follower costs.
 
     E2E_NODES=3 E2E_SANDBOX_ARGS="--bare 1" /work/wt/e2e-locked -m e2e tests/e2e/test_serving_group.py -q -s
 """
@@ -14,7 +15,8 @@ import urllib.request
 
 import pytest
 
-from .sandbox import REPO_ROOT, deploy, nodes, profile_dir, ssh, unit_start, wipe, write_profile  # noqa: F401
+from .sandbox import (REPO_ROOT, DeployRun, _deploy_command, deploy, nodes, profile_dir,  # noqa: F401
+                      ssh, unit_start, wipe, write_profile)
 
 pytestmark = pytest.mark.e2e
 
@@ -41,6 +43,31 @@ def group_profile(directory, buffsize="4194304", extra=""):
 
 def run(profile, args=()):
     return deploy({name: profile for name in MEMBERS}, extra_env=GROUP, args=args)
+
+
+# The sandbox inventory with the group's dist-init port moved by one (the port a profile's
+# `service.dist_init_port` sets; the sandbox sets it per group in profile_overrides).
+MOVED_PORT_INVENTORY = """\
+from sglang_deploy.inventory import sandbox_hosts
+
+sandbox = []
+for name, data in sandbox_hosts():
+    service = data["profile_overrides"]["service"]
+    if "dist_init_port" in service:
+        service["dist_init_port"] += 1
+    sandbox.append((name, data))
+"""
+
+
+def run_with_moved_port(profile, directory):
+    inventory = directory / "moved_port_inventory.py"
+    inventory.write_text(MOVED_PORT_INVENTORY)
+    command, env = _deploy_command({name: profile for name in MEMBERS}, None, GROUP, ())
+    command[command.index("inventory/sandbox.py")] = str(inventory)
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=600, stdin=subprocess.DEVNULL)
+    return DeployRun(done.returncode, done.stdout + done.stderr, time.monotonic() - started)
 
 
 def get(node, path):
@@ -148,6 +175,20 @@ def test_a_follower_that_cannot_reach_rank_0_is_named_by_preflight_and_nothing_s
     assert {node: unit_start(node) for node in MEMBERS} == before
     assert get("node1", "/v1/models")[0] == 200
     assert "--dist-init-addr 127.0.0.1:31001" in ssh("node1", "cat /etc/systemd/system/sglang.service")
+
+
+def test_a_change_that_moves_the_dist_init_port_is_probed_where_rank_0_listens_now(profile_dir):
+    before = {node: unit_start(node) for node in MEMBERS}
+    done = run_with_moved_port(group_profile(profile_dir, buffsize="8388608"), profile_dir)
+    TIMINGS["dist-init port moved (deploy)"] = done.seconds
+    print("\n".join(lines_with(done.output, "Group preflight", "listens on port", "reach")))
+    assert done.returncode == 0, done.output[-5000:]
+    assert ("group g1 node-rank 1 of 2: rank 0 node1 listens on port 31001 until the group restarts "
+            "onto 31002: reached on 31001") in done.output
+    for node in MEMBERS:
+        assert unit_start(node) != before[node]
+        assert "--dist-init-addr 127.0.0.1:31002" in argv(node)
+    assert get("node1", "/v1/models")[0] == 200
 
 
 def test_a_naive_stop_of_a_follower_first_leaves_it_running():

@@ -1,5 +1,7 @@
 """Shared fixtures for the unit tests."""
 
+import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,3 +23,62 @@ def last_good_record(tmp_path, monkeypatch):
     record = tmp_path / "last-good-dirs.json"
     monkeypatch.setattr(lastgood, "SAVED_DIRS", str(record))
     return record
+
+
+# One unit for on-node scripts that call systemctl (restart.py, follower.py): its properties are
+# unit.json beside the script (`show -p` reads them; stop, kill and start change them as systemd
+# would), and every call is appended to `calls`. "ProcessGroup", when set, stands for the unit's
+# cgroup: stop sends it SIGTERM, kill SIGKILL.
+FAKE_SYSTEMCTL = r"""
+import json, os, signal, sys
+here = os.path.dirname(os.path.abspath(__file__))
+path = os.path.join(here, "unit.json")
+state = json.load(open(path))
+args = sys.argv[1:]
+with open(os.path.join(here, "calls"), "a") as f:
+    f.write(" ".join(args) + "\n")
+if args[0] == "show":
+    for i, arg in enumerate(args):
+        if arg == "-p":
+            print("%s=%s" % (args[i + 1], state.get(args[i + 1], "")))
+    sys.exit(0)
+if args[0] in ("stop", "kill") and state.get("ProcessGroup"):
+    try:
+        os.killpg(state["ProcessGroup"], signal.SIGTERM if args[0] == "stop" else signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+if args[0] == "stop":
+    state.update(ActiveState="inactive", SubState="dead", MainPID=0, ProcessGroup=0)
+elif args[0] == "kill":
+    state.update(ActiveState="failed", SubState="dead")
+elif args[0] == "start":
+    if state.get("fail_start"):
+        sys.stderr.write("Job for sglang.service failed because the control process exited with error code.\n")
+        state.update(ActiveState="failed", SubState="failed", ExecMainCode=1, ExecMainStatus=203)
+        json.dump(state, open(path, "w"))
+        sys.exit(1)
+    state.update(ActiveState="active", SubState="running", MainPID=4242, InvocationID="newinv")
+json.dump(state, open(path, "w"))
+"""
+
+
+class FakeSystemctl:
+    def __init__(self, directory):
+        self.dir = directory
+        self.path = directory / "systemctl"
+        self.path.write_text(f"#!{sys.executable}\n{FAKE_SYSTEMCTL}")
+        self.path.chmod(0o755)
+
+    def unit(self, **state):
+        """The unit's properties, all of them."""
+        (self.dir / "unit.json").write_text(json.dumps(state))
+
+    def calls(self):
+        """The verb of every call so far."""
+        return [line.split()[0] for line in (self.dir / "calls").read_text().splitlines()]
+
+
+@pytest.fixture
+def fake_systemctl(tmp_path):
+    """A fake systemctl in the test's directory (FakeSystemctl.path), for --systemctl."""
+    return FakeSystemctl(tmp_path)

@@ -1,4 +1,4 @@
-"""The coordinated restart of a serving group (operations/group.py), against fake hosts that
+"""The coordinated restart of a serving group (operations/group_cycle.py), against fake hosts that
 record every command: rank 0 stops first, every member starts, only rank 0 is gated while the
 followers are watched, a follower that dies is named and every member rolls back together."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from sglang_deploy import serving_group
 from sglang_deploy.inventory import deploy_defaults
-from sglang_deploy.operations import group
+from sglang_deploy.operations import group_cycle
 
 LOG = []
 
@@ -55,8 +55,8 @@ def follower_dies_on_first_start(host, text):
 
 @pytest.fixture
 def make_group(monkeypatch):
-    monkeypatch.setattr(group, "POLL_S", 0.01)
-    monkeypatch.setattr(group, "_hook_paths", lambda host, python: {})
+    monkeypatch.setattr(group_cycle, "POLL_S", 0.01)
+    monkeypatch.setattr(group_cycle, "member_hook_paths", lambda host, python: {})
     LOG.clear()
 
     def make(follower_script=healthy, failed=()):
@@ -66,14 +66,12 @@ def make_group(monkeypatch):
                             "profile_overrides": {"server_args": {"tp-size": 2, "nnodes": 2}}})]
         members = serving_group.resolve_checked(hosts, serving_group.profile_of)
         fakes = {"node1": FakeHost("node1", healthy), "node2": FakeHost("node2", follower_script)}
-        group.MEMBERS.clear()
         from sglang_deploy.plan import plan_for
-        for name, data in hosts:
-            group.MEMBERS.setdefault("g1", {})[name] = plan_for({**deploy_defaults(), **data},
-                                                                 operator_env={}, member=members[name])
+        plans = {name: plan_for({**deploy_defaults(), **data}, operator_env={}, member=members[name])
+                 for name, data in hosts}
         state = SimpleNamespace(inventory=SimpleNamespace(get_host=fakes.get),
                                 failed_hosts={fakes[name] for name in failed})
-        return group.Group(state, members["node1"], stop_wait_s=5)
+        return group_cycle.Group(state, members["node1"], plans, stop_wait_s=5)
     return make
 
 

@@ -93,3 +93,46 @@ def test_a_bad_addr_is_a_usage_error(addr):
     out = subprocess.run([sys.executable, str(SCRIPT), "--addr", addr, "--node-rank", "1"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == status.USAGE and "--addr: not HOST:PORT" in out.stderr
+
+
+def test_a_moved_port_is_probed_where_rank_0_listens_now_and_said_so():
+    """The change moves the dist-init port: nothing listens on the new one until the group
+    restarts onto it; rank 0's host is probed on the port it listens on now."""
+    new = closed_port()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        now = listener.getsockname()[1]
+        code, res, lines = run("--addr", f"127.0.0.1:{new}", "--node-rank", "1", "--listening-port", str(now))
+    assert code == status.READY == res["status"]
+    assert (res["port"], res["planned_port"], res["reachable"]) == (now, new, True)
+    assert lines[0] == (f"rank 0 listens on port {now} until the group restarts onto port {new}: "
+                        f"probing {now} (port {new} is first reached by the group's start)")
+    assert lines[1].startswith(f"node-rank 1 reaches 127.0.0.1:{now} (")
+
+
+def test_a_moved_port_rank_0_does_not_listen_on_fails_naming_both_ports():
+    new, now = closed_port(), closed_port()
+    code, res, _ = run("--addr", f"127.0.0.1:{new}", "--node-rank", "1", "--listening-port", str(now),
+                       "--timeout", "0.3")
+    assert code == status.PREFLIGHT_FAILED
+    assert res["cause"].startswith(f"node-rank 1 cannot reach 127.0.0.1:{now} (rank 0's dist-init port "
+                                   f"until the restart moves it to {new}): connection refused")
+
+
+def test_the_same_port_is_probed_as_planned():
+    port = closed_port()
+    code, res, _ = run("--addr", f"127.0.0.1:{port}", "--node-rank", "1", "--listening-port", str(port),
+                       "--timeout", "0.2")
+    assert code == status.PREFLIGHT_FAILED and res["port"] == port and "planned_port" not in res
+    assert res["cause"].startswith(f"node-rank 1 cannot reach 127.0.0.1:{port}: connection refused")
+
+
+@pytest.mark.parametrize("argv, port", [
+    (["python3", "-m", "sglang.launch_server", "--nnodes", "2", "--dist-init-addr", "10.0.0.1:20000"], 20000),
+    (["sglang", "serve", "--dist-init-addr=[fd00::1]:31001"], 31001),
+    (["python3", "-m", "sglang.launch_server", "--port", "30000"], None),
+    (["python3", "--dist-init-addr"], None),
+    (["python3", "--dist-init-addr", "10.0.0.1"], None)])
+def test_the_dist_init_port_of_a_running_argv(argv, port):
+    assert dist_reach.dist_init_port_of(argv) == port

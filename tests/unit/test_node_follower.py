@@ -1,27 +1,12 @@
 """follower.py: a follower's stop (ended on rank 0's shutdown, or killed after the bound) and the
-cause of a follower's death, against a fake systemctl and journalctl."""
-import json
+cause of a follower's death, against a fake systemctl (conftest.py) and journalctl."""
 import sys
 import threading
 import time
 
-from sglang_deploy.node import follower, result, status
+import pytest
 
-FAKE_SYSTEMCTL = r"""
-import json, os, sys
-here = os.path.dirname(os.path.abspath(__file__))
-state = json.load(open(os.path.join(here, "unit.json")))
-args = sys.argv[1:]
-with open(os.path.join(here, "calls"), "a") as f:
-    f.write(" ".join(args) + "\n")
-if args[0] == "show":
-    for i, arg in enumerate(args):
-        if arg == "-p":
-            print("%s=%s" % (args[i + 1], state.get(args[i + 1], "")))
-elif args[0] in ("kill", "stop"):
-    state.update(ActiveState="inactive" if args[0] == "stop" else "failed", SubState="dead")
-    json.dump(state, open(os.path.join(here, "unit.json"), "w"))
-"""
+from sglang_deploy.node import follower, result, status
 
 FAKE_JOURNALCTL = r"""
 import json
@@ -32,26 +17,25 @@ for line in ["[2026-12-01 03:00:00 TP1] Init parallel begin.",
 """
 
 
-def fakes(tmp_path, **unit):
-    (tmp_path / "unit.json").write_text(json.dumps(dict(
-        {"ActiveState": "active", "SubState": "running", "MainPID": "4242", "ControlGroup": ""}, **unit)))
-    for name, text in (("systemctl", FAKE_SYSTEMCTL), ("journalctl", FAKE_JOURNALCTL)):
-        path = tmp_path / name
-        path.write_text(f"#!{sys.executable}\n{text}")
-        path.chmod(0o755)
-    return ["--systemctl", str(tmp_path / "systemctl"), "--journalctl", str(tmp_path / "journalctl")]
+@pytest.fixture
+def fakes(fake_systemctl):
+    """The unit running (or as given) and a journal that says why it died: follower.py's args."""
+    def install(**unit):
+        fake_systemctl.unit(**dict({"ActiveState": "active", "SubState": "running", "MainPID": "4242",
+                                    "ControlGroup": ""}, **unit))
+        journalctl = fake_systemctl.dir / "journalctl"
+        journalctl.write_text(f"#!{sys.executable}\n{FAKE_JOURNALCTL}")
+        journalctl.chmod(0o755)
+        return ["--systemctl", str(fake_systemctl.path), "--journalctl", str(journalctl)]
+    return install
 
 
-def calls(tmp_path):
-    return [line.split()[0] for line in (tmp_path / "calls").read_text().splitlines()]
-
-
-def test_a_follower_that_ends_on_rank_0s_shutdown_is_not_killed(tmp_path, capsys):
-    args = fakes(tmp_path)
+def test_a_follower_that_ends_on_rank_0s_shutdown_is_not_killed(fakes, fake_systemctl, capsys):
+    args = fakes()
 
     def broadcast():  # rank 0's ShutdownReq: the follower exits by itself
         time.sleep(0.3)
-        (tmp_path / "unit.json").write_text(json.dumps({"ActiveState": "inactive", "SubState": "dead"}))
+        fake_systemctl.unit(ActiveState="inactive", SubState="dead")
 
     threading.Thread(target=broadcast).start()
     code = follower.main(args + ["stop", "--unit", "sglang.service", "--wait", "5", "--poll", "0.05"])
@@ -59,29 +43,29 @@ def test_a_follower_that_ends_on_rank_0s_shutdown_is_not_killed(tmp_path, capsys
     assert code == status.READY
     assert "sglang.service ended on rank 0's shutdown (inactive/dead)" in out
     assert result.parse(out.splitlines())["killed"] is False
-    assert "kill" not in calls(tmp_path) and calls(tmp_path)[-1] == "stop"
+    assert "kill" not in fake_systemctl.calls() and fake_systemctl.calls()[-1] == "stop"
 
 
-def test_a_follower_still_running_after_the_bound_is_killed_and_said_so(tmp_path, capsys):
-    args = fakes(tmp_path)
+def test_a_follower_still_running_after_the_bound_is_killed_and_said_so(fakes, fake_systemctl, capsys):
+    args = fakes()
     started = time.monotonic()
     code = follower.main(args + ["stop", "--unit", "sglang.service", "--wait", "0.5", "--poll", "0.05"])
     out = capsys.readouterr().out
     assert code == status.READY and time.monotonic() - started < 3
     assert "still running 0.5s after rank 0 stopped: killing the unit" in out
     assert result.parse(out.splitlines())["killed"] is True
-    assert calls(tmp_path)[-2:] == ["kill", "stop"]
+    assert fake_systemctl.calls()[-2:] == ["kill", "stop"]
 
 
-def test_an_auto_restart_pending_counts_as_ended_and_is_cancelled(tmp_path, capsys):
-    args = fakes(tmp_path, ActiveState="activating", SubState="auto-restart")
+def test_an_auto_restart_pending_counts_as_ended_and_is_cancelled(fakes, fake_systemctl, capsys):
+    args = fakes(ActiveState="activating", SubState="auto-restart")
     assert follower.main(args + ["stop", "--unit", "sglang.service", "--wait", "5"]) == status.READY
     assert "ended on rank 0's shutdown (activating/auto-restart)" in capsys.readouterr().out
-    assert calls(tmp_path)[-1] == "stop"
+    assert fake_systemctl.calls()[-1] == "stop"
 
 
-def test_the_cause_of_a_followers_death_comes_from_its_journal(tmp_path, capsys):
-    args = fakes(tmp_path, ActiveState="failed", SubState="failed", ExecMainCode="1", ExecMainStatus="1",
+def test_the_cause_of_a_followers_death_comes_from_its_journal(fakes, capsys):
+    args = fakes(ActiveState="failed", SubState="failed", ExecMainCode="1", ExecMainStatus="1",
                  InvocationID="abc")
     assert follower.main(args + ["cause", "--unit", "sglang.service"]) == status.READY
     found = result.parse(capsys.readouterr().out.splitlines())

@@ -1,7 +1,6 @@
 """restart.py: nvidia-smi parsing on captured output, and the stop/wait/start sequence against a
 fake systemctl and a real process tree that listens on the port."""
 import fcntl
-import json
 import os
 import signal
 import socket
@@ -27,36 +26,6 @@ def test_parse_compute_apps_captured_formats():
     assert compute_apps.parse_compute_apps("No devices were found\n") == []
 
 
-FAKE_SYSTEMCTL = r"""
-import json, os, signal, sys
-here = os.path.dirname(os.path.abspath(__file__))
-path = os.path.join(here, "unit.json")
-state = json.load(open(path))
-args = sys.argv[1:]
-with open(os.path.join(here, "calls"), "a") as f:
-    f.write(" ".join(args) + "\n")
-if args[0] == "show":
-    for i, arg in enumerate(args):
-        if arg == "-p":
-            print("%s=%s" % (args[i + 1], state.get(args[i + 1], "")))
-    sys.exit(0)
-if args[0] == "stop":
-    if state["MainPID"]:
-        try:
-            os.killpg(state["MainPID"], signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    state.update(ActiveState="inactive", SubState="dead", MainPID=0)
-elif args[0] == "start":
-    if state.get("fail_start"):
-        sys.stderr.write("Job for sglang.service failed because the control process exited with error code.\n")
-        state.update(ActiveState="failed", SubState="failed", ExecMainCode=1, ExecMainStatus=203)
-        json.dump(state, open(path, "w"))
-        sys.exit(1)
-    state.update(ActiveState="active", SubState="running", MainPID=4242, InvocationID="newinv")
-json.dump(state, open(path, "w"))
-"""
-
 # A launcher in its own process group (like a unit's cgroup) that listens on the port and has
 # two children; with IGNORE=1 one child survives SIGTERM.
 LAUNCHER = r"""
@@ -78,12 +47,10 @@ def free_port():
 
 
 class Node:
-    def __init__(self, tmp_path, ignore_term=False):
-        self.dir = tmp_path
+    def __init__(self, fake_systemctl, ignore_term=False):
+        self.dir = fake_systemctl.dir
         self.port = free_port()
-        self.systemctl = tmp_path / "systemctl"
-        self.systemctl.write_text("#!%s\n%s" % (sys.executable, FAKE_SYSTEMCTL))
-        self.systemctl.chmod(0o755)
+        self.fake_systemctl = fake_systemctl
         self.launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(self.port), "1" if ignore_term else "0"],
                                          stdout=subprocess.PIPE, universal_newlines=True, start_new_session=True)
         self.kids = [int(p) for p in self.launcher.stdout.readline().split()]
@@ -92,7 +59,8 @@ class Node:
             while not self.ignores_term(self.kids[1]) and time.time() < deadline:
                 time.sleep(0.02)
         self.state = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running",
-                      "MainPID": self.launcher.pid, "ControlGroup": "", "InvocationID": "oldinv",
+                      "MainPID": self.launcher.pid, "ProcessGroup": self.launcher.pid, "ControlGroup": "",
+                      "InvocationID": "oldinv",
                       "ExecMainCode": 0, "ExecMainStatus": 0}
         self.write()
         self.reaper = None
@@ -107,7 +75,7 @@ class Node:
 
     def write(self, **changes):
         self.state.update(changes)
-        (self.dir / "unit.json").write_text(json.dumps(self.state))
+        self.fake_systemctl.unit(**self.state)
 
     def smi(self, text):
         exe = self.dir / "nvidia-smi"
@@ -123,7 +91,7 @@ class Node:
         self.reaper.start()
         # --stop-timeout is required (NodeScripts passes the profile's); a test's own comes last and wins
         argv = ["--unit", "sglang.service", "--port", str(self.port), "--stop-timeout", "120",
-                "--systemctl", str(self.systemctl),
+                "--systemctl", str(self.fake_systemctl.path),
                 "--nvidia-smi", smi or str(self.dir / "no-nvidia-smi")] + list(extra)
         return restart.main(argv)
 
@@ -137,8 +105,8 @@ class Node:
 
 
 @pytest.fixture
-def node(tmp_path):
-    n = Node(tmp_path)
+def node(fake_systemctl):
+    n = Node(fake_systemctl)
     yield n
     n.close()
 
@@ -151,8 +119,7 @@ def test_stop_wait_start(node, capsys):
                  "nvidia-smi not found", "started sglang.service: main pid 4242, invocation newinv"):
         assert text in out
     assert all(line.startswith("[") and "s] " in line for line in out.splitlines())
-    calls = (node.dir / "calls").read_text().split("\n")
-    assert [c.split()[0] for c in calls if c and not c.startswith("show")] == ["stop", "start"]
+    assert [verb for verb in node.fake_systemctl.calls() if verb != "show"] == ["stop", "start"]
 
 
 def test_no_start_and_gpu_released(node, capsys):
@@ -162,8 +129,7 @@ def test_no_start_and_gpu_released(node, capsys):
     assert "GPU memory of old processes released" in out
     assert "note: GPU memory held by other processes: pid 9999999" in out
     assert "not starting" in out
-    calls = (node.dir / "calls").read_text().splitlines()
-    assert [c.split()[0] for c in calls if not c.startswith("show")] == ["stop"]
+    assert [verb for verb in node.fake_systemctl.calls() if verb != "show"] == ["stop"]
 
 
 def test_failing_nvidia_smi_skips_the_gpu_check(node, tmp_path, capsys):
@@ -187,8 +153,8 @@ def test_gpu_memory_still_held_is_stop_timeout(node, capsys):
         "stop timeout: still there: GPU memory held by pid %d (70120 MiB)" % node.kids[0])
 
 
-def test_surviving_process_is_named(tmp_path, capsys):
-    node = Node(tmp_path, ignore_term=True)
+def test_surviving_process_is_named(fake_systemctl, capsys):
+    node = Node(fake_systemctl, ignore_term=True)
     try:
         assert node.run("--stop-timeout", "1") == status.STOP_TIMEOUT
         last = result.progress(capsys.readouterr().out.splitlines())[-1]
