@@ -23,6 +23,7 @@ from ..facts import LastGood, Serving
 from ..node import dist_reach, result, status
 from .group_cycle import Group, member_hook_paths, run_on, unit_show
 from .service import _cause, _fail
+from .streamed import run_streamed
 
 _MEMBERS = None   # {host name: Member} of this run, resolved and checked once
 MEMBERS = {}      # group -> {host name: NodePlan}
@@ -215,8 +216,7 @@ def _reach(state, host, member, scripts_dir, dist_init_addr, leader_unit, timeou
     planned = dist_reach.split_addr(dist_init_addr)[1]
     now = _listening_port(leader, leader_unit)
     moved = now if now and now != planned else None
-    ok, output = host.run_shell_command(StringCommand(_probe(scripts_dir, dist_init_addr, member.rank,
-                                                             timeout_s, moved)), print_output=True)
+    ok, output = run_streamed(host, _probe(scripts_dir, dist_init_addr, member.rank, timeout_s, moved))
     if ok:
         if moved:
             host.log(f"{member.label()}: rank 0 {member.leader} listens on port {moved} until the group "

@@ -25,6 +25,7 @@ from ..node import group_join, result
 from ..node.cycle import LABELS
 from .files import hook_paths
 from .service import _cause
+from .streamed import run_streamed
 
 POLL_S = 0.5      # how often the followers' units are read while rank 0 is gated
 
@@ -91,7 +92,9 @@ class Group:
     def run(self, rank, command, print_output=True):
         member_host = self.hosts[rank]
         with ctx_config.use(self.config), ctx_host.use(member_host):
-            return member_host.run_shell_command(StringCommand(command), print_output=print_output)
+            if print_output:
+                return run_streamed(member_host, command)
+            return member_host.run_shell_command(StringCommand(command))
 
     def on(self, ranks, command_of, print_output=True):
         """Run a command on several members at once: {rank: (ok, output)}."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from pyinfra.connectors.util import CommandOutput, OutputLine
 
 from sglang_deploy import serving_group
 from sglang_deploy.node import dist_reach
@@ -27,8 +28,9 @@ class Follower:
 
     def run_shell_command(self, command, print_output=False):
         done = subprocess.run(str(command), shell=True, capture_output=True, text=True, timeout=30)
-        return done.returncode == 0, SimpleNamespace(stdout_lines=done.stdout.splitlines(),
-                                                     stderr_lines=done.stderr.splitlines())
+        return done.returncode == 0, CommandOutput(
+            [OutputLine("stdout", line) for line in done.stdout.splitlines()]
+            + [OutputLine("stderr", line) for line in done.stderr.splitlines()])
 
     def log(self, text, log_func=None):
         self.logs.append(text)
