@@ -122,13 +122,14 @@ else:
     # 13. Restart only when what the server runs changed, then gate until it serves; a start
     #     that fails its gate is rolled back to the last configuration that passed. Out of every
     #     router's rotation, `rolling_batch` nodes at a time (sglang_deploy/fleet.py). A serving
-    #     group restarts as one when any member changed, driven by rank 0 (operations/group.py).
+    #     group restarts as one when any member changed, driven by rank 0 (operations/group.py),
+    #     rank 0 out of rotation, `rolling_batch` groups at a time.
     if plan.group:
         serving_group.join(plan.group, host, plan, [engine, env_file, hook, unit, *staged_models])
         stop_wait_s = float(host.data.get("group_follower_stop_s"))
         serving_group.group_restarted(name="Restart serving group (configuration changed)",
                                       member=plan.group, rollback=plan.rollback,
-                                      stop_wait_s=stop_wait_s,
+                                      stop_wait_s=stop_wait_s, rotation=rotation,
                                       _if=serving_group.changed(plan.group))
     else:
         sglang.rolled_restart(name="Restart (configuration changed)", scripts=plan.scripts,
@@ -141,7 +142,8 @@ else:
     #     group: every member, its readiness judged on rank 0).
     if plan.group:
         serving_group.group_serving(name="Serving group", member=plan.group,
-                                    rollback=plan.rollback, stop_wait_s=stop_wait_s)
+                                    rollback=plan.rollback, stop_wait_s=stop_wait_s,
+                                    rotation=rotation)
     else:
         sglang.serving(name="Serving", scripts=plan.scripts, hook_python=plan.hook_python,
                        rollback=plan.rollback)

@@ -182,8 +182,13 @@ def out_only(args):
 
 
 def back_only(args):
-    """Back into every router and healthy there (after out_only and the caller's restart)."""
+    """Back into every router and healthy there (after out_only and the caller's restart); a
+    node that does not serve stays out (a router would send it requests it cannot answer)."""
     routers = [Router(url) for url in args.router]
+    if not serving(args.local_port):
+        say("not serving: left out of every router")
+        return result.emit(status.FAILED_START, "not serving: left out of rotation",
+                           rotation={"routers": [r.url for r in routers]})
     cause = put_back(routers, args.worker_url, args.healthy_timeout)
     return result.emit(status.TIMEOUT if cause else status.READY, cause,
                        rotation={"routers": [r.url for r in routers]})

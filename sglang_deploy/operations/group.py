@@ -13,14 +13,17 @@ and not ordered operations.
 from __future__ import annotations
 
 import shlex
+from contextlib import nullcontext
 
 import gevent
+from gevent.lock import BoundedSemaphore
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from .. import serving_group
 from ..facts import LastGood, Serving
 from ..node import dist_reach, result, status
+from .fleet import rollout
 from .group_cycle import Group, member_hook_paths, run_on, unit_show
 from .service import _cause, _fail
 from .streamed import run_streamed
@@ -29,6 +32,7 @@ _MEMBERS = None   # {host name: Member} of this run, resolved and checked once
 MEMBERS = {}      # group -> {host name: NodePlan}
 CHANGES = {}      # group -> the operations whose change restarts the group (every member's)
 VERDICTS = {}     # group -> (ok, text): rank 0's restart of the group
+TURNS = {}        # "run" -> the semaphore that lets rolling_batch groups restart at a time
 NOTES = {}        # host name -> what the outcome line says of its group
 
 
@@ -65,10 +69,26 @@ def _note(group, text):
         NOTES[name] = f"{_MEMBERS[name].label()}: {text}" if _MEMBERS and name in _MEMBERS else text
 
 
-def _lead(state, host, member, rollback, stop_wait_s, preflight=True):
+def _turns(rolling):
+    """The run's turns for group restarts: ``rolling_batch`` groups restart at a time, so the
+    others keep serving (the single nodes take theirs through pyinfra's _parallel)."""
+    return TURNS.setdefault("run", BoundedSemaphore(rolling.batch))
+
+
+def _lead(state, host, member, rollback, stop_wait_s, preflight=True, rotation=None):
     ok, text = False, "rank 0's restart of the group ended unexpectedly (see above)"
     try:
-        ok, text = Group(state, member, MEMBERS[member.group], stop_wait_s).cycle(rollback, preflight)
+        group = Group(state, member, MEMBERS[member.group], stop_wait_s, rotation)
+        run = rollout(rotation.rolling.max_failures) if rotation else None
+        with _turns(rotation.rolling) if rotation else nullcontext():
+            refusal = run and run.refusal(host.name)  # read once this group's turn came
+            if refusal:
+                group.restore()
+                text = f"not restarted: {refusal}; every member's files went back to its last known good"
+            else:
+                ok, text = group.cycle(rollback, preflight)
+                if run:
+                    run.succeeded(host.name) if ok else run.failed(f"group {member.group}", text)
     finally:  # the followers wait for this verdict, whatever happens here
         VERDICTS[member.group] = (ok, text)
     _note(member.group, "group serves" if ok else f"group failed: {text}")
@@ -92,7 +112,7 @@ def _follow(state, host, member):
 
 
 @operation(is_idempotent=False)
-def group_restarted(member, rollback=True, stop_wait_s=20.0):
+def group_restarted(member, rollback=True, stop_wait_s=20.0, rotation=None):
     """
     Restart a serving group as one: rank 0 drives it (preflight on every member, rank 0 stopped
     first, every member started, rank 0 gated while the followers are watched, workers on every
@@ -102,9 +122,11 @@ def group_restarted(member, rollback=True, stop_wait_s=20.0):
     + member: serving_group.Member of this host
     + rollback: restore every member's last known good when the group fails its gate
     + stop_wait_s: seconds a follower has to end on rank 0's shutdown before it is killed
+    + rotation: rank 0's ``fleet_plan.Rotation``: out of its routers around the restart, one
+      ``rolling_batch`` of groups at a time, none once the rollout stopped
     """
     if member.is_leader:
-        yield FunctionCommand(_lead, (member, rollback, stop_wait_s), {})
+        yield FunctionCommand(_lead, (member, rollback, stop_wait_s), {"rotation": rotation})
     else:
         yield FunctionCommand(_follow, (member,), {})
 
@@ -118,9 +140,9 @@ def _record(state, host, member, ranks, stop_wait_s):
     return True
 
 
-def _restart_because(state, host, member, why, rollback, stop_wait_s):
+def _restart_because(state, host, member, why, rollback, stop_wait_s, rotation=None):
     host.log(f"group {member.group}: {'; '.join(why)}: restarting the group", logger.warning)
-    return _lead(state, host, member, rollback, stop_wait_s)
+    return _lead(state, host, member, rollback, stop_wait_s, rotation=rotation)
 
 
 def _problems(member, stop_wait_s):
@@ -161,7 +183,7 @@ def _problems(member, stop_wait_s):
 
 
 @operation()
-def group_serving(member, rollback=True, stop_wait_s=20.0):
+def group_serving(member, rollback=True, stop_wait_s=20.0, rotation=None):
     """
     A serving group that serves is left alone: every member's unit enabled and active, rank 0
     serving the model (a follower's dummy /health is never readiness), every member's workers
@@ -171,6 +193,7 @@ def group_serving(member, rollback=True, stop_wait_s=20.0):
     + member: serving_group.Member of this host
     + rollback: restore every member's last known good when such a restart fails its gate
     + stop_wait_s: seconds a follower has to end on rank 0's shutdown before it is killed
+    + rotation: rank 0's ``fleet_plan.Rotation``, for such a restart
     """
     plan = MEMBERS[member.group][host.name]
     show = unit_show(host, plan.unit)
@@ -181,7 +204,8 @@ def group_serving(member, rollback=True, stop_wait_s=20.0):
         return
     restart, why, record = _problems(member, stop_wait_s)
     if restart:
-        yield FunctionCommand(_restart_because, (member, why, rollback, stop_wait_s), {})
+        yield FunctionCommand(_restart_because, (member, why, rollback, stop_wait_s),
+                              {"rotation": rotation})
     elif why:
         yield FunctionCommand(_fail, (f"group {member.group}: {'; '.join(why)}",), {})
     elif record:

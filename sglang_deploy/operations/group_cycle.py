@@ -68,9 +68,12 @@ def _ended(show, base):
 class Group:
     """One serving group's members, by rank, and the steps of its coordinated restart."""
 
-    def __init__(self, state, member, plans, stop_wait_s):
-        """plans: {host name: NodePlan} of every member."""
+    def __init__(self, state, member, plans, stop_wait_s, rotation=None):
+        """plans: {host name: NodePlan} of every member; rotation: rank 0's fleet_plan.Rotation
+        (its routers: the followers are no router's workers)."""
         self.state, self.member, self.stop_wait_s = state, member, stop_wait_s
+        self.rotation = rotation if rotation is not None and rotation.router_urls else None
+        self.taken_out = None  # rotation.py --only out's report while rank 0 is out of rotation
         self.hosts = [state.inventory.get_host(name) for name in member.hosts]
         self.plans = [plans[name] for name in member.hosts]
         self.config = ctx_config.get()  # pyinfra's context, for the greenlets of `on`
@@ -114,9 +117,11 @@ class Group:
     # -- The cycle ------------------------------------------------------------------------------
 
     def cycle(self, rollback=True, preflight=True):
-        """Preflight everywhere; stop rank 0 first, then the followers; start every member;
-        gate rank 0 while watching the followers; workers everywhere; record the last known good
-        everywhere. A failure after the stop rolls every member back together."""
+        """Preflight everywhere; rank 0 out of its routers' rotation (when the fleet has
+        routers) and drained; stop rank 0 first, then the followers; start every member; gate
+        rank 0 while watching the followers; workers everywhere; record the last known good
+        everywhere; rank 0 back in rotation. A failure after the stop rolls every member back
+        together (and rank 0 goes back in rotation serving the previous configuration)."""
         gone = [h.name for h in self.hosts if h in self.state.failed_hosts]
         if gone:
             self.restore()
@@ -135,6 +140,16 @@ class Group:
             if failure:
                 self.restore()
                 return False, f"{failure}; nothing was stopped"
+        refused = self.take_out()
+        if refused:
+            self.restore()
+            return False, refused
+        ok, text = self.restart(rollback)
+        back = self.put_back()
+        return (ok and not back), (f"{text}; {back}" if back else text)
+
+    def restart(self, rollback):
+        """From the stop on: restart, gate, workers, decode check, record; or roll back."""
         why = self.restart_and_gate() or self.first_failure(
             self.on(self.all_ranks(), lambda r: self.plans[r].scripts.workers()), LABELS["workers"])
         if not why:
@@ -160,6 +175,24 @@ class Group:
             return False, f"{why}; rollback to {previous} failed too: {again}"
         self.say(f"rolled back: serving {previous} again", fg="yellow", error=True)
         return False, f"{why}; rolled back: serving {previous} again"
+
+    def take_out(self):
+        """Rank 0 out of every router and drained before the group stops (the routers then send
+        its requests to the fleet's other workers). None, or why nothing was stopped."""
+        if not self.rotation:
+            return None
+        ok, output = self.run(0, self.rotation.out(self.plans[0].scripts.directory))
+        if not ok:
+            return f"rotation: {_cause(output)}; nothing was stopped"
+        self.taken_out = (result.parse(output.stdout_lines) or {}).get("rotation") or {}
+        return None
+
+    def put_back(self):
+        """Rank 0 back in every router once it serves again; None, or why not."""
+        if not (self.taken_out and self.taken_out.get("was_serving")):
+            return None
+        ok, output = self.run(0, self.rotation.back(self.plans[0].scripts.directory))
+        return None if ok else f"back in rotation failed: {_cause(output)}"
 
     def decode_check(self):
         """Rank 0's decode check (it serves the API), when the profile has one: None when it

@@ -153,3 +153,47 @@ def test_verify_covers_the_router(deployed):
     table = subprocess.run([sys.executable, "-m", "sglang_deploy.summary", "inventory/sandbox.py",
                             "--limit", router], cwd=REPO_ROOT, capture_output=True, text=True)
     assert table.returncode == 0 and f"http://127.0.0.1:{router_port}" in table.stdout, table.stdout
+
+
+GROUP = {"SGLANG_DEPLOY_SANDBOX_GROUPS": "g1=node1+node2"}
+GROUP_PROFILE = """\
+extends: {profiles}/sandbox.yml
+server_args:
+  nnodes: 2
+env:
+  SGLANG_DEPLOY_TEST_TURN: "%s"
+"""
+
+
+def test_a_serving_group_behind_the_router_restarts_out_of_rotation_and_loses_no_request(deployed, profile_dir):  # noqa: F811
+    # node1 + node2 serve one model as group g1 (rank 0 node1, the router's worker); node3 alone.
+    names, ports, router, router_port = deployed
+    if names[:3] != ["node1", "node2", "node3"]:
+        pytest.skip("needs node1-node3 as serving nodes")
+
+    def group_deploy(turn):
+        profile = write_profile(profile_dir, f"group-{turn}", GROUP_PROFILE % turn)
+        return deploy({"node1": profile, "node2": profile, "node3": "sandbox", router: "sandbox"},
+                      extra_env=GROUP)
+
+    formed = group_deploy("formed")
+    assert formed.returncode == 0, formed.output[-4000:]
+    assert sorted(router_view(router_port)) == [f"http://127.0.0.1:{ports[n]}" for n in ("node1", "node3")]
+    starts = {name: unit_start(name) for name in names}
+    stop = threading.Event()
+    load = {}
+    client = threading.Thread(target=lambda: load.update(r=run_load(
+        router_port, MODEL, count=10_000, concurrency=3, short_tokens=8, long_tokens=120,
+        long_every=5, stop=stop)))
+    client.start()
+    run = group_deploy("changed")
+    stop.set()
+    client.join()
+    result = load["r"]
+    print(f"\ngroup behind the router: {result.sent} requests, {result.failed} failed; deploy {run.seconds:.1f}s")
+    assert run.returncode == 0, run.output[-4000:]
+    assert "rotation: out of" in run.output and "rotation: healthy in" in run.output, run.output[-4000:]
+    assert unit_start("node1") != starts["node1"] and unit_start("node2") != starts["node2"]
+    assert unit_start("node3") == starts["node3"]
+    assert result.sent > 0 and result.failed == 0, result.failures
+    assert sorted(router_view(router_port).values()) == [True, True]

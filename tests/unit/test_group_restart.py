@@ -10,6 +10,8 @@ import pytest
 
 from sglang_deploy import serving_group
 from sglang_deploy.inventory import deploy_defaults
+from sglang_deploy.fleet import rolling_settings
+from sglang_deploy.fleet_plan import Rotation
 from sglang_deploy.operations import group_cycle
 
 LOG = []
@@ -59,7 +61,7 @@ def make_group(monkeypatch):
     monkeypatch.setattr(group_cycle, "member_hook_paths", lambda host, python: {})
     LOG.clear()
 
-    def make(follower_script=healthy, failed=()):
+    def make(follower_script=healthy, failed=(), rotation=None):
         hosts = [("node1", {"profile": "baseline", "serving_group": "g1", "ssh_hostname": "10.0.0.1",
                             "profile_overrides": {"server_args": {"tp-size": 2, "nnodes": 2}}}),
                  ("node2", {"profile": "baseline", "serving_group": "g1", "ssh_hostname": "10.0.0.2",
@@ -71,7 +73,7 @@ def make_group(monkeypatch):
                  for name, data in hosts}
         state = SimpleNamespace(inventory=SimpleNamespace(get_host=fakes.get),
                                 failed_hosts={fakes[name] for name in failed})
-        return group_cycle.Group(state, members["node1"], plans, stop_wait_s=5)
+        return group_cycle.Group(state, members["node1"], plans, stop_wait_s=5, rotation=rotation)
     return make
 
 
@@ -144,3 +146,46 @@ def test_a_follower_that_never_joins_is_named_when_rank_0s_gate_gives_up(make_gr
     assert text.startswith("node2 (node-rank 1) never joined rank 0: rank 0 is waiting for its "
                            "followers: node-rank 1 has not joined (node-rank 1: not started); "
                            "rank 0 node1 failed its gate: timeout")
+
+
+ROTATION = Rotation(worker_url="http://10.0.0.1:30000", local_port=30000,
+                    router_urls=["http://10.0.0.9:30000"],
+                    rolling=rolling_settings(deploy_defaults()))
+
+
+def test_behind_a_router_rank_0_leaves_rotation_before_the_stop_and_rejoins_once_it_serves(make_group):
+    def rank0(host, text):
+        if "--only out" in text:
+            return True, result(outcome="out", rotation={"was_serving": True, "drained": True})
+        return healthy(host, text)
+
+    members = make_group(rotation=ROTATION)
+    members.hosts[0].script = rank0
+    ok, text = members.cycle()
+    assert (ok, text) == (True, "serving (baseline)")
+    out, back = commands("node1", "rotation.py", "--only out"), commands("node1", "rotation.py", "--only back")
+    assert len(out) == len(back) == 1 and "--router http://10.0.0.9:30000" in LOG[out[0]][1]
+    assert commands("node1", "preflight.py")[0] < out[0] < commands("node1", "restart.py", "--no-start")[0]
+    assert commands("node1", "lastgood.py save")[0] < back[0]
+    assert not commands("node2", "rotation.py")  # a follower is no router's worker
+
+
+def test_a_router_that_does_not_answer_stops_nothing(make_group):
+    def rank0(host, text):
+        if "--only out" in text:
+            return False, result(11, outcome="router_unreachable",
+                                 cause="router http://10.0.0.9:30000: unreachable: nothing was taken out of rotation")
+        return healthy(host, text)
+
+    members = make_group(rotation=ROTATION)
+    members.hosts[0].script = rank0
+    ok, text = members.cycle()
+    assert not ok and "unreachable: nothing was taken out of rotation" in text and text.endswith("nothing was stopped")
+    assert not [entry for entry in LOG if "restart.py" in entry[1] or "systemctl start" in entry[1]]
+    assert commands("node1", "lastgood.py restore") and commands("node2", "lastgood.py restore")
+
+
+def test_without_routers_nothing_rotates(make_group):
+    members = make_group(rotation=Rotation(worker_url="http://10.0.0.1:30000", local_port=30000,
+                                           router_urls=[], rolling=ROTATION.rolling))
+    assert members.cycle()[0] and not [entry for entry in LOG if "rotation.py" in entry[1]]

@@ -111,11 +111,18 @@ def test_a_node_that_does_not_serve_is_in_no_rotation(router, tmp_path, capsys):
     assert WORKER in FakeRouter.workers  # nothing removed
 
 
-def test_back_only_names_a_router_that_does_not_take_it_back(capsys):
-    code = rotation.main(["--worker-url", WORKER, "--local-port", "9", "--router", "http://127.0.0.1:9",
-                          "--healthy-timeout", "1", "--only", "back"])
+def test_back_only_names_a_router_that_does_not_take_it_back(server, capsys):
+    code = rotation.main(["--worker-url", WORKER, "--local-port", str(server), "--router",
+                          "http://127.0.0.1:9", "--healthy-timeout", "1", "--only", "back"])
     found = _found(capsys)
     assert code == status.TIMEOUT and "http://127.0.0.1:9" in found["cause"]
+
+
+def test_back_only_leaves_a_node_that_does_not_serve_out_of_rotation(router, capsys):  # noqa: F811
+    del FakeRouter.workers[WORKER]
+    code = rotation.main(_args(router, 9, "--only", "back"))
+    assert code == status.FAILED_START and "left out of rotation" in _found(capsys)["cause"]
+    assert WORKER not in FakeRouter.workers
 
 
 def test_the_whole_rotation_needs_its_cycle_and_restore():
