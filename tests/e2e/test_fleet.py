@@ -39,6 +39,22 @@ def sandbox_with_env(directory, name, **env):
         f"  {key}: {json.dumps(value)}\n" for key, value in env.items()))
 
 
+def under_load(router_port, run_deploy):
+    """(the deploy's run, the load's result): streaming chat requests through the router, three
+    at a time (every 5th a long one), for as long as the deploy runs."""
+    stop, load = threading.Event(), {}
+    client = threading.Thread(target=lambda: load.update(r=run_load(
+        router_port, MODEL, count=10_000, concurrency=3, short_tokens=8, long_tokens=120,
+        long_every=5, stop=stop)))
+    client.start()
+    try:
+        run = run_deploy()
+    finally:
+        stop.set()
+        client.join()
+    return run, load["r"]
+
+
 def fleet_deploy(profile, names, router, **kwargs):
     profiles = {name: profile for name in names}
     return deploy({**profiles, router: "sandbox"}, **kwargs)
@@ -70,18 +86,9 @@ def test_rolling_change_loses_no_request(deployed, profile_dir):  # noqa: F811
     starts = {name: unit_start(name) for name in names}
     watcher = Watcher(router_port, ports)
     watcher.start()
-    stop = threading.Event()
-    load = {}
-    client = threading.Thread(target=lambda: load.update(r=run_load(
-        router_port, MODEL, count=10_000, concurrency=3, short_tokens=8, long_tokens=120,
-        long_every=5, stop=stop)))
-    client.start()
-    run = fleet_deploy(changed, names, router)
-    stop.set()
-    client.join()
+    run, result = under_load(router_port, lambda: fleet_deploy(changed, names, router))
     watcher.stop.set()
     watcher.join()
-    result = load["r"]
     print(f"\nrolling: {result.sent} requests, {result.failed} failed; min serving "
           f"{watcher.min_serving}/{len(names)}, min in router {watcher.min_in_router}; "
           f"out of rotation {watcher.out_s}; deploy {run.seconds:.1f}s")
@@ -180,16 +187,7 @@ def test_a_serving_group_behind_the_router_restarts_out_of_rotation_and_loses_no
     assert formed.returncode == 0, formed.output[-4000:]
     assert sorted(router_view(router_port)) == [f"http://127.0.0.1:{ports[n]}" for n in ("node1", "node3")]
     starts = {name: unit_start(name) for name in names}
-    stop = threading.Event()
-    load = {}
-    client = threading.Thread(target=lambda: load.update(r=run_load(
-        router_port, MODEL, count=10_000, concurrency=3, short_tokens=8, long_tokens=120,
-        long_every=5, stop=stop)))
-    client.start()
-    run = group_deploy("changed")
-    stop.set()
-    client.join()
-    result = load["r"]
+    run, result = under_load(router_port, lambda: group_deploy("changed"))
     print(f"\ngroup behind the router: {result.sent} requests, {result.failed} failed; deploy {run.seconds:.1f}s")
     assert run.returncode == 0, run.output[-4000:]
     assert "rotation: out of" in run.output and "rotation: healthy in" in run.output, run.output[-4000:]
