@@ -117,25 +117,28 @@ def test_stop_main_process_drains_and_systemctl_stop_ends_through_the_watchdog(p
     the schedulers die of the same SIGTERM, the 1-s watchdog fails the launcher: the stop
     returns within about a second and leaves the unit failed."""
     show = lambda: ssh(NODE, f"systemctl show -p ActiveState,Result,ExecMainStatus {UNIT}")  # noqa: E731
-    journal = lambda: ssh(NODE, f"journalctl -u {UNIT} -o cat --no-pager _SYSTEMD_INVOCATION_ID="  # noqa: E731
-                                f"$(systemctl show -p InvocationID --value {UNIT})")
+    invocation = lambda: ssh(NODE, f"systemctl show -p InvocationID --value {UNIT}").strip()  # noqa: E731
+    journal = lambda run: ssh(NODE, f"journalctl -u {UNIT} -o cat --no-pager "  # noqa: E731
+                                    f"_SYSTEMD_INVOCATION_ID={run}")
     start()
-    assert wait_for(healthy), journal()[-2000:]
+    run = invocation()  # an inactive unit has none any more
+    assert wait_for(healthy), journal(run)[-2000:]
     sent = time.monotonic()
     ssh(NODE, f"systemctl kill --kill-who=main --signal=SIGTERM {UNIT}")
     assert wait_for(lambda: "ActiveState=inactive" in show(), timeout=10), show()
     drained = time.monotonic() - sent
     assert drained < 6.5 and "Result=success" in show() and "ExecMainStatus=0" in show(), (drained, show())
-    assert "Gracefully exiting... Remaining number of requests 0." in journal()
+    assert "Gracefully exiting... Remaining number of requests 0." in journal(run)
     assert not port_listening()
 
     start()
-    assert wait_for(healthy), journal()[-2000:]
+    run = invocation()
+    assert wait_for(healthy), journal(run)[-2000:]
     sent = time.monotonic()
     ssh(NODE, f"systemctl stop {UNIT}")
     took = time.monotonic() - sent
     assert took < 2.5, took
     assert "ActiveState=failed" in show(), show()
-    assert "Subprocess scheduler_0" in journal() and "crashed with exit code -15" in journal()
+    assert "Subprocess scheduler_0" in journal(run) and "crashed with exit code -15" in journal(run)
     assert not port_listening()
     print(f"\nSIGTERM to the main process: down after {drained:.1f}s; systemctl stop: {took:.1f}s")
