@@ -1,9 +1,11 @@
 """Launch the inference server: `python -m sglang.launch_server --model-path ... [options]`.
 
-Exit status: 0 after a SIGTERM/SIGINT stop, 2 for a bad flag (argparse) or a bad
-SGLANG_STANDIN_* knob, 1 for every start-up or runtime failure (an uncaught exception's
-traceback, a dead scheduler, a failed warmup). Whatever happens, the process tree goes
-with the launcher.
+Exit status: 0 after a clean stop (a SIGTERM drained on rank 0; a follower whose schedulers
+ended), killed by SIGTERM when stopped while loading (no handler yet, as in SGLang), 2 for a
+bad flag (argparse) or a bad SGLANG_STANDIN_* knob, 1 for every start-up or runtime failure
+(an uncaught exception's traceback, a dead scheduler -- also one killed by the stop's own
+SIGTERM --, a failed warmup; SGLang SIGKILLs itself there). Whatever happens, the process
+tree goes with the launcher. docs/sglang-shutdown.md: how SGLang 0.5.23 stops.
 """
 
 import os

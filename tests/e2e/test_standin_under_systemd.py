@@ -3,7 +3,8 @@ what reaches spawned schedulers, and how each injected failure looks from outsid
 
 - variables of the unit's EnvironmentFile= are in every scheduler's /proc/<pid>/environ;
 - variables exported in an SSH shell before `systemctl restart` are not (the incident's trap);
-- each failure the stand-in can inject shows in the exit status, the journal and the port.
+- each failure the stand-in can inject shows in the exit status, the journal and the port;
+- how a stop ends: SIGTERM to the main process alone (drained, exit 0) and `systemctl stop`.
 """
 
 import time
@@ -108,3 +109,36 @@ def test_each_injected_failure_is_visible_from_outside(plain_unit, mode, journal
                         f"_SYSTEMD_INVOCATION_ID=$(systemctl show -p InvocationID --value {UNIT})")
     assert journal_text in journal, journal[-2000:]
     assert not port_listening()
+
+
+def test_stop_main_process_drains_and_systemctl_stop_ends_through_the_watchdog(plain_unit):
+    """SGLang 0.5.23's two stops (docs/sglang-shutdown.md). SIGTERM to the main process alone:
+    it drains at its next 5-s look and exits 0. `systemctl stop` (KillMode=control-group):
+    the schedulers die of the same SIGTERM, the 1-s watchdog fails the launcher: the stop
+    returns within about a second and leaves the unit failed."""
+    show = lambda: ssh(NODE, f"systemctl show -p ActiveState,Result,ExecMainStatus {UNIT}")  # noqa: E731
+    invocation = lambda: ssh(NODE, f"systemctl show -p InvocationID --value {UNIT}").strip()  # noqa: E731
+    journal = lambda run: ssh(NODE, f"journalctl -u {UNIT} -o cat --no-pager "  # noqa: E731
+                                    f"_SYSTEMD_INVOCATION_ID={run}")
+    start()
+    run = invocation()  # an inactive unit has none any more
+    assert wait_for(healthy), journal(run)[-2000:]
+    sent = time.monotonic()
+    ssh(NODE, f"systemctl kill --kill-who=main --signal=SIGTERM {UNIT}")
+    assert wait_for(lambda: "ActiveState=inactive" in show(), timeout=10), show()
+    drained = time.monotonic() - sent
+    assert drained < 6.5 and "Result=success" in show() and "ExecMainStatus=0" in show(), (drained, show())
+    assert "Gracefully exiting... Remaining number of requests 0." in journal(run)
+    assert not port_listening()
+
+    start()
+    run = invocation()
+    assert wait_for(healthy), journal(run)[-2000:]
+    sent = time.monotonic()
+    ssh(NODE, f"systemctl stop {UNIT}")
+    took = time.monotonic() - sent
+    assert took < 2.5, took
+    assert "ActiveState=failed" in show(), show()
+    assert "Subprocess scheduler_0" in journal(run) and "crashed with exit code -15" in journal(run)
+    assert not port_listening()
+    print(f"\nSIGTERM to the main process: down after {drained:.1f}s; systemctl stop: {took:.1f}s")

@@ -3,11 +3,13 @@ local processes on 127.0.0.1 (different API ports, one --dist-init-addr), no sys
 
 Rank 0 waits in "Init parallel" (API port closed) until the follower joined; the follower serves
 only a dummy /health on its --port once its schedulers are ready, ignores SIGTERM and stops on
-rank 0's shutdown broadcast; a follower that never joins, or fails, makes rank 0 fail with
+rank 0's shutdown broadcast (a SIGTERM to every process, as systemctl stop sends it, kills the
+schedulers instead); a follower that never joins, or fails, makes rank 0 fail with
 torch's words (tests/unit/captured/torch_2.13_*). Every process started here is killed at
 teardown.
 """
 
+import os
 import re
 import signal
 import socket
@@ -113,14 +115,53 @@ def test_sigterm_to_the_follower_is_ignored(group):
 
 
 def test_sigterm_to_rank0_stops_both(group):
+    """SIGTERM to rank 0's launcher alone: its next 5-s look, the ShutdownReq broadcast, and
+    every scheduler of both nodes exits 0."""
     rank0, follower = group["rank0"], group["follower"]
     started = time.monotonic()
     rank0.proc.send_signal(signal.SIGTERM)
     assert rank0.wait_exit(timeout=10) == 0
     assert follower.wait_exit(timeout=10) == 0
     took = time.monotonic() - started
-    assert took < 3.0, f"stopping the group through rank 0 took {took:.2f} s"
+    assert took < 6.0, f"stopping the group through rank 0 took {took:.2f} s"
+    assert "Gracefully exiting... Remaining number of requests 0." in rank0.log()
     assert len(re.findall(r"Scheduler or DataParallelController \d+ terminated with 0", follower.log())) == 2
+    assert f"kill_process_tree called: parent_pid={follower.pid}, include_parent=False" in follower.log()
+    assert not rank0.leftovers() and not follower.leftovers()
+
+
+def test_systemctl_stop_of_rank0_fails_the_follower(nodes):
+    """KillMode=control-group: rank 0's schedulers die of the stop's SIGTERM before any
+    ShutdownReq, so the follower loses its peer instead of being told to stop."""
+    dist_port = free_port()
+    rank0, follower = nodes(0, dist_port), nodes(1, dist_port)
+    assert rank0.wait_log("fired up", timeout=20)
+    started = time.monotonic()
+    os.killpg(rank0.pid, signal.SIGTERM)
+    assert rank0.wait_exit(timeout=5) == 1
+    assert follower.wait_exit(timeout=5) == 1
+    assert time.monotonic() - started < 2.0
+    assert re.search(r"Subprocess scheduler_0 \(pid=\d+\) crashed with exit code -15", rank0.log())
+    assert "Connection reset by peer" in follower.log()
+    assert "Received sigquit from a child process" in follower.log()
+    assert not rank0.leftovers() and not follower.leftovers()
+
+
+def test_systemctl_stop_of_the_follower_ends_it_at_once_and_fails_rank0(nodes):
+    """KillMode=control-group: the follower's launcher ignores SIGTERM but its schedulers (no
+    handler, as in SGLang) die of it; the launcher returns (exit 0), rank 0 loses the rank."""
+    dist_port = free_port()
+    rank0, follower = nodes(0, dist_port), nodes(1, dist_port)
+    assert rank0.wait_log("fired up", timeout=20)
+    started = time.monotonic()
+    os.killpg(follower.pid, signal.SIGTERM)
+    assert follower.wait_exit(timeout=5) == 0
+    assert time.monotonic() - started < 1.0
+    log = follower.log()
+    assert "SIGTERM received on node_rank 1; waiting for the rank-0 ShutdownReq" in log
+    assert re.search(r"Scheduler or DataParallelController \d+ terminated with -15", log)
+    assert rank0.wait_exit(timeout=5) == 1
+    assert "Connection closed by peer" in rank0.log()
     assert not rank0.leftovers() and not follower.leftovers()
 
 
@@ -210,7 +251,10 @@ def test_follower_scheduler_dying_after_ready_fails_rank0(nodes):
     rank0, follower = nodes(0, dist_port, env=env), nodes(1, dist_port, env=env)
     assert rank0.wait_exit(timeout=20) == 1
     assert "Connection closed by peer" in rank0.log()
-    assert "SIGQUIT received. signum=None, frame=None. It usually means one child failed." in rank0.log()
+    # The wording says whether the warmup's first request had come (running-phase handler).
+    assert re.search(r"SIGQUIT received\. signum=None, frame=None\. It usually means one child failed\."
+                     r"|Received sigquit from a child process\. It usually means the child failed\.",
+                     rank0.log())
     # 0.5.23's follower logs its scheduler's end and returns: exit 0 even for a SIGKILL.
     assert follower.wait_exit(timeout=10) == 0
     assert re.search(r"Scheduler or DataParallelController \d+ terminated with -9", follower.log())
@@ -222,7 +266,7 @@ def test_rank0_stopped_while_loading_takes_the_follower_down(nodes):
     rank0, follower = nodes(0, dist_port, env=env), nodes(1, dist_port, env=env)
     assert follower.wait_log("TP1] Load weight begin", timeout=15)
     rank0.proc.send_signal(signal.SIGTERM)
-    assert rank0.wait_exit(timeout=5) == 0
+    assert rank0.wait_exit(timeout=5) == -signal.SIGTERM  # no SIGTERM handler while loading
     # No ShutdownReq before ready: the follower loses its peer at its next collective.
     assert follower.wait_exit(timeout=10) == 1
     assert "Connection reset by peer" in follower.log()

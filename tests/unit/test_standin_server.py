@@ -1,12 +1,14 @@
 """The SGLang stand-in as a deploy sees it: `python -m sglang.launch_server` in a subprocess.
 
 Start-up phases and the closed port, /health 503 -> 200, /v1/models during warmup, the
-scheduler processes (titles, spawn environment), NCCL INFO lines, the token rate, SIGTERM,
+scheduler processes (titles, spawn environment), NCCL INFO lines, the token rate, SIGTERM
+(SGLang's 5-s drain clock, systemctl's SIGTERM to every process),
 and every SGLANG_STANDIN_FAIL mode. Every process started here is killed at teardown.
 """
 
 import http.client
 import json
+import math
 import os
 import re
 import signal
@@ -345,22 +347,6 @@ def test_streaming_chat_completion_runs_at_the_configured_rate(server):
     assert 30 <= rate <= 50, rate
 
 
-def test_sigterm_stops_the_whole_tree_quickly(server):
-    kids = server.descendants()
-    assert len(kids) >= 3
-    start = time.monotonic()
-    os.kill(server.pid, signal.SIGTERM)
-    rc = server.proc.wait(timeout=5)
-    assert time.monotonic() - start < 1.0
-    assert rc == 0
-    assert not [pid for pid in kids if alive(pid)]
-    assert not server.port_open()
-    log = server.log()
-    assert "SIGTERM received. signum=None frame=None. Draining requests and shutting down..." in log
-    assert "Gracefully exiting... Remaining number of requests 0. Remaining requests remaining_rids=[]." in log
-    assert f"INFO:     Finished server process [{server.pid}]" in log
-
-
 # ====================================================================== failure modes
 INIT_FAILURES = {
     "crash-load": ["safetensors_rust.SafetensorError: Error while deserializing header"],
@@ -395,7 +381,7 @@ def test_hang_keeps_the_port_closed_and_goes_quiet(standins):
     assert "Capture cuda graph" not in s.log()
     start = time.monotonic()
     s.proc.send_signal(signal.SIGTERM)
-    assert s.proc.wait(timeout=5) == 0 and time.monotonic() - start < 1.0
+    assert s.proc.wait(timeout=5) == -signal.SIGTERM and time.monotonic() - start < 1.0
     assert not s.leftovers()
 
 
@@ -473,31 +459,113 @@ def test_tp1_scheduler_has_no_rank_suffix(standins):
     assert "sglang::scheduler" in {cmdline(pid) for pid in s.descendants()}
     assert re.search(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] Load weight begin", s.log(), re.M)
     s.proc.send_signal(signal.SIGTERM)
-    assert s.proc.wait(timeout=5) == 0
+    assert s.proc.wait(timeout=5) == -signal.SIGTERM
 
 
-def test_sigterm_drains_a_running_request_first(standins):
-    s = standins(env={"SGLANG_STANDIN_TOKENS_PER_SECOND": "20", "SGLANG_STANDIN_WARMUP_SECONDS": "0.1"})
-    assert s.wait_log("fired up")
-    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+# ====================================================================== stopping
+# SGLang 0.5.23's clocks (docs/sglang-shutdown.md): the launcher's SIGTERM is looked at every 5 s
+# from the first generation request (the warmup's /generate); its subprocess watchdog looks at
+# the schedulers every 1 s. A scheduler has no SIGTERM handler.
+def warmup_request_started(s, rate):
+    """When the warmup's /generate began: its access line comes its 8 tokens later."""
+    assert s.wait_for(lambda: '"POST /generate HTTP/1.1" 200' in s.log(), timeout=15, interval=0.01)
+    return time.monotonic() - 8 / rate
+
+
+def at_phase(clock_start, phase, period=5.0, not_before=0.3):
+    """The first moment clock_start + k * period + phase at least not_before seconds from now."""
+    now = time.monotonic() + not_before
+    return clock_start + math.ceil((now - clock_start - phase) / period) * period + phase
+
+
+def sleep_until(moment):
+    time.sleep(max(0.0, moment - time.monotonic()))
+
+
+def stream(s, max_new_tokens):
+    """A streaming /generate whose first token is out; (connection, response)."""
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
     conn.request("POST", "/generate", body=json.dumps(
-        {"text": "x", "sampling_params": {"max_new_tokens": 20}, "stream": True}))
+        {"text": "x", "sampling_params": {"max_new_tokens": max_new_tokens}, "stream": True}))
     resp = conn.getresponse()
-    assert resp.readline().startswith(b"data: ")  # the first token is out
-    s.proc.send_signal(signal.SIGTERM)
-    assert s.wait_log("Gracefully exiting... Remaining number of requests 1.")
-    # gracefully_exit: the health endpoints say 503 at once, /v1/models still answers.
+    assert resp.readline().startswith(b"data: ")
+    return conn, resp
+
+
+def seen_at(s, text, timeout):
+    assert s.wait_log(text, timeout=timeout), text
+    return time.monotonic()
+
+
+def test_sigterm_to_the_launcher_drains_on_sglangs_5s_clock_then_stops_cleanly(standins):
+    rate = 20
+    s = standins(env={"SGLANG_STANDIN_TOKENS_PER_SECOND": str(rate), "SGLANG_STANDIN_WARMUP_SECONDS": "0.1"})
+    clock = warmup_request_started(s, rate)
+    assert s.wait_log("fired up")
+    kids = s.descendants()
+    sent = at_phase(clock, 4.0, not_before=0.8)  # the clock's next look: 1 s after the SIGTERM
+    sleep_until(sent - 0.5)
+    conn, resp = stream(s, int(2.5 * rate))  # ends about 2 s after the SIGTERM
+    sleep_until(sent)
+    s.proc.send_signal(signal.SIGTERM)  # the launcher only (systemctl kill --kill-who=main)
+    assert s.wait_log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...",
+                      timeout=1)
+    # gracefully_exit: the health endpoints say 503 at once; the port stays open and serves.
     for path in ("/health", "/ping", "/ready"):
         status, took = timed(s, path)
         assert status == 503 and took < 0.3, (path, took)
-    assert s.request("GET", "/v1/models")[0] == 200
     assert "Health check request received during shutdown. Returning 503." in s.log()
-    rest = resp.read()
+    assert s.request("GET", "/v1/models")[0] == 200
+    assert s.request("POST", "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 2}})[0] == 200
+    first = seen_at(s, "Gracefully exiting... Remaining number of requests 1.", timeout=3)
+    assert abs(first - (sent + 1.0)) < 0.35, first - sent
+    assert resp.read().rstrip().endswith(b"data: [DONE]")  # the running request finishes
     conn.close()
-    assert rest.rstrip().endswith(b"data: [DONE]")
+    assert s.port_open() and s.proc.poll() is None
+    last = seen_at(s, "Gracefully exiting... Remaining number of requests 0. Remaining requests "
+                      "remaining_rids=[].", timeout=7)
+    assert abs(last - (sent + 6.0)) < 0.35, last - sent
     assert s.proc.wait(timeout=5) == 0
-    assert "Gracefully exiting... Remaining number of requests 1." in s.log()
-    assert not s.leftovers()
+    assert time.monotonic() - last < 0.8
+    log = s.log()
+    order = ["Gracefully exiting... Remaining number of requests 0.",
+             f"kill_process_tree called: parent_pid={s.pid}, include_parent=False, pid={s.pid}",
+             "INFO:     Shutting down", "INFO:     Waiting for application shutdown.",
+             "INFO:     Application shutdown complete.", f"INFO:     Finished server process [{s.pid}]"]
+    positions = [log.index(line) for line in order]
+    assert positions == sorted(positions)
+    assert "crashed" not in log and not s.port_open()
+    assert not [pid for pid in kids if alive(pid)]
+
+
+def test_systemctl_stop_kills_the_schedulers_and_the_watchdog_fails_the_launcher(standins):
+    """KillMode=control-group: the same SIGTERM reaches every process of the unit at once."""
+    rate = 40
+    s = standins(env={"SGLANG_STANDIN_TOKENS_PER_SECOND": str(rate), "SGLANG_STANDIN_WARMUP_SECONDS": "0.1"})
+    clock = warmup_request_started(s, rate)
+    assert s.wait_log("fired up")
+    kids = s.descendants()
+    conn, resp = stream(s, 400)
+    sent = at_phase(clock, 1.0)  # the 5-s clock looks again only 4 s after the SIGTERM
+    sleep_until(sent)
+    os.killpg(s.pid, signal.SIGTERM)
+    assert s.proc.wait(timeout=3) == 1
+    took = time.monotonic() - sent
+    assert took < 1.4, took  # the watchdog's next look, within 1 s
+    log = s.log()
+    assert "SIGTERM received. signum=None frame=None. Draining requests and shutting down..." in log
+    assert re.search(r"Subprocess scheduler_0 \(pid=\d+\) crashed with exit code -15\. "
+                     r"Triggering SIGQUIT for cleanup\.\.\.", log)
+    assert "SIGQUIT received. signum=None, frame=None. It usually means one child failed." in log
+    assert f"kill_process_tree called: parent_pid={s.pid}, include_parent=True, pid={s.pid}" in log
+    assert "Gracefully exiting" not in log and "Finished server process" not in log
+    try:  # the running request is cut off, not drained
+        rest = resp.read()
+    except http.client.IncompleteRead as e:
+        rest = e.partial
+    conn.close()
+    assert b"[DONE]" not in rest
+    assert not s.port_open() and not [pid for pid in kids if alive(pid)]
 
 
 def test_port_in_use_fails_like_uvicorn(standins):
@@ -511,12 +579,13 @@ def test_port_in_use_fails_like_uvicorn(standins):
     assert not s.leftovers()
 
 
-def test_sigterm_while_loading_exits_0_at_once(standins):
+def test_sigterm_while_loading_kills_the_launcher_at_once(standins):
     s = standins(env={"SGLANG_STANDIN_LOAD_SECONDS": "5"})
-    assert s.wait_log("TP1] Load weight begin")
+    # Both schedulers past their PR_SET_PDEATHSIG (they die with the launcher from there on).
+    assert s.wait_log("TP0] Load weight begin") and s.wait_log("TP1] Load weight begin")
     start = time.monotonic()
-    s.proc.send_signal(signal.SIGTERM)
-    assert s.proc.wait(timeout=5) == 0 and time.monotonic() - start < 1.0
+    s.proc.send_signal(signal.SIGTERM)  # no SIGTERM handler yet: the signal's default action
+    assert s.proc.wait(timeout=5) == -signal.SIGTERM and time.monotonic() - start < 1.0
     assert not s.leftovers()
 
 

@@ -9,8 +9,10 @@
   node 0.
 * While waiting for "ready", a scheduler that dies raises SGLang's
   "Rank N scheduler died during initialization (exit code: X) ..." RuntimeError.
-* Afterwards a watchdog logs "Subprocess <name> (pid=P) crashed with exit code X.
-  Triggering SIGQUIT for cleanup..." and signals the launcher, which tears the tree down.
+* Afterwards a watchdog (every 1 s, from the moment all were ready) logs "Subprocess <name>
+  (pid=P) crashed with exit code X. Triggering SIGQUIT for cleanup..." for any subprocess
+  gone with a code other than 0 (-15 after a SIGTERM included) and signals the launcher,
+  which tears the tree down.
 """
 
 from __future__ import annotations
@@ -40,19 +42,30 @@ SETTLE_S = 0.05   # after a child death: time for a pending SIGTERM to be seen f
 
 
 class Lifecycle:
-    """What the launcher's main thread reacts to.
+    """Which signal does what, phase by phase, as in SGLang 0.5.23.
 
-    stop: SIGTERM/SIGINT (systemd stop) -> clean teardown, exit 0.
-    fatal: SIGQUIT from a failing child, or a failed warmup -> teardown, exit 1.
-
-    SGLang words both signals differently once the HTTP server runs (its tokenizer manager
-    replaces the launch-phase handlers); `running_phase` selects the wording.
+    loading (until the port opens): no SIGTERM handler, so SIGTERM kills the launcher at
+      once (its workers follow through PR_SET_PDEATHSIG); SIGINT stops cleanly (exit 0).
+    port open, before the first generation request: uvicorn's handlers capture SIGTERM and
+      SIGINT (uvicorn_exit): the HTTP server shuts down, and the signal is raised again once
+      uvicorn's lifespan is over.
+    from the first generation request (the warmup's /generate; TokenizerManager.
+      auto_create_handle_loop): SIGTERM only sets gracefully_exit (sigterm_handler), which the
+      5-s sigterm_watchdog acts on; SIGQUIT gets the running-phase wording.
+    fatal: SIGQUIT from a failing child or from the subprocess watchdog, or a failed warmup.
     """
 
     def __init__(self):
-        self.stop = threading.Event()
+        self.stop = threading.Event()             # SIGINT while loading
         self.fatal = threading.Event()
-        self.running_phase = False
+        self.gracefully_exit = threading.Event()  # TokenizerManager.gracefully_exit
+        self.uvicorn_exit = threading.Event()     # uvicorn's handle_exit
+        self.captured: List[int] = []             # what uvicorn raises again at its end
+        self.first_request_at: Optional[float] = None
+
+    @property
+    def running_phase(self) -> bool:
+        return self.first_request_at is not None
 
     def install_signal_handlers(self) -> None:
         def on_sigquit(signum, frame):
@@ -62,16 +75,35 @@ class Lifecycle:
                 logger.error("Received sigquit from a child process. It usually means the child failed.")
             self.fatal.set()
 
-        def on_stop(signum, frame):
-            if self.running_phase and not self.stop.is_set():
+        signal.signal(signal.SIGQUIT, on_sigquit)
+        signal.signal(signal.SIGINT, lambda signum, frame: self.stop.set())
+
+    def server_started(self) -> None:
+        """uvicorn's capture_signals, replaced for SIGTERM at the first request."""
+        def on_signal(signum, frame):
+            if signum == signal.SIGTERM and self.running_phase:
                 logger.warning(
                     "SIGTERM received. signum=None frame=None. Draining requests and shutting down..."
                 )
-            self.stop.set()
+                self.gracefully_exit.set()
+                return
+            self.captured.append(signum)
+            self.uvicorn_exit.set()
 
-        signal.signal(signal.SIGQUIT, on_sigquit)
-        signal.signal(signal.SIGTERM, on_stop)
-        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    def first_request(self) -> None:
+        """Called by every generation request; the first one starts the running phase."""
+        if self.first_request_at is None:
+            self.first_request_at = time.monotonic()
+
+    def raise_captured(self) -> None:
+        """uvicorn, leaving capture_signals: default handlers back, the signal raised again."""
+        for signum in reversed(self.captured):
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+        time.sleep(1)  # not reached for SIGTERM/SIGINT
 
     def ignore_sigterm(self, node_rank: int) -> None:
         """A ready node with --node-rank >= 1 cannot drain on its own: it stops when rank 0's
@@ -132,6 +164,8 @@ class Engine:
         self.scheduler_procs: List[mp.Process] = []
         self.scheduler_ranks: List[int] = []
         self.readers = []
+        self.shutdown_writers = []
+        self.ready_at = 0.0  # when the subprocess watchdog starts (SGLang: after wait_for_ready)
         self.detokenizer_proc: Optional[mp.Process] = None
         self.scheduler_infos: List[dict] = []
 
@@ -147,14 +181,17 @@ class Engine:
         fail_index = failing_local_index(self.knobs.fail, len(ranks))
         for index, tp_rank in enumerate(ranks):
             reader, writer = mp.Pipe(duplex=False)
+            shutdown_reader, shutdown_writer = mp.Pipe(duplex=False)  # SGLang's ZMQ ShutdownReq
             gpu_id = index  # --base-gpu-id 0, --gpu-id-step 1
             proc = mp.Process(
                 target=run_scheduler_process,
                 args=(args, self.knobs, self.context_len, tp_rank, gpu_id, index == fail_index,
-                      nccl_init_addr, writer),
+                      nccl_init_addr, writer, shutdown_reader),
             )
             proc.start()
             writer.close()  # the child holds the only write end: EOF means it died
+            shutdown_reader.close()
+            self.shutdown_writers.append(shutdown_writer)
             self.scheduler_procs.append(proc)
             self.scheduler_ranks.append(tp_rank)
             self.readers.append(reader)
@@ -212,34 +249,36 @@ class Engine:
                 if time.monotonic() - fatal_since > 2.0:
                     raise RuntimeError("Initialization failed. Please see the error messages above.")
         self.scheduler_infos = [infos[i] for i in sorted(infos)]
+        self.ready_at = time.monotonic()
         return True
 
     # ------------------------------------------------------------------ serving
-    def watch(self) -> int:
-        """Supervise the subprocesses until stop (returns 0) or failure (returns 1)."""
-        watched = {p.sentinel: (name, p) for name, p in self._named_procs()}
-        while True:
-            if self.lifecycle.stop.is_set():
-                return 0
-            if self.lifecycle.fatal.is_set():
-                return 1
-            for sentinel in mp.connection.wait(list(watched), timeout=POLL_S):
-                name, proc = watched.pop(sentinel)
-                proc.join(timeout=1)
-                time.sleep(SETTLE_S)
-                if self.lifecycle.stop.is_set():
-                    return 0
-                if proc.exitcode == 0:
-                    continue  # like SGLang's watchdog, a clean exit is not a crash
-                if proc in self.scheduler_procs:
-                    # Older SGLang releases word a lost scheduler this way; log both wordings.
-                    rank = self.scheduler_ranks[self.scheduler_procs.index(proc)]
-                    logger.error(f"Rank {rank} scheduler is dead. Please check if there are relevant logs.")
-                logger.error(
-                    f"Subprocess {name} (pid={proc.pid}) crashed with exit code {proc.exitcode}. "
-                    "Triggering SIGQUIT for cleanup..."
-                )
-                os.kill(os.getpid(), signal.SIGQUIT)
+    def crashed_child(self):
+        """SubprocessWatchdog._check_processes: the first subprocess (schedulers, then the
+        detokenizer) that is gone with an exit code other than 0, as (name, proc), or None."""
+        for name, proc in self._named_procs():
+            if proc.is_alive() or proc.exitcode == 0:
+                continue
+            return name, proc
+        return None
+
+    def a_scheduler_is_gone(self) -> bool:
+        return any(not p.is_alive() for p in self.scheduler_procs)
+
+    def send_shutdown_req(self) -> None:
+        """The tokenizer manager's ShutdownReq; across nodes TP0 broadcasts it to every rank."""
+        for writer in self.shutdown_writers:
+            try:
+                writer.send("shutdown")
+            except OSError:
+                pass  # that scheduler is gone already
+
+    def wait_schedulers_gone(self, timeout: float) -> List[int]:
+        """Poll every 0.1 s until no scheduler runs; the pids still running after timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(p.is_alive() for p in self.scheduler_procs):
+            time.sleep(0.1)
+        return [p.pid for p in self.scheduler_procs if p.is_alive()]
 
     def watch_follower(self) -> int:
         """--node-rank >= 1 after ready: block until the schedulers exit (SGLang's
@@ -255,10 +294,20 @@ class Engine:
         return 1 if self.lifecycle.fatal.is_set() else 0
 
     # ------------------------------------------------------------------ teardown
+    def kill_tree(self, include_parent: bool = False) -> None:
+        """SGLang's kill_process_tree(os.getpid(), ...): SIGKILL every descendant (the
+        subprocesses, multiprocessing's resource tracker), reaped before returning. The
+        stand-in never SIGKILLs itself: where SGLang does (include_parent), the caller exits 1."""
+        pid = os.getpid()
+        logger.info(f"kill_process_tree called: parent_pid={pid}, include_parent={include_parent}, pid={pid}")
+        kill_process_tree(pid, include_parent=False)
+        for _, proc in self._named_procs():
+            if proc.pid is not None:
+                proc.join(timeout=1)
+
     def shutdown(self, grace: float = 0.4, kill: bool = False) -> None:
         """SIGTERM the subprocesses, give them `grace` seconds, then SIGKILL what is left
-        (including grandchildren and multiprocessing's resource tracker). kill: SIGKILL at once,
-        as SGLang tears its tree down after a failure (rank 0 then broadcasts no ShutdownReq)."""
+        (including grandchildren and multiprocessing's resource tracker). kill: SIGKILL at once."""
         procs = [p for _, p in self._named_procs() if p.pid is not None]
         if kill:
             kill_process_tree(os.getpid(), include_parent=False)

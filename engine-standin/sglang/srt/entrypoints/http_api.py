@@ -78,8 +78,12 @@ class ServerState:
         # Starting until the warmup's /generate answered 200 (then Up); /health sets Up or
         # UnHealthy after each generation check.
         self.server_status = ServerStatus.STARTING
-        self.shutting_down = False  # SGLang's gracefully_exit, set by SIGTERM
+        self.gracefully_exit = threading.Event()  # set by SIGTERM (the launcher shares its own)
         self.startup_time = 0.0     # seconds from launch to ready, set by launch_server
+
+    @property
+    def shutting_down(self) -> bool:
+        return self.gracefully_exit.is_set()
 
     # -------------------------------------------------------------- read-only endpoints
     def models(self) -> dict:

@@ -12,8 +12,10 @@ Sequence, as in SGLang 0.5.23:
      is fired up and ready to roll!". /health answers 200 once Up, after a one-token
      generation and at least 1 s. A failed warmup logs "Initialization failed. warmup error:
      <traceback>" and tears the tree down (exit 1).
-  6. supervise until SIGTERM (drain running requests, clean stop, exit 0) or a dead
-     subprocess (exit 1).
+  6. supervise (_supervise): SIGTERM -> drain on SGLang's 5-s clock, ShutdownReq, clean stop,
+     exit 0; a subprocess gone (seen by the 1-s watchdog) -> exit 1. Under KillMode=control-group
+     the schedulers die of the stop's own SIGTERM, so rank 0 then ends through the watchdog.
+     docs/sglang-shutdown.md has the facts and their sources.
 
 As in 0.5.23, /ping turns 200 a moment before the "fired up" line (the /freeze_gc round trip).
 Across nodes (--nnodes > 1; sandbox/dist_group.py for the rendezvous): every scheduler waits in
@@ -21,7 +23,8 @@ Across nodes (--nnodes > 1; sandbox/dist_group.py for the rendezvous): every sch
 run no tokenizer and no API: once their schedulers are ready they start SGLang's dummy health
 server on --port (/health, /health_generate, /ping: always 200; uvicorn at log level warning, so
 no access lines), ignore SIGTERM, and block until their schedulers exit -- on rank 0's shutdown
-broadcast, or failing when rank 0 is lost.
+broadcast, on a SIGTERM of their own (systemctl stop signals the whole unit), or failing when
+rank 0 is lost.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -99,17 +103,107 @@ def _wait_and_warmup(state: ServerState, url: str, lifecycle: Lifecycle, launche
     logger.info("The server is fired up and ready to roll!")
 
 
-def _drain(state: ServerState) -> None:
-    """SGLang waits for running requests after a SIGTERM, reporting every 5 s."""
+# ---------------------------------------------------------------------- stopping
+WATCHDOG_INTERVAL_S = 1.0       # SubprocessWatchdog(interval=1.0)
+SIGTERM_POLL_S = 5.0            # TokenizerManager.sigterm_watchdog: asyncio.sleep(5)
+SCHEDULER_EXIT_TIMEOUT_S = 15   # tokenizer_manager._SCHEDULER_EXIT_TIMEOUT_SECS
+POLL_S = 0.05
+
+
+def _force_shutdown() -> bool:
+    return os.environ.get("SGL_FORCE_SHUTDOWN", "false").strip().lower() in ("true", "1")
+
+
+def _supervise(server: Server, state: ServerState, engine: Engine, lifecycle: Lifecycle,
+               warmup: threading.Thread) -> int:
+    """Rank 0 from the open port to its end, with SGLang 0.5.23's two clocks:
+
+    * SubprocessWatchdog: every 1 s from when the schedulers were ready, any subprocess gone
+      with an exit code other than 0 -> "Subprocess ... crashed ..." and SIGQUIT (exit 1 here;
+      SGLang SIGKILLs itself). Under `systemctl stop` (KillMode=control-group) the schedulers
+      die of the same SIGTERM at once, so this is how rank 0 usually ends then.
+    * sigterm_watchdog: every 5 s from the first generation request, a look at
+      gracefully_exit; once set, "Gracefully exiting..." every 5 s until no request is left,
+      then the clean stop (_stop_cleanly, exit 0).
+    SIGTERM/SIGINT before the first request is uvicorn's: the HTTP server stops at once, the
+    lifespan waits for the warmup thread, then the signal is raised again.
+    Returns the exit status, or None when the captured signal is to be raised again.
+    """
+    next_check = engine.ready_at + WATCHDOG_INTERVAL_S
+    next_sigterm_poll = None
+    uvicorn_stopping = False
     while True:
-        rids = state.generator.active_rids()
-        logger.info(f"Gracefully exiting... Remaining number of requests {len(rids)}. "
-                    f"Remaining requests remaining_rids={rids!r}.")
-        if not rids:
-            return
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and state.generator.active_rids():
-            time.sleep(0.05)
+        time.sleep(POLL_S)
+        now = time.monotonic()
+        if lifecycle.fatal.is_set():
+            return 1
+        if engine.a_scheduler_is_gone():
+            state.generator.halt()
+        if now >= next_check:
+            while next_check <= now:
+                next_check += WATCHDOG_INTERVAL_S
+            crashed = engine.crashed_child()
+            if crashed is not None:
+                name, proc = crashed
+                if proc in engine.scheduler_procs and proc.exitcode == -9:
+                    # Older SGLang releases word a lost scheduler this way; log both wordings.
+                    rank = engine.scheduler_ranks[engine.scheduler_procs.index(proc)]
+                    logger.error(f"Rank {rank} scheduler is dead. Please check if there are relevant logs.")
+                logger.error(f"Subprocess {name} (pid={proc.pid}) crashed with exit code "
+                             f"{proc.exitcode}. Triggering SIGQUIT for cleanup...")
+                os.kill(os.getpid(), signal.SIGQUIT)
+                continue
+        if lifecycle.first_request_at is not None and not uvicorn_stopping:
+            if next_sigterm_poll is None:
+                next_sigterm_poll = lifecycle.first_request_at + SIGTERM_POLL_S
+            if now >= next_sigterm_poll:
+                next_sigterm_poll += SIGTERM_POLL_S
+                if lifecycle.gracefully_exit.is_set() and _drained(state):
+                    return _stop_cleanly(server, engine)
+        if lifecycle.uvicorn_exit.is_set() and not uvicorn_stopping:
+            uvicorn_stopping = True
+            uvicorn_log("INFO", "Shutting down")
+            server.shutdown()
+            server.server_close()  # the port closes here
+            uvicorn_log("INFO", "Waiting for application shutdown.")
+        if uvicorn_stopping and not warmup.is_alive():  # the lifespan joins the warmup thread
+            uvicorn_log("INFO", "Application shutdown complete.")
+            uvicorn_log("INFO", f"Finished server process [{os.getpid()}]")
+            return None
+
+
+def _drained(state: ServerState) -> bool:
+    """One turn of sigterm_watchdog's drain loop: True when it may stop now."""
+    if state.server_status == ServerStatus.UNHEALTHY:
+        logger.error("Signal SIGTERM received while health check failed. Force exiting.")
+        return True
+    if _force_shutdown():
+        logger.error("Signal SIGTERM received while force shutdown flag set. Force exiting.")
+        return True
+    rids = state.generator.active_rids()
+    logger.info(f"Gracefully exiting... Remaining number of requests {len(rids)}. "
+                f"Remaining requests remaining_rids={rids!r}.")
+    return not rids
+
+
+def _stop_cleanly(server: Server, engine: Engine) -> int:
+    """The end of sigterm_watchdog: ShutdownReq, up to 15 s for the schedulers to exit, the
+    tree killed, then uvicorn stops (port closed last) and its lifespan ends."""
+    engine.send_shutdown_req()
+    stragglers = engine.wait_schedulers_gone(SCHEDULER_EXIT_TIMEOUT_S)
+    if stragglers:
+        logger.warning(f"Schedulers still alive {SCHEDULER_EXIT_TIMEOUT_S}s after ShutdownReq, "
+                       f"killing them before they released: {stragglers}")
+    engine.kill_tree()
+    time.sleep(0.1)  # uvicorn's main loop looks at should_exit every 0.1 s
+    uvicorn_log("INFO", "Shutting down")
+    server.shutdown()
+    server.server_close()
+    uvicorn_log("INFO", "Waiting for application shutdown.")
+    uvicorn_log("INFO", "Application shutdown complete.")
+    uvicorn_log("INFO", f"Finished server process [{os.getpid()}]")
+    engine.kill_tree()  # launch_server.py's `finally`
+    return 0
 
 
 # ---------------------------------------------------------------------- launch
@@ -141,8 +235,11 @@ def _run_follower(server_args: ServerArgs, state: ServerState, engine: Engine,
     if server is not None:
         server.shutdown()
         server.server_close()
-    engine.shutdown(kill=code != 0)
-    return code
+    if code != 0:
+        engine.kill_tree(include_parent=True)  # the SIGQUIT handler's; SGLang SIGKILLs itself
+        return code
+    engine.kill_tree()  # launch_server.py's `finally`
+    return 0
 
 
 def launch_server(server_args: ServerArgs) -> int:
@@ -178,6 +275,7 @@ def launch_server(server_args: ServerArgs) -> int:
         return 0
 
     state = ServerState(server_args, knobs, hf_config, context_len, engine.scheduler_infos)
+    state.gracefully_exit = lifecycle.gracefully_exit
     if server_args.node_rank != 0:
         return _run_follower(server_args, state, engine, lifecycle)
     server = _bind(server_args, state, dummy=False)
@@ -191,21 +289,23 @@ def launch_server(server_args: ServerArgs) -> int:
                         "(Press CTRL+C to quit)")
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                      name="http-server", daemon=True).start()
-    lifecycle.running_phase = True
-    threading.Thread(target=_wait_and_warmup, name="warmup", daemon=True,
-                     args=(state, local_url(server_args.host, server_args.port), lifecycle,
-                           launched)).start()
+    lifecycle.server_started()
+    state.backend.on_request = lifecycle.first_request
+    warmup = threading.Thread(target=_wait_and_warmup, name="warmup", daemon=True,
+                              args=(state, local_url(server_args.host, server_args.port), lifecycle,
+                                    launched))
+    warmup.start()
 
-    code = engine.watch()
-    state.shutting_down = True
-    if code == 0:
-        _drain(state)
-        uvicorn_log("INFO", "Shutting down")
-        uvicorn_log("INFO", "Waiting for application shutdown.")
-        uvicorn_log("INFO", "Application shutdown complete.")
-    server.shutdown()
-    server.server_close()  # the port closes here, before the subprocesses go
-    engine.shutdown(kill=code != 0 and server_args.nnodes > 1)
-    if code == 0:
-        uvicorn_log("INFO", f"Finished server process [{os.getpid()}]")
+    code = _supervise(server, state, engine, lifecycle, warmup)
+    if code is None:
+        # uvicorn raises the captured signal again before launch_server returns: the launcher
+        # dies of it, its subprocesses of PR_SET_PDEATHSIG.
+        lifecycle.raise_captured()
+        return 0
+    if code != 0:
+        # The SIGQUIT handler's kill_process_tree(os.getpid()): SGLang SIGKILLs its tree and
+        # itself (the port closes with it); the stand-in exits 1 instead.
+        engine.kill_tree(include_parent=True)
+        server.shutdown()
+        server.server_close()
     return code

@@ -62,10 +62,14 @@ class Backend:
         # deadlocked first all-reduce looks like): no answer, no more log lines.
         self.hangs = hangs
         self.last_gen_throughput = 0.0
+        self.on_request = None  # called at the start of every generation request
 
     def prepare(self, prompt_tokens: int, max_new_tokens: Any) -> int:
+        if self.on_request is not None:
+            self.on_request()  # TokenizerManager.generate_request -> auto_create_handle_loop
         if self.hangs:
-            threading.Event().wait()
+            with self.generator.held():  # counted by a drain, like any request in flight
+                threading.Event().wait()
         if self.broken_at is not None:
             delay = self.broken_at - time.monotonic()
             if delay > 0:

@@ -3,7 +3,11 @@
 Like SGLang's run_scheduler_process: set the process title (sglang::scheduler_TP<rank>;
 plain sglang::scheduler with --tp-size 1, where SGLang's log prefix is empty too),
 die with the parent, run the model runner's start-up, report ready to the launcher through
-a pipe, then stay alive. On an exception it logs "Scheduler hit an exception: <traceback>",
+a pipe, then serve until the launcher's ShutdownReq (a second pipe; SGLang sends it over ZMQ
+after its drain), then exit 0. Across nodes TP0 broadcasts the ShutdownReq to every rank; the
+others wait for that broadcast. No SIGTERM handler, as in 0.5.23 (run_scheduler_process installs
+none): SIGTERM kills a scheduler at once (exit code -15), wherever it came from.
+On an exception it logs "Scheduler hit an exception: <traceback>",
 sends SIGQUIT to the launcher (SGLang's child-failure signal) and exits 1.
 """
 
@@ -17,7 +21,7 @@ import threading
 
 from sglang.srt.hf_transformers_utils import get_config
 from sglang.srt.model_executor.model_runner import GPU_TOTAL_GB, ModelRunner
-from sglang.srt.sandbox import failures
+from sglang.srt.sandbox import dist_group, failures
 from sglang.srt.sandbox.knobs import Knobs
 from sglang.srt.sandbox.proctitle import kill_itself_when_parent_died, setproctitle
 from sglang.srt.server_args import ServerArgs
@@ -64,17 +68,29 @@ class Scheduler:
             "chunked_prefill_size": self.chunked_prefill_size,
         }
 
-    def event_loop(self) -> None:
-        """Serve until killed, or across nodes until rank 0's shutdown broadcast. The launcher
-        does the generation; the scheduler only lives."""
+    def event_loop(self, shutdown_reader) -> None:
+        """Serve until the ShutdownReq (across nodes: rank 0's broadcast of it), or until killed.
+        The launcher does the generation; the scheduler only lives."""
         if self.knobs.fail == "scheduler-dies-after-ready" and self.fails_here:
             threading.Thread(target=_die_after, args=(self.knobs.fail_after_seconds,),
                              daemon=True).start()
         group = self.model_runner.group
+        shutdown = threading.Event()
+
+        def receive_shutdown():
+            try:
+                shutdown_reader.recv()
+            except (EOFError, OSError):
+                return  # the launcher is gone: PR_SET_PDEATHSIG ends this process
+            shutdown.set()
+            if isinstance(group, dist_group.Master):
+                group.request_shutdown()
+
+        threading.Thread(target=receive_shutdown, name="shutdown-req", daemon=True).start()
         if group is not None:
-            group.serve()
+            group.serve()  # a non-zero rank returns on rank 0's broadcast only
             return
-        threading.Event().wait()
+        shutdown.wait()
 
 
 def _die_after(seconds: float) -> None:
@@ -83,7 +99,8 @@ def _die_after(seconds: float) -> None:
 
 
 def run_scheduler_process(server_args: ServerArgs, knobs: Knobs, context_len: int, tp_rank: int,
-                          gpu_id: int, fails_here: bool, nccl_init_addr: str, pipe_writer) -> None:
+                          gpu_id: int, fails_here: bool, nccl_init_addr: str, pipe_writer,
+                          shutdown_reader) -> None:
     prefix = f" TP{tp_rank}" if server_args.tp_size > 1 else ""
     setproctitle(f"sglang::scheduler{prefix.replace(' ', '_')}")
     kill_itself_when_parent_died()
@@ -96,7 +113,7 @@ def run_scheduler_process(server_args: ServerArgs, knobs: Knobs, context_len: in
         scheduler = Scheduler(server_args, knobs, context_len, tp_rank, gpu_id, fails_here,
                               nccl_init_addr)
         pipe_writer.send(scheduler.ready_info())
-        scheduler.event_loop()
+        scheduler.event_loop(shutdown_reader)
     except Exception:
         traceback = get_exception_traceback()
         logger.error(f"Scheduler hit an exception: {traceback}")

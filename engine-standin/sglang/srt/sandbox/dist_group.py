@@ -13,8 +13,9 @@ Here one TCP connection per non-zero rank to rank 0 stands for all of that:
             that closes or says something else is a port probe and is dropped, as TCPStore
             drops an unvalidated client;
   barrier   the collectives of start-up (after loading, after CUDA graph capture);
-  serve     after ready: rank 0 broadcasts "shutdown" on SIGTERM; a lost connection is
-            gloo's error on the side that is left.
+  serve     after ready: rank 0 broadcasts "shutdown" on the launcher's ShutdownReq (never on
+            SIGTERM, which kills a scheduler); a lost connection is gloo's error on the side
+            that is left.
 Errors carry torch's classes and wording, captured from torch 2.13 (tests/unit/captured/).
 """
 
@@ -23,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import socket
 import time
 from typing import Dict, Optional, Tuple
@@ -170,13 +170,14 @@ class Master:
                     waiting.pop(conn)
         self._release()
 
-    def serve(self) -> None:
-        """After ready: until SIGTERM (broadcast "shutdown", return) or a lost peer (raise)."""
-        def on_sigterm(signum, frame):
-            self.stopping = True
-            os.write(self.wake_w, b"x")
+    def request_shutdown(self) -> None:
+        """The launcher's ShutdownReq reached this rank (any thread): serve() broadcasts it.
+        SIGTERM is no such request: SGLang's schedulers keep its default action and die."""
+        self.stopping = True
+        os.write(self.wake_w, b"x")
 
-        signal.signal(signal.SIGTERM, on_sigterm)
+    def serve(self) -> None:
+        """After ready: until a ShutdownReq (broadcast "shutdown", return) or a lost peer (raise)."""
         conns = {conn: addr for conn, addr in self.peers.values()}
         while True:
             ready, _, _ = select.select([self.wake_r, *conns], [], [])

@@ -7,6 +7,7 @@ batch. The text is a fixed cycle of words: deterministic, one word per token.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -40,6 +41,27 @@ class Generator:
         # Monotonic time of the last token of any request (SGLang's last_receive_tstamp: when
         # the tokenizer manager last heard from the detokenizer); /health compares against it.
         self.last_receive = time.monotonic()
+        # Set once a scheduler is gone: no more tokens come (SGLang's requests then hang).
+        self.halted = threading.Event()
+
+    def halt(self) -> None:
+        self.halted.set()
+
+    def _wait_if_halted(self) -> None:
+        if self.halted.is_set():
+            threading.Event().wait()
+
+    @contextlib.contextmanager
+    def held(self):
+        """A request the engine holds without producing tokens (a hung first forward pass)."""
+        rid = uuid.uuid4().hex
+        with self._lock:
+            self._active[rid] = True
+        try:
+            yield rid
+        finally:
+            with self._lock:
+                self._active.pop(rid, None)
 
     def active_rids(self) -> List[str]:
         with self._lock:
@@ -61,6 +83,7 @@ class Generator:
                 delay = start + (i + 1) * interval - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
+                self._wait_if_halted()
                 with self._lock:
                     self.generation_tokens_total += 1
                     self.last_receive = time.monotonic()
@@ -73,5 +96,6 @@ class Generator:
     def health_token(self) -> None:
         """The health check's one token: not counted as a request (log_metrics=False)."""
         time.sleep(1.0 / self.tokens_per_second)
+        self._wait_if_halted()
         with self._lock:
             self.last_receive = time.monotonic()
