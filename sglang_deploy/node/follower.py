@@ -3,12 +3,13 @@
     python3 follower.py stop --unit sglang.service --wait 20 [--poll 0.1]
     python3 follower.py cause --unit sglang.service
 
-SGLang 0.5.23's followers ignore SIGTERM: they stop when rank 0 shuts down and broadcasts it,
-otherwise only when killed, so `systemctl stop` on a follower waits for TimeoutStopSec and its
-SIGKILL. `stop`, run once rank 0 is stopped, waits up to --wait seconds for the unit to end by
-itself (rank 0's broadcast), SIGKILLs what is left of it then, naming it, and finally runs
-`systemctl stop` (instant by then) so that a follower that ended with an error is not
-restarted by `Restart=on-failure`. One line per step, with seconds since the script started:
+SGLang 0.5.23's follower launcher ignores a SIGTERM of its own; it ends on rank 0's ShutdownReq
+broadcast (rank 0 drained and exited cleanly) or, when rank 0 went away without one (systemd's
+stop kills rank 0's schedulers at once: docs/sglang-shutdown.md), at its next collective with
+the peer lost. `stop`, run once rank 0 is stopped, waits up to --wait seconds for the unit to
+end by itself, SIGKILLs what is left of it then, naming it, and finally runs `systemctl stop`
+(instant by then) so that a follower that ended with an error is not restarted by
+`Restart=on-failure`. One line per step, with seconds since the script started:
     [   0.1s] sglang.service ended on rank 0's shutdown (inactive/dead)
     [  20.0s] still running after 20s: killing pids 1234 (python3 -m sglang.launch_server ...)
 `cause` reads the journal of the unit's last start and says why it ended (sglang_log causes,

@@ -221,8 +221,8 @@ class Group:
         return self.first_failure(self.on(self.all_ranks(), commands.get), LABELS["save"])
 
     def stop(self):
-        """Rank 0 first (its shutdown broadcast ends the followers), then each follower's end,
-        killed after stop_wait_s; None or why it failed."""
+        """Rank 0 first (the followers end without it: its broadcast, or the peer lost), then
+        each follower's end, killed after stop_wait_s; None or why it failed."""
         started = time.monotonic()
         self.say(f"stopping rank 0 {self.hosts[0].name} first")
         ok, output = self.run(0, self.plans[0].scripts.restart() + " --no-start")
