@@ -221,24 +221,30 @@ def _probe(scripts_dir, dist_init_addr, rank, timeout_s, listening_port=None):
             + (f" --listening-port {listening_port}" if listening_port else ""))
 
 
-def _listening_port(leader, leader_unit):
-    """The dist-init port rank 0 runs with (its main process's argv), or None."""
+def _running_argv(leader, leader_unit):
+    """Rank 0's main process's argv, or None when it cannot be read."""
     ok, output = run_on(leader, f"cat /proc/$(systemctl show -p MainPID --value {shlex.quote(leader_unit)})"
                                 "/cmdline | tr '\\0' '\\n'")
-    return dist_reach.dist_init_port_of(output.stdout_lines) if ok else None
+    return output.stdout_lines if ok and output.stdout_lines else None
 
 
 def _reach(state, host, member, scripts_dir, dist_init_addr, leader_unit, timeout_s):
-    """The follower's probe failed: skipped while rank 0 is not running; while it runs on another
-    port than this change's (the change moves it), that port is probed instead; else again, to
-    say why it fails."""
+    """The follower's probe failed: skipped while rank 0 is not running or serves alone (the
+    group forms at this restart: its gate names a follower that cannot join); while it runs on
+    another port than this change's (the change moves it), that port is probed instead; else
+    again, to say why it fails."""
     leader = state.inventory.get_host(member.leader)
     if unit_show(leader, leader_unit).get("ActiveState") != "active":
         host.log(f"{member.label()}: rank 0 {member.leader} is not running: its dist-init port "
                  "is checked once it runs (skipped)", logger.warning)
         return True
     planned = dist_reach.split_addr(dist_init_addr)[1]
-    now = _listening_port(leader, leader_unit)
+    running = _running_argv(leader, leader_unit)
+    now = dist_reach.dist_init_port_of(running) if running else None
+    if running and now is None:  # serving alone: the group forms at this restart
+        host.log(f"{member.label()}: rank 0 {member.leader} serves alone (no --dist-init-addr): its "
+                 "dist-init port is checked once the group starts (skipped)", logger.warning)
+        return True
     moved = now if now and now != planned else None
     ok, output = run_streamed(host, _probe(scripts_dir, dist_init_addr, member.rank, timeout_s, moved))
     if ok:

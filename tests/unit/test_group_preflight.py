@@ -111,3 +111,10 @@ def test_rank_0_running_on_the_planned_port_that_cannot_be_reached_fails():
 def test_rank_0_not_running_is_skipped_with_a_note():
     ok, said = reach(Leader("inactive", []), free_port())
     assert ok and "rank 0 node1 is not running: its dist-init port is checked once it runs (skipped)" in said
+
+
+def test_rank_0_serving_alone_is_skipped_with_a_note():
+    # Two serving nodes becoming one group: rank 0 runs, but without a dist-init port yet.
+    ok, said = reach(Leader("active", ["python3", "-m", "sglang.launch_server", "--port", "30001"]), free_port())
+    assert ok and ("rank 0 node1 serves alone (no --dist-init-addr): its dist-init port is checked "
+                   "once the group starts (skipped)") in said
