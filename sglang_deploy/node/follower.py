@@ -7,7 +7,8 @@ SGLang 0.5.23's follower launcher ignores a SIGTERM of its own; it ends on rank 
 broadcast (rank 0 drained and exited cleanly) or, when rank 0 went away without one (systemd's
 stop kills rank 0's schedulers at once: docs/sglang-shutdown.md), at its next collective with
 the peer lost. `stop`, run once rank 0 is stopped, waits up to --wait seconds for the unit to
-end by itself, SIGKILLs what is left of it then, naming it, and finally runs `systemctl stop`
+end by itself (at once when it serves alone: no --node-rank in its argv, nodes becoming a group),
+SIGKILLs what is left of it then, naming it, and finally runs `systemctl stop`
 (instant by then) so that a follower that ended with an error is not restarted by
 `Restart=on-failure`. One line per step, with seconds since the script started:
     [   0.1s] sglang.service ended on rank 0's shutdown (inactive/dead)
@@ -39,6 +40,27 @@ def _ended(show):
     return show.get("ActiveState") in ENDED or show.get("SubState") == "auto-restart"
 
 
+def node_rank_of(argv):
+    """The --node-rank a server's argv names (0 when it names none: a server alone)."""
+    for i, arg in enumerate(argv):
+        if arg == "--node-rank" and i + 1 < len(argv):
+            return int(argv[i + 1]) if argv[i + 1].isdigit() else 0
+        if arg.startswith("--node-rank="):
+            value = arg.partition("=")[2]
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
+def runs_alone(show, cgroup):
+    """The unit's main process serves alone (no --node-rank >= 1: nodes becoming a group), so
+    nothing rank 0 does ends it. Only a process of the unit's own cgroup is asked."""
+    pid = int(show.get("MainPID") or 0)
+    if not (pid and cgroup and pid in procs.cgroup_pids(cgroup)):
+        return False
+    argv = procs.read_cmdline(pid)
+    return bool(argv) and node_rank_of(argv) == 0
+
+
 def stop(args):
     t0 = time.monotonic()
 
@@ -49,7 +71,10 @@ def stop(args):
     show = systemd.unit_show(args.unit, props, systemctl=args.systemctl)
     cgroup = procs.cgroup_dir(show.get("ControlGroup", ""))
     killed = False
-    while not _ended(show):
+    alone = not _ended(show) and runs_alone(show, cgroup)
+    if alone:
+        say("%s serves alone (no --node-rank): stopped now, nothing of rank 0's ends it" % args.unit)
+    while not alone and not _ended(show):
         if time.monotonic() - t0 >= args.wait:
             left = procs.cgroup_pids(cgroup) if cgroup else []
             say("still running %gs after rank 0 stopped: killing %s" % (args.wait, ", ".join(
@@ -59,7 +84,7 @@ def stop(args):
             break
         time.sleep(args.poll)
         show = systemd.unit_show(args.unit, props, systemctl=args.systemctl)
-    if not killed:
+    if not (killed or alone):
         say("%s ended on rank 0's shutdown (%s/%s)" % (args.unit, show.get("ActiveState"),
                                                       show.get("SubState")))
     try:  # no processes left to signal: returns at once; cancels a pending auto-restart

@@ -72,3 +72,37 @@ def test_the_cause_of_a_followers_death_comes_from_its_journal(fakes, capsys):
     assert found["key"] == "cuda-oom"
     assert found["cause"].startswith("cuda-oom: CUDA out of memory")
     assert "failed/failed, main process exited with status 1" in found["cause"]
+
+
+@pytest.mark.parametrize("argv, alone", [
+    (["python3", "-m", "sglang.launch_server", "--port", "30001"], True),
+    (["python3", "-m", "sglang.launch_server", "--nnodes", "2", "--node-rank", "1"], False),
+    (["python3", "-m", "sglang.launch_server", "--node-rank=1"], False),
+])
+def test_a_member_that_serves_alone_is_stopped_at_once(fakes, fake_systemctl, capsys, monkeypatch, argv, alone):
+    # Two serving nodes becoming a group: the future follower runs as a server of its own, so
+    # nothing rank 0 does ends it; waiting for that would only end in a kill.
+    import subprocess
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", *argv[3:]])
+    try:
+        args = fakes(MainPID=str(child.pid), ControlGroup="/system.slice/sglang.service")
+        monkeypatch.setattr(follower.procs, "cgroup_pids", lambda path: [child.pid] if not fake_systemctl.calls()
+                            or fake_systemctl.calls()[-1] != "stop" else [])
+        monkeypatch.setattr(follower.procs, "read_cmdline", lambda pid, *_: argv)
+        monkeypatch.setattr(follower.procs, "cgroup_dir", lambda group: "/sys/fs/cgroup" + group)
+        started = time.monotonic()
+        code = follower.main(args + ["stop", "--unit", "sglang.service", "--wait", "1", "--poll", "0.05"])
+        out = capsys.readouterr().out
+        assert code == status.READY
+        assert ("serves alone (no --node-rank): stopped now" in out) is alone
+        assert ("killing" in out) is not alone  # a follower that never ends is killed at the bound
+        assert (time.monotonic() - started < 0.9) is alone
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_node_rank_of():
+    assert follower.node_rank_of(["x", "--node-rank", "2"]) == 2
+    assert follower.node_rank_of(["x", "--node-rank=1"]) == 1
+    assert follower.node_rank_of(["x", "--port", "1"]) == 0
