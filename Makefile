@@ -80,7 +80,7 @@ verify: export SGLANG_DEPLOY_VERIFY_DEEP = $(DEEP)
 verify:
 	status=0; \
 	  $(PYTEST) -p no:cacheprovider tests/host --inventory $(INVENTORY) --limit "$(LIMIT)" -q || status=1; \
-	  $(PYTHON) -m sglang_deploy.summary $(INVENTORY) --limit "$(LIMIT)" --json reports/verify.json || status=1; \
+	  $(PYTHON) -m sglang_deploy.verify.summary $(INVENTORY) --limit "$(LIMIT)" --json reports/verify.json || status=1; \
 	  exit $$status
 
 demo: setup sandbox deploy verify
@@ -111,11 +111,11 @@ clean:
 # Profiles: schema, flag names, NCCL lint (warnings printed; --strict makes them fatal).
 .PHONY: lint-profiles schema
 lint-profiles:
-	$(PYTHON) -m sglang_deploy.lint
+	$(PYTHON) -m sglang_deploy.profile.lint
 
 # JSON Schema of a profile, for editors (committed; a unit test keeps it current).
 schema:
-	$(PYTHON) -m sglang_deploy.lint --schema > schema/profile.schema.json.tmp
+	$(PYTHON) -m sglang_deploy.profile.lint --schema > schema/profile.schema.json.tmp
 	mv schema/profile.schema.json.tmp schema/profile.schema.json
 
 # Reinstall exactly the engine distributions whose installed files drifted, then restart.
@@ -130,16 +130,16 @@ SGLANG_REAL_VENV ?= $(HOME)/.cache/sglang-deploy/real-sglang-venv
 .PHONY: engine-options
 engine-options:
 	@test -x $(SGLANG_REAL_VENV)/bin/python || { echo "no engine venv at $(SGLANG_REAL_VENV): run $(PYTEST) tests/unit/test_real_sglang_parser.py first (it builds one)"; exit 1; }
-	$(PYTHON) -m sglang_deploy.engine_flags --python $(SGLANG_REAL_VENV)/bin/python
+	$(PYTHON) -m sglang_deploy.profile.engine_flags --python $(SGLANG_REAL_VENV)/bin/python
 
 # reports/index.html: decode tok/s over time per node and profile (the deploys' decode checks,
 # reports/throughput/<host>.jsonl), plots as SVG files beside it, and the latest figures.
 .PHONY: report
 report:
-	$(PYTHON) -m sglang_deploy.throughput_report
+	$(PYTHON) -m sglang_deploy.report.throughput_report
 
 # A/B all-reduce on each host's GPUs: NCCL's defaults vs the profile's env file, interleaved
 # (reports/nccl-ab/<host>/). NCCL_AB_ARGS: --ablate, --stop-server, --rounds N, --sizes 4K,1M.
 .PHONY: nccl-ab
 nccl-ab:
-	$(PYTHON) -m sglang_deploy.nccl_ab $(INVENTORY) $(if $(LIMIT),--limit $(LIMIT)) $(NCCL_AB_ARGS)
+	$(PYTHON) -m sglang_deploy.report.nccl_ab_runner $(INVENTORY) $(if $(LIMIT),--limit $(LIMIT)) $(NCCL_AB_ARGS)

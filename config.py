@@ -3,7 +3,7 @@
 import sys
 from pathlib import Path
 
-from sglang_deploy import outcome
+from sglang_deploy.report import outcome
 
 # Record connection errors from the start, so a deploy's last lines can say why a host was
 # unreachable (deploy.py asks for those lines; it never runs if no host could be reached).

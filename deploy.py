@@ -13,15 +13,15 @@ from pyinfra.operations.util import any_changed
 
 from sglang_deploy import operations as sglang
 from sglang_deploy.cli import exit_on_deploy_error
-from sglang_deploy.fleet import is_router
-from sglang_deploy.fleet_plan import fleet_hosts, router_plan, rotation_for
-from sglang_deploy.gpu_settings import ACS_UNIT, acs_unit_text
+from sglang_deploy.plan.fleet import is_router
+from sglang_deploy.plan.fleet_hosts import fleet_hosts, router_plan, rotation_for
+from sglang_deploy.facts.gpu import ACS_UNIT, acs_unit_text
 from sglang_deploy.operations import group as serving_group
-from sglang_deploy.operations.gpu_settings import persistence_mode, unit_absent, unit_active
+from sglang_deploy.operations.gpu_node import persistence_mode, unit_absent, unit_active
 from sglang_deploy.operations.prerequisites import os_prerequisites
-from sglang_deploy.outcome import report_at_exit
-from sglang_deploy.plan import node_script_files, plan_for, plan_holder, print_lint_warnings
-from sglang_deploy.venv_facts import PythonVersion
+from sglang_deploy.report.outcome import report_at_exit
+from sglang_deploy.plan.host_plan import node_script_files, plan_for, plan_holder, print_lint_warnings
+from sglang_deploy.facts.engine_venvs import PythonVersion
 
 # Every run ends with one line per host: deployed, unchanged, failed or unreachable (and why).
 report_at_exit()
@@ -83,7 +83,7 @@ else:
 
     # 7. Preflight, before anything the server runs from changes: can this configuration start
     #    here (and is there room for its engine venv, when it is a new one)? The venv of this pin
-    #    set is named after the pins, the wheels and this node's Python (sglang_deploy/venvs.py).
+    #    set is named after the pins, the wheels and this node's Python (sglang_deploy/plan/venv_names.py).
     plan.bind_venv(host.get_fact(PythonVersion, python=plan.profile.engine.python))
     sglang.preflight(name="Preflight", scripts=plan.scripts, repairing=bool(plan.repair),
                      engine_ready=sglang.engine_matches(plan.venv, plan.profile.engine.packages))
@@ -121,7 +121,7 @@ else:
 
     # 13. Restart only when what the server runs changed, then gate until it serves; a start
     #     that fails its gate is rolled back to the last configuration that passed. Out of every
-    #     router's rotation, `rolling_batch` nodes at a time (sglang_deploy/fleet.py). A serving
+    #     router's rotation, `rolling_batch` nodes at a time (sglang_deploy/plan/fleet.py). A serving
     #     group restarts as one when any member changed, driven by rank 0 (operations/group.py),
     #     rank 0 out of rotation, `rolling_batch` groups at a time.
     if plan.group:

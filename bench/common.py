@@ -23,9 +23,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sglang_deploy.node import result  # noqa: E402
-from sglang_deploy.inventory import SANDBOX_PROFILES_VAR, inventory_hosts, ssh_argv  # noqa: E402
-from sglang_deploy.profile import load_profile  # noqa: E402
+from sglang_deploy.node.lib import result  # noqa: E402
+from sglang_deploy.plan.hosts import SANDBOX_PROFILES_VAR, inventory_hosts, ssh_argv  # noqa: E402
+from sglang_deploy.profile.schema import load_profile  # noqa: E402
 
 SANDBOX_INVENTORY = "inventory/sandbox.py"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

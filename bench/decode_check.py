@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (REPO, Report, deploy, fmt_s, invocations, journal, journal_first,  # noqa: E402
                     median, node_of, write_profile)
-from sglang_deploy.inventory import inventory_hosts  # noqa: E402
-from sglang_deploy.profile import Throughput  # noqa: E402
+from sglang_deploy.plan.hosts import inventory_hosts  # noqa: E402
+from sglang_deploy.profile.schema import Throughput  # noqa: E402
 
 TURN_VAR = "SGLANG_DEPLOY_BENCH_TURN"  # the env value every deploy changes
 ARMS = ("on", "off")

@@ -48,12 +48,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sglang_deploy import gpu_health, nccl_confirm  # noqa: E402
-from sglang_deploy.envfile import parse_env_file  # noqa: E402
-from sglang_deploy.node import compute_apps, procs, status  # noqa: E402
-from sglang_deploy.node_scripts import gate_args  # noqa: E402
-from sglang_deploy.profile import load_profile  # noqa: E402
-from sglang_deploy.render import render_env_file  # noqa: E402
+from sglang_deploy.verify import gpu_health, nccl_confirm  # noqa: E402
+from sglang_deploy.plan.envfile import parse_env_file  # noqa: E402
+from sglang_deploy.node.lib import compute_apps, procs, status  # noqa: E402
+from sglang_deploy.plan.script_commands import gate_args  # noqa: E402
+from sglang_deploy.profile.schema import load_profile  # noqa: E402
+from sglang_deploy.plan.render import render_env_file  # noqa: E402
 
 NODE = REPO / "sglang_deploy" / "node"
 STANDIN = REPO / "engine-standin"

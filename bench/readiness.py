@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (REPO, DeployLock, Report, deploy, fmt_s, invocations, journal,  # noqa: E402
                     journal_first, median, node_of, stamp, unit_show, wait_journal,
                     write_profile)
-from sglang_deploy.node import result  # noqa: E402  (common puts the repository on sys.path)
+from sglang_deploy.node.lib import result  # noqa: E402  (common puts the repository on sys.path)
 
 READY_LINE = r"The server is fired up and ready to roll!"
 HTTP_UP_LINE = r"Uvicorn running on"

@@ -12,7 +12,7 @@ figures). Per request: tokens = stream chunks carrying content (the final usage 
 completion_tokens wins where the server packs several tokens into one chunk, as speculative
 decoding may); decode tok/s = (tokens - 1) / (last token's arrival - first token's arrival),
 so prefill and time-to-first-token are left out. The measuring is the deploy's own decode check
-(sglang_deploy/node/decode_rate.py, run on the node after every restart): one definition. The table shows the median over requests,
+(sglang_deploy/node/lib/decode_rate.py, run on the node after every restart): one definition. The table shows the median over requests,
 ms/token = 1000 / that median, and the ratio against the first profile (the baseline).
 
 `--profile NAME=RATE` (sandbox stand-in only) sets SGLANG_STANDIN_TOKENS_PER_SECOND=RATE in a
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import REPO, Report, deploy, fmt_s, median, node_of, write_profile  # noqa: E402
 
-from sglang_deploy.node import decode_rate  # noqa: E402
+from sglang_deploy.node.lib import decode_rate  # noqa: E402
 
 PROMPT = decode_rate.DEFAULT_PROMPT
 RATE_VAR = "SGLANG_STANDIN_TOKENS_PER_SECOND"
@@ -74,7 +74,7 @@ class Tunnel:
 
 def stream_once(url, model, max_tokens, timeout):
     """One streaming chat completion: (tokens, decode seconds, time to first token), measured
-    by the deploy's own decode check code (sglang_deploy/node/decode_rate.py)."""
+    by the deploy's own decode check code (sglang_deploy/node/lib/decode_rate.py)."""
     return decode_rate.stream_once(url, model, PROMPT, max_tokens, timeout)
 
 

@@ -2,7 +2,7 @@
 
 Any of these can be set per host (inventory/hosts.yml, the sandbox inventory) or for a run
 (`pyinfra ... --data profile=eagle3-2step`). What the server runs is not here: that is the
-profile's job (profiles/*.yml; profile defaults live in sglang_deploy/profile.py).
+profile's job (profiles/*.yml; profile defaults live in sglang_deploy/profile/schema.py).
 """
 
 # -- What to serve ---------------------------------------------------------------------------
@@ -11,7 +11,7 @@ profile = "baseline"
 # Mapping deep-merged over the profile for this host, e.g. {"service": {"port": 30001}}.
 profile_overrides = {}
 
-# -- Serving groups (one model on several nodes; sglang_deploy/serving_group.py) --------------
+# -- Serving groups (one model on several nodes; sglang_deploy/plan/serving_group.py) --------------
 # Hosts with the same serving_group run one multi-node server (SGLang --nnodes, the profile's
 # server_args.nnodes); None: a host serves on its own.
 serving_group = None
@@ -74,7 +74,7 @@ venvs_keep = 3
 # size plus this; preflight refuses before anything is built or stopped.
 venv_min_free_gib = 2.0
 
-# -- Fleets: SGLang's router and rolling restarts (sglang_deploy/fleet.py) --------------------
+# -- Fleets: SGLang's router and rolling restarts (sglang_deploy/plan/fleet.py) --------------------
 # Hosts of the inventory's `routers` group run SGLang's router in front of every serving node.
 # How other hosts reach a host (routers -> nodes, nodes -> routers); default: its ssh_hostname.
 fleet_address = None

@@ -4,7 +4,7 @@ SGLang routers in front of them (its `routers:` section: the `routers` group).
 The file's format is documented in inventory/hosts.example.yml.
 """
 
-from sglang_deploy.inventory import gpu_hosts, gpu_routers
+from sglang_deploy.plan.hosts import gpu_hosts, gpu_routers
 from sglang_deploy.cli import exit_on_deploy_error
 
 with exit_on_deploy_error():

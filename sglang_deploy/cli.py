@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 
-from .errors import DeployError
+from sglang_deploy.errors import DeployError
 
-# A deploy's exit statuses (sglang_deploy/outcome.py sets them from the per-host outcomes).
+# A deploy's exit statuses (sglang_deploy/report/outcome.py sets them from the per-host outcomes).
 EXIT_DEPLOY_ERROR = 1  # a bad profile or inventory, or a host's deploy failed or never ran
 EXIT_UNREACHABLE = 3   # no host failed, but at least one could not be reached
 

@@ -17,10 +17,11 @@ import subprocess
 import sys
 
 if __package__:
-    from . import result, status
-else:  # run as a script: the siblings' directory is on sys.path
-    import result
-    import status
+    from .lib import result
+    from .lib import status
+else:  # run as a script: our scripts' directory is on sys.path
+    from lib import result
+    from lib import status
 
 PCI_BRIDGE_CLASS = "0604"
 ACS_CONTROL = "ECAP_ACS+0x6.w"

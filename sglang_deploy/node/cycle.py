@@ -29,10 +29,11 @@ import shlex
 import sys
 
 if __package__:
-    from . import result, status
-else:  # run as a script: the siblings' directory is on sys.path
-    import result
-    import status
+    from .lib import result
+    from .lib import status
+else:  # run as a script: our scripts' directory is on sys.path
+    from lib import result
+    from lib import status
 
 STEPS = ("preflight", "switch", "restart", "gate", "workers", "save", "restore")
 OPTIONAL_STEPS = ("decode",)

@@ -25,12 +25,15 @@ import time
 import urllib.request
 
 if __package__:
-    from . import decode_rate, lastgood, result, status
-else:  # run as a script: the siblings' directory is on sys.path
-    import decode_rate
+    from .lib import decode_rate
+    from . import lastgood
+    from .lib import result
+    from .lib import status
+else:  # run as a script: our scripts' directory is on sys.path
+    from lib import decode_rate
     import lastgood
-    import result
-    import status
+    from lib import result
+    from lib import status
 
 POLICIES = ("warn", "fail", "rollback")
 

@@ -29,10 +29,11 @@ import sys
 import time
 
 if __package__:
-    from . import result, status
-else:  # run as a script: the siblings' directory is on sys.path
-    import result
-    import status
+    from .lib import result
+    from .lib import status
+else:  # run as a script: our scripts' directory is on sys.path
+    from lib import result
+    from lib import status
 
 # What each way of failing means, in the words the cause uses.
 REASONS = {

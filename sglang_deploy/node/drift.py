@@ -32,14 +32,19 @@ import sys
 import time
 
 if __package__:
-    from . import engine_manifest, installed, record, result, status, strays
-else:  # run as a script: the siblings' directory is on sys.path
-    import engine_manifest
-    import installed
-    import record
-    import result
-    import status
-    import strays
+    from .lib import engine_manifest
+    from .lib import installed
+    from .lib import record
+    from .lib import result
+    from .lib import status
+    from .lib import strays
+else:  # run as a script: our scripts' directory is on sys.path
+    from lib import engine_manifest
+    from lib import installed
+    from lib import record
+    from lib import result
+    from lib import status
+    from lib import strays
 
 CLEAN = status.READY
 DRIFT = status.DRIFT

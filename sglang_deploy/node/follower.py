@@ -24,13 +24,17 @@ import sys
 import time
 
 if __package__:
-    from . import procs, result, sglang_log, status, systemd
-else:  # run as a script: the siblings' directory is on sys.path
-    import procs
-    import result
-    import sglang_log
-    import status
-    import systemd
+    from .lib import procs
+    from .lib import result
+    from .lib import sglang_log
+    from .lib import status
+    from .lib import systemd
+else:  # run as a script: our scripts' directory is on sys.path
+    from lib import procs
+    from lib import result
+    from lib import sglang_log
+    from lib import status
+    from lib import systemd
 
 ENDED = ("inactive", "failed")
 

@@ -35,16 +35,19 @@ import json
 import time
 
 if __package__:
-    from . import result, sglang_log, status, systemd
-    from .http_probe import HttpProbe
-    from .watch import ProcessWatch, UnitWatch
-else:  # run as a script: the siblings' directory is on sys.path
-    import result
-    import sglang_log
-    import status
-    import systemd
-    from http_probe import HttpProbe
-    from watch import ProcessWatch, UnitWatch
+    from .lib import result
+    from .lib import sglang_log
+    from .lib import status
+    from .lib import systemd
+    from .lib.http_probe import HttpProbe
+    from .lib.watch import ProcessWatch, UnitWatch
+else:  # run as a script: our scripts' directory is on sys.path
+    from lib import result
+    from lib import sglang_log
+    from lib import status
+    from lib import systemd
+    from lib.http_probe import HttpProbe
+    from lib.watch import ProcessWatch, UnitWatch
 
 TAIL_LINES = 30
 KEEP_LINES = 5000

@@ -27,10 +27,11 @@ import re
 import sys
 
 if __package__:
-    from . import result, status
-else:  # run as a script: the siblings' directory is on sys.path
-    import result
-    import status
+    from .lib import result
+    from .lib import status
+else:  # run as a script: our scripts' directory is on sys.path
+    from lib import result
+    from lib import status
 
 # A scheduler's own lines: "[2026-11-30 10:00:00 TP3] ..." (other tags such as DP0/EP0 may be there too).
 _TP_LINE = r"[\[ ]TP%d(?:\s[^\]]*)?\]\s*"

@@ -19,12 +19,15 @@ import socket
 import sys
 
 if __package__:
-    from . import model_manifest, model_stage, result, status
-else:  # run as a script: the siblings' directory is on sys.path
+    from . import model_manifest
+    from . import model_stage
+    from .lib import result
+    from .lib import status
+else:  # run as a script: our scripts' directory is on sys.path
     import model_manifest
     import model_stage
-    import result
-    import status
+    from lib import result
+    from lib import status
 
 GB = 1e9
 

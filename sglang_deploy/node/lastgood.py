@@ -32,12 +32,16 @@ import sys
 import time
 
 if __package__:
-    from . import installed, result, status, systemd, venvs
-else:  # run as a script: the siblings' directory is on sys.path
-    import installed
-    import result
-    import status
-    import systemd
+    from .lib import installed
+    from .lib import result
+    from .lib import status
+    from .lib import systemd
+    from . import venvs
+else:  # run as a script: our scripts' directory is on sys.path
+    from lib import installed
+    from lib import result
+    from lib import status
+    from lib import systemd
     import venvs
 
 MANIFEST = "manifest.json"

@@ -16,10 +16,11 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 if __package__:
-    from . import result, status
-else:  # run as a script: the siblings' directory is on sys.path
-    import result
-    import status
+    from .lib import result
+    from .lib import status
+else:  # run as a script: our scripts' directory is on sys.path
+    from lib import result
+    from lib import status
 
 MANIFEST_NAME = ".sglang-deploy-manifest.json"
 # Never part of a model: our own manifest and what an interrupted download or copy leaves.

@@ -20,11 +20,13 @@ import shutil
 import sys
 
 if __package__:
-    from . import model_manifest, result, status
-else:  # run as a script: the siblings' directory is on sys.path
+    from . import model_manifest
+    from .lib import result
+    from .lib import status
+else:  # run as a script: our scripts' directory is on sys.path
     import model_manifest
-    import result
-    import status
+    from lib import result
+    from lib import status
 
 STAGING_SUFFIX = ".sglang-deploy-staging"
 OLD_SUFFIX = ".sglang-deploy-old"

@@ -28,15 +28,11 @@ import sys
 import time
 
 if __package__:
-    from . import status
-    from .allreduce_stats import (DEFAULT_SIZES, HELD_FIXED, MIN_EFFECT, NOT_TUNING, arm_environments,  # noqa: F401
-                                  build_report, compare, parse_env_file, parse_size, parse_worker_output,
-                                  result_line, round_orders, size_label, summarize, table, tuning_of, verdict)
-else:  # run as a script from our scripts directory: the siblings' directory is on sys.path
-    import status
-    from allreduce_stats import (DEFAULT_SIZES, HELD_FIXED, MIN_EFFECT, NOT_TUNING, arm_environments,  # noqa: F401
-                                 build_report, compare, parse_env_file, parse_size, parse_worker_output,
-                                 result_line, round_orders, size_label, summarize, table, tuning_of, verdict)
+    from .lib import status
+    from .lib.allreduce_stats import DEFAULT_SIZES, HELD_FIXED, MIN_EFFECT, NOT_TUNING, arm_environments, build_report, compare, parse_env_file, parse_size, parse_worker_output, result_line, round_orders, size_label, summarize, table, tuning_of, verdict
+else:  # run as a script: our scripts' directory is on sys.path
+    from lib import status
+    from lib.allreduce_stats import DEFAULT_SIZES, HELD_FIXED, MIN_EFFECT, NOT_TUNING, arm_environments, build_report, compare, parse_env_file, parse_size, parse_worker_output, result_line, round_orders, size_label, summarize, table, tuning_of, verdict
 
 MEASURED = "measured"
 NO_GPU = "no-gpu"

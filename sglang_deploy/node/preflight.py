@@ -29,16 +29,24 @@ import subprocess
 import sys
 
 if __package__:
-    from . import drift, flags, gpu_settings, model_manifest, procs, result, status, systemd, venvs
-else:  # run as a script: the siblings' directory is on sys.path
+    from . import drift
+    from . import flags
+    from .lib import gpu_settings
+    from . import model_manifest
+    from .lib import procs
+    from .lib import result
+    from .lib import status
+    from .lib import systemd
+    from . import venvs
+else:  # run as a script: our scripts' directory is on sys.path
     import drift
     import flags
-    import gpu_settings
+    from lib import gpu_settings
     import model_manifest
-    import procs
-    import result
-    import status
-    import systemd
+    from lib import procs
+    from lib import result
+    from lib import status
+    from lib import systemd
     import venvs
 
 

@@ -26,13 +26,17 @@ import sys
 import time
 
 if __package__:
-    from . import compute_apps, procs, result, status, systemd
-else:  # run as a script: the siblings' directory is on sys.path
-    import compute_apps
-    import procs
-    import result
-    import status
-    import systemd
+    from .lib import compute_apps
+    from .lib import procs
+    from .lib import result
+    from .lib import status
+    from .lib import systemd
+else:  # run as a script: our scripts' directory is on sys.path
+    from lib import compute_apps
+    from lib import procs
+    from lib import result
+    from lib import status
+    from lib import systemd
 
 def gpu_apps(nvidia_smi):
     """Compute apps on the GPUs, or None when nvidia-smi cannot tell."""

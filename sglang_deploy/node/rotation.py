@@ -31,12 +31,13 @@ import time
 import urllib.request
 
 if __package__:
-    from . import result, status
-    from .routers import Router, RouterError
-else:  # run as a script: the siblings' directory is on sys.path
-    import result
-    import status
-    from routers import Router, RouterError
+    from .lib import result
+    from .lib import status
+    from .lib.routers import Router, RouterError
+else:  # run as a script: our scripts' directory is on sys.path
+    from lib import result
+    from lib import status
+    from lib.routers import Router, RouterError
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 SERVES_AFTER = ("served", "rolled_back", "preflight_failed", "regressed")

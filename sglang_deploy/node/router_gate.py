@@ -12,12 +12,13 @@ import sys
 import time
 
 if __package__:
-    from . import result, status
-    from .routers import Router, RouterError, normal_url
-else:  # run as a script: the siblings' directory is on sys.path
-    import result
-    import status
-    from routers import Router, RouterError, normal_url
+    from .lib import result
+    from .lib import status
+    from .lib.routers import Router, RouterError, normal_url
+else:  # run as a script: our scripts' directory is on sys.path
+    from lib import result
+    from lib import status
+    from lib.routers import Router, RouterError, normal_url
 
 
 def view(router, expected):

@@ -21,10 +21,11 @@ import sys
 import time
 
 if __package__:
-    from . import result, status
-else:  # run as a script: the siblings' directory is on sys.path
-    import result
-    import status
+    from .lib import result
+    from .lib import status
+else:  # run as a script: our scripts' directory is on sys.path
+    from lib import result
+    from lib import status
 
 MARKER = ".sglang-deploy-venv.json"  # in a venv: written once its build finished
 PENDING = ".next"                    # L.next: the venv the next restart switches to
@@ -61,7 +62,7 @@ def last_good_venv(last_good_dir):
     # Imported here: lastgood imports this module (the venv link it restores).
     if __package__:
         from . import lastgood
-    else:
+    else:  # run as a script: our scripts' directory is on sys.path
         import lastgood
     try:
         return (lastgood.load(last_good_dir) or {}).get("venv_target")

@@ -18,12 +18,15 @@ import json
 import sys
 
 if __package__:
-    from . import procs, result, status, systemd
-else:  # run as a script: the siblings' directory is on sys.path
-    import procs
-    import result
-    import status
-    import systemd
+    from .lib import procs
+    from .lib import result
+    from .lib import status
+    from .lib import systemd
+else:  # run as a script: our scripts' directory is on sys.path
+    from lib import procs
+    from lib import result
+    from lib import status
+    from lib import systemd
 
 
 def check_worker(pid, expected, proc=procs.PROC):

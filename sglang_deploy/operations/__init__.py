@@ -4,16 +4,15 @@ Each operation yields commands only when the node differs from what is asked, an
 ``host.noop`` otherwise, so a re-run with nothing changed reports no changes.
 """
 
-from .engine import engine, engine_matches, tool_venv
-from .fleet import rolled_restart, router_restarted, router_serving
-from .files import (HOOK_FILE, HOOK_PTH, binary_file, pth_directory, secret_file, startup_hook,
-                    unit_file)
-from .lock import deploy_lock
-from .model import model_staged
-from .records import manifest_recorded
-from .scripts import node_scripts
-from .service import preflight, serving
-from .venvs import old_venvs_pruned
+from sglang_deploy.operations.engine import engine, engine_matches, tool_venv
+from sglang_deploy.operations.rollout import rolled_restart, router_restarted, router_serving
+from sglang_deploy.operations.files import HOOK_FILE, HOOK_PTH, binary_file, pth_directory, secret_file, startup_hook, unit_file
+from sglang_deploy.operations.deploy_lock import deploy_lock
+from sglang_deploy.operations.model import model_staged
+from sglang_deploy.operations.records import manifest_recorded
+from sglang_deploy.operations.script_upload import node_scripts
+from sglang_deploy.operations.service import preflight, serving
+from sglang_deploy.operations.venv_pruning import old_venvs_pruned
 
 __all__ = ["engine", "engine_matches", "tool_venv", "binary_file", "secret_file", "startup_hook",
            "unit_file",

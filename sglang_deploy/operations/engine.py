@@ -6,11 +6,11 @@ import shlex
 from pyinfra import host
 from pyinfra.api import operation
 
-from ..facts import EngineDrift, FileDigests, InstalledDistributions, InterpreterStartup
-from ..node.installed import canonical
-from ..node.venvs import MARKER, PENDING
-from ..venv_facts import EngineVenvs
-from .files import pth_directory
+from sglang_deploy.facts.serving import EngineDrift, FileDigests, InstalledDistributions, InterpreterStartup
+from sglang_deploy.node.lib.installed import canonical
+from sglang_deploy.node.venvs import MARKER, PENDING
+from sglang_deploy.facts.engine_venvs import EngineVenvs
+from sglang_deploy.operations.files import pth_directory
 
 
 @operation()
@@ -20,7 +20,7 @@ def engine(venv, link, python, packages, scripts_dir, wheels_dir=None, repair=No
     and stage ``link`` (what the unit runs through) to be pointed at it by the next restart:
     nothing the running server uses is touched.
 
-    + venv: the venv of this pin set (``venvs_dir/<name>``, sglang_deploy.venvs)
+    + venv: the venv of this pin set (``venvs_dir/<name>``, sglang_deploy.plan.venv_names)
     + link: the stable path the unit runs through (the profile's ``engine.venv``)
     + python: interpreter that creates it
     + packages: exact pins, ``name==version``

@@ -10,8 +10,8 @@ from pyinfra.api import operation
 from pyinfra.api.command import FileUploadCommand
 from pyinfra.facts.files import FileContents
 
-from ..facts import FileDigests, InterpreterStartup
-from ..render import HOOK_MODULE
+from sglang_deploy.facts.serving import FileDigests, InterpreterStartup
+from sglang_deploy.plan.render import HOOK_MODULE
 
 HOOK_FILE = f"{HOOK_MODULE}.py"  # the module's one name is render.HOOK_MODULE
 HOOK_PTH = f"{HOOK_MODULE}.pth"

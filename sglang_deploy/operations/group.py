@@ -1,11 +1,11 @@
-"""A serving group's lifecycle across its hosts (multi-node servers, sglang_deploy/serving_group.py).
+"""A serving group's lifecycle across its hosts (multi-node servers, sglang_deploy/plan/serving_group.py).
 
 pyinfra runs each operation on every host at once, operation by operation. A group's restart
 must be ordered across hosts (rank 0 stops first; every member starts; rank 0 is gated while
 the followers are watched), so rank 0's operation drives the whole group in one
 FunctionCommand, reaching the other members through their own connections
 (``state.inventory``); each follower's operation waits for rank 0's verdict and reports it as
-its own. The restart itself is operations/group_cycle.py's; this module holds the operations and
+its own. The restart itself is operations/group_restart.py's; this module holds the operations and
 what they share across hosts in one run. docs/architecture.md ("Serving groups") says why this
 and not ordered operations.
 """
@@ -20,13 +20,14 @@ from gevent.lock import BoundedSemaphore
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from .. import serving_group
-from ..facts import LastGood, Serving
-from ..node import dist_reach, result, status
-from .fleet import rollout
-from .group_cycle import Group, member_hook_paths, run_on, unit_show
-from .service import _cause, _fail
-from .streamed import run_streamed
+from sglang_deploy.plan import serving_group
+from sglang_deploy.facts.serving import LastGood, Serving
+from sglang_deploy.node import dist_reach
+from sglang_deploy.node.lib import result, status
+from sglang_deploy.operations.rollout import rollout
+from sglang_deploy.operations.group_restart import Group, member_hook_paths, run_on, unit_show
+from sglang_deploy.operations.service import _cause, _fail
+from sglang_deploy.operations.streamed import run_streamed
 
 _MEMBERS = None   # {host name: Member} of this run, resolved and checked once
 MEMBERS = {}      # group -> {host name: NodePlan}

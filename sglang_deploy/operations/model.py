@@ -17,14 +17,14 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.command import FileUploadCommand
 from pyinfra.facts.files import File
 
-from ..facts import ModelState
-from ..inventory import ssh_argv
-from ..model_staging import (GB, disk_problem, local_manifest, require_dir, rsync_argv,
-                             to_copy)
-from ..node import model_manifest, result
-from ..node.model_stage import staging_dir
-from ..node_scripts import hf_stage_command, model_stage_command
-from .streamed import run_streamed
+from sglang_deploy.facts.serving import ModelState
+from sglang_deploy.plan.hosts import ssh_argv
+from sglang_deploy.plan.model_sources import GB, disk_problem, local_manifest, require_dir, rsync_argv, to_copy
+from sglang_deploy.node import model_manifest
+from sglang_deploy.node.lib import result
+from sglang_deploy.node.model_stage import staging_dir
+from sglang_deploy.plan.script_commands import hf_stage_command, model_stage_command
+from sglang_deploy.operations.streamed import run_streamed
 
 _SSH_KEYS = ("ssh_hostname", "ssh_user", "ssh_port", "ssh_key", "ssh_known_hosts_file")
 

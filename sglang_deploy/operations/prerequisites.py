@@ -5,8 +5,8 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt
 
-from ..os_support import OsRelease, missing_packages, unsupported_os
-from .service import _fail
+from sglang_deploy.facts.os_release import OsRelease, missing_packages, unsupported_os
+from sglang_deploy.operations.service import _fail
 
 
 @operation()

@@ -3,8 +3,8 @@
 from pyinfra import host
 from pyinfra.api import operation
 
-from .. import manifest
-from ..facts import EngineManifest
+from sglang_deploy.report import manifest
+from sglang_deploy.facts.serving import EngineManifest
 
 
 @operation()

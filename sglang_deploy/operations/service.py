@@ -1,5 +1,5 @@
 """The server's lifecycle: preflight, the restart cycle through the readiness gate with rollback
-(run by operations/fleet.py's rolled_restart, out of rotation), and "serving" checks that leave
+(run by operations/rollout.py's rolled_restart, out of rotation), and "serving" checks that leave
 a serving node alone."""
 
 import shlex
@@ -8,11 +8,11 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.facts.files import File
 
-from .. import throughput
-from ..facts import LastGood, Preflight, Serving, UnitState, WorkerEnvironment
-from ..node import result, status
-from .files import hook_paths
-from .streamed import run_streamed
+from sglang_deploy.report import throughput_log as throughput
+from sglang_deploy.facts.serving import LastGood, Preflight, Serving, UnitState, WorkerEnvironment
+from sglang_deploy.node.lib import result, status
+from sglang_deploy.operations.files import hook_paths
+from sglang_deploy.operations.streamed import run_streamed
 
 
 def _fail(state, host, message):

@@ -1,5 +1,5 @@
 """Our node scripts run with their output streamed to the operator: progress lines as they come,
-the result line written to a file of its own (node/result.py's RESULT_FILE_VAR) and read back
+the result line written to a file of its own (node/lib/result.py's RESULT_FILE_VAR) and read back
 after, so the operator never reads a JSON line and every caller still parses the output as the
 one protocol says."""
 
@@ -9,7 +9,7 @@ import uuid
 from pyinfra.api import StringCommand
 from pyinfra.connectors.util import CommandOutput, OutputLine
 
-from ..node import result
+from sglang_deploy.node.lib import result
 
 
 def run_streamed(host, command):

@@ -12,10 +12,9 @@ import time
 
 import pytest
 
-from sglang_deploy.gpu_settings import ACS_UNIT
+from sglang_deploy.facts.gpu import ACS_UNIT
 
-from .sandbox import (REPO_ROOT, nodes, profile_dir, ssh, start_deploy, verify,  # noqa: F401
-                      write_profile)
+from sglang_deploy.sandbox import REPO_ROOT, nodes, profile_dir, ssh, start_deploy, verify, write_profile
 
 pytestmark = pytest.mark.e2e
 

@@ -7,13 +7,12 @@ import time
 
 import pytest
 
-from sglang_deploy.inventory import deploy_defaults
-from sglang_deploy.node import status
-from sglang_deploy.node_scripts import NodeScripts
-from sglang_deploy.profile import load_profile
+from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.node.lib import status
+from sglang_deploy.plan.script_commands import NodeScripts
+from sglang_deploy.profile.schema import load_profile
 
-from .sandbox import (DEPLOYED_PATHS, REPO_ROOT, deploy, nodes, profile_dir,  # noqa: F401
-                      ssh, start_deploy, unit_start, verify, wait_for_output, wipe, write_profile)
+from sglang_deploy.sandbox import DEPLOYED_PATHS, REPO_ROOT, deploy, nodes, profile_dir, ssh, start_deploy, unit_start, verify, wait_for_output, wipe, write_profile
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,7 @@ import pytest
 
 from sglang_deploy.cli import EXIT_UNREACHABLE
 
-from .sandbox import REPO_ROOT, DeployRun, deploy, ssh, unit_start
+from sglang_deploy.sandbox import REPO_ROOT, DeployRun, deploy, ssh, unit_start
 
 pytestmark = pytest.mark.e2e
 

@@ -14,8 +14,7 @@ import urllib.request
 
 import pytest
 
-from .sandbox import (REPO_ROOT, deploy, nodes, profile_dir, ssh, start_deploy,  # noqa: F401
-                      unit_start, wait_for_output, wipe, write_profile)
+from sglang_deploy.sandbox import REPO_ROOT, deploy, nodes, profile_dir, ssh, start_deploy, unit_start, wait_for_output, wipe, write_profile
 
 pytestmark = pytest.mark.e2e
 

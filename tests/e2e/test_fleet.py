@@ -10,8 +10,7 @@ import threading
 
 import pytest
 
-from .sandbox import (REPO_ROOT, deploy, nodes, profile_dir, ssh, unit_start,  # noqa: F401
-                      write_profile)
+from sglang_deploy.sandbox import REPO_ROOT, deploy, nodes, profile_dir, ssh, unit_start, write_profile
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 from fleet_load import Watcher, router_view, run_load  # noqa: E402
@@ -157,7 +156,7 @@ def test_verify_covers_the_router(deployed):
     assert routers_run.returncode == 0, routers_run.stdout[-3000:]
     for check in ("router-packages", "router-unit", "router-workers"):
         assert f"test_router_check[{router}-{check}] PASSED" in routers_run.stdout
-    table = subprocess.run([sys.executable, "-m", "sglang_deploy.summary", "inventory/sandbox.py",
+    table = subprocess.run([sys.executable, "-m", "sglang_deploy.verify.summary", "inventory/sandbox.py",
                             "--limit", router], cwd=REPO_ROOT, capture_output=True, text=True)
     assert table.returncode == 0 and f"http://127.0.0.1:{router_port}" in table.stdout, table.stdout
 

@@ -12,10 +12,9 @@ import time
 
 import pytest
 
-from sglang_deploy.node import result
+from sglang_deploy.node.lib import result
 
-from .sandbox import (REPO_ROOT, deploy, profile_dir, ssh, start_deploy, unit_start,  # noqa: F401
-                      wait_for_output, wipe, write_profile)
+from sglang_deploy.sandbox import REPO_ROOT, deploy, profile_dir, ssh, start_deploy, unit_start, wait_for_output, wipe, write_profile
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ import pytest
 
 from sglang_deploy.node import nccl_ab
 
-from .sandbox import REPO_ROOT, deploy
+from sglang_deploy.sandbox import REPO_ROOT, deploy
 
 pytestmark = pytest.mark.e2e
 

@@ -15,8 +15,7 @@ import urllib.request
 
 import pytest
 
-from .sandbox import (REPO_ROOT, DeployRun, _deploy_command, deploy, nodes, profile_dir,  # noqa: F401
-                      ssh, unit_start, wipe, write_profile)
+from sglang_deploy.sandbox import REPO_ROOT, DeployRun, _deploy_command, deploy, nodes, profile_dir, ssh, unit_start, wipe, write_profile
 
 pytestmark = pytest.mark.e2e
 
@@ -48,7 +47,7 @@ def run(profile, args=()):
 # The sandbox inventory with the group's dist-init port moved by one (the port a profile's
 # `service.dist_init_port` sets; the sandbox sets it per group in profile_overrides).
 MOVED_PORT_INVENTORY = """\
-from sglang_deploy.inventory import sandbox_hosts
+from sglang_deploy.plan.hosts import sandbox_hosts
 
 sandbox = []
 for name, data in sandbox_hosts():

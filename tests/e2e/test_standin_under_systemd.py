@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from .sandbox import REPO_ROOT, ssh
+from sglang_deploy.sandbox import REPO_ROOT, ssh
 
 pytestmark = pytest.mark.e2e
 

@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-from sglang_deploy.node import result
+from sglang_deploy.node.lib import result
 
-from .sandbox import REPO_ROOT, deploy, profile_dir, ssh, unit_start, wipe, write_profile  # noqa: F401
+from sglang_deploy.sandbox import REPO_ROOT, deploy, profile_dir, ssh, unit_start, wipe, write_profile  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from .sandbox import REPO_ROOT, deploy, ssh, wipe
+from sglang_deploy.sandbox import REPO_ROOT, deploy, ssh, wipe
 
 pytestmark = pytest.mark.e2e
 

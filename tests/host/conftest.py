@@ -2,10 +2,10 @@
 
 Expected values come from the same profile loader and renderers the deploy uses.
 
-The tests are sglang_deploy.checks.REGISTRY, one per host and check. No secret value reaches the
+The tests are sglang_deploy.verify.checks.REGISTRY, one per host and check. No secret value reaches the
 output, passing or failing, at any verbosity: the checks get a plan whose env text has its
 secrets masked, mask secret-bearing node data (the env file, a worker's environ) as they read
-it and redact every detail; and every report passes through sglang_deploy.redact_reports before
+it and redact every detail; and every report passes through sglang_deploy.verify.pytest_redaction before
 anything prints it.
 """
 
@@ -17,15 +17,15 @@ from dataclasses import dataclass
 import pytest
 import testinfra
 
-from sglang_deploy.checks import REGISTRY
-from sglang_deploy.fleet import is_router
-from sglang_deploy.fleet_plan import router_plan
-from sglang_deploy.router_checks import ROUTER_REGISTRY
-from sglang_deploy.inventory import inventory_hosts, testinfra_host
-from sglang_deploy.plan import NodePlan, plan_for
-from sglang_deploy.serving_group import profile_of, resolve_checked
-from sglang_deploy.redact import Redactor
-from sglang_deploy.redact_reports import ReportRedaction
+from sglang_deploy.verify.checks import REGISTRY
+from sglang_deploy.plan.fleet import is_router
+from sglang_deploy.plan.fleet_hosts import router_plan
+from sglang_deploy.verify.router_checks import ROUTER_REGISTRY
+from sglang_deploy.plan.hosts import inventory_hosts, testinfra_host
+from sglang_deploy.plan.host_plan import NodePlan, plan_for
+from sglang_deploy.plan.serving_group import profile_of, resolve_checked
+from sglang_deploy.verify.redact import Redactor
+from sglang_deploy.verify.pytest_redaction import ReportRedaction
 
 # The session's secrets: every verified host's secret names and the operator's values of them.
 SECRETS = Redactor()

@@ -1,10 +1,10 @@
 """The state a deploy leaves on a node, asserted from the outside: one test per host and per
-check of sglang_deploy.checks.REGISTRY (`test_check[node1-serving]`), the same checks the
+check of sglang_deploy.verify.checks.REGISTRY (`test_check[node1-serving]`), the same checks the
 per-host table shows."""
 
 import pytest
 
-from sglang_deploy.check import FAILED, WARNING
+from sglang_deploy.verify.verdict import FAILED, WARNING
 
 
 def test_check(node, check):

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sglang_deploy import checks, summary
-from sglang_deploy.check import FAILED, OK, WARNING
-from sglang_deploy.plan import plan_for
+from sglang_deploy.verify import checks, summary
+from sglang_deploy.verify.verdict import FAILED, OK, WARNING
+from sglang_deploy.plan.host_plan import plan_for
 
 SECRET = "hf_" + secrets.token_hex(16)
 HOST_DATA = {"profile": "baseline", "sglang_deploy_dir": "/opt/d", "env_dir": "/etc/s",
@@ -177,7 +177,7 @@ def test_nothing_to_check_is_a_warning_that_does_not_apply(plan):
 
 
 def group_plans():
-    from sglang_deploy import serving_group
+    from sglang_deploy.plan import serving_group
     data = {**HOST_DATA, "serving_group": "g1",
             "profile_overrides": {"server_args": {"tp-size": 8, "nnodes": 2}}}
     hosts = [("node1", {**data, "ssh_hostname": "10.0.0.1"}), ("node2", {**data, "ssh_hostname": "10.0.0.2"})]

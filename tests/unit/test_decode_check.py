@@ -1,6 +1,6 @@
-"""The decode check: its measuring (node/decode_rate.py) against a tiny local streaming server,
+"""The decode check: its measuring (node/lib/decode_rate.py) against a tiny local streaming server,
 its verdict and history (node/decode_check.py), the restart cycle's policies, and the
-controller's record and phrase (sglang_deploy/throughput.py)."""
+controller's record and phrase (sglang_deploy/report/throughput_log.py)."""
 
 import json
 import shlex
@@ -10,8 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sglang_deploy import outcome, throughput
-from sglang_deploy.node import cycle, decode_check, decode_rate, result, status
+from sglang_deploy.report import outcome, throughput_log as throughput
+from sglang_deploy.node import cycle, decode_check
+from sglang_deploy.node.lib import decode_rate, result, status
 from test_node_cycle import _commands, _run, _step
 
 

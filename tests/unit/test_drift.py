@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.facts import InstalledDistributions
-from sglang_deploy.node import drift, installed, status
-from sglang_deploy.plan import plan_for
+from sglang_deploy.facts.serving import InstalledDistributions
+from sglang_deploy.node import drift
+from sglang_deploy.node.lib import installed, status
+from sglang_deploy.plan.host_plan import plan_for
 
 DRIFT = Path(drift.__file__).resolve()
 
@@ -267,9 +268,10 @@ def test_the_uploaded_scripts_run_on_their_own(tmp_path, pristine):
                      "run_dir": "/run/sd", "deploy_lock_wait_s": 1, "rollback": False, "repair": False})
     node = tmp_path / "node"
     node.mkdir()
+    (node / "lib").mkdir()
     for local, remote in plan.node_scripts:
-        assert remote == "/opt/sd/node/" + local.name
-        shutil.copy(local, node / local.name)
+        assert remote.startswith("/opt/sd/node/")
+        shutil.copy(local, node / remote[len("/opt/sd/node/"):])
     vpy, _site = pristine
     proc = subprocess.run([str(vpy), str(node / "drift.py"), "--json", "tinypkg"], capture_output=True, text=True)
     assert proc.returncode == status.READY, proc.stderr

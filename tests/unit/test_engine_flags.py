@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_deploy import engine_flags, lint
+from sglang_deploy.profile import engine_flags, lint
 from sglang_deploy.cli import exit_on_deploy_error
 from sglang_deploy.errors import DeployError
 from sglang_deploy.node import flags
-from sglang_deploy.plan import plan_for, print_lint_warnings
-from sglang_deploy.profile import load_profile
+from sglang_deploy.plan.host_plan import plan_for, print_lint_warnings
+from sglang_deploy.profile.schema import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "engine-standin"
@@ -91,10 +91,10 @@ def test_lint_refuses_an_abbreviated_flag_with_did_you_mean(tmp_path):
 
 
 def test_make_lint_profiles_catches_a_misspelled_flag(tmp_path):
-    """`make lint-profiles` runs `python -m sglang_deploy.lint`: the misspelling fails it."""
+    """`make lint-profiles` runs `python -m sglang_deploy.profile.lint`: the misspelling fails it."""
     path = profile_file(tmp_path, "typo", {"extends": "sandbox",
                                            "server_args": {"speculative-num-stpes": 2}})
-    result = subprocess.run([sys.executable, "-m", "sglang_deploy.lint", path], cwd=REPO,
+    result = subprocess.run([sys.executable, "-m", "sglang_deploy.profile.lint", path], cwd=REPO,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     # The stand-in's build (0.5.23+sandbox) is checked against 0.5.23's list.

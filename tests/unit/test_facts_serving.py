@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sglang_deploy.facts import Serving
+from sglang_deploy.facts.serving import Serving
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -7,13 +7,12 @@ import shlex
 import pytest
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.fleet import (Rollout, batches, check_ports, is_router, render_router_unit,
-                                 rolling_settings, router_settings)
-from sglang_deploy.fleet_plan import router_plan, rotation_for
-from sglang_deploy.inventory import deploy_defaults, gpu_hosts, gpu_routers, sandbox_hosts, sandbox_routers
-from sglang_deploy.node.routers import parse_workers
+from sglang_deploy.plan.fleet import Rollout, batches, check_ports, is_router, render_router_unit, rolling_settings, router_settings
+from sglang_deploy.plan.fleet_hosts import router_plan, rotation_for
+from sglang_deploy.plan.hosts import deploy_defaults, gpu_hosts, gpu_routers, sandbox_hosts, sandbox_routers
+from sglang_deploy.node.lib.routers import parse_workers
 from sglang_deploy.node.rotation import in_flight
-from sglang_deploy.outcome import Outcome, with_rollout_notes
+from sglang_deploy.report.outcome import Outcome, with_rollout_notes
 
 DEFAULTS = deploy_defaults()
 

@@ -7,10 +7,10 @@ import json
 import pytest
 from pyinfra.api.command import StringCommand
 
-from sglang_deploy import throughput
-from sglang_deploy.fleet import Rolling
-from sglang_deploy.fleet_plan import Rotation
-from sglang_deploy.operations import fleet as fleet_ops
+from sglang_deploy.report import throughput_log as throughput
+from sglang_deploy.plan.fleet import Rolling
+from sglang_deploy.plan.fleet_hosts import Rotation
+from sglang_deploy.operations import rollout as fleet_ops
 
 
 class Output:

@@ -7,11 +7,12 @@ import sys
 
 import pytest
 
-from sglang_deploy.inventory import deploy_defaults
-from sglang_deploy.node import gate, status
-from sglang_deploy.node_scripts import gate_timings
-from sglang_deploy.plan import plan_for
-from sglang_deploy.profile import Readiness
+from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.node import gate
+from sglang_deploy.node.lib import status
+from sglang_deploy.plan.script_commands import gate_timings
+from sglang_deploy.plan.host_plan import plan_for
+from sglang_deploy.profile.schema import Readiness
 from test_node_gate import NODE
 
 REPO_ROOT = NODE.parents[1]
@@ -63,6 +64,6 @@ def test_runtime_files_go_under_the_run_dir_of_the_host_data():
 def test_the_run_dir_default_is_the_deploy_defaults_one():
     assert deploy_defaults()["run_dir"] == "/run/sglang-deploy"
     # the deploy-level paths of the code are host data, not literals of their own
-    for path in ("sglang_deploy/plan.py", "sglang_deploy/node_scripts.py", "sglang_deploy/operations/files.py",
+    for path in ("sglang_deploy/plan/host_plan.py", "sglang_deploy/plan/script_commands.py", "sglang_deploy/operations/files.py",
                  "bench/common.py"):
         assert "/run/sglang-deploy" not in (REPO_ROOT / path).read_text(), path

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import nccl_confirm
-from sglang_deploy.gpu_health import ComputeApp
-from sglang_deploy.node import status
+from sglang_deploy.verify import nccl_confirm
+from sglang_deploy.verify.gpu_health import ComputeApp
+from sglang_deploy.node.lib import status
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "gpu_env_proof.py"

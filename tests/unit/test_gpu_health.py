@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import gpu_health as gh
-from sglang_deploy.gpu_health import Check, ParseError
+from sglang_deploy.verify import gpu_health as gh
+from sglang_deploy.verify.gpu_health import Check, ParseError
 
 CAPTURED = Path(__file__).parent / "captured"
 

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.gpu_settings import GpuPersistence, acs_unit_text
-from sglang_deploy.node import gpu_settings, preflight
+from sglang_deploy.facts.gpu import GpuPersistence, acs_unit_text
+from sglang_deploy.node.lib import gpu_settings
+from sglang_deploy.node import preflight
 
 CAPTURED = Path(__file__).parent / "captured"
 H200 = (CAPTURED / "query_gpu_settings_h200.csv").read_text()
@@ -75,8 +76,8 @@ def test_acs_unit_runs_the_script_before_the_server_at_boot():
 
 
 def test_profile_gpu_settings_reach_preflight_command_line():
-    from sglang_deploy.plan import plan_for
-    from sglang_deploy.inventory import deploy_defaults
+    from sglang_deploy.plan.host_plan import plan_for
+    from sglang_deploy.plan.hosts import deploy_defaults
 
     data = {**deploy_defaults(), "profile": "baseline",
             "profile_overrides": {"gpu": {"min_driver": "550.54.15", "model": "H200"}}}
@@ -93,7 +94,7 @@ def test_profile_gpu_settings_reach_preflight_command_line():
 
 def test_profile_refuses_a_driver_that_is_no_version():
     from sglang_deploy.errors import ProfileError
-    from sglang_deploy.profile import load_profile
+    from sglang_deploy.profile.schema import load_profile
 
     with pytest.raises(ProfileError, match="gpu.min_driver"):
         load_profile("sandbox", overrides={"gpu": {"min_driver": "latest"}})

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from pyinfra.connectors.util import CommandOutput, OutputLine
 
-from sglang_deploy import serving_group
+from sglang_deploy.plan import serving_group
 from sglang_deploy.node import dist_reach
 from sglang_deploy.operations import group
 

@@ -1,4 +1,4 @@
-"""The coordinated restart of a serving group (operations/group_cycle.py), against fake hosts that
+"""The coordinated restart of a serving group (operations/group_restart.py), against fake hosts that
 record every command: rank 0 stops first, every member starts, only rank 0 is gated while the
 followers are watched, a follower that dies is named and every member rolls back together."""
 
@@ -8,11 +8,11 @@ from types import SimpleNamespace
 import gevent
 import pytest
 
-from sglang_deploy import serving_group
-from sglang_deploy.inventory import deploy_defaults
-from sglang_deploy.fleet import rolling_settings
-from sglang_deploy.fleet_plan import Rotation
-from sglang_deploy.operations import group_cycle
+from sglang_deploy.plan import serving_group
+from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.plan.fleet import rolling_settings
+from sglang_deploy.plan.fleet_hosts import Rotation
+from sglang_deploy.operations import group_restart as group_cycle
 
 LOG = []
 
@@ -68,7 +68,7 @@ def make_group(monkeypatch):
                             "profile_overrides": {"server_args": {"tp-size": 2, "nnodes": 2}}})]
         members = serving_group.resolve_checked(hosts, serving_group.profile_of)
         fakes = {"node1": FakeHost("node1", healthy), "node2": FakeHost("node2", follower_script)}
-        from sglang_deploy.plan import plan_for
+        from sglang_deploy.plan.host_plan import plan_for
         plans = {name: plan_for({**deploy_defaults(), **data}, operator_env={}, member=members[name])
                  for name, data in hosts}
         state = SimpleNamespace(inventory=SimpleNamespace(get_host=fakes.get),

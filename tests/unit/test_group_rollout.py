@@ -6,10 +6,10 @@ from types import SimpleNamespace
 import gevent
 import pytest
 
-from sglang_deploy.fleet import rolling_settings
-from sglang_deploy.fleet_plan import Rotation
-from sglang_deploy.inventory import deploy_defaults
-from sglang_deploy.operations import fleet, group
+from sglang_deploy.plan.fleet import rolling_settings
+from sglang_deploy.plan.fleet_hosts import Rotation
+from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.operations import rollout as fleet, group
 
 EVENTS = []
 

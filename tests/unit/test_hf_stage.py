@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_deploy.node import hf_stage, model_manifest, model_stage, status
+from sglang_deploy.node import hf_stage, model_manifest, model_stage
+from sglang_deploy.node.lib import status
 
 REPO, COMMIT = "org/tiny", "0123456789abcdef0123456789abcdef01234567"
 TOKEN = "hf_secretvalue0123456789"
@@ -109,7 +110,7 @@ def snapshot_download(*args, **kwargs):
 def test_the_script_answers_with_the_hub_and_removes_the_token_file(tmp_path):
     import subprocess
     import sys
-    from sglang_deploy.node import result
+    from sglang_deploy.node.lib import result
     fake = tmp_path / "fake" / "huggingface_hub"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text(FAKE_MODULE)

@@ -2,7 +2,7 @@
 
 The server's argv goes to systemd's ExecStart= (no shell), variables to the env file
 (EnvironmentFile=) and to the start-up hook (a Python module). Each is read back here the way
-its consumer reads it (systemd's rules: sglang_deploy.envfile and test_render's ExecStart parser; the hook by
+its consumer reads it (systemd's rules: sglang_deploy.plan.envfile and test_render's ExecStart parser; the hook by
 Python itself) and executed where it can be, checking that nothing ran.
 """
 
@@ -14,10 +14,10 @@ import sys
 
 import pytest
 
-from sglang_deploy.envfile import parse_env_file
+from sglang_deploy.plan.envfile import parse_env_file
 from sglang_deploy.errors import ProfileError
-from sglang_deploy.profile import load_profile
-from sglang_deploy.render import HOOK_MODULE, render_env_file, render_hook_module, render_unit
+from sglang_deploy.profile.schema import load_profile
+from sglang_deploy.plan.render import HOOK_MODULE, render_env_file, render_hook_module, render_unit
 from test_render import parse_exec_line
 
 PWNED = "/tmp/pwned"

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.inventory import REPO_ROOT, gpu_hosts, sandbox_hosts
+from sglang_deploy.plan.hosts import REPO_ROOT, gpu_hosts, sandbox_hosts
 
 
 def test_example_hosts_file_is_valid_and_layers_defaults():

@@ -1,4 +1,4 @@
-"""`python -m sglang_deploy.lint`: profiles through the loader, then the NCCL lint; the JSON
+"""`python -m sglang_deploy.profile.lint`: profiles through the loader, then the NCCL lint; the JSON
 Schema (schema/profile.schema.json is the committed copy)."""
 
 import io
@@ -10,8 +10,8 @@ import sys
 import pytest
 import yaml
 
-from sglang_deploy import lint
-from sglang_deploy.profile import PROFILES_DIR, schema_json
+from sglang_deploy.profile import lint
+from sglang_deploy.profile.schema import PROFILES_DIR, schema_json
 
 SCHEMA_FILE = PROFILES_DIR.parent / "schema" / "profile.schema.json"
 CLEAN = {"description": "d", "engine": {"packages": ["sglang==0.5.23"]},
@@ -113,7 +113,7 @@ def test_every_bad_profile_in_the_corpus_fails(in_repo):
 
 
 def test_runs_as_a_module(in_repo):
-    result = subprocess.run([sys.executable, "-m", "sglang_deploy.lint", "--strict", "sandbox"],
+    result = subprocess.run([sys.executable, "-m", "sglang_deploy.profile.lint", "--strict", "sandbox"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1, result.stderr
     assert result.stdout.splitlines()[-1] == "1 profile checked: 0 errors, 3 warnings"
@@ -131,7 +131,7 @@ def test_schema_is_printed():
 
 def test_committed_schema_is_current():
     """After a change to the profile schema: `make schema` (or
-    `python -m sglang_deploy.lint --schema > schema/profile.schema.json`)."""
+    `python -m sglang_deploy.profile.lint --schema > schema/profile.schema.json`)."""
     assert SCHEMA_FILE.read_text() == schema_json() + "\n"
 
 

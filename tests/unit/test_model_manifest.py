@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_deploy.node import model_manifest, preflight, result
+from sglang_deploy.node import model_manifest, preflight
+from sglang_deploy.node.lib import result
 
 NODE_DIR = Path(model_manifest.__file__).parent
 

@@ -7,10 +7,11 @@ import sys
 import pytest
 import yaml
 
-from sglang_deploy import lint, model_staging
+from sglang_deploy.profile import lint
+from sglang_deploy.plan import model_sources as model_staging
 from sglang_deploy.errors import ProfileError
 from sglang_deploy.node import model_manifest
-from sglang_deploy.profile import load_profile
+from sglang_deploy.profile.schema import load_profile
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 BASE = {"description": "d", "engine": {"packages": ["sglang==0.5.23"]},
@@ -154,7 +155,7 @@ def test_rsync_is_resumable_with_progress(tmp_path):
 
 
 def test_the_plan_carries_the_hub_token_without_showing_it(tmp_path):
-    from sglang_deploy.plan import plan_for
+    from sglang_deploy.plan.host_plan import plan_for
     path = profile(tmp_path, {"source": {"huggingface": {"repo": "org/m", "revision": COMMIT}}})
     text = path.read_text() + "secrets:\n  HF_TOKEN: {from_env: HF_TOKEN}\n"
     path.write_text(text)

@@ -10,13 +10,14 @@ import sys
 
 import pytest
 
-from sglang_deploy import nccl_ab as controller
-from sglang_deploy.inventory import REPO_ROOT
-from sglang_deploy.node import allreduce_stats, nccl_ab
-from sglang_deploy.node import result as node_result
-from sglang_deploy.plan import plan_for
-from sglang_deploy.profile import load_profile
-from sglang_deploy.render import render_env_file
+from sglang_deploy.report import nccl_ab_runner as controller
+from sglang_deploy.plan.hosts import REPO_ROOT
+from sglang_deploy.node.lib import allreduce_stats
+from sglang_deploy.node import nccl_ab
+from sglang_deploy.node.lib import result as node_result
+from sglang_deploy.plan.host_plan import plan_for
+from sglang_deploy.profile.schema import load_profile
+from sglang_deploy.plan.render import render_env_file
 
 SCRIPT = REPO_ROOT / "sglang_deploy" / "node" / "nccl_ab.py"
 INCIDENT = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16",
@@ -254,7 +255,7 @@ def test_controller_reports_a_node_without_gpu(tmp_path):
 
 
 def test_exit_statuses_are_the_ones_status_py_defines():
-    from sglang_deploy.node import status
+    from sglang_deploy.node.lib import status
     assert nccl_ab.EXIT == {nccl_ab.MEASURED: status.READY, nccl_ab.NO_GPU: status.NO_GPU,
                             nccl_ab.SERVER_RUNNING: status.GPUS_BUSY,
                             nccl_ab.FAILED: status.MEASUREMENT_FAILED}

@@ -1,7 +1,7 @@
 """NCCL confirmation on real NCCL 2.28.9 lines (H200, one rank) and a two-rank journal."""
 from pathlib import Path
 
-from sglang_deploy import nccl_confirm as nc
+from sglang_deploy.verify import nccl_confirm as nc
 
 CAPTURED = Path(__file__).parent / "captured"
 

@@ -3,9 +3,9 @@ PCIe-only nodes (warnings). Messages are asserted exactly: they are part of the 
 
 import pytest
 
-from sglang_deploy.nccl_lint import Finding, lint_env, parse_selection
-from sglang_deploy.nccl_vars import DEBUGGING, KNOWN, PROTOCOLS, strtoll
-from sglang_deploy.profile import load_profile
+from sglang_deploy.profile.nccl_lint import Finding, lint_env, parse_selection
+from sglang_deploy.profile.nccl_vars import DEBUGGING, KNOWN, PROTOCOLS, strtoll
+from sglang_deploy.profile.schema import load_profile
 
 NOTE = ('NCCL\'s guide lists these under "Debugging", not for production (sub-optimal '
         'behaviour, crashes or hangs): keep them only if an A/B all-reduce measurement on the '

@@ -3,8 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import gpu_health, nccl_confirm, nccl_lint, nccl_vars
-from sglang_deploy.nccl_vars import VARIABLES
+from sglang_deploy.verify import gpu_health, nccl_confirm
+from sglang_deploy.profile import nccl_lint, nccl_vars
+from sglang_deploy.profile.nccl_vars import VARIABLES
 
 CAPTURED = Path(__file__).parent / "captured"
 ROWS = [var for var in VARIABLES.values() if var.kind]

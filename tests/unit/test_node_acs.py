@@ -3,7 +3,8 @@
 import json
 from pathlib import Path
 
-from sglang_deploy.node import acs, result, status
+from sglang_deploy.node import acs
+from sglang_deploy.node.lib import result, status
 
 CAPTURED = Path(__file__).parent / "captured"
 

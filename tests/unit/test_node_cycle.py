@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from sglang_deploy.node import cycle, result, status
+from sglang_deploy.node import cycle
+from sglang_deploy.node.lib import result, status
 
 
 def _step(tmp_path, name, outcomes, **details):

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.node import dist_reach, status
+from sglang_deploy.node import dist_reach
+from sglang_deploy.node.lib import status
 
 SCRIPT = Path(dist_reach.__file__)
 

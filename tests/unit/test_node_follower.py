@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from sglang_deploy.node import follower, result, status
+from sglang_deploy.node import follower
+from sglang_deploy.node.lib import result, status
 
 FAKE_JOURNALCTL = r"""
 import json

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.node import http_probe, result, status, watch
-from sglang_deploy.node_scripts import gate_timings
-from sglang_deploy.profile import Readiness
+from sglang_deploy.plan.host_plan import node_script_files
+
+from sglang_deploy.node.lib import http_probe, result, status, watch
+from sglang_deploy.plan.script_commands import gate_timings
+from sglang_deploy.profile.schema import Readiness
 
 NODE = Path(__file__).resolve().parents[2] / "sglang_deploy" / "node"
 
@@ -370,13 +372,13 @@ def test_probe_host_mapping():
     assert http_probe.probe_host("10.0.0.5") == "10.0.0.5"
 
 
-def test_runs_from_a_flat_directory_like_on_the_node(tmp_path):
+def test_runs_from_the_uploaded_layout_like_on_the_node(tmp_path):
     flat = tmp_path / "node"
-    flat.mkdir()
-    for src in NODE.glob("*.py"):
-        if src.name != "__init__.py":
-            (flat / src.name).write_text(src.read_text())
-    for script in ("gate.py", "restart.py", "workers.py", "status.py", "sglang_log.py", "systemd.py", "procs.py"):
+    for local, remote in node_script_files("/opt/sd"):
+        (flat / remote[len("/opt/sd/node/"):]).parent.mkdir(parents=True, exist_ok=True)
+        (flat / remote[len("/opt/sd/node/"):]).write_text(local.read_text())
+    for script in ("gate.py", "restart.py", "workers.py", "lib/status.py", "lib/sglang_log.py", "lib/systemd.py",
+                   "lib/procs.py"):
         proc = subprocess.run([sys.executable, str(flat / script), "--help"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, universal_newlines=True, cwd=str(tmp_path))
         assert proc.returncode == 0, proc.stderr

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sglang_deploy.node import result, status, watch
+from sglang_deploy.node.lib import result, status, watch
 from test_node_gate import FakeNode, finish, gate_argv
 
 MISSING_TOOL = "/nonexistent/never-called"

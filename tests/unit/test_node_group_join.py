@@ -6,7 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_deploy.node import group_join, sglang_log, status
+from sglang_deploy.node import group_join
+from sglang_deploy.node.lib import sglang_log, status
 
 CAPTURED = Path(__file__).parent / "captured"
 

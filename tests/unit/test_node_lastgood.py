@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from sglang_deploy.node import lastgood, result, status
+from sglang_deploy.node import lastgood
+from sglang_deploy.node.lib import result, status
 
 
 def show(started_wall, now, monotonic, **extra):

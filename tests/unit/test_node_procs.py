@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from sglang_deploy.node import procs
+from sglang_deploy.node.lib import procs
 
 # Captured from a Linux 6.x host: a listener on 127.0.0.1:2202, one on 0.0.0.0:30000, an
 # established connection to 30000.

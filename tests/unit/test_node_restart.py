@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from sglang_deploy.node import compute_apps, restart, result, status
+from sglang_deploy.node.lib import compute_apps, result, status
+from sglang_deploy.node import restart
 
 # Captured on an H200 (driver 580.159.04) with two processes holding memory.
 SMI_NOUNITS = "478, 4614\n477, 2566\n"

@@ -2,7 +2,7 @@
 
 import json
 
-from sglang_deploy.node import result, status
+from sglang_deploy.node.lib import result, status
 
 
 def test_emit_prints_one_json_line_and_returns_the_status(capsys):

@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sglang_deploy.node import result, rotation, status
+from sglang_deploy.node.lib import result, status
+from sglang_deploy.node import rotation
 from test_node_routers import FakeRouter, router  # noqa: F401 (fixture)
 
 WORKER = "http://10.0.0.11:30000"

@@ -1,4 +1,4 @@
-"""node/routers.py and node/router_gate.py against a small HTTP server that answers like
+"""node/lib/routers.py and node/router_gate.py against a small HTTP server that answers like
 sglang-router 0.3.2's worker API (queued additions and removals, /readiness)."""
 
 import json
@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from sglang_deploy.node import router_gate
-from sglang_deploy.node.routers import Router, RouterError
+from sglang_deploy.node.lib.routers import Router, RouterError
 
 
 class FakeRouter(BaseHTTPRequestHandler):

@@ -1,7 +1,7 @@
 """SGLang log wording: phases and failure causes on realistic lines."""
 import pytest
 
-from sglang_deploy.node import sglang_log
+from sglang_deploy.node.lib import sglang_log
 
 PHASE_LINES = [
     ("[2026-11-29 10:00:01 TP0] Load weight begin. avail mem=78.50 GB", "loading"),

@@ -1,5 +1,5 @@
 """Exit statuses shared by the on-node scripts and the controller."""
-from sglang_deploy.node import status
+from sglang_deploy.node.lib import status
 
 
 def test_status_values_are_distinct_and_described(capsys):

@@ -3,7 +3,7 @@ import json
 import sys
 import time
 
-from sglang_deploy.node import systemd
+from sglang_deploy.node.lib import systemd
 
 SHOW = """\
 LoadState=loaded

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from sglang_deploy.node import result, status, workers
+from sglang_deploy.node.lib import result, status
+from sglang_deploy.node import workers
 
 EXPECT = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"}
 

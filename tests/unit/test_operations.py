@@ -13,11 +13,10 @@ from pyinfra.context import ctx_host
 from sglang_deploy import operations
 from sglang_deploy.operations import files as files_ops
 from sglang_deploy.operations import service
-from sglang_deploy.facts import (EngineDrift, FileDigests, InstalledDistributions, InterpreterStartup,
-                                 LastGood, Serving, UnitState, WorkerEnvironment)
-from sglang_deploy.node import status
-from sglang_deploy.plan import plan_for
-from sglang_deploy.venv_facts import EngineVenvs
+from sglang_deploy.facts.serving import EngineDrift, FileDigests, InstalledDistributions, InterpreterStartup, LastGood, Serving, UnitState, WorkerEnvironment
+from sglang_deploy.node.lib import status
+from sglang_deploy.plan.host_plan import plan_for
+from sglang_deploy.facts.engine_venvs import EngineVenvs
 
 
 def on_node(content, mode):
@@ -286,7 +285,7 @@ def test_node_scripts_command_lines():
 
 
 def test_manifests_diff_by_version_and_record():
-    from sglang_deploy import manifest
+    from sglang_deploy.report import manifest
 
     a = {"distributions": [{"name": "sglang", "version": "0.5.23", "record_sha256": "x"},
                            {"name": "torch", "version": "2.13.0", "record_sha256": "t"}]}
@@ -300,7 +299,7 @@ def test_manifests_diff_by_version_and_record():
 
 
 def test_manifest_record_writes_a_dated_file_and_latest(tmp_path):
-    from sglang_deploy import manifest
+    from sglang_deploy.report import manifest
 
     found = {"manifest": [{"name": "sglang", "version": "0.5.23", "record_sha256": "x"}],
              "missing_distributions": []}

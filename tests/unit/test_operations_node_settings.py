@@ -7,11 +7,11 @@ from pyinfra.context import ctx_host
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File
 
-from sglang_deploy.facts import UnitState
-from sglang_deploy.gpu_settings import GpuPersistence
-from sglang_deploy.operations.gpu_settings import persistence_mode, unit_absent, unit_active
+from sglang_deploy.facts.serving import UnitState
+from sglang_deploy.facts.gpu import GpuPersistence
+from sglang_deploy.operations.gpu_node import persistence_mode, unit_absent, unit_active
 from sglang_deploy.operations.prerequisites import os_prerequisites
-from sglang_deploy.os_support import OsRelease
+from sglang_deploy.facts.os_release import OsRelease
 
 DEBIAN = {"ID": "debian", "PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)"}
 PACKAGES = ["python3", "python3-venv", "pciutils", "rsync", "iproute2"]

@@ -5,8 +5,8 @@ import pytest
 from pyinfra.api.command import FileUploadCommand
 from pyinfra.context import ctx_host
 
-from sglang_deploy.operations import scripts
-from sglang_deploy.facts import FileDigests
+from sglang_deploy.operations import script_upload as scripts
+from sglang_deploy.facts.serving import FileDigests
 
 
 class FakeHost:

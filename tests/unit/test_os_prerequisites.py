@@ -2,8 +2,7 @@
 
 import pytest
 
-from sglang_deploy.os_support import (OsRelease, missing_packages, parse_os_release,
-                                      unsupported_os)
+from sglang_deploy.facts.os_release import OsRelease, missing_packages, parse_os_release, unsupported_os
 
 DEBIAN_12 = """PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"
 NAME="Debian GNU/Linux"

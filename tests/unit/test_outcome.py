@@ -6,9 +6,7 @@ from types import SimpleNamespace
 from pyinfra.api.state import StateStage
 
 from sglang_deploy.cli import EXIT_DEPLOY_ERROR, EXIT_UNREACHABLE
-from sglang_deploy.outcome import (DEPLOYED, FAILED, NOT_RUN, UNCHANGED, UNREACHABLE,
-                                   WOULD_CHANGE, Outcome, OutcomeRecorder, exit_status,
-                                   host_outcome, report_lines)
+from sglang_deploy.report.outcome import DEPLOYED, FAILED, NOT_RUN, UNCHANGED, UNREACHABLE, WOULD_CHANGE, Outcome, OutcomeRecorder, exit_status, host_outcome, report_lines
 
 
 def ran(name, **kwargs):

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from sglang_deploy.errors import DeployError, ProfileError
-from sglang_deploy.profile import PROFILES_DIR, Profile, load_profile, schema_json
+from sglang_deploy.profile.schema import PROFILES_DIR, Profile, load_profile, schema_json
 
 BAD = Path(__file__).resolve().parent / "bad_profiles"
 EXPECTED = yaml.safe_load((BAD / "expected.yml").read_text())

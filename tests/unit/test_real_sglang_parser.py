@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import engine_flags
-from sglang_deploy.profile import load_profile
+from sglang_deploy.profile import engine_flags
+from sglang_deploy.profile.schema import load_profile
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import checks, summary
-from sglang_deploy.profile import load_profile
-from sglang_deploy.redact import MASK, Redactor
+from sglang_deploy.verify import checks, summary
+from sglang_deploy.profile.schema import load_profile
+from sglang_deploy.verify.redact import MASK, Redactor
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,8 +112,8 @@ def test_setup_error(broken):
 '''
 
 CONFTEST = '''
-from sglang_deploy.redact import Redactor
-from sglang_deploy.redact_reports import ReportRedaction
+from sglang_deploy.verify.redact import Redactor
+from sglang_deploy.verify.pytest_redaction import ReportRedaction
 
 def pytest_configure(config):
     if config.getoption("redact"):
@@ -189,7 +189,7 @@ class NodeWithOutput:
 def test_a_check_detail_never_carries_a_secret(monkeypatch):
     """The gate's cause text (journal lines) is node output: a server that logs the token."""
     monkeypatch.setenv("HF_TOKEN", SECRET)
-    from sglang_deploy.plan import plan_for
+    from sglang_deploy.plan.host_plan import plan_for
     plan = plan_for({"profile": "baseline", "sglang_deploy_dir": "/opt/d", "env_dir": "/etc/s",
                      "unit_dir": "/etc/systemd/system", "state_dir": "/var/lib/d",
                      "deploy_lock_wait_s": 1, "rollback": True, "repair": False})
@@ -215,7 +215,7 @@ def test_summary_row_says_which_profile_was_checked_and_which_last_passed():
 def test_make_verify_prints_the_summary_when_an_assertion_failed_and_still_fails():
     done = subprocess.run(["make", "-s", "verify", "PYTEST=false", "PYTHON=echo summary-ran"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
-    assert "summary-ran -m sglang_deploy.summary" in done.stdout, done.stdout + done.stderr
+    assert "summary-ran -m sglang_deploy.verify.summary" in done.stdout, done.stdout + done.stderr
     assert done.returncode != 0
 
 

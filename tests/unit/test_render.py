@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.envfile import parse_env_file  # systemd's EnvironmentFile= rules
+from sglang_deploy.plan.envfile import parse_env_file  # systemd's EnvironmentFile= rules
 from sglang_deploy.errors import DeployError
-from sglang_deploy.profile import load_profile
-from sglang_deploy.render import (HOOK_MODULE, exec_start, render_env_file, render_hook_module,
-                                  render_hook_pth, render_unit, systemd_env_quote,
-                                  systemd_exec_quote, templates_dir)
+from sglang_deploy.profile.schema import load_profile
+from sglang_deploy.plan.render import HOOK_MODULE, exec_start, render_env_file, render_hook_module, render_hook_pth, render_unit, systemd_env_quote, systemd_exec_quote, templates_dir
 
 NASTY = ["plain", "two words", "  padded  ", 'say "hi"', "it's", "$HOME", "${HOME}", "$$",
          "# not a comment", "a#b", "; semi", "back\\slash", "trailing\\", "\\n literal",

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from sglang_deploy import serving_group
+from sglang_deploy.plan import serving_group
 from sglang_deploy.errors import DeployError
-from sglang_deploy.inventory import REPO_ROOT, deploy_defaults, gpu_hosts, sandbox_hosts
-from sglang_deploy.plan import plan_for
-from sglang_deploy.profile import load_profile
+from sglang_deploy.plan.hosts import REPO_ROOT, deploy_defaults, gpu_hosts, sandbox_hosts
+from sglang_deploy.plan.host_plan import plan_for
+from sglang_deploy.profile.schema import load_profile
 
 GROUP_ARGS = {"server_args": {"tp-size": 2, "nnodes": 2}}
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.node import group_join, sglang_log
+from sglang_deploy.node import group_join
+from sglang_deploy.node.lib import sglang_log
 from test_standin_server import Standin, cmdline, free_port, standins  # noqa: F401 (fixture)
 
 FAST = {"SGLANG_STANDIN_LOAD_SECONDS": "0.4", "SGLANG_STANDIN_WARMUP_SECONDS": "0.2"}

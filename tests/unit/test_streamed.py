@@ -1,4 +1,4 @@
-"""operations/streamed.py with node/result.py's result file: a streamed script's output shows
+"""operations/streamed.py with node/lib/result.py's result file: a streamed script's output shows
 its progress and no JSON; the caller still reads its result, and the scripts it runs print
 theirs to it as before. The scripts run for real, here, through a shell as on a node."""
 
@@ -10,7 +10,8 @@ from pathlib import Path
 
 from pyinfra.connectors.util import CommandOutput, OutputLine
 
-from sglang_deploy.node import cycle, result, status
+from sglang_deploy.node import cycle
+from sglang_deploy.node.lib import result, status
 from sglang_deploy.operations.streamed import run_streamed
 
 NODE = str(Path(cycle.__file__).parent)
@@ -34,7 +35,7 @@ class LocalHost:
 
 def _script(code, *details):
     """A command line of a script that prints a progress line and ends with emit(code)."""
-    text = (f"import sys; sys.path.insert(0, {NODE!r}); import result; print('working'); "
+    text = (f"import sys; sys.path.insert(0, {NODE!r}); from lib import result; print('working'); "
             f"sys.exit(result.emit({code}, {'no' if code else None!r}, **dict({list(details)!r})))")
     return f"{shlex.quote(sys.executable)} -c {shlex.quote(text)}"
 

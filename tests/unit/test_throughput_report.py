@@ -3,7 +3,7 @@
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 
-from sglang_deploy import throughput, throughput_report
+from sglang_deploy.report import throughput_log as throughput, throughput_report
 
 
 def _check(profile, figure, when, change=None, regression=(), version="0.5.23+sandbox"):

@@ -6,9 +6,10 @@ import os
 
 import pytest
 
-from sglang_deploy.node import lastgood, preflight, result, status
+from sglang_deploy.node import lastgood, preflight
+from sglang_deploy.node.lib import result, status
 from sglang_deploy.node import venvs as node_venvs
-from sglang_deploy.venvs import installable_wheels, venv_name, venvs_to_remove, wheel_identity
+from sglang_deploy.plan.venv_names import installable_wheels, venv_name, venvs_to_remove, wheel_identity
 
 PINS = ["sglang==0.5.24+sandbox"]
 W23 = "sglang-0.5.23+sandbox-py3-none-any.whl"

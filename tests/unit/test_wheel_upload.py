@@ -13,7 +13,7 @@ from pyinfra.api.command import FileUploadCommand
 from pyinfra.context import ctx_host
 
 from sglang_deploy import operations
-from sglang_deploy.facts import FileDigests
+from sglang_deploy.facts.serving import FileDigests
 from sglang_deploy.operations import files as files_ops
 from sglang_deploy.wheel_normal import FIXED_TIME, normalise
 

@@ -1,0 +1,35 @@
+"""pyinfra facts about the engine venvs: the interpreter's version (part of a venv's name) and
+which venvs the node holds, which one the unit runs through its link, and the last known good's."""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra.api import FactBase
+
+from sglang_deploy.facts.serving import ScriptResult
+
+_VERSION_PY = "import platform; print(platform.python_version())"
+
+
+class PythonVersion(FactBase):
+    """The full version of an interpreter on the node (``3.11.2``), or None without it."""
+
+    def command(self, python):
+        return f"{shlex.quote(python)} -c {shlex.quote(_VERSION_PY)} 2>/dev/null || true"
+
+    def process(self, output):
+        return output[0].strip() if output else None
+
+
+class EngineVenvs(ScriptResult):
+    """``venvs.py list``'s result line: ``{"venvs": [{"name", "built_at"}], "live", "pending",
+    "last_good"}``; None before our scripts are on the node."""
+
+    script = "venvs.py"
+
+    def command(self, scripts_dir, venvs_dir, link, last_good_dir=None):
+        good = f" --last-good-dir {shlex.quote(last_good_dir)}" if last_good_dir else ""
+        return self._guarded(scripts_dir, (
+            f"python3 {shlex.quote(scripts_dir)}/venvs.py list --dir {shlex.quote(venvs_dir)} "
+            f"--link {shlex.quote(link)}{good}"))

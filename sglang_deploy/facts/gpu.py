@@ -1,0 +1,46 @@
+"""GPU node settings of the profile (`gpu:`, `pcie:`) on the controller's side: the facts the
+deploy reads and the boot-time ACS unit it installs. The node-side parsing is
+node/lib/gpu_settings.py (nvidia-smi) and node/acs.py (lspci, setpci)."""
+
+from __future__ import annotations
+
+import shlex
+
+import jinja2
+from pyinfra.api import FactBase
+
+from sglang_deploy.node.lib import gpu_settings
+from sglang_deploy.plan.render import templates_dir
+
+ACS_UNIT = "sglang-disable-acs.service"
+PERSISTENCED_UNIT = "nvidia-persistenced.service"
+_NO_DRIVER = "no-nvidia-driver"
+
+
+def acs_unit_text(scripts_dir: str, service_unit: str) -> str:
+    """The oneshot unit that runs node/acs.py at every boot, before the server's unit."""
+    template = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
+                                  keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    return template.get_template(f"{ACS_UNIT}.j2").render(
+        python="/usr/bin/python3", script=f"{scripts_dir}/acs.py", before=service_unit)
+
+
+class GpuPersistence(FactBase):
+    """
+    ``None`` without an NVIDIA driver (no nvidia-smi); else ``{"unit": {"LoadState",
+    "UnitFileState", "ActiveState"} of nvidia-persistenced.service, "gpus": [nvidia-smi's
+    query rows, node/lib/gpu_settings.py]}``.
+    """
+
+    def command(self):
+        query = " ".join(shlex.quote(arg) for arg in gpu_settings.QUERY)
+        return (f"command -v nvidia-smi >/dev/null || {{ echo {_NO_DRIVER}; exit 0; }}; "
+                f"systemctl show -p LoadState,UnitFileState,ActiveState {PERSISTENCED_UNIT}; "
+                f"nvidia-smi {query}")
+
+    def process(self, output):
+        if list(output) == [_NO_DRIVER]:
+            return None
+        unit = dict(line.split("=", 1) for line in output if "=" in line and "," not in line)
+        rows = "\n".join(line for line in output if "=" not in line)
+        return {"unit": unit, "gpus": gpu_settings.parse(rows)}

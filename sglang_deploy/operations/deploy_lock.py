@@ -1,0 +1,56 @@
+"""One deploy at a time per node."""
+
+import shlex
+from pathlib import Path
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, operation
+
+from sglang_deploy.node.lib import result
+from sglang_deploy.operations.service import _fail
+
+NODE_DIR = Path(__file__).resolve().parent.parent / "node"
+
+_HELD_LOCKS = {}  # host name -> open SSH channel holding the node's lock, or the refusal
+
+
+@operation()
+def deploy_lock(path, wait_s, holder):
+    """
+    Hold the node's deploy lock for the rest of this run, so two operators cannot interleave
+    restarts. The lock lives in an SSH session of its own: it goes away with this process,
+    however the process ends. Taking it is not a change.
+
+    + path: lock file on the node
+    + wait_s: how long to wait for another deploy to finish
+    + holder: who we are, shown to whoever waits for us
+    """
+    outcome = _HELD_LOCKS.get(host.name)
+    if outcome is None:
+        outcome = _HELD_LOCKS[host.name] = _take_lock(path, wait_s, holder)
+    if isinstance(outcome, str):
+        yield FunctionCommand(_fail, (f"deploy lock {path}: {outcome}",), {})
+        return
+    host.noop(f"holding the deploy lock {path}")
+
+
+def _take_lock(path, wait_s, holder):
+    """The channel holding the lock, or a one-line reason why it could not be taken."""
+    client = getattr(host.connector, "client", None)
+    if client is None:
+        return "this connector cannot hold a lock (SSH only)"
+    source = (NODE_DIR / "lock.py").read_text()
+    channel = client.get_transport().open_session()
+    channel.exec_command(f"python3 -c {shlex.quote(source)} --path {shlex.quote(path)} "
+                         f"--wait {float(wait_s)} --holder {shlex.quote(holder)}")
+    lines = channel.makefile("r")
+    for line in lines:
+        for event in result.events([line]):
+            if event["event"] == "locked":
+                return channel
+            if event["event"] == "waiting":
+                host.log(f"waiting up to {wait_s:.0f}s for the deploy lock, held by "
+                         f"{event['holder']}", logger.warning)
+            elif event["event"] == "busy":
+                return f"held by {event['holder']} (waited {wait_s:.0f}s)"
+    return f"lock helper exited with status {channel.recv_exit_status()}"

@@ -1,0 +1,316 @@
+"""A serving group's restart, driven from the controller across its members' connections
+(operations/group.py runs it inside rank 0's operation; docs/architecture.md "Serving groups").
+
+The steps and their order are the single-node cycle's (node/cycle.py: preflight, venv switch,
+restart, readiness gate, workers, decode check, last known good saved; on failure the last known
+good restored and restarted), with the group's own orders inside them: rank 0 stops first and
+the followers end on its shutdown; every member starts; rank 0 alone is gated (it serves the
+API) while the followers' units are watched; every other step runs on every member at once.
+Failures are named with node/cycle.py's step labels.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+import time
+
+import gevent
+from pyinfra import logger
+from pyinfra.api import StringCommand
+from pyinfra.context import ContextObject, ctx_config, ctx_host
+
+from sglang_deploy.report import throughput_log as throughput
+from sglang_deploy.node import group_join
+from sglang_deploy.node.lib import result
+from sglang_deploy.node.cycle import LABELS
+from sglang_deploy.operations.files import hook_paths
+from sglang_deploy.operations.service import _cause
+from sglang_deploy.operations.streamed import run_streamed
+
+POLL_S = 0.5      # how often the followers' units are read while rank 0 is gated
+
+
+def _real(member_host):
+    """The Host itself, never pyinfra's `host` context proxy (which cannot be set as its own
+    context)."""
+    return member_host._get_module() if isinstance(member_host, ContextObject) else member_host
+
+
+def member_hook_paths(member_host, python):
+    """files.hook_paths, asked of another member."""
+    with ctx_host.use(_real(member_host)):
+        return hook_paths(python)
+
+
+def run_on(member_host, command, print_output=False):
+    """A command on another member, from this greenlet (pyinfra's host context set to it)."""
+    member_host = _real(member_host)
+    with ctx_host.use(member_host):
+        return member_host.run_shell_command(StringCommand(command), print_output=print_output)
+
+
+def unit_show(member_host, unit):
+    """A member's unit: {ActiveState, SubState, MainPID, NRestarts, UnitFileState}, {} unread."""
+    ok, output = run_on(member_host, f"systemctl show -p ActiveState -p SubState -p MainPID "
+                                     f"-p NRestarts -p UnitFileState {shlex.quote(unit)}")
+    return dict(line.split("=", 1) for line in output.stdout_lines if "=" in line) if ok else {}
+
+
+def _ended(show, base):
+    """Why a follower's start ended since ``base`` (its state right after the start), or None."""
+    if show.get("ActiveState") not in ("active", "activating") or show.get("SubState") == "auto-restart":
+        return f"unit {show.get('ActiveState')}/{show.get('SubState')}"
+    if show.get("MainPID") != base.get("MainPID") or show.get("NRestarts") != base.get("NRestarts"):
+        return "systemd restarted it"
+    return None
+
+
+class Group:
+    """One serving group's members, by rank, and the steps of its coordinated restart."""
+
+    def __init__(self, state, member, plans, stop_wait_s, rotation=None):
+        """plans: {host name: NodePlan} of every member; rotation: rank 0's fleet_plan.Rotation
+        (its routers: the followers are no router's workers)."""
+        self.state, self.member, self.stop_wait_s = state, member, stop_wait_s
+        self.rotation = rotation if rotation is not None and rotation.router_urls else None
+        self.taken_out = None  # rotation.py --only out's report while rank 0 is out of rotation
+        self.hosts = [state.inventory.get_host(name) for name in member.hosts]
+        self.plans = [plans[name] for name in member.hosts]
+        self.config = ctx_config.get()  # pyinfra's context, for the greenlets of `on`
+        self.t0 = time.monotonic()
+        self.said = set()  # what say() said already (a follower's death, said as it is seen)
+
+    @property
+    def followers(self):
+        return range(1, len(self.hosts))
+
+    def who(self, rank):
+        return f"{self.hosts[rank].name} (node-rank {rank})"
+
+    def say(self, text, fg=None, error=False):
+        self.said.add(text)
+        self.hosts[0].log_styled(f"[{time.monotonic() - self.t0:6.1f}s] group {self.member.group}: {text}",
+                                 fg=fg, log_func=logger.error if error else logger.info)
+
+    def run(self, rank, command, print_output=True):
+        member_host = self.hosts[rank]
+        with ctx_config.use(self.config), ctx_host.use(member_host):
+            if print_output:
+                return run_streamed(member_host, command)
+            return member_host.run_shell_command(StringCommand(command))
+
+    def on(self, ranks, command_of, print_output=True):
+        """Run a command on several members at once: {rank: (ok, output)}."""
+        jobs = {rank: gevent.spawn(self.run, rank, command_of(rank), print_output) for rank in ranks}
+        gevent.joinall(list(jobs.values()))
+        return {rank: job.get() for rank, job in jobs.items()}
+
+    def first_failure(self, found, what):
+        for rank, (ok, output) in sorted(found.items()):
+            if not ok:
+                return f"{what} failed on {self.who(rank)}: {_cause(output)}"
+        return None
+
+    def all_ranks(self):
+        return range(len(self.hosts))
+
+    # -- The cycle ------------------------------------------------------------------------------
+
+    def cycle(self, rollback=True, preflight=True):
+        """Preflight everywhere; rank 0 out of its routers' rotation (when the fleet has
+        routers) and drained; stop rank 0 first, then the followers; start every member; gate
+        rank 0 while watching the followers; workers everywhere; record the last known good
+        everywhere; rank 0 back in rotation. A failure after the stop rolls every member back
+        together (and rank 0 goes back in rotation serving the previous configuration)."""
+        gone = [h.name for h in self.hosts if h in self.state.failed_hosts]
+        if gone:
+            self.restore()
+            return False, (f"{', '.join(gone)} failed before the restart (its cause is above): "
+                           "nothing was stopped")
+        engines = {h.name: posixpath.basename(plan.venv or "") for h, plan in zip(self.hosts, self.plans)}
+        if len(set(engines.values())) > 1:  # the same pins, wheels and Python on every member
+            self.restore()
+            return False, ("members would run different engine venvs: " + ", ".join(
+                f"{name} {venv}" for name, venv in engines.items()) + "; nothing was stopped")
+        if preflight:
+            failure = (self.first_failure(self.on(self.all_ranks(), lambda r: self.plans[r].scripts.preflight(
+                f"{self.plans[r].venv}/bin/python")), LABELS["preflight"])
+                or self.first_failure(self.on(self.all_ranks(), lambda r: self.plans[r].scripts.switch()),
+                                      LABELS["switch"]))
+            if failure:
+                self.restore()
+                return False, f"{failure}; nothing was stopped"
+        refused = self.take_out()
+        if refused:
+            self.restore()
+            return False, refused
+        ok, text = self.restart(rollback)
+        back = self.put_back()
+        return (ok and not back), (f"{text}; {back}" if back else text)
+
+    def restart(self, rollback):
+        """From the stop on: restart, gate, workers, decode check, record; or roll back."""
+        why = self.restart_and_gate() or self.first_failure(
+            self.on(self.all_ranks(), lambda r: self.plans[r].scripts.workers()), LABELS["workers"])
+        if not why:
+            why = self.decode_check()
+            if why is False:  # on_regression: fail: it serves, unrecorded
+                return False, "decode check regressed (on_regression: fail): the group serves, not recorded"
+        if not why:
+            why = self.record()
+            if not why:
+                return True, f"serving ({self.plans[0].profile.name})"
+        if why not in self.said:
+            self.say(why, fg="red", error=True)
+        if not rollback:
+            return False, f"{why}; rollback disabled: the group is left as it is"
+        self.say("rolling back every member to its last known good", fg="yellow")
+        found = self.restore()
+        failure = self.first_failure(found, "restoring the last known good")
+        if failure:
+            return False, f"{why}; rollback failed: {failure}"
+        previous = (result.parse(found[0][1].stdout_lines) or {}).get("profile") or "?"
+        again = self.restart_and_gate()
+        if again:
+            return False, f"{why}; rollback to {previous} failed too: {again}"
+        self.say(f"rolled back: serving {previous} again", fg="yellow", error=True)
+        return False, f"{why}; rolled back: serving {previous} again"
+
+    def take_out(self):
+        """Rank 0 out of every router and drained before the group stops (the routers then send
+        its requests to the fleet's other workers). None, or why nothing was stopped."""
+        if not self.rotation:
+            return None
+        ok, output = self.run(0, self.rotation.out(self.plans[0].scripts.directory))
+        if not ok:
+            return f"rotation: {_cause(output)}; nothing was stopped"
+        self.taken_out = (result.parse(output.stdout_lines) or {}).get("rotation") or {}
+        return None
+
+    def put_back(self):
+        """Rank 0 back in every router once it serves again; None, or why not."""
+        if not (self.taken_out and self.taken_out.get("was_serving")):
+            return None
+        ok, output = self.run(0, self.rotation.back(self.plans[0].scripts.directory))
+        return None if ok else f"back in rotation failed: {_cause(output)}"
+
+    def decode_check(self):
+        """Rank 0's decode check (it serves the API), when the profile has one: None when it
+        passed or only warns, False under on_regression: fail, why under rollback."""
+        command = self.plans[0].scripts.decode_check()
+        if not command:
+            return None
+        ok, output = self.run(0, command)
+        found = result.parse(output.stdout_lines) or {}
+        said = throughput.took_note(self.hosts[0].name, found)
+        if said:
+            self.say(said[0], fg={"warning": "yellow", "error": "red"}.get(said[1]))
+        if ok or found.get("on_regression") == "warn" or not found.get("throughput"):
+            return None
+        return False if found.get("on_regression") == "fail" else f"{LABELS['decode']}: {_cause(output)}"
+
+    def restore(self):
+        ranks = [r for r in self.all_ranks() if self.hosts[r] not in self.state.failed_hosts]
+        return self.on(ranks, lambda r: self.plans[r].scripts.restore_last_good())
+
+    def record(self):
+        def save(rank):
+            paths = member_hook_paths(self.hosts[rank], self.plans[rank].hook_python) or {}
+            return self.plans[rank].scripts.save_last_good(paths)
+        commands = {rank: save(rank) for rank in self.all_ranks()}
+        return self.first_failure(self.on(self.all_ranks(), commands.get), LABELS["save"])
+
+    def stop(self):
+        """Rank 0 first (the followers end without it: its broadcast, or the peer lost), then
+        each follower's end, killed after stop_wait_s; None or why it failed."""
+        started = time.monotonic()
+        self.say(f"stopping rank 0 {self.hosts[0].name} first")
+        ok, output = self.run(0, self.plans[0].scripts.restart() + " --no-start")
+        if not ok:
+            return f"stopping rank 0 {self.hosts[0].name} failed: {_cause(output)}"
+        rank0_s = time.monotonic() - started
+        self.say(f"rank 0 stopped in {rank0_s:.1f}s; the followers end on its shutdown "
+                 f"(killed after {self.stop_wait_s:g}s)")
+        found = self.on(self.followers, lambda r: (
+            f"python3 {shlex.quote(self.plans[r].scripts.directory)}/follower.py stop "
+            f"--unit {shlex.quote(self.plans[r].unit)} --wait {self.stop_wait_s:g}"))
+        failure = self.first_failure(found, "stopping a follower")
+        if failure:
+            return failure
+        for rank, (_, output) in sorted(found.items()):
+            said = result.parse(output.stdout_lines) or {}
+            if said.get("killed"):
+                self.say(f"{self.who(rank)} did not end on rank 0's shutdown: killed after "
+                         f"{self.stop_wait_s:g}s", fg="yellow")
+        # Port and GPU memory released on the followers too (nothing left to stop there).
+        failure = self.first_failure(self.on(self.followers, lambda r: self.plans[r].scripts.restart()
+                                             + " --no-start", print_output=False), "stopping a follower")
+        if failure:
+            return failure
+        self.say(f"group stopped in {time.monotonic() - started:.1f}s (rank 0 {rank0_s:.1f}s, "
+                 f"followers {time.monotonic() - started - rank0_s:.1f}s after it)")
+        return None
+
+    def restart_and_gate(self):
+        """Stop, start every member, gate rank 0 watching the followers: None, or why not."""
+        failure = self.stop()
+        if failure:
+            return failure
+        self.say("starting every member")
+        failure = self.first_failure(self.on(self.all_ranks(), lambda r: self.plans[r].scripts.start()),
+                                     "start")
+        return failure or self.gate()
+
+    def gate(self):
+        """Rank 0's readiness gate (the served name, /ping, "fired up") while every follower's
+        unit is watched: a follower that dies fails the gate at once, with its host and cause.
+        A follower's own /health is a dummy that always answers 200: never readiness."""
+        units = [plan.unit for plan in self.plans]
+        base = {rank: unit_show(self.hosts[rank], units[rank]) for rank in self.followers}
+        gating = gevent.spawn(self.run, 0, self.plans[0].scripts.gate())
+        while not gating.ready():
+            for rank in self.followers:
+                ended = _ended(unit_show(self.hosts[rank], units[rank]), base[rank])
+                if ended:
+                    return self.follower_died(rank, ended, gating)
+            gating.join(timeout=POLL_S)
+        ok, output = gating.get()
+        if not ok:
+            why = f"rank 0 {self.hosts[0].name} failed its gate: {_cause(output)}"
+            missing = self.not_joined()
+            return f"{missing}; {why}" if missing else why
+        for rank in self.followers:
+            ended = _ended(unit_show(self.hosts[rank], units[rank]), base[rank])
+            if ended:
+                return self.follower_died(rank, ended, gating)
+        self.say(f"rank 0 {self.hosts[0].name} serves; followers "
+                 f"{', '.join(self.who(r) for r in self.followers)} running")
+        return None
+
+    def not_joined(self):
+        """Which follower never joined rank 0's rendezvous, from every member's journal of this
+        start (node/group_join.py's reading), or None when the rendezvous is not the cause."""
+        def journal(rank):
+            ok, output = self.run(rank, f"python3 {shlex.quote(self.plans[rank].scripts.directory)}/lib/systemd.py "
+                                        f"journal {shlex.quote(self.plans[rank].unit)}", print_output=False)
+            return [line for line in output.stdout_lines if not line.startswith("-- cursor:")] if ok else None
+        profile = self.plans[0].profile
+        found = group_join.assess(journal(0), len(self.hosts), profile.tp_size,
+                                  {rank: journal(rank) for rank in self.followers})
+        if found["state"] in ("joined", "not-started") or not found["cause"]:
+            return None
+        if found["missing"]:
+            return (", ".join(self.who(rank) for rank in found["missing"])
+                    + f" never joined rank 0: {found['cause']}")
+        return found["cause"]
+
+    def follower_died(self, rank, ended, gating):
+        ok, output = self.run(rank, f"python3 {shlex.quote(self.plans[rank].scripts.directory)}/follower.py "
+                                    f"cause --unit {shlex.quote(self.plans[rank].unit)}")
+        cause = (result.parse(output.stdout_lines) or {}).get("cause") or ended
+        why = f"{self.who(rank)} died while the group started: {cause}"
+        self.say(why, fg="red", error=True)
+        self.stop()  # rank 0 (its gate ends with it), then what is left of the followers
+        gating.join(timeout=30)
+        return why

@@ -1,0 +1,152 @@
+"""A fleet's operations: a node's restart out of rotation, ordered in batches across the run,
+and the router's service and gate."""
+
+import shlex
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, operation
+
+from sglang_deploy.facts.serving import UnitState
+from sglang_deploy.plan.fleet import Rollout
+from sglang_deploy.node.lib import result, status
+from sglang_deploy.operations.files import hook_paths
+from sglang_deploy.operations.service import _cause, _fail, _say_outcome, run_cycle
+from sglang_deploy.operations.streamed import run_streamed
+
+ROLLOUT = {}  # "run" -> the Rollout shared by every node of this run
+
+
+def rollout(max_failures=0) -> Rollout:
+    return ROLLOUT.setdefault("run", Rollout(max_failures))
+
+
+@operation(is_idempotent=False)
+def rolled_restart(scripts, hook_python, rotation, profile_name, rollback=True):
+    """
+    Restart the server out of rotation (node/rotation.py around node/cycle.py): out of every
+    router, drained, restarted through the gate (rolled back when it fails), back in every
+    router and healthy there. Called with ``_parallel=rolling_batch``: pyinfra runs the nodes
+    batch by batch. Once the rollout stopped (more than ``rolling_max_failures`` nodes failed),
+    a later node is not restarted: its files go back to its last known good and it keeps
+    serving what it served.
+
+    + scripts: ``NodeScripts`` for this node
+    + hook_python: interpreter whose start-up hook belongs to the configuration
+    + rotation: ``fleet_plan.Rotation`` for this node
+    + profile_name: the profile being rolled out (for the per-host report)
+    + rollback: restore the last known good when the new configuration fails its gate
+    """
+    yield FunctionCommand(_rotate, (scripts, hook_python, rotation, profile_name, rollback), {})
+
+
+def _rotate(state, host, scripts, hook_python, rotation, profile_name, rollback):
+    run = rollout(rotation.rolling.max_failures)
+    refusal = run.refusal(host.name)
+    if refusal:
+        return _keep_previous(host, scripts, run, refusal)
+    command = rotation.wrap(scripts.directory, scripts.cycle(hook_paths(hook_python), rollback),
+                            scripts.restore_last_good())
+    try:
+        found, output = run_cycle(host, command)
+    except Exception as exc:  # the connection went away mid-restart
+        why = f"{host.name} became unreachable mid-rollout ({type(exc).__name__}: {exc})"
+        run.failed(host.name, why)
+        run.note(host.name, "unreachable mid-restart: state unknown")
+        return _fail(state, host, why)
+    if found is None:
+        why = f"{host.name}: no result from the restart ({_cause(output)}); unreachable?"
+        run.failed(host.name, why)
+        run.note(host.name, "no result from its restart: state unknown")
+        return _fail(state, host, why)
+    turn = found.get("rotation") or {}
+    if turn.get("routers"):
+        host.log(f"out of rotation {turn.get('out_s', 0):.1f}s (drained in "
+                 f"{turn.get('drain_s', 0):.1f}s"
+                 + ("" if turn.get("drained", True) else f", {turn.get('in_flight_left')} left")
+                 + f"); routers: {', '.join(turn['routers'])}", logger.info)
+    outcome = found.get("outcome")
+    if outcome in ("router_unreachable", "router_failed"):
+        host.log_styled(f"rollout refused: {found.get('cause')}", fg="red", log_func=logger.error)
+        run.failed(host.name, found.get("cause"))
+        run.note(host.name, "not restarted: serves its previous configuration")
+        return False
+    served = _say_outcome(host, found) and found["status"] == status.READY
+    if found.get("rotation_failed"):
+        host.log_styled(f"back in rotation failed: {found['rotation_failed']}", fg="red",
+                        log_func=logger.error)
+    if served:
+        run.succeeded(host.name)
+        if rotation.router_urls:  # without routers, "deployed" says it all
+            run.note(host.name, f"serves {profile_name}, back in rotation")
+        return True
+    run.failed(host.name, found.get("cause") or outcome)
+    previous = found.get("profile")
+    run.note(host.name, {"rolled_back": f"rolled back: serves {previous}",
+                         "preflight_failed": "preflight failed: serves its previous configuration",
+                         "regressed": f"serves {profile_name}, slower than its last known good "
+                                      "(on_regression: fail)",
+                         }.get(outcome, f"{outcome}: not serving"))
+    return False
+
+
+def _keep_previous(host, scripts, run, refusal):
+    """The rollout stopped before this node: put its files back to its last known good (what
+    it serves), so nothing half-applied is left for a later run to restart into."""
+    ok, output = host.run_shell_command(StringCommand(scripts.restore_last_good()))
+    found = result.parse(output.stdout_lines) or {}
+    if found.get("status") == status.NO_LAST_GOOD:
+        serves = "nothing yet (no configuration ever passed its gate here)"
+    else:
+        serves = found.get("profile") or "its previous configuration"
+        if not ok:
+            serves += f" (restoring its files failed: {_cause(output)})"
+    host.log_styled(f"not restarted: {refusal}; serves {serves}", fg="yellow",
+                    log_func=logger.error)
+    run.note(host.name, f"not restarted: serves {serves}")
+    return False
+
+
+@operation(is_idempotent=False)
+def router_restarted(plan, scripts_dir):
+    """
+    Restart the router (its configuration changed) and gate it: /readiness 200 and every
+    expected worker healthy in /workers.
+
+    + plan: ``fleet_plan.RouterPlan``
+    + scripts_dir: where our on-node scripts are
+    """
+    yield f"systemctl restart {shlex.quote(plan.unit)}"
+    yield FunctionCommand(_router_gate, (plan, scripts_dir), {})
+
+
+@operation()
+def router_serving(plan, scripts_dir):
+    """
+    The router enabled and running, and its gate passed; nothing changes when it is.
+
+    + plan: ``fleet_plan.RouterPlan``
+    + scripts_dir: where our on-node scripts are
+    """
+    unit_state = host.get_fact(UnitState, unit=plan.unit)
+    if unit_state.get("UnitFileState") != "enabled":
+        yield f"systemctl enable {shlex.quote(plan.unit)}"
+    if unit_state.get("ActiveState") not in ("active", "activating"):
+        yield f"systemctl start {shlex.quote(plan.unit)}"
+        yield FunctionCommand(_router_gate, (plan, scripts_dir), {})
+        return
+    ok, output = host.run_shell_command(StringCommand(plan.gate(scripts_dir, timeout=0)))
+    if ok:
+        host.noop(f"router {plan.settings.url}: ready, {len(plan.worker_urls)} worker(s) healthy")
+        return
+    yield FunctionCommand(_router_gate, (plan, scripts_dir), {})
+
+
+def _router_gate(state, host, plan, scripts_dir):
+    ok, output = run_streamed(host, plan.gate(scripts_dir))
+    if not ok:
+        host.log_styled(f"router gate failed: {_cause(output)}", fg="red", log_func=logger.error)
+        _, journal = host.run_shell_command(StringCommand(
+            f"journalctl -u {shlex.quote(plan.unit)} -n 15 --no-pager -o cat | cut -c1-300"))
+        for line in journal.stdout_lines:
+            host.log(f"  {plan.unit}: {line}", logger.error)
+    return ok

@@ -1,0 +1,38 @@
+"""Old engine venvs removed: the newest few kept, the live one and the last known good's always."""
+
+import shlex
+
+from pyinfra import host
+from pyinfra.api import operation
+
+from sglang_deploy.facts.engine_venvs import EngineVenvs
+from sglang_deploy.plan.venv_names import venvs_to_remove
+
+
+@operation()
+def old_venvs_pruned(venvs_dir, link, keep, wanted, scripts_dir, last_good_dir):
+    """
+    Remove the engine venvs beyond the newest ``keep`` that are neither the one the unit's link
+    points at, nor the last known good's (a rollback switches back to it, with no download),
+    nor ``wanted``.
+
+    + venvs_dir: where the venvs are
+    + link: the path the unit runs through (the profile's ``engine.venv``)
+    + keep: how many of the newest finished venvs stay
+    + wanted: the venv this deploy built or keeps
+    + scripts_dir: where our on-node scripts are (venvs.py lists the venvs)
+    + last_good_dir: the last known good (its manifest names its venv)
+    """
+    found = host.get_fact(EngineVenvs, scripts_dir=scripts_dir, venvs_dir=venvs_dir, link=link,
+                          last_good_dir=last_good_dir)
+    if found is None:
+        host.noop("no engine venvs yet")
+        return
+    protected = [found["live"], found["last_good"], found["pending"], wanted.rsplit("/", 1)[1]]
+    gone = venvs_to_remove(found["venvs"], keep, protected)
+    if not gone:
+        host.noop(f"{len(found['venvs'])} engine venvs, at most {keep} kept besides the live "
+                  f"and last known good ones")
+        return
+    host.log(f"removing engine venvs {', '.join(gone)} (keeping {keep})")
+    yield "rm -rf -- " + " ".join(shlex.quote(f"{venvs_dir}/{name}") for name in gone)

@@ -1,0 +1,127 @@
+"""What one host of a fleet needs from the others: a router's unit (every serving node's URL),
+a node's rotation (every router's URL, the rolling settings). Computed on the controller from
+the whole inventory, so a ``--limit`` run still knows the fleet; bad settings fail here, before
+any host is touched."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglang_deploy.plan.fleet import ROUTER_UNIT, Rolling, RouterSettings, address, check_ports, is_router, render_router_unit, rolling_settings, router_settings, worker_url
+from sglang_deploy.plan.hosts import REPO_ROOT
+from sglang_deploy.errors import DeployError
+from sglang_deploy.profile.schema import load_profile
+from sglang_deploy.plan.serving_group import resolve
+
+
+def fleet_hosts(inventory):
+    """[(name, data)] of every host of a pyinfra inventory (active or not)."""
+    return [(host.name, host.data) for host in inventory]
+
+
+def workers(hosts):
+    """[(name, address, port)] of the serving nodes: every host that is not a router, nor a
+    serving group's follower (rank 0 alone serves the group's API; a follower's /health is a
+    dummy that always answers 200, so a router must never send it requests)."""
+    members = resolve(hosts)
+    found = []
+    for name, data in hosts:
+        if is_router(data) or (name in members and not members[name].is_leader):
+            continue
+        profile = load_profile(data.get("profile"), overrides=data.get("profile_overrides") or None)
+        found.append((name, address(data, name), profile.service.port))
+    return found
+
+
+def routers(hosts):
+    return [router_settings(name, data) for name, data in hosts if is_router(data)]
+
+
+def checked_fleet(hosts):
+    """(routers, workers), with ports checked against each other."""
+    found_routers, found_workers = routers(hosts), workers(hosts)
+    check_ports(found_routers, found_workers,
+                {name: data.get("ssh_port") for name, data in hosts})
+    return found_routers, found_workers
+
+
+@dataclass
+class RouterPlan:
+    settings: RouterSettings
+    worker_urls: list
+    unit_text: str
+    wheels: list
+
+    @property
+    def unit(self):
+        return ROUTER_UNIT
+
+    def gate(self, scripts_dir, timeout=None):
+        args = ["--url", self.settings.local_url,
+                "--timeout", self.settings.gate_timeout_s if timeout is None else timeout]
+        for url in self.worker_urls:
+            args += ["--worker", url]
+        return (f"python3 {shlex.quote(scripts_dir)}/router_gate.py "
+                + " ".join(shlex.quote(str(a)) for a in args))
+
+
+def router_plan(name, hosts) -> RouterPlan:
+    found_routers, found_workers = checked_fleet(hosts)
+    settings = next(r for r in found_routers if r.name == name)
+    urls = sorted(worker_url(addr, port) for _, addr, port in found_workers)
+    return RouterPlan(settings=settings, worker_urls=urls,
+                      unit_text=render_router_unit(settings, urls),
+                      wheels=_wheels(settings.find_links))
+
+
+@dataclass
+class Rotation:
+    """How one node leaves and rejoins rotation around its restart cycle."""
+    worker_url: str
+    local_port: int
+    router_urls: list
+    rolling: Rolling
+
+    def wrap(self, scripts_dir, cycle, restore):
+        """rotation.py around the node's restart cycle (``cycle``: cycle.py's command line;
+        ``restore``: lastgood.py restore's)."""
+        return self._rotation(scripts_dir, "--cycle", cycle, "--restore", restore)
+
+    def out(self, scripts_dir):
+        """rotation.py's first half: out of every router and drained, nothing restarted (for a
+        restart driven from the controller: a serving group's rank 0)."""
+        return self._rotation(scripts_dir, "--only", "out")
+
+    def back(self, scripts_dir):
+        """rotation.py's second half: back in every router and healthy there."""
+        return self._rotation(scripts_dir, "--only", "back")
+
+    def _rotation(self, scripts_dir, *tail):
+        args = ["--worker-url", self.worker_url, "--local-port", self.local_port,
+                "--drain-timeout", self.rolling.drain_timeout_s,
+                "--healthy-timeout", self.rolling.healthy_timeout_s]
+        for url in self.router_urls:
+            args += ["--router", url]
+        if self.rolling.without_routers:
+            args.append("--allow-unreachable-routers")
+        return (f"python3 {shlex.quote(scripts_dir)}/rotation.py "
+                + " ".join(shlex.quote(str(a)) for a in [*args, *tail]))
+
+
+def rotation_for(name, data, hosts, port) -> Rotation:
+    found_routers, _ = checked_fleet(hosts)
+    return Rotation(worker_url=worker_url(address(data, name), port), local_port=int(port),
+                    router_urls=[r.url for r in found_routers], rolling=rolling_settings(data))
+
+
+def _wheels(find_links):
+    if not find_links:
+        return []
+    path = Path(find_links) if Path(find_links).is_absolute() else REPO_ROOT / find_links
+    found = sorted(path.glob("*.whl")) if path.is_dir() else []
+    if not found:
+        raise DeployError(f"router_find_links: no wheel at {path} (run `make router-wheels`)")
+    return found
+

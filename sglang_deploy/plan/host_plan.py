@@ -1,0 +1,218 @@
+"""Everything one host's deploy needs, computed on the controller from host data + profile."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglang_deploy.errors import DeployError
+from sglang_deploy.plan.hosts import REPO_ROOT, deploy_defaults
+from sglang_deploy.profile.lint import finding_lines
+from sglang_deploy.plan.model_sources import HubClient
+from sglang_deploy.plan.model_sources import targets as staging_targets
+from sglang_deploy.plan.script_commands import NodeScripts
+from sglang_deploy.profile.schema import Profile, load_profile
+from sglang_deploy.plan.render import render_env_file, render_hook_module, render_hook_pth, render_unit
+from sglang_deploy.plan.serving_group import apply as apply_group
+from sglang_deploy.plan.venv_names import venv_name, wheel_digests
+
+NODE_SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "node"
+
+
+@dataclass
+class NodePlan:
+    profile: Profile
+    unit: str
+    unit_text: str
+    env_path: str
+    env_text: str = field(repr=False)       # may hold secret values: never in a repr
+    secret_values: list = field(repr=False)
+    hook_module: str
+    hook_pth: str
+    hook_python: str
+    deploy_dir: str
+    env_dir: str
+    unit_dir: str
+    run_dir: str
+    wheels: list
+    scripts: NodeScripts
+    lock_path: str
+    lock_wait_s: float
+    lock_holder: str
+    rollback: bool
+    repair: tuple | None
+    lint_warnings: list  # the profile's lint warnings, one line each, naming its file
+    venvs_dir: str = ""  # one engine venv per pin set (group_data/all.py)
+    venvs_keep: int = 0
+    venv: str | None = None  # this pin set's venv on the node: bind_venv() names it
+    os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
+    models: list = field(default_factory=list)  # model_staging.StagingTarget: what is staged
+    hf_venv: str | None = None    # the Hub client's venv, when a model comes from the Hub
+    hf_pin: str | None = None
+    hf_token: str | None = field(default=None, repr=False)  # the profile's HF_TOKEN secret
+    group: object = None  # serving_group.Member of a multi-node server; None: serves alone
+
+    def bind_venv(self, python_version: str) -> str:
+        """Name the venv of this plan's pin set on a node whose ``engine.python`` is
+        ``python_version``: the engine step builds it, preflight runs its parser, the start-up
+        hook goes into it, drift and the manifest read it. The unit runs through
+        ``engine.venv``, the link the restart cycle points at it."""
+        engine = self.profile.engine
+        self.venv = f"{self.venvs_dir}/{venv_name(engine.packages, wheel_digests(self.wheels), python_version)}"
+        self.scripts.venv = self.venv
+        if not self.profile.hook.system_wide:
+            self.hook_python = f"{self.venv}/bin/python"
+        return self.venv
+
+    @property
+    def wheels_dir(self):
+        return self.scripts.wheels_dir
+
+    @property
+    def hub_client(self):
+        """How the node downloads a Hub source: the client venv's python, the token."""
+        return HubClient(python=f"{self.hf_venv}/bin/python", run_dir=self.run_dir,
+                         token=self.hf_token)
+
+    @property
+    def node_scripts(self):
+        """(local path, remote path) of every on-node script."""
+        return node_script_files(self.deploy_dir)
+
+
+def node_script_files(deploy_dir):
+    """(local path, remote path) of every on-node script under ``deploy_dir``/node: the
+    entry points, and under lib/ the library they share (a package there, so its
+    ``__init__.py`` goes too)."""
+    scripts = [path for path in sorted(NODE_SCRIPTS_DIR.glob("*.py")) if path.name != "__init__.py"]
+    library = sorted((NODE_SCRIPTS_DIR / "lib").glob("*.py"))
+    return [(path, f"{deploy_dir}/node/{path.name}") for path in scripts] + [
+        (path, f"{deploy_dir}/node/lib/{path.name}") for path in library
+    ]
+
+
+def plan_holder():
+    """Who holds a lock this run takes: shown to whoever waits for it."""
+    return f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
+
+
+def plan_for(data, operator_env=None, member=None) -> NodePlan:
+    """The plan for a host whose data is ``data`` (pyinfra host.data or a plain mapping);
+    ``member``: its place in a serving group (serving_group.resolve), whose flags it runs."""
+    operator_env = os.environ if operator_env is None else operator_env
+    overrides = _get(data, "profile_overrides") or None
+    profile = load_profile(_get(data, "profile"), overrides=overrides)
+    lint_warnings = _lint(profile, overrides)
+    profile = apply_group(profile, member)
+    service = profile.service.name
+    unit = f"{service}.service"
+    deploy_dir = _get(data, "sglang_deploy_dir")
+    env_dir = _get(data, "env_dir")
+    run_dir = _get(data, "run_dir")
+    secrets = profile.env_file_vars(operator_env)
+    venv_python = f"{profile.engine.venv}/bin/python"
+    env_path = f"{env_dir}/{service}.env"
+    unit_path = f"{_get(data, 'unit_dir')}/{unit}"
+    wheels = _wheel_files(profile.engine.find_links)
+    wheels_dir = f"{deploy_dir}/wheels" if wheels else None
+    return NodePlan(
+        profile=profile,
+        unit=unit,
+        unit_text=render_unit(profile, env_dir=env_dir),
+        env_path=env_path,
+        env_text=render_env_file(profile, operator_env),
+        secret_values=[secrets[name] for name in profile.secrets if name in secrets],
+        hook_module=render_hook_module(profile),
+        hook_pth=render_hook_pth(profile),
+        hook_python=profile.engine.python if profile.hook.system_wide else venv_python,
+        deploy_dir=deploy_dir,
+        env_dir=env_dir,
+        unit_dir=_get(data, "unit_dir"),
+        run_dir=run_dir,
+        wheels=wheels,
+        scripts=NodeScripts(f"{deploy_dir}/node", unit, profile,
+                            files={"env": env_path, "unit": unit_path},
+                            last_good_dir=f"{_get(data, 'state_dir')}/{service}/last-good",
+                            wheels_dir=wheels_dir, run_dir=run_dir,
+                            min_free_gib=float(_setting(data, "venv_min_free_gib"))),
+        lock_path=f"{run_dir}/{service}.lock",
+        lock_wait_s=float(_get(data, "deploy_lock_wait_s")),
+        lock_holder=plan_holder(),
+        rollback=_flag(_get(data, "rollback")),
+        repair=((f"{deploy_dir}/node", profile.engine.drift_check)
+                if _flag(_get(data, "repair")) else None),
+        lint_warnings=lint_warnings,
+        venvs_dir=_setting(data, "venvs_dir"),
+        venvs_keep=int(_setting(data, "venvs_keep")),
+        os_packages=list(_setting(data, "os_packages")),
+        models=staging_targets(profile),
+        hf_venv=f"{deploy_dir}/hf-venv",
+        hf_pin=_get(data, "huggingface_hub_pin"),
+        hf_token=secrets.get("HF_TOKEN"),
+        group=member,
+    )
+
+
+_WARNED: set = set()  # warning lines printed in this run: hosts sharing a profile share them
+
+
+def print_lint_warnings(plan: NodePlan, out=None) -> None:
+    """Print the plan's lint warnings that this run has not printed yet (once, not once per
+    host of the same profile)."""
+    for line in plan.lint_warnings:
+        if line not in _WARNED:
+            _WARNED.add(line)
+            print(f"sglang-deploy: {line}", file=out or sys.stderr)
+
+
+def _lint(profile: Profile, overrides) -> list:
+    """The profile's lint (flag names, NCCL variables): its errors refuse the deploy, before
+    any host is touched; its warnings are returned."""
+    where = _display(profile.source[0]) + (" with profile_overrides" if overrides else "")
+    errors, warnings = finding_lines(profile, where=where)
+    if errors:
+        raise DeployError("\n".join(errors + ["the profile has lint errors "
+                                               "(`make lint-profiles`): nothing was changed"]))
+    return warnings
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _get(data, key):
+    return data.get(key) if hasattr(data, "get") else getattr(data, key)
+
+
+def _setting(data, key):
+    """Host data ``key``, or group_data/all.py's default where the data (a plain mapping, not
+    pyinfra's layered host data) lacks it."""
+    value = _get(data, key)
+    return deploy_defaults()[key] if value is None else value
+
+
+def _flag(value):
+    """A boolean from host data, where `--data rollback=false` arrives as a string."""
+    if isinstance(value, str):
+        if value.lower() not in ("true", "false", "yes", "no", "1", "0"):
+            raise DeployError(f"expected true or false, got {value!r}")
+        return value.lower() in ("true", "yes", "1")
+    return bool(value)
+
+
+def _wheel_files(find_links):
+    wheels = []
+    for entry in find_links:
+        path = Path(entry) if Path(entry).is_absolute() else REPO_ROOT / entry
+        found = sorted(path.glob("*.whl")) if path.is_dir() else [path] if path.is_file() else []
+        if not found:
+            raise DeployError(f"engine.find_links: no wheel at {path} (run `make wheels`)")
+        wheels.extend(found)
+    return wheels

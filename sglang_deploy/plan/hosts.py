@@ -1,0 +1,256 @@
+"""Hosts for pyinfra inventories and testinfra, from one place.
+
+Two sources, one shape: a list of ``(name, data)`` pairs where ``data`` holds pyinfra's
+``ssh_*`` keys plus ``profile`` / ``profile_overrides``:
+
+- ``gpu_hosts()`` reads the operator's hosts file (``inventory/hosts.yml`` or
+  ``$SGLANG_DEPLOY_HOSTS``), documented in ``inventory/hosts.example.yml``;
+- ``sandbox_hosts()`` reads the state the sandbox tool writes (``.sandbox/state.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sglang_deploy.errors import DeployError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HOSTS_FILE_VAR = "SGLANG_DEPLOY_HOSTS"
+DEFAULT_HOSTS_FILE = REPO_ROOT / "inventory" / "hosts.yml"
+SANDBOX_STATE_FILE = REPO_ROOT / ".sandbox" / "state.json"
+SANDBOX_PROFILE = "sandbox"
+SANDBOX_ROUTER_WHEELS = "build/router-wheels"
+# Per-node profiles for the sandbox, e.g. "node1=sandbox,node2=sandbox-eagle3".
+SANDBOX_PROFILES_VAR = "SGLANG_DEPLOY_SANDBOX_PROFILES"
+# Serving groups of sandbox nodes, rank 0 first, e.g. "g1=node1+node2" (several: "a=...,b=...").
+SANDBOX_GROUPS_VAR = "SGLANG_DEPLOY_SANDBOX_GROUPS"
+# Sandbox nodes share the controller's network: a group's --dist-init-addr port is rank 0's
+# server port plus this, so it never meets another node's ports.
+SANDBOX_DIST_INIT_OFFSET = 1000
+
+
+class SshEntry(BaseModel):
+    """How the controller reaches a host, and how the fleet's other hosts do."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ssh_hostname: Optional[str] = None
+    ssh_user: Optional[str] = None
+    ssh_port: Optional[int] = Field(default=None, ge=1, le=65535)
+    ssh_key: Optional[str] = None
+    # How routers reach this node, or nodes this router (default: ssh_hostname).
+    fleet_address: Optional[str] = None
+
+
+class HostEntry(SshEntry):
+    """One host of the hosts file; every key optional except where defaults lack it."""
+
+    profile: Optional[str] = None
+    profile_overrides: dict[str, Any] = Field(default_factory=dict)
+    # Serving groups (multi-node servers): sglang_deploy/plan/serving_group.py.
+    serving_group: Optional[str] = None
+    node_rank: Optional[int] = Field(default=None, ge=0)
+    cluster_address: Optional[str] = None
+    socket_ifname: Optional[str] = None
+
+
+class RouterEntry(SshEntry):
+    """One router host: SSH keys plus its router_* settings (group_data/all.py)."""
+
+    router_port: Optional[int] = None
+    router_prometheus_port: Optional[int] = None
+    router_policy: Optional[str] = None
+    router_extra_args: Optional[list[str]] = None
+
+
+class HostsFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    defaults: HostEntry = Field(default_factory=HostEntry)
+    hosts: dict[str, Optional[HostEntry]]
+    routers: dict[str, Optional[RouterEntry]] = Field(default_factory=dict)
+    # Fleet-wide settings for every host: rolling_* and router_* keys of group_data/all.py.
+    fleet: dict[str, Any] = Field(default_factory=dict)
+
+
+def hosts_file_path() -> Path:
+    return Path(os.environ.get(HOSTS_FILE_VAR) or DEFAULT_HOSTS_FILE)
+
+
+def gpu_hosts(path: Optional[Path] = None) -> list[tuple[str, dict]]:
+    """Hosts from the operator's hosts file; DeployError (no traceback) when unusable."""
+    return _read_hosts_file(path)[0]
+
+
+def gpu_routers(path: Optional[Path] = None) -> list[tuple[str, dict]]:
+    """The hosts file's routers (its `routers:` section), as the `routers` group."""
+    return _read_hosts_file(path)[1]
+
+
+def _read_hosts_file(path):
+    path = Path(path or hosts_file_path())
+    if not path.is_file():
+        raise DeployError(
+            f"hosts file {path} not found: copy inventory/hosts.example.yml to "
+            f"inventory/hosts.yml, or point ${HOSTS_FILE_VAR} at yours"
+        )
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+        parsed = HostsFile.model_validate(raw)
+    except yaml.YAMLError as exc:
+        raise DeployError(f"{path}: not valid YAML: {exc}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise DeployError(f"{path}: {where}: {first['msg']}") from None
+    if not parsed.hosts:
+        raise DeployError(f"{path}: no hosts listed under 'hosts:'")
+    unknown = [key for key in parsed.fleet if not key.startswith(("rolling_", "router_"))]
+    if unknown:
+        raise DeployError(f"{path}: fleet: {unknown[0]}: only rolling_* and router_* settings "
+                          "(group_data/all.py) belong here")
+    defaults = parsed.defaults.model_dump(exclude_none=True, exclude_defaults=True)
+    hosts = []
+    for name, entry in parsed.hosts.items():
+        data = {**defaults, **(entry.model_dump(exclude_none=True, exclude_defaults=True) if entry else {})}
+        data.setdefault("ssh_hostname", name)
+        hosts.append((name, {**parsed.fleet, **data}))
+    ssh_defaults = {k: v for k, v in defaults.items() if k.startswith("ssh_")}
+    routers = []
+    for name, entry in parsed.routers.items():
+        if name in parsed.hosts:
+            raise DeployError(f"{path}: routers: {name} is also under hosts")
+        data = {**ssh_defaults, **(entry.model_dump(exclude_none=True) if entry else {})}
+        data.setdefault("ssh_hostname", name)
+        routers.append((name, {**parsed.fleet, **data, "role": "router"}))
+    return hosts, routers
+
+
+def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict]]:
+    """Sandbox nodes as pyinfra hosts; each serves on its own port (shared network)."""
+    if not state_file.is_file():
+        raise DeployError(f"no sandbox nodes: {state_file} is missing (run `make sandbox`)")
+    state = json.loads(state_file.read_text())
+    chosen = _profile_choices(os.environ.get(SANDBOX_PROFILES_VAR, ""))
+    groups = _group_choices(os.environ.get(SANDBOX_GROUPS_VAR, ""))
+    ports = {node["name"]: node["server_port"] for node in state["nodes"]}
+    hosts = []
+    for node in state["nodes"]:
+        if node.get("role") == "router":
+            continue
+        service = {"port": node["server_port"]}
+        group = groups.get(node["name"])
+        if group:
+            # The group's members share rank 0's dist-init port (a group runs one profile).
+            service["dist_init_port"] = ports[group[1][0]] + SANDBOX_DIST_INIT_OFFSET
+        hosts.append((node["name"], {
+            **_sandbox_ssh(node, state["key"]),
+            "profile": chosen.get(node["name"], SANDBOX_PROFILE),
+            "profile_overrides": {"service": service},
+            **({"serving_group": group[0], "node_rank": group[1].index(node["name"]),
+                "cluster_address": node["ssh_host"]} if group else {}),
+        }))
+    return hosts
+
+
+def sandbox_routers(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict]]:
+    """Sandbox nodes recorded with role router (`sandbox.py up --routers N`): SGLang's router
+    on the node's server port, installed from the wheels `make router-wheels` downloads on the
+    controller (the nodes have no internet)."""
+    if not state_file.is_file():
+        return []
+    state = json.loads(state_file.read_text())
+    return [(node["name"], {
+        **_sandbox_ssh(node, state["key"]),
+        "role": "router",
+        "router_port": node["server_port"],
+        # Nodes share the host's network: each router its own exporter port.
+        "router_prometheus_port": node["server_port"] - 1000,
+        "router_find_links": SANDBOX_ROUTER_WHEELS,
+    }) for node in state["nodes"] if node.get("role") == "router"]
+
+
+def _sandbox_ssh(node, key) -> dict:
+    """How pyinfra reaches a sandbox node."""
+    return {"ssh_hostname": node["ssh_host"], "ssh_port": node["ssh_port"],
+            "ssh_user": node["ssh_user"], "ssh_key": key,
+            # Throwaway nodes get new host keys on every rebuild.
+            "ssh_strict_host_key_checking": "off", "ssh_known_hosts_file": "/dev/null"}
+
+
+def _group_choices(spec: str) -> dict[str, tuple[str, list[str]]]:
+    """Parse "g1=node1+node2" into {"node1": ("g1", ["node1", "node2"]), "node2": ...}."""
+    found = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, sep, members = item.partition("=")
+        nodes = [node.strip() for node in members.split("+") if node.strip()]
+        if not sep or not name or not nodes:
+            raise DeployError(f"${SANDBOX_GROUPS_VAR}: expected GROUP=NODE+NODE..., got {item!r}")
+        for node in nodes:
+            found[node] = (name, nodes)
+    return found
+
+
+def _profile_choices(spec: str) -> dict[str, str]:
+    """Parse "node1=a,node2=b" into {"node1": "a", "node2": "b"}."""
+    choices = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, sep, profile = item.partition("=")
+        if not sep or not name or not profile:
+            raise DeployError(f"${SANDBOX_PROFILES_VAR}: expected NODE=PROFILE, got {item!r}")
+        choices[name] = profile
+    return choices
+
+
+def deploy_defaults() -> dict:
+    """The host data defaults of group_data/all.py (deploy-level paths and switches)."""
+    return {key: value for key, value in runpy.run_path(str(REPO_ROOT / "group_data" / "all.py")).items()
+            if not key.startswith("_")}
+
+
+def inventory_hosts(inventory_file) -> list[tuple[str, dict]]:
+    """(name, data) pairs of every host group a pyinfra inventory file defines, with the
+    defaults of group_data/all.py under each host's own data (as pyinfra layers them)."""
+    defaults = deploy_defaults()
+    namespace = runpy.run_path(str(REPO_ROOT / inventory_file))
+    hosts = []
+    for value in namespace.values():
+        if isinstance(value, list) and all(isinstance(h, tuple) and len(h) == 2 for h in value):
+            hosts.extend((name, {**defaults, **data}) for name, data in value)
+    return hosts
+
+
+def testinfra_host(data):
+    """A testinfra host (paramiko over SSH) for a host's data."""
+    import warnings
+
+    import testinfra
+
+    if data.get("ssh_known_hosts_file") == "/dev/null":
+        # Throwaway nodes (the sandbox) get new host keys on every rebuild.
+        warnings.filterwarnings("ignore", "Unknown ssh-ed25519 host key", UserWarning)
+
+    url = f"paramiko://{data.get('ssh_user', 'root')}@{data['ssh_hostname']}:{data.get('ssh_port', 22)}"
+    return testinfra.get_host(url, ssh_identity_file=data.get("ssh_key"))
+
+
+def ssh_argv(name, data, command):
+    """ssh with the inventory's connection data (BatchMode: never prompt)."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10"]
+    if data.get("ssh_key"):
+        argv += ["-i", str(data["ssh_key"]), "-o", "IdentitiesOnly=yes"]
+    if data.get("ssh_port"):
+        argv += ["-p", str(data["ssh_port"])]
+    if data.get("ssh_known_hosts_file") == "/dev/null":
+        argv += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+    target = data.get("ssh_hostname", name)
+    if data.get("ssh_user"):
+        target = f"{data['ssh_user']}@{target}"
+    return argv + [target, command]

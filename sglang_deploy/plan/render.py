@@ -1,0 +1,123 @@
+"""Rendering a profile into the files a node gets: unit, env file and start-up hook.
+
+Pure functions of the profile; nothing here touches a host. Quoting follows systemd's own
+parsers, so every value reaches the server byte-exact with no shell in between.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from sglang_deploy.errors import DeployError
+from sglang_deploy.profile.schema import Profile
+
+ENV_DIR = "/etc/sglang"            # default; the deploy passes its own `env_dir`
+HOOK_MODULE = "sglang_deploy_env"  # <site-packages>/sglang_deploy_env.{py,pth}
+
+_ENV_SPECIAL = re.compile(r'([\\"`$])')
+_EXEC_PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+_PLAIN_PATH = re.compile(r"(/[A-Za-z0-9._+@-]+)+")
+
+
+def templates_dir() -> Path:
+    """templates/ at the repository root."""
+    return Path(__file__).resolve().parents[2] / "templates"
+
+
+def systemd_env_quote(value: str) -> str:
+    """`value` as a double-quoted EnvironmentFile= value that systemd reads back unchanged.
+
+    systemd's env-file parser (src/basic/env-file.c) turns \\" \\\\ \\` \\$ back into the
+    character and keeps everything else inside double quotes as is (`#`, `;`, `'`, spaces);
+    EnvironmentFile= expands no variables. A newline cannot be written: escaped, it is a line
+    continuation, so it is refused.
+    """
+    if any(c in value for c in "\n\r\x00"):
+        raise DeployError("an env file value must be one line (no newline, carriage return or NUL)")
+    return '"' + _ENV_SPECIAL.sub(r"\\\1", value) + '"'
+
+
+def systemd_exec_quote(arg: str) -> str:
+    """One ExecStart= word that systemd turns back into exactly `arg` (systemd.service(5),
+    "Command lines"): `%` is doubled (specifiers), `$` is doubled (variable expansion), and a
+    word with anything beyond [A-Za-z0-9_@%+=:,./-] goes in double quotes with C escapes, which
+    also keeps a lone `;` from being read as a command separator.
+    """
+    if "\x00" in arg:
+        raise DeployError("a command-line argument cannot contain NUL")
+    arg = arg.replace("%", "%%").replace("$", "$$")
+    if _EXEC_PLAIN.fullmatch(arg):
+        return arg
+    return '"' + "".join(_c_escape(c) for c in arg) + '"'
+
+
+def _c_escape(c: str) -> str:
+    if c in '\\"':
+        return "\\" + c
+    if ord(c) < 0x20 or c == "\x7f":
+        return f"\\x{ord(c):02x}"
+    return c
+
+
+def exec_start(profile: Profile) -> str:
+    """ExecStart=: the venv's interpreter running sglang.launch_server with the profile's argv."""
+    argv = [f"{profile.engine.venv}/bin/python", "-m", "sglang.launch_server", *profile.argv()]
+    return " ".join(systemd_exec_quote(arg) for arg in argv)
+
+
+def render_unit(profile: Profile, env_dir: str = ENV_DIR) -> str:
+    """The systemd unit, /etc/systemd/system/<service.name>.service."""
+    if not _PLAIN_PATH.fullmatch(env_dir):
+        raise DeployError(f"env_dir {env_dir!r}: must be an absolute path "
+                          f"of letters, digits and ._+@-")
+    return _render("sglang.service.j2", profile, exec_start=exec_start(profile),
+                   env_file=f"{env_dir}/{profile.service.name}.env")
+
+
+def render_env_file(profile: Profile, operator_env: Mapping[str, str]) -> str:
+    """The env file (mode 0600): env, then the secrets set in `operator_env`, each by name."""
+    variables = profile.env_file_vars(operator_env)
+    env = {name: value for name, value in variables.items() if name not in profile.secrets}
+    secrets = {name: value for name, value in variables.items() if name in profile.secrets}
+    return _render("sglang.env.j2", profile,
+                   variables={**canonical_order(env), **canonical_order(secrets)})
+
+
+def render_hook_module(profile: Profile) -> str:
+    """sglang_deploy_env.py: setdefault of every `env` variable (never secrets), by name."""
+    return _render("sglang_env_hook.py.j2", profile,
+                   variables=canonical_order(profile.hook_vars()))
+
+
+def canonical_order(variables: Mapping[str, str]) -> dict:
+    """`variables` sorted by name. Environment variables have no order (none refers to another:
+    neither EnvironmentFile= nor the hook expands anything), so the files a node gets depend
+    only on what the variables are: reordering `env:` in a profile rewrites nothing and
+    restarts nothing."""
+    return dict(sorted(variables.items()))
+
+
+def render_hook_pth(profile: Profile) -> str:
+    """sglang_deploy_env.pth: imports the hook at interpreter start-up. A .pth runs from
+    site-packages even where the distro's sitecustomize.py shadows a venv's own."""
+    return _render("sglang_env_hook.pth.j2", profile)
+
+
+def _render(template: str, profile: Profile, **context) -> str:
+    return _jinja().get_template(template).render(
+        profile=profile, service=profile.service, module=HOOK_MODULE, **context)
+
+
+@lru_cache(maxsize=None)
+def _jinja() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates_dir()),
+                             undefined=jinja2.StrictUndefined, autoescape=False,
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(env_quote=systemd_env_quote, pyrepr=repr,
+                       unit_specifiers=lambda text: text.replace("%", "%%"))
+    return env

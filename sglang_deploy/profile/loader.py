@@ -1,0 +1,285 @@
+"""Reading profile files: YAML that remembers where every key was set, `extends:` chains,
+host data overrides merged on top, and validation errors turned into `file:line: key: reason`.
+
+The schema itself (and every profile default) is in profile.py; this module knows no field.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from sglang_deploy.errors import ProfileError
+
+OVERRIDES = "profile_overrides"  # how errors name values that came from host data
+
+
+class KeyProblem(ValueError):
+    """A whole-profile check that fails because of one key: errors point at that key's line."""
+
+    def __init__(self, loc: tuple, message: str):
+        super().__init__(message)
+        self.loc = loc
+
+
+# -- YAML with locations ---------------------------------------------------------------------
+
+class _Located(dict):
+    """A mapping that remembers, per key, the (file, line) that set it."""
+    where: dict
+
+
+class _LocatedList(list):
+    where: dict
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that records key locations and refuses duplicate keys (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        where = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+            try:
+                first = where.get(key)
+            except TypeError:  # unhashable key: the base class reports it
+                continue
+            if first:
+                raise ProfileError(f"duplicate key {key!r} (first on line {first[1]})",
+                                   file=self.name, line=line)
+            where[key] = (self.name, line)
+        mapping = _Located(super().construct_mapping(node, deep))
+        mapping.where = where
+        return mapping
+
+    def _construct_map(self, node):
+        data = _Located()
+        yield data
+        value = self.construct_mapping(node)
+        data.update(value)
+        data.where = value.where
+
+    def _construct_seq(self, node):
+        data = _LocatedList()
+        yield data
+        data.extend(self.construct_sequence(node))
+        data.where = {i: (self.name, item.start_mark.line + 1) for i, item in enumerate(node.value)}
+
+
+_Loader.add_constructor("tag:yaml.org,2002:map", _Loader._construct_map)
+_Loader.add_constructor("tag:yaml.org,2002:seq", _Loader._construct_seq)
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _read(path: Path) -> _Located:
+    file = _display(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise ProfileError(f"cannot read: {reason}", file=file) from None
+    loader = _Loader(text)
+    loader.name = file
+    try:
+        data = loader.get_single_data()
+    except yaml.MarkedYAMLError as exc:
+        mark, context = exc.problem_mark or exc.context_mark, exc.context_mark
+        if "'\\t'" in str(exc.problem):
+            reason = "tab character (indent YAML with spaces)"
+        else:
+            reason = f"invalid YAML: {exc.problem}"
+            if exc.context and context and context.line != mark.line:
+                reason += f" ({exc.context} on line {context.line + 1})"
+        raise ProfileError(reason, file=file, line=mark.line + 1 if mark else None) from None
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"invalid YAML: {exc}", file=file) from None
+    finally:
+        loader.dispose()
+    if data is None:  # an empty file
+        data = _locate({}, file)
+    if not isinstance(data, _Located):
+        raise ProfileError("a profile is a mapping (description:, engine:, model:, ...)", file=file)
+    return data
+
+
+def _locate(value: Any, origin: str) -> Any:
+    """Plain data (host data overrides) as located data, every key attributed to `origin`."""
+    if isinstance(value, Mapping):
+        located = _Located((key, _locate(child, origin)) for key, child in value.items())
+    elif isinstance(value, list):
+        located = _LocatedList(_locate(child, origin) for child in value)
+    else:
+        return value
+    located.where = dict.fromkeys(located.keys() if isinstance(located, dict)
+                                  else range(len(located)), (origin, None))
+    return located
+
+
+# -- Layers: extends chain and overrides -----------------------------------------------------
+
+@dataclass(frozen=True)
+class Layers:
+    """A profile's files merged root first, overrides on top: what the schema validates."""
+
+    data: _Located            # the merged mapping; every key knows its (file, line)
+    source: tuple[Path, ...]  # the files read, leaf first
+    leaf: str                 # the leaf file as errors name it
+
+
+def read_layers(ref: str | Path, profiles_dir: str | Path,
+                overrides: Optional[Mapping[str, Any]] = None) -> Layers:
+    """Read profile `ref` (a name under `profiles_dir`, or a path), resolve its `extends:`
+    chain and deep-merge `overrides` (host data) on top. Nothing is validated yet."""
+    profiles_dir = Path(profiles_dir).resolve()
+    try:
+        path = _find(str(ref), Path.cwd(), [profiles_dir])
+    except LookupError as exc:
+        raise ProfileError(str(exc)) from None
+    leaf = _display(path)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", path.stem):
+        raise ProfileError("a profile file name is letters, digits and ._- "
+                           "(the name is written into rendered files)", file=leaf)
+    chain = _chain(path, profiles_dir)
+    data = _locate({}, leaf)
+    for _, layer in reversed(chain):  # root first, so each child wins over its parent
+        data = _merge(data, layer)
+    if overrides is not None:
+        if not isinstance(overrides, Mapping) or "extends" in overrides:
+            raise ProfileError("must be a mapping of profile keys (extends: only in files)",
+                               key=OVERRIDES)
+        data = _merge(data, _locate(overrides, OVERRIDES))
+    return Layers(data, tuple(p for p, _ in chain), leaf)
+
+
+def _find(ref: str, base: Path, dirs: list[Path]) -> Path:
+    """A profile by path (relative to `base`) or by name (`<dir>/<ref>.yml`, first dir wins)."""
+    if "/" in ref or ref.endswith((".yml", ".yaml")):
+        path = base / Path(ref).expanduser()
+        if path.is_file():
+            return path.resolve()
+        raise LookupError(f"no profile file {ref}")
+    dirs = list(dict.fromkeys(d.resolve() for d in dirs))
+    for directory in dirs:
+        if (directory / f"{ref}.yml").is_file():
+            return (directory / f"{ref}.yml").resolve()
+    names = sorted({p.stem for d in dirs for p in d.glob("*.yml")})
+    where = ", ".join(_display(d) for d in dirs)
+    raise LookupError(f"no profile named {ref!r} in {where}{_hint(ref, names)}")
+
+
+def _chain(path: Path, profiles_dir: Path) -> list[tuple[Path, _Located]]:
+    """The profile at `path` and its `extends:` ancestors, leaf first."""
+    chain = [(path, _read(path))]
+    while "extends" in chain[-1][1]:
+        here, data = chain[-1]
+        parent = data.pop("extends")
+        file, line = data.where.pop("extends")
+        if not isinstance(parent, str) or not parent.strip():
+            raise ProfileError("must be a profile name or a path",
+                               file=file, key="extends", line=line)
+        try:
+            path = _find(parent, here.parent, [here.parent, profiles_dir])
+        except LookupError as exc:
+            raise ProfileError(str(exc), file=file, key="extends", line=line) from None
+        seen = [p for p, _ in chain]
+        if path in seen:
+            cycle = " -> ".join(_display(p) for p in seen[seen.index(path):] + [path])
+            raise ProfileError(f"cycle: {cycle}", file=file, key="extends", line=line)
+        chain.append((path, _read(path)))
+    return chain
+
+
+def _merge(base: Any, over: Any) -> Any:
+    """Deep merge: mappings merge key by key, `over` winning; anything else (lists too) is
+    replaced."""
+    if not (isinstance(base, _Located) and isinstance(over, _Located)):
+        return over
+    merged = _Located(base)
+    merged.where = dict(base.where)
+    for key, value in over.items():
+        merged[key] = _merge(base[key], value) if key in base else value
+        merged.where[key] = over.where.get(key)
+    return merged
+
+
+# -- Validation errors, located --------------------------------------------------------------
+
+def located_error(exc: ValidationError, layers: Layers, schema: type[BaseModel]) -> ProfileError:
+    """`exc` (from validating `layers.data` against `schema`) as one ProfileError, one line per
+    problem, each naming the file, line and key path that set the value."""
+    errors = [_one_error(err, layers, schema) for err in exc.errors()]
+    first = errors[0]
+    if len(errors) == 1:
+        return first
+    more = "".join(f"\n{err}" for err in errors[1:])
+    return ProfileError(first.reason + more, file=first.file, key=first.key, line=first.line)
+
+
+def _one_error(err: Mapping[str, Any], layers: Layers, schema: type[BaseModel]) -> ProfileError:
+    loc = tuple(part for part in err["loc"] if part != "[key]")
+    kind, value = err["type"], err["input"]
+    if kind == "extra_forbidden":
+        reason = "unknown key" + _hint(loc[-1], _known_keys(schema, loc[:-1]))
+    elif kind == "missing":
+        reason = "required key is missing"
+    elif kind == "value_error":
+        reason = str(err["ctx"]["error"])
+        loc = getattr(err["ctx"]["error"], "loc", loc)  # a KeyProblem names its key
+    elif kind in ("model_type", "dict_type"):
+        reason = "must be a mapping"
+    elif value is None or isinstance(value, (str, int, float)):
+        reason = f"{err['msg']} (got {value!r})"
+    else:
+        reason = err["msg"]
+    file, line = _where(layers.data, loc)
+    key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    return ProfileError(reason, file=file or layers.leaf, key=key or None, line=line)
+
+
+def _where(data: Any, loc: tuple) -> tuple[Optional[str], Optional[int]]:
+    """(file, line) of the deepest key along `loc` whose location is known."""
+    found = (None, None)
+    for part in loc:
+        where = getattr(data, "where", {})
+        if part not in where:
+            break
+        found = where[part] or found
+        data = data[part]
+    return found
+
+
+def _known_keys(schema: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys `schema` allows in the mapping at `loc` (at the top, `extends` too)."""
+    tp: Any = schema
+    for part in loc:
+        if isinstance(tp, type) and issubclass(tp, BaseModel) and part in tp.model_fields:
+            tp = tp.model_fields[part].annotation
+        elif get_origin(tp) is dict:
+            tp = get_args(tp)[1]
+        else:
+            return []
+    if not (isinstance(tp, type) and issubclass(tp, BaseModel)):
+        return []
+    return ["extends", *tp.model_fields] if tp is schema else list(tp.model_fields)
+
+
+def _hint(word: Any, choices: list[str]) -> str:
+    close = difflib.get_close_matches(str(word), choices, n=1)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    return f" (expected one of: {', '.join(choices)})" if choices else ""

@@ -1,0 +1,372 @@
+"""Profiles: the schema of profiles/*.yml, and `load_profile`.
+
+This is the one documented place for profile defaults: a key a profile leaves out gets the
+default written next to its field below. Reading the files (line numbers, `extends:`, host data
+overrides, located errors) is profile_loader.py's job.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
+                      PlainValidator, PrivateAttr, ValidationError, model_validator)
+
+from sglang_deploy.errors import DeployError
+from sglang_deploy.profile.loader import OVERRIDES, KeyProblem, located_error, read_layers
+
+__all__ = ["OVERRIDES", "PROFILES_DIR", "Profile", "load_profile", "schema_json"]
+
+PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"  # where names are looked up
+_ONE_LINE_BREAKERS = ("\n", "\r", "\x00")
+
+
+# -- Field types -----------------------------------------------------------------------------
+
+def _pattern(regex: str, expected: str) -> AfterValidator:
+    compiled = re.compile(regex)
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise ValueError(f"{value!r} is not {expected}")
+        return value
+    return AfterValidator(check)
+
+
+def _one_line(value: str) -> str:
+    if any(c in value for c in _ONE_LINE_BREAKERS):
+        raise ValueError("must be one line (no newline, carriage return or NUL)")
+    return value
+
+
+def _env_scalar(value: Any) -> Any:
+    # YAML turns `yes`/`on`/`true` into booleans; which spelling the program wants is unknowable.
+    if isinstance(value, bool):
+        raise ValueError("true/false is ambiguous here: quote the value, e.g. '1' or 'true'")
+    return str(value) if isinstance(value, (int, float)) else value
+
+
+def _unit_text(value: str) -> str:
+    _one_line(value)
+    if value.endswith("\\"):  # a trailing backslash continues the line in a unit file
+        raise ValueError("must not end with a backslash")
+    return value
+
+
+_RESERVED_FLAGS = {"model-path": "model.path", "model": "model.path",
+                   "served-model-name": "model.served_name",
+                   "host": "service.host", "port": "service.port"}
+
+
+def _flag_name(name: str) -> str:
+    if name.startswith("-"):
+        raise ValueError(f"write flag names without leading dashes ({name.lstrip('-')!r})")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
+        raise ValueError(f"{name!r} is not a flag name (lower-case letters, digits and dashes, "
+                         f"e.g. {name.replace('_', '-').lower() or 'tp-size'!r})")
+    if name in _RESERVED_FLAGS:
+        raise ValueError(f"comes from {_RESERVED_FLAGS[name]}; remove it from server_args")
+    return name
+
+
+def _arg_value(value: Any) -> Any:
+    scalar = (str, int, float)
+    ok_scalar = value is None or isinstance(value, (bool, *scalar))
+    ok_list = (isinstance(value, list) and value
+               and all(isinstance(v, scalar) and not isinstance(v, bool) for v in value))
+    if not (ok_scalar or ok_list):
+        raise ValueError("must be a string, a number, true/false/null "
+                         "or a non-empty list of strings and numbers")
+    if any(isinstance(v, str) and "\x00" in v for v in (value if ok_list else [value])):
+        raise ValueError("contains a NUL character")
+    return value
+
+
+EnvName = Annotated[str, _pattern(r"[A-Za-z_][A-Za-z0-9_]*",
+                                  "a variable name ([A-Za-z_][A-Za-z0-9_]*)")]
+_Scalar = Union[str, int, float]
+EnvValue = Annotated[str, BeforeValidator(_env_scalar, json_schema_input_type=_Scalar),
+                     AfterValidator(_one_line)]
+FlagName = Annotated[str, AfterValidator(_flag_name)]
+ArgValue = Annotated[Any, PlainValidator(
+    _arg_value, json_schema_input_type=Union[_Scalar, bool, None, list[_Scalar]])]
+Pin = Annotated[str, _pattern(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._,-]*\])?"
+                              r"==[A-Za-z0-9][A-Za-z0-9.+!_-]*", "an exact pin (name==version)")]
+# The venv path is written unquoted into ExecStart= and shell-free commands: keep it plain.
+VenvPath = Annotated[str, _pattern(r"(/[A-Za-z0-9._+@-]+)+",
+                                   "an absolute path of letters, digits and ._+@- (no trailing /)")]
+AbsPath = Annotated[str, _pattern(r"/[^\x00-\x1f]*", "an absolute path")]
+Word = Annotated[str, _pattern(r"\S+", "one word (non-empty, no spaces)")]
+UnitStem = Annotated[str, _pattern(r"[A-Za-z0-9][A-Za-z0-9:_.-]{0,199}",
+                                   "a systemd unit name without suffix (letters, digits, :_.-)")]
+UserName = Annotated[str, _pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}", "a user name or UID")]
+Description = Annotated[str, Field(min_length=1), AfterValidator(_unit_text)]
+RestartPolicy = Literal["no", "on-success", "on-failure", "on-abnormal", "on-watchdog",
+                        "on-abort", "always"]
+
+
+# -- The profile -----------------------------------------------------------------------------
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Engine(_Section):
+    venv: VenvPath = "/opt/sglang/venv"   # the engine's own virtualenv
+    python: Word = "python3"              # interpreter that creates the venv
+    packages: list[Pin] = Field(min_length=1)  # exact pins: the profile says what is installed
+    find_links: list[str] = []            # controller-side wheel files/dirs; pip uses --no-index
+    # Distributions whose installed files are checked against their wheels' RECORD (drift):
+    # the incident's real cause was untracked edits inside installed SGLang files.
+    drift_check: list[Word] = ["sglang"]
+    allow_drift: bool = False             # true: a drifted engine only warns; false: no restart
+
+
+class HuggingFaceRepo(_Section):
+    repo: Annotated[str, _pattern(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?",
+                                  "a Hugging Face repo id (owner/name)")]
+    # A commit, never a branch or tag: a branch moves, so the same profile would stage another
+    # model tomorrow.
+    revision: Annotated[str, _pattern(r"[0-9a-f]{40}", "a 40-hex commit id (a branch or tag "
+                                                       "name moves: not reproducible)")]
+
+
+class Source(_Section):
+    """Where a model directory comes from: at most one of these; neither is `source: path`."""
+
+    controller: Optional[str] = None  # a directory on the operator's machine (relative: to the repo)
+    huggingface: Optional[HuggingFaceRepo] = None  # downloaded on the node (HF_TOKEN: secrets)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Source:
+        if self.controller is not None and self.huggingface is not None:
+            raise ValueError("either controller or huggingface, not both")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return ("controller" if self.controller is not None
+                else "huggingface" if self.huggingface is not None else "path")
+
+
+def _source_word(value: Any) -> Any:
+    # `source: path` (the default): the directory is already on the node.
+    if value == "path":
+        return {}
+    if isinstance(value, str):
+        raise ValueError(f"{value!r} is not a source: path, {{controller: DIR}} or "
+                         "{huggingface: {repo: R, revision: COMMIT}}")
+    return value
+
+
+ModelSource = Annotated[Source, BeforeValidator(_source_word,
+                                                json_schema_input_type=Union[Literal["path"], dict])]
+
+
+class Model(_Section):
+    path: AbsPath    # on the node; nothing is downloaded at start-up
+    served_name: Word
+    # How `path` gets there: `path` (already on the node), {controller: DIR} or
+    # {huggingface: {repo: R, revision: COMMIT}}; staged and verified by model_staging.py.
+    source: ModelSource = Field(default_factory=Source)
+    # The same, for server_args' speculative-draft-model-path (EAGLE-3's draft model).
+    draft_source: ModelSource = Field(default_factory=Source)
+
+
+class Secret(_Section):
+    from_env: EnvName       # the operator's environment variable holding the value
+    required: bool = False  # unset and required: the deploy stops; unset and optional: left out
+
+
+class Service(_Section):
+    name: UnitStem = "sglang"                   # <name>.service, /etc/sglang/<name>.env
+    host: Word = "0.0.0.0"                      # --host: every interface
+    port: int = Field(30000, ge=1, le=65535)    # --port: SGLang's own default
+    user: UserName = "root"                     # User=: the GPUs and /models need no extra setup
+    restart: RestartPolicy = "on-failure"       # Restart=: not after a clean stop
+    restart_sec: int = Field(10, ge=0)          # RestartSec=: no tight crash loop
+    timeout_start_sec: int = Field(1800, ge=1)  # TimeoutStartSec=; readiness is the gate's job
+    timeout_stop_sec: int = Field(120, ge=1)    # TimeoutStopSec=: workers must free GPU memory
+    # Multi-node (a serving group, sglang_deploy/plan/serving_group.py): the port of rank 0's
+    # --dist-init-addr, where torch's TCPStore waits for the other nodes' ranks.
+    dist_init_port: int = Field(20000, ge=1, le=65535)
+
+
+class Readiness(_Section):
+    timeout_s: int = Field(1200, gt=0)           # 20 min: 1T weights + CUDA graphs took ~9
+    poll_interval_s: float = Field(0.25, gt=0)   # the gate notices ready/dead within a second
+    progress_every_s: float = Field(10.0, gt=0)  # a progress line while the server loads
+    # No new log line for this long outside the long phases (loading weights, capturing CUDA
+    # graphs) is reported as a hang, before the full timeout.
+    hang_after_s: float = Field(300.0, gt=0)
+    # /ping 200 this long without the "fired up" log line: /health 200 confirms instead (a lost
+    # log line must not fail a serving start; the warmup's /freeze_gc between them times out at 10 s).
+    fired_up_grace_s: float = Field(15.0, gt=0)
+
+
+class Throughput(_Section):
+    """The decode check after every restart that passed its gate (node/decode_check.py):
+    streaming chat completions at temperature 0, one at a time. The defaults take about 13 s at
+    60 tok/s; no expectation set: the figures are recorded, nothing is judged."""
+
+    enabled: bool = True
+    requests: int = Field(5, ge=1, le=100)          # timed requests; the median is the figure
+    warmup_requests: int = Field(1, ge=0, le=20)    # untimed, first (caches, CUDA graphs' paths)
+    max_tokens: int = Field(128, ge=2, le=4096)     # tokens decoded per request
+    prompts: list[Annotated[str, Field(min_length=1)]] = []  # cycled; none: one fixed prompt
+    timeout_s: float = Field(60.0, gt=0)            # per request
+    min_decode_tok_s: Optional[float] = Field(None, gt=0)    # absolute floor (median)
+    # Largest drop, in %, under the last known good's figure recorded on the same node.
+    max_regression_pct: Optional[float] = Field(None, ge=0, le=100)
+    # warn: served and recorded, with a warning; fail: the deploy fails, the new configuration
+    # keeps serving but is not the last known good; rollback: back to the last known good.
+    on_regression: Literal["warn", "fail", "rollback"] = "warn"
+DriverVersion = Annotated[str, _pattern(r"[0-9]+(\.[0-9]+)*", "an NVIDIA driver version (e.g. 550.54.15)")]
+GpuModel = Annotated[str, Field(min_length=1), AfterValidator(_one_line)]
+
+
+class Gpu(_Section):
+    # Checked by preflight and `make verify` where nvidia-smi exists ("no GPU: skipped" elsewhere).
+    min_driver: Optional[DriverVersion] = None  # oldest NVIDIA driver accepted; null: any
+    model: Optional[GpuModel] = None            # text every GPU's name contains, e.g. H200; null: any
+    # The driver stays initialised between processes (no seconds-long re-init per start):
+    # nvidia-persistenced's unit enabled where the driver ships it, else `nvidia-smi -pm 1`.
+    persistence_mode: bool = True
+
+
+class Pcie(_Section):
+    # true: a boot-time unit (sglang-disable-acs.service) clears ACS on every PCI bridge, so
+    # GPU peer-to-peer traffic is not redirected through the root complex (NCCL P2P on PCIe).
+    disable_acs: bool = False
+
+
+class Hook(_Section):
+    system_wide: bool = False  # true: also the system interpreter (every Python on the node)
+
+
+class Profile(_Section):
+    """One serving configuration. `name` and `source` come from the files, not from keys."""
+
+    description: Description
+    engine: Engine
+    model: Model
+    server_args: dict[FlagName, ArgValue] = {}  # argv, in order; true: bare flag; false/null: none
+    env: dict[EnvName, EnvValue] = {}           # env file and start-up hook
+    secrets: dict[EnvName, Secret] = {}         # env file only, from the operator's environment
+    service: Service = Field(default_factory=Service)
+    readiness: Readiness = Field(default_factory=Readiness)
+    hook: Hook = Field(default_factory=Hook)
+    throughput: Throughput = Field(default_factory=Throughput)
+    gpu: Gpu = Field(default_factory=Gpu)
+    pcie: Pcie = Field(default_factory=Pcie)
+    _name: str = PrivateAttr("")
+    _source: tuple[Path, ...] = PrivateAttr(())
+
+    @model_validator(mode="after")
+    def _secrets_stay_out_of_env(self) -> Profile:
+        for name in self.env:
+            if name in self.secrets:
+                raise KeyProblem(("env", name), "also a secret: keep it under secrets only "
+                                 "(env goes into the world-readable start-up hook)")
+        return self
+
+    @property
+    def name(self) -> str:
+        """The leaf profile file's stem."""
+        return self._name
+
+    @property
+    def source(self) -> tuple[Path, ...]:
+        """The files this profile was read from, leaf first."""
+        return self._source
+
+    @property
+    def draft_path(self) -> Optional[str]:
+        """The EAGLE-3 draft model's directory on the node, if the profile names one."""
+        found = self.server_args.get("speculative-draft-model-path")
+        return str(found) if isinstance(found, (str, int, float)) and found else None
+
+    @property
+    def tp_size(self) -> int:
+        """Tensor-parallel size (`tp-size` or its alias `tensor-parallel-size`); 1 if unset."""
+        return self._server_arg_int("tp-size", "tensor-parallel-size")
+
+    @property
+    def pp_size(self) -> int:
+        """Pipeline-parallel size (`pp-size` or `pipeline-parallel-size`); 1 if unset."""
+        return self._server_arg_int("pp-size", "pipeline-parallel-size")
+
+    @property
+    def nnodes(self) -> int:
+        """Nodes one server spans (`nnodes`); 1 if unset."""
+        return self._server_arg_int("nnodes")
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs each node needs: tensor × pipeline parallel, shared across the nodes."""
+        return max(1, self.tp_size * self.pp_size // self.nnodes)
+
+    def _server_arg_int(self, *spellings: str) -> int:
+        # SGLang's defaults are 1; the first spelling set (not null/false/0) wins, as in argparse
+        # when only one of them is given.
+        return int(next((self.server_args[s] for s in spellings if self.server_args.get(s)), 1))
+
+    def argv(self) -> list[str]:
+        """SGLang's command-line arguments (after `python -m sglang.launch_server`)."""
+        argv = ["--model-path", self.model.path, "--served-model-name", self.model.served_name,
+                "--host", self.service.host, "--port", str(self.service.port)]
+        for flag, value in self.server_args.items():
+            if value is None or value is False:
+                continue
+            argv.append(f"--{flag}")
+            if value is not True:
+                argv.extend(str(v) for v in (value if isinstance(value, list) else [value]))
+        return argv
+
+    def env_file_vars(self, operator_env: Mapping[str, str]) -> dict[str, str]:
+        """The env file's variables: `env`, then the secrets set in `operator_env`."""
+        out = dict(self.env)
+        for name, secret in self.secrets.items():
+            value = operator_env.get(secret.from_env)
+            if value is None:
+                if secret.required:
+                    raise DeployError(f"secret {name}: set {secret.from_env} in the deploy's "
+                                      f"environment (profile {self.name} requires it)")
+                continue
+            if any(c in value for c in _ONE_LINE_BREAKERS):
+                raise DeployError(f"secret {name}: {secret.from_env} must be one line "
+                                  f"(no newline, carriage return or NUL)")
+            out[name] = value
+        return out
+
+    def hook_vars(self) -> dict[str, str]:
+        """The start-up hook's variables: `env` only, never secrets (the hook is 0644)."""
+        return dict(self.env)
+
+
+def schema_json() -> str:
+    """JSON Schema of a profile file, for editors."""
+    schema = Profile.model_json_schema()
+    schema["properties"] = {"extends": {"type": "string", "title": "Extends"},
+                            **schema["properties"]}
+    return json.dumps(schema, indent=2)
+
+
+def load_profile(ref: str | Path, profiles_dir: str | Path = PROFILES_DIR,
+                 overrides: Optional[Mapping[str, Any]] = None) -> Profile:
+    """Read profile `ref` (a name under `profiles_dir`, or a path), resolve its `extends:`
+    chain, deep-merge `overrides` (host data) on top and validate.
+
+    Every problem is a ProfileError naming the file, the key path and the line that set it.
+    """
+    layers = read_layers(ref, profiles_dir, overrides)
+    try:
+        profile = Profile.model_validate(layers.data)
+    except ValidationError as exc:
+        raise located_error(exc, layers, Profile) from None
+    profile._name, profile._source = layers.source[0].stem, layers.source
+    return profile

@@ -1,0 +1,86 @@
+"""What `make verify` checks on a router host, and the one list of them: ROUTER_REGISTRY (the
+routers' counterpart of checks.REGISTRY; a router host has no profile, so its checks take the
+router's plan, fleet_plan.RouterPlan).
+
+A check is a function (testinfra host, RouterPlan) -> Check, registered by ``@router_check``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Callable
+
+from sglang_deploy.verify.verdict import FAILED, OK, Check
+from sglang_deploy.facts.serving import InstalledDistributions
+from sglang_deploy.node.lib import result
+from sglang_deploy.node.lib.installed import canonical
+
+SCRIPTS_DIR = "/opt/sglang-deploy/node"
+
+
+@dataclass(frozen=True)
+class RouterCheck:
+    name: str
+    function: Callable
+
+    @property
+    def id(self):
+        return self.name.replace(" ", "-")
+
+
+ROUTER_REGISTRY: list[RouterCheck] = []
+
+
+def router_check(name):
+    def register(function):
+        ROUTER_REGISTRY.append(RouterCheck(name, function))
+        return function
+    return register
+
+
+def router_host_checks(node, plan, scripts_dir=SCRIPTS_DIR) -> list[Check]:
+    return [entry.function(node, plan, scripts_dir) for entry in ROUTER_REGISTRY]
+
+
+@router_check("router packages")
+def packages(node, plan, scripts_dir):
+    fact = InstalledDistributions()
+    found = fact.process(node.run(fact.command(venv=plan.settings.venv)).stdout.splitlines())
+    if found is None:
+        return Check("router packages", FAILED, f"no venv at {plan.settings.venv}")
+    wrong = [f"{pin} (installed: {found.get(canonical(pin.partition('==')[0]), 'none')})"
+             for pin in plan.settings.packages
+             if found.get(canonical(pin.partition("==")[0])) != pin.partition("==")[2]]
+    if wrong:
+        return Check("router packages", FAILED, "; ".join(wrong))
+    return Check("router packages", OK, ", ".join(plan.settings.packages))
+
+
+@router_check("router unit")
+def unit(node, plan, scripts_dir):
+    path = f"/etc/systemd/system/{plan.unit}"
+    installed = node.file(path)
+    if not installed.exists:
+        return Check("router unit", FAILED, f"{path} is missing")
+    if installed.content_string != plan.unit_text:
+        return Check("router unit", FAILED, f"{path} differs from the rendered unit "
+                                            "(worker list or settings changed: deploy)")
+    state = node.run(f"systemctl is-active {shlex.quote(plan.unit)}").stdout.strip()
+    enabled = node.run(f"systemctl is-enabled {shlex.quote(plan.unit)}").stdout.strip()
+    if (state, enabled) != ("active", "enabled"):
+        return Check("router unit", FAILED, f"{plan.unit} is {state}, {enabled}")
+    return Check("router unit", OK, f"{plan.unit} active, enabled, as rendered")
+
+
+@router_check("router workers")
+def workers(node, plan, scripts_dir):
+    """/readiness 200 and every serving node listed healthy in /workers."""
+    run = node.run(plan.gate(scripts_dir, timeout=0))
+    found = result.parse(run.stdout.splitlines())
+    if found is None:
+        return Check("router workers", FAILED, f"router gate printed no result: {run.stderr.strip()[-200:]}")
+    if found["status"] != 0:
+        return Check("router workers", FAILED, found.get("cause") or "not ready")
+    return Check("router workers", OK, f"{len(found['workers'])} worker(s) healthy at "
+                                       f"{plan.settings.url}")
