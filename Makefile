@@ -85,8 +85,18 @@ verify:
 
 demo: setup sandbox deploy verify
 
-test-unit: lint-profiles
+test-unit: lint lint-profiles
 	$(PYTEST) tests/unit -q
+
+# Format and lint (ruff, configured in pyproject.toml); `make format` rewrites what it can.
+.PHONY: lint format
+lint:
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
+
+format:
+	$(PYTHON) -m ruff format .
+	$(PYTHON) -m ruff check --fix .
 
 # End-to-end on fresh sandbox nodes, torn down even when a test fails, in two sandboxes:
 # 1. nodes 1-2 as the sandbox image boots them, node 3 bare (no python3-venv, no model): the

@@ -33,6 +33,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 # -- The node --------------------------------------------------------------------------------
 
+
 @dataclass
 class Node:
     name: str
@@ -73,6 +74,7 @@ def node_of(inventory, name):
 
 # -- Throwaway profiles ----------------------------------------------------------------------
 
+
 def resolve_profile(ref):
     """A profile name (profiles/<name>.yml) or a path, as an absolute path for `extends:`."""
     path = Path(ref)
@@ -87,8 +89,10 @@ def resolve_profile(ref):
 def write_profile(directory, name, extends, env):
     """profiles-like file ``<directory>/<name>.yml``: ``extends`` plus ``env`` values. The file
     name is the profile name the deploy reports (e.g. "rolled back: serving <name> again")."""
-    lines = [f"# Written by bench/ for one run; extends {extends}.",
-             f"extends: {json.dumps(resolve_profile(extends))}"]
+    lines = [
+        f"# Written by bench/ for one run; extends {extends}.",
+        f"extends: {json.dumps(resolve_profile(extends))}",
+    ]
     if env:
         lines.append("env:")
         lines += [f"  {key}: {json.dumps(str(value))}" for key, value in env.items()]
@@ -98,6 +102,7 @@ def write_profile(directory, name, extends, env):
 
 
 # -- Deploys, read as they stream ------------------------------------------------------------
+
 
 @dataclass
 class DeployRun:
@@ -131,8 +136,9 @@ def deploy(node, profile_path, extra_args=(), timeout=900):
         command += ["--data", f"profile={profile_path}"]
     command += list(extra_args)
     run = DeployRun(returncode=-1, started=time.time())
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, bufsize=1)
+    process = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
     deadline = time.monotonic() + timeout
     for line in process.stdout:
         run.lines.append((time.time(), ANSI.sub("", line.rstrip("\n"))))
@@ -159,11 +165,13 @@ def invocations(run):
 
 # -- The journal -----------------------------------------------------------------------------
 
+
 def journal(node, invocation):
     """[(wall seconds, message)] of one start of a unit: its own lines and systemd's lines
     about it, stamped by journald (__REALTIME_TIMESTAMP, microseconds)."""
-    out = node.ssh(f"journalctl -o json --no-pager _SYSTEMD_INVOCATION_ID={invocation} "
-                   f"+ INVOCATION_ID={invocation}")
+    out = node.ssh(
+        f"journalctl -o json --no-pager _SYSTEMD_INVOCATION_ID={invocation} + INVOCATION_ID={invocation}"
+    )
     entries = []
     for line in out.splitlines():
         try:
@@ -203,6 +211,7 @@ def unit_show(node, unit, *props):
 
 # -- The node's deploy lock, held by the bench while it restarts the unit by hand -------------
 
+
 class DeployLock:
     """Hold the node's deploy lock (the deploy's own lock.py) so that no deploy runs while the
     bench restarts the unit by hand; released when the SSH session closes."""
@@ -215,10 +224,13 @@ class DeployLock:
     def __enter__(self):
         holder = f"bench pid {os.getpid()}"
         lock_py = f"{self.node.data['sglang_deploy_dir']}/node/lock.py"
-        command = (f"python3 {shlex.quote(lock_py)} --path {shlex.quote(self.path)} "
-                   f"--wait {self.wait_s} --holder {shlex.quote(holder)}")
-        self.process = subprocess.Popen(self.node.ssh_argv(command), stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True)
+        command = (
+            f"python3 {shlex.quote(lock_py)} --path {shlex.quote(self.path)} "
+            f"--wait {self.wait_s} --holder {shlex.quote(holder)}"
+        )
+        self.process = subprocess.Popen(
+            self.node.ssh_argv(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         for line in self.process.stdout:
             if any(event["event"] == "locked" for event in result.events([line])):
                 return self
@@ -230,6 +242,7 @@ class DeployLock:
 
 
 # -- Output ----------------------------------------------------------------------------------
+
 
 class Report:
     """print() that also keeps the text, to be written to a results file."""

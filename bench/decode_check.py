@@ -42,8 +42,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (REPO, Report, deploy, fmt_s, invocations, journal, journal_first,  # noqa: E402
-                    median, node_of, write_profile)
+from common import (  # noqa: E402
+    REPO,
+    Report,
+    deploy,
+    fmt_s,
+    invocations,
+    journal,
+    journal_first,
+    median,
+    node_of,
+    write_profile,
+)
+
 from sglang_deploy.plan.hosts import inventory_hosts  # noqa: E402
 from sglang_deploy.profile.schema import Throughput  # noqa: E402
 
@@ -68,6 +79,7 @@ class Sample:
 
 # -- Pure figures (tested in tests/unit/test_bench_decode_check.py) ---------------------------
 
+
 def check_gap(lines):
     """(seconds, text of the line before) from the arrival of the line before the first
     `decode check:` line to that line's arrival; None when the deploy shows no check."""
@@ -90,8 +102,12 @@ def spread(values):
     """{"n", "median", "min", "max"} of some seconds (NaN figures when there are none)."""
     values = [v for v in values if v == v]
     nan = float("nan")
-    return {"n": len(values), "median": median(values),
-            "min": min(values) if values else nan, "max": max(values) if values else nan}
+    return {
+        "n": len(values),
+        "median": median(values),
+        "min": min(values) if values else nan,
+        "max": max(values) if values else nan,
+    }
 
 
 def compare(on, off):
@@ -130,6 +146,7 @@ def summary_rows(samples):
 
 
 # -- On the node -----------------------------------------------------------------------------
+
 
 def history(node, path):
     """The node's decode check history, one dict per line (a missing file: none)."""
@@ -172,16 +189,24 @@ def profile_text(tmp, arm, base, turn):
 
 # -- Main -----------------------------------------------------------------------------------
 
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--inventory", default="inventory/sandbox.py")
-    p.add_argument("--host", help="the one host to use (its server is restarted); default: the "
-                                   "inventory's first")
+    p.add_argument(
+        "--host", help="the one host to use (its server is restarted); default: the inventory's first"
+    )
     p.add_argument("--base-profile", default="sandbox", help="profile the bench's profiles extend")
     p.add_argument("--rounds", type=int, default=3, help="deploys per arm")
-    p.add_argument("--rate", type=float, action="append",
-                   help="tok/s for the profile defaults' computed duration (repeat; default 60 and 82)")
-    p.add_argument("--out", default=str(REPO / "bench" / "results" / f"decode-check-{time.strftime('%Y-%m-%d')}.txt"))
+    p.add_argument(
+        "--rate",
+        type=float,
+        action="append",
+        help="tok/s for the profile defaults' computed duration (repeat; default 60 and 82)",
+    )
+    p.add_argument(
+        "--out", default=str(REPO / "bench" / "results" / f"decode-check-{time.strftime('%Y-%m-%d')}.txt")
+    )
     args = p.parse_args(argv)
     rates = args.rate or [60.0, 82.0]
     host = args.host or next(iter(inventory_hosts(args.inventory)), ("?", None))[0]
@@ -201,13 +226,19 @@ def main(argv=None):
     service = prof.service.name
     history_path = f"/var/lib/sglang-deploy/{service}/throughput.jsonl"
     check = prof.throughput
-    out(f"# bench/decode_check.py, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, host {node.name} "
-        f"({args.inventory}), unit {service}.service; {args.rounds} rounds, one deploy per arm each")
-    out(f"# profiles extend {args.base_profile}; every deploy changes {TURN_VAR} (a restart); "
+    out(
+        f"# bench/decode_check.py, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, host {node.name} "
+        f"({args.inventory}), unit {service}.service; {args.rounds} rounds, one deploy per arm each"
+    )
+    out(
+        f"# profiles extend {args.base_profile}; every deploy changes {TURN_VAR} (a restart); "
         f"arm on: its throughput section (requests {check.requests}, warmup_requests "
-        f"{check.warmup_requests}, max_tokens {check.max_tokens}); arm off: throughput: {{enabled: false}}")
-    out(f"# times: time.time() on the controller, journald __REALTIME_TIMESTAMP and file mtimes on the "
-        f"node (one clock on sandbox nodes)")
+        f"{check.warmup_requests}, max_tokens {check.max_tokens}); arm off: throughput: {{enabled: false}}"
+    )
+    out(
+        "# times: time.time() on the controller, journald __REALTIME_TIMESTAMP and file mtimes on the "
+        "node (one clock on sandbox nodes)"
+    )
     out()
     if setup.returncode != 0:
         out(f"setup deploy failed (exit {setup.returncode}):\n{setup.tail(40)}")
@@ -218,13 +249,15 @@ def main(argv=None):
 
     samples = []
     for r in range(1, args.rounds + 1):
-        for arm in (ARMS if r % 2 else ARMS[::-1]):
+        for arm in ARMS if r % 2 else ARMS[::-1]:
             seen = len(history(node, history_path))
             _, run = deploy_arm(arm)
             restarted = run.first("] ready in ")
             if run.returncode != 0 or not restarted:
-                out(f"  round {r} {arm}: deploy exit {run.returncode}, restarted: {bool(restarted)}; "
-                    f"skipped. Last lines:\n{run.tail(25)}")
+                out(
+                    f"  round {r} {arm}: deploy exit {run.returncode}, restarted: {bool(restarted)}; "
+                    f"skipped. Last lines:\n{run.tail(25)}"
+                )
                 continue
             sample = Sample(arm, r, run.ended - run.started)
             sample.gate_to_saved = gate_to_saved(run.lines) or float("nan")
@@ -239,27 +272,38 @@ def main(argv=None):
                 out(f"  round {r} off: the history grew by {len(new)} entries: a check ran?")
             samples.append(sample)
             e = sample.entry
-            out(f"  round {r} {arm:3}: wall {sample.wall:6.2f} s, gate -> saved "
+            out(
+                f"  round {r} {arm:3}: wall {sample.wall:6.2f} s, gate -> saved "
                 f"{fmt_s(sample.gate_to_saved, 3)} s"
-                + (f", check {fmt_s(sample.check_output, 3)} s (output) / {fmt_s(sample.check_node, 3)} s "
-                   f"(node), {e.get('decode_tok_s')} tok/s, TTFT {e.get('ttft_ms')} ms, "
-                   f"{e.get('requests')} requests, {e.get('tokens')} tokens" if arm == "on" else ""))
+                + (
+                    f", check {fmt_s(sample.check_output, 3)} s (output) / {fmt_s(sample.check_node, 3)} s "
+                    f"(node), {e.get('decode_tok_s')} tok/s, TTFT {e.get('ttft_ms')} ms, "
+                    f"{e.get('requests')} requests, {e.get('tokens')} tokens"
+                    if arm == "on"
+                    else ""
+                )
+            )
 
     on = [s for s in samples if s.arm == "on"]
     off = [s for s in samples if s.arm == "off"]
     out()
     out("== Summary ==")
-    out.table(["figure", "arm", "n", "median", "min", "max"], summary_rows(samples),
-              ["<", "<", ">", ">", ">", ">"])
+    out.table(
+        ["figure", "arm", "n", "median", "min", "max"], summary_rows(samples), ["<", "<", ">", ">", ">", ">"]
+    )
     out()
     added, ratio = compare([s.wall for s in on], [s.wall for s in off])
     g_added, g_ratio = compare([s.gate_to_saved for s in on], [s.gate_to_saved for s in off])
-    out(f"Added by the check (medians, on - off): deploy wall {fmt_s(added)} s (ratio on/off "
-        f"{fmt_s(ratio, 3)}); gate -> saved {fmt_s(g_added, 3)} s (ratio {fmt_s(g_ratio, 3)})")
+    out(
+        f"Added by the check (medians, on - off): deploy wall {fmt_s(added)} s (ratio on/off "
+        f"{fmt_s(ratio, 3)}); gate -> saved {fmt_s(g_added, 3)} s (ratio {fmt_s(g_ratio, 3)})"
+    )
     befores = [s.before_check for s in on if s.before_check]
     if befores:
-        out(f"  check (deploy output) is measured from the line before the node's `decode check:` "
-            f"line, e.g. {befores[0].strip()[:90]!r}")
+        out(
+            f"  check (deploy output) is measured from the line before the node's `decode check:` "
+            f"line, e.g. {befores[0].strip()[:90]!r}"
+        )
 
     entries = [s for s in on if s.entry.get("decode_tok_s") and s.check_output == s.check_output]
     if entries:
@@ -271,29 +315,51 @@ def main(argv=None):
         for s in entries:
             e = s.entry
             per_request_tokens = e["tokens"] / e["requests"]
-            fixed_all.append(fixed_cost(s.check_output, check.requests + check.warmup_requests,
-                                        e["ttft_ms"] / 1000, per_request_tokens, e["decode_tok_s"]))
+            fixed_all.append(
+                fixed_cost(
+                    s.check_output,
+                    check.requests + check.warmup_requests,
+                    e["ttft_ms"] / 1000,
+                    per_request_tokens,
+                    e["decode_tok_s"],
+                )
+            )
         fixed = median(fixed_all)
         ttft = median([s.entry["ttft_ms"] / 1000 for s in entries])
         rate_here = median([s.entry["decode_tok_s"] for s in entries])
         tokens_here = median([s.entry["tokens"] / s.entry["requests"] for s in entries])
-        out(f"measured: {rate_here:.1f} tok/s, TTFT {ttft * 1000:.1f} ms, {tokens_here:g} tokens per request; "
+        out(
+            f"measured: {rate_here:.1f} tok/s, TTFT {ttft * 1000:.1f} ms, {tokens_here:g} tokens per request; "
             f"the check's fixed cost (its output duration - {check.requests + check.warmup_requests} "
             f"requests x (TTFT + (tokens - 1) / rate)) {fixed:.3f} s (median of {len(fixed_all)}; "
-            f"min {min(fixed_all):.3f}, max {max(fixed_all):.3f})")
-        rows.append((f"{args.base_profile}: {check.requests} + {check.warmup_requests} warmup x "
-                     f"{check.max_tokens} tokens", f"{rate_here:.1f}",
-                     fmt_s(median([s.check_output for s in entries]), 2), "measured (deploy output)"))
+            f"min {min(fixed_all):.3f}, max {max(fixed_all):.3f})"
+        )
+        rows.append(
+            (
+                f"{args.base_profile}: {check.requests} + {check.warmup_requests} warmup x "
+                f"{check.max_tokens} tokens",
+                f"{rate_here:.1f}",
+                fmt_s(median([s.check_output for s in entries]), 2),
+                "measured (deploy output)",
+            )
+        )
         for rate in rates:
-            rows.append((f"defaults: {defaults.requests} + {defaults.warmup_requests} warmup x "
-                         f"{defaults.max_tokens} tokens", f"{rate:g}",
-                         fmt_s(projected(fixed, n_def, ttft, defaults.max_tokens, rate), 2),
-                         "COMPUTED: fixed cost + requests x (TTFT + (tokens - 1) / rate)"))
+            rows.append(
+                (
+                    f"defaults: {defaults.requests} + {defaults.warmup_requests} warmup x "
+                    f"{defaults.max_tokens} tokens",
+                    f"{rate:g}",
+                    fmt_s(projected(fixed, n_def, ttft, defaults.max_tokens, rate), 2),
+                    "COMPUTED: fixed cost + requests x (TTFT + (tokens - 1) / rate)",
+                )
+            )
         out.table(["check", "tok/s", "seconds", "how"], rows, ["<", ">", ">", "<"])
 
     out()
-    out(f"Left {node.name} serving bench-decode-{samples[-1].arm if samples else 'on'}. "
-        f"Whole bench: {time.time() - began:.0f} s.")
+    out(
+        f"Left {node.name} serving bench-decode-{samples[-1].arm if samples else 'on'}. "
+        f"Whole bench: {time.time() - began:.0f} s."
+    )
     out.save(args.out)
     print(f"saved to {args.out}")
     return 0

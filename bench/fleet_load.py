@@ -29,8 +29,14 @@ class LoadResult:
 
 def one_request(port, model, tokens, timeout=120.0):
     """None when the streamed answer completed, else why not."""
-    body = json.dumps({"model": model, "stream": True, "max_tokens": tokens,
-                       "messages": [{"role": "user", "content": "Count slowly."}]})
+    body = json.dumps(
+        {
+            "model": model,
+            "stream": True,
+            "max_tokens": tokens,
+            "messages": [{"role": "user", "content": "Count slowly."}],
+        }
+    )
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
@@ -47,8 +53,9 @@ def one_request(port, model, tokens, timeout=120.0):
         conn.close()
 
 
-def run_load(port, model, count=40, concurrency=4, short_tokens=16, long_tokens=400,
-             long_every=4, stop=None) -> LoadResult:
+def run_load(
+    port, model, count=40, concurrency=4, short_tokens=16, long_tokens=400, long_every=4, stop=None
+) -> LoadResult:
     out = LoadResult()
     lock = threading.Lock()
     indices = iter(range(count))

@@ -34,7 +34,7 @@ def make_shards(directory: Path, size_gb: float, files: int) -> None:
         with open(directory / f"model-{index + 1:05d}-of-{files:05d}.safetensors", "wb") as f:
             left = each
             while left > 0:
-                f.write(block[:min(left, len(block))])
+                f.write(block[: min(left, len(block))])
                 left -= len(block)
 
 
@@ -50,8 +50,9 @@ def main(argv=None) -> int:
     parser.add_argument("--size-gb", type=float, default=1.0)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--dir", help="hash this model directory instead of generated shards")
-    parser.add_argument("--out", default=str(REPO / "bench" / "results" /
-                                             f"model-hash-{datetime.date.today()}.txt"))
+    parser.add_argument(
+        "--out", default=str(REPO / "bench" / "results" / f"model-hash-{datetime.date.today()}.txt")
+    )
     args = parser.parse_args(argv)
     pool = model_manifest.default_workers()
     lines = [f"# model manifest hash rate ({os.cpu_count()} CPUs, pool of {pool} threads)"]
@@ -59,18 +60,21 @@ def main(argv=None) -> int:
         directory = args.dir or scratch
         if not args.dir:
             make_shards(Path(scratch), args.size_gb, args.files)
-        lines.append(f"{'threads':>8} {'pass':>5} {'GB':>7} {'s':>7} {'GB/s':>6} "
-                     f"{'600 GB takes':>13}")
+        lines.append(f"{'threads':>8} {'pass':>5} {'GB':>7} {'s':>7} {'GB/s':>6} {'600 GB takes':>13}")
         best = {}
         for workers in (1, pool):
             for attempt in (1, 2):
                 size, seconds = rate(directory, workers)
                 gbps = size / seconds
                 best[workers] = max(best.get(workers, 0), gbps)
-                lines.append(f"{workers:>8} {attempt:>5} {size:>7.2f} {seconds:>7.2f} {gbps:>6.2f} "
-                             f"{LARGE_MODEL_GB / gbps / 60:>10.1f} min")
-    lines.append(f"pool / 1 thread: {best[pool] / best[1]:.2f}x; `make verify` without DEEP "
-                 "checks sizes only (a stat per file: milliseconds)")
+                lines.append(
+                    f"{workers:>8} {attempt:>5} {size:>7.2f} {seconds:>7.2f} {gbps:>6.2f} "
+                    f"{LARGE_MODEL_GB / gbps / 60:>10.1f} min"
+                )
+    lines.append(
+        f"pool / 1 thread: {best[pool] / best[1]:.2f}x; `make verify` without DEEP "
+        "checks sizes only (a stat per file: milliseconds)"
+    )
     report = "\n".join(lines)
     print(report)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

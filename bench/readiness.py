@@ -46,9 +46,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (REPO, DeployLock, Report, deploy, fmt_s, invocations, journal,  # noqa: E402
-                    journal_first, median, node_of, stamp, unit_show, wait_journal,
-                    write_profile)
+from common import (  # noqa: E402
+    REPO,
+    DeployLock,
+    Report,
+    deploy,
+    fmt_s,
+    invocations,
+    journal,
+    journal_first,
+    median,
+    node_of,
+    stamp,
+    unit_show,
+    wait_journal,
+    write_profile,
+)
+
 from sglang_deploy.node.lib import result  # noqa: E402  (common puts the repository on sys.path)
 
 READY_LINE = r"The server is fired up and ready to roll!"
@@ -66,8 +80,8 @@ class ReadySample:
     method: str
     start: int
     verdict_at: float
-    ready_at: float        # journal: fired up
-    http_up_at: float      # journal: port open (/v1/models answers from here)
+    ready_at: float  # journal: fired up
+    http_up_at: float  # journal: port open (/v1/models answers from here)
     note: str = ""
 
     @property
@@ -79,9 +93,9 @@ class ReadySample:
 class CrashSample:
     method: str
     start: int
-    crash_at: float        # journal: first Traceback/error line
-    exit_at: float         # journal: main process exited
-    verdict_at: float      # measured verdict (gate: failed line; incident: capped loop + grep)
+    crash_at: float  # journal: first Traceback/error line
+    exit_at: float  # journal: main process exited
+    verdict_at: float  # measured verdict (gate: failed line; incident: capped loop + grep)
     cause: str = ""
     computed_at: float = float("nan")  # incident: the full loop, computed
     rollback_s: float = float("nan")
@@ -96,13 +110,16 @@ class CrashSample:
 
 # -- The gate, through real deploys -----------------------------------------------------------
 
+
 def gate_ready(node, profile_path, start, out):
     run = deploy(node, profile_path)
     ready = run.first("] ready in ")
     starts = invocations(run)
     if run.returncode != 0 or not ready or not starts:
-        out(f"  gate start {start}: deploy did not restart and pass the gate "
-            f"(exit {run.returncode}); skipped. Last lines:\n{run.tail(25)}")
+        out(
+            f"  gate start {start}: deploy did not restart and pass the gate "
+            f"(exit {run.returncode}); skipped. Last lines:\n{run.tail(25)}"
+        )
         return None
     invocation = [inv for when, inv in starts if when <= ready[0]][-1]
     fired = wait_journal(node, invocation, READY_LINE)
@@ -120,8 +137,10 @@ def gate_crash(node, profile_path, start, out):
     failed = run.first("readiness gate failed:")
     starts = invocations(run)
     if run.returncode == 0 or not failed or not starts:
-        out(f"  gate crash {start}: no 'readiness gate failed' (exit {run.returncode}); skipped. "
-            f"Last lines:\n{run.tail(25)}")
+        out(
+            f"  gate crash {start}: no 'readiness gate failed' (exit {run.returncode}); skipped. "
+            f"Last lines:\n{run.tail(25)}"
+        )
         return None
     invocation = [inv for when, inv in starts if when <= failed[0]][-1]
     entries = journal(node, invocation)
@@ -130,8 +149,14 @@ def gate_crash(node, profile_path, start, out):
         out(f"  gate crash {start}: no error line in the journal of {invocation}; skipped")
         return None
     cause = re.search(r"failed: (\S+?):", failed[1])
-    sample = CrashSample("gate", start, crash[0], exited[0] if exited else float("nan"), failed[0],
-                         cause=cause.group(1) if cause else "?")
+    sample = CrashSample(
+        "gate",
+        start,
+        crash[0],
+        exited[0] if exited else float("nan"),
+        failed[0],
+        cause=cause.group(1) if cause else "?",
+    )
     exception = journal_first(entries, EXCEPTION_LINE)
     sample.first_exception = exception[1].strip()[:100] if exception else "?"
     rolled = run.first("rolled back: serving", after=failed[0])
@@ -148,19 +173,22 @@ def gate_crash(node, profile_path, start, out):
 
 def last_good(node, service):
     """The profile name of the node's last known good configuration (None: nothing saved)."""
-    out = node.ssh(f"python3 /opt/sglang-deploy/node/lastgood.py show --dir "
-                   f"/var/lib/sglang-deploy/{service}/last-good", check=False)
+    out = node.ssh(
+        f"python3 /opt/sglang-deploy/node/lastgood.py show --dir /var/lib/sglang-deploy/{service}/last-good",
+        check=False,
+    )
     found = result.parse(out.splitlines()) or {}
     return (found.get("manifest") or {}).get("profile")
 
 
 # -- The incident's loop --------------------------------------------------------------------
 
+
 class IncidentLoop:
     def __init__(self, node, unit, port, served_name, interval):
         self.node, self.unit, self.interval = node, unit, interval
         url = f"http://127.0.0.1:{port}/v1/models"
-        self.try_line = (f"{node.ssh_line(f'curl -s -m 5 {url}')} | grep {shlex.quote(served_name)}")
+        self.try_line = f"{node.ssh_line(f'curl -s -m 5 {url}')} | grep {shlex.quote(served_name)}"
         self.shown = f"ssh {node.name} curl -s -m 5 {url} | grep {shlex.quote(served_name)}"
         self.try_seconds = []
 
@@ -177,8 +205,12 @@ class IncidentLoop:
         try's answer or None, tries made, time the loop ended)."""
         for n in range(1, tries + 1):
             began = time.time()
-            passed = subprocess.run(self.try_line, shell=True, capture_output=True, text=True,
-                                    timeout=60).returncode == 0
+            passed = (
+                subprocess.run(
+                    self.try_line, shell=True, capture_output=True, text=True, timeout=60
+                ).returncode
+                == 0
+            )
             ended = time.time()
             self.try_seconds.append(ended - began)
             if passed:
@@ -189,8 +221,11 @@ class IncidentLoop:
 
     def grep_log(self, since):
         """The incident's last step: grep the log for "fired up" or "Error"."""
-        out = self.node.ssh(f"journalctl -u {shlex.quote(self.unit)} --since @{int(since)} --no-pager"
-                            f" | grep 'fired up\\|Error'", check=False)
+        out = self.node.ssh(
+            f"journalctl -u {shlex.quote(self.unit)} --since @{int(since)} --no-pager"
+            f" | grep 'fired up\\|Error'",
+            check=False,
+        )
         return time.time(), out.splitlines()
 
 
@@ -204,16 +239,24 @@ def incident_ready(node, loop, service, offset, start, out):
         out(f"  incident start {start}: never ready or no '{READY_LINE}'; skipped")
         return None
     http_up = journal_first(journal(node, invocation), HTTP_UP_LINE)
-    return ReadySample("incident", start, verdict, fired[0], http_up[0] if http_up else float("nan"),
-                       note=f"first try at +{offset:.1f}s, passed on try {tries}")
+    return ReadySample(
+        "incident",
+        start,
+        verdict,
+        fired[0],
+        http_up[0] if http_up else float("nan"),
+        note=f"first try at +{offset:.1f}s, passed on try {tries}",
+    )
 
 
 def incident_crash(node, loop, service, unit, knobs, tries, tries_full, start, out):
     drop_in_dir = f"/run/systemd/system/{unit}.d"
     body = "[Service]\n" + "".join(f"Environment={k}={v}\n" for k, v in knobs.items())
     with DeployLock(node, service):
-        node.ssh(f"mkdir -p {drop_in_dir} && printf %s {shlex.quote(body)} > {drop_in_dir}/{DROP_IN}"
-                 " && systemctl daemon-reload")
+        node.ssh(
+            f"mkdir -p {drop_in_dir} && printf %s {shlex.quote(body)} > {drop_in_dir}/{DROP_IN}"
+            " && systemctl daemon-reload"
+        )
         try:
             since, restarted, invocation = loop.restart()
             first_try = time.time()
@@ -222,8 +265,10 @@ def incident_crash(node, loop, service, unit, knobs, tries, tries_full, start, o
             grep_done, matches = loop.grep_log(since)
             entries = journal(node, invocation)
         finally:
-            node.ssh(f"rm -f {drop_in_dir}/{DROP_IN} && systemctl daemon-reload && "
-                     f"systemctl restart {shlex.quote(unit)}")
+            node.ssh(
+                f"rm -f {drop_in_dir}/{DROP_IN} && systemctl daemon-reload && "
+                f"systemctl restart {shlex.quote(unit)}"
+            )
     crash, exited = journal_first(entries, ERROR_LINE), journal_first(entries, EXIT_LINE)
     if verdict is not None or not crash:
         out(f"  incident crash {start}: the loop passed or no error line; skipped")
@@ -233,17 +278,38 @@ def incident_crash(node, loop, service, unit, knobs, tries, tries_full, start, o
     grep_s = grep_done - loop_end
     computed = first_try + (tries_full - 1) * loop.interval + tries_full * per_try + grep_s
     errors = sum(1 for line in matches if "Error" in line)
-    return CrashSample("incident", start, crash[0], exited[0] if exited else float("nan"), grep_done,
-                       cause=f"grep: {errors} 'Error' line(s), no cause named", computed_at=computed)
+    return CrashSample(
+        "incident",
+        start,
+        crash[0],
+        exited[0] if exited else float("nan"),
+        grep_done,
+        cause=f"grep: {errors} 'Error' line(s), no cause named",
+        computed_at=computed,
+    )
 
 
 # -- Report ---------------------------------------------------------------------------------
 
+
 def ready_table(out, samples):
-    rows = [(s.method, s.start, stamp(s.ready_at), stamp(s.verdict_at), f"{s.p1:+.3f}",
-             "WRONG (before ready)" if s.p1 < 0 else "ok", s.note) for s in samples]
-    out.table(["method", "start", "really ready (journal)", "verdict", "P1 s", "verdict", "note"],
-              rows, ["<", ">", ">", ">", ">", "<", "<"])
+    rows = [
+        (
+            s.method,
+            s.start,
+            stamp(s.ready_at),
+            stamp(s.verdict_at),
+            f"{s.p1:+.3f}",
+            "WRONG (before ready)" if s.p1 < 0 else "ok",
+            s.note,
+        )
+        for s in samples
+    ]
+    out.table(
+        ["method", "start", "really ready (journal)", "verdict", "P1 s", "verdict", "note"],
+        rows,
+        ["<", ">", ">", ">", ">", "<", "<"],
+    )
 
 
 def crash_table(out, samples):
@@ -252,15 +318,41 @@ def crash_table(out, samples):
         measured = f"{s.p2:.3f}"
         computed = "-" if s.computed_at != s.computed_at else f"{s.computed_at - s.crash_at:.1f} (computed)"
         rollback = "-" if s.rollback_s != s.rollback_s else f"{s.rollback_s:.3f}"
-        rows.append((s.method, s.start, stamp(s.crash_at), f"{s.exit_at - s.crash_at:.3f}",
-                     measured, computed, s.cause, rollback, s.rollback_to or "-", s.rollback_ready or "-"))
-    out.table(["method", "start", "crash (journal)", "exit-crash s", "P2 s measured",
-               "P2 s full 50-try loop", "cause reported", "rollback s", "rolled back to",
-               "its gate: ready in"],
-              rows, ["<", ">", ">", ">", ">", ">", "<", ">", "<", ">"])
+        rows.append(
+            (
+                s.method,
+                s.start,
+                stamp(s.crash_at),
+                f"{s.exit_at - s.crash_at:.3f}",
+                measured,
+                computed,
+                s.cause,
+                rollback,
+                s.rollback_to or "-",
+                s.rollback_ready or "-",
+            )
+        )
+    out.table(
+        [
+            "method",
+            "start",
+            "crash (journal)",
+            "exit-crash s",
+            "P2 s measured",
+            "P2 s full 50-try loop",
+            "cause reported",
+            "rollback s",
+            "rolled back to",
+            "its gate: ready in",
+        ],
+        rows,
+        ["<", ">", ">", ">", ">", ">", "<", ">", "<", ">"],
+    )
     first = sorted({s.first_exception for s in samples if s.method == "gate" and s.first_exception})
     if first:
-        out(f"  first exception line in the journal of the crashed starts (the root cause): {'; '.join(first)}")
+        out(
+            f"  first exception line in the journal of the crashed starts (the root cause): {'; '.join(first)}"
+        )
 
 
 def summarize(out, args, ready, crashes):
@@ -276,30 +368,93 @@ def summarize(out, args, ready, crashes):
         wrong = len(group) - len(right)
         target = f"<= {P1_TARGET}" if name == "gate" else ""
         verdict = ("meets" if median(right) <= P1_TARGET and not wrong else "MISSES") if target else ""
-        rows.append(("P1 ready -> verdict", name, len(group), fmt_s(median(right), 3),
-                     fmt_s(max(right) if right else None, 3), f"{wrong}/{len(group)}", target, verdict))
+        rows.append(
+            (
+                "P1 ready -> verdict",
+                name,
+                len(group),
+                fmt_s(median(right), 3),
+                fmt_s(max(right) if right else None, 3),
+                f"{wrong}/{len(group)}",
+                target,
+                verdict,
+            )
+        )
     gate_c = [s for s in crashes if s.method == "gate"]
     inc_c = [s for s in crashes if s.method == "incident"]
     if gate_c:
         p2 = [s.p2 for s in gate_c]
-        rows.append(("P2 crash -> cause", "gate", len(gate_c), fmt_s(median(p2), 3), fmt_s(max(p2), 3),
-                     "-", f"<= {P2_TARGET}", "meets" if median(p2) <= P2_TARGET else "MISSES"))
+        rows.append(
+            (
+                "P2 crash -> cause",
+                "gate",
+                len(gate_c),
+                fmt_s(median(p2), 3),
+                fmt_s(max(p2), 3),
+                "-",
+                f"<= {P2_TARGET}",
+                "meets" if median(p2) <= P2_TARGET else "MISSES",
+            )
+        )
         p2x = [s.verdict_at - s.exit_at for s in gate_c if s.exit_at == s.exit_at]
-        rows.append(("P2' process exit -> cause", "gate", len(p2x), fmt_s(median(p2x), 3),
-                     fmt_s(max(p2x) if p2x else None, 3), "-", "", ""))
+        rows.append(
+            (
+                "P2' process exit -> cause",
+                "gate",
+                len(p2x),
+                fmt_s(median(p2x), 3),
+                fmt_s(max(p2x) if p2x else None, 3),
+                "-",
+                "",
+                "",
+            )
+        )
     if inc_c:
         p2 = [s.p2 for s in inc_c]
-        rows.append((f"P2 crash -> grep, {args.crash_tries}-try cap (measured)", "incident loop",
-                     len(inc_c), fmt_s(median(p2), 1), fmt_s(max(p2), 1), "-", "", ""))
+        rows.append(
+            (
+                f"P2 crash -> grep, {args.crash_tries}-try cap (measured)",
+                "incident loop",
+                len(inc_c),
+                fmt_s(median(p2), 1),
+                fmt_s(max(p2), 1),
+                "-",
+                "",
+                "",
+            )
+        )
         full = [s.computed_at - s.crash_at for s in inc_c]
-        rows.append((f"P2 crash -> grep, {args.tries}-try loop (COMPUTED)", "incident loop", len(inc_c),
-                     fmt_s(median(full), 1), fmt_s(max(full), 1), "-", "", ""))
+        rows.append(
+            (
+                f"P2 crash -> grep, {args.tries}-try loop (COMPUTED)",
+                "incident loop",
+                len(inc_c),
+                fmt_s(median(full), 1),
+                fmt_s(max(full), 1),
+                "-",
+                "",
+                "",
+            )
+        )
     rolled = [s.rollback_s for s in gate_c if s.rollback_s == s.rollback_s]
     if gate_c:
-        rows.append(("rollback: failed -> serving again", "gate", f"{len(rolled)}/{len(gate_c)}",
-                     fmt_s(median(rolled), 3), fmt_s(max(rolled) if rolled else None, 3), "-", "", ""))
-    out.table(["figure", "method", "n", "median s", "max s", "wrong verdicts", "target s", ""], rows,
-              ["<", "<", ">", ">", ">", ">", "<", "<"])
+        rows.append(
+            (
+                "rollback: failed -> serving again",
+                "gate",
+                f"{len(rolled)}/{len(gate_c)}",
+                fmt_s(median(rolled), 3),
+                fmt_s(max(rolled) if rolled else None, 3),
+                "-",
+                "",
+                "",
+            )
+        )
+    out.table(
+        ["figure", "method", "n", "median s", "max s", "wrong verdicts", "target s", ""],
+        rows,
+        ["<", "<", ">", ">", ">", ">", "<", "<"],
+    )
     out()
     out("Ratios (incident loop / gate, medians):")
     g1 = median([s.p1 for s in gate_r if s.p1 >= 0])
@@ -310,34 +465,49 @@ def summarize(out, args, ready, crashes):
         g2 = median([s.p2 for s in gate_c])
         m2 = median([s.p2 for s in inc_c])
         c2 = median([s.computed_at - s.crash_at for s in inc_c])
-        out(f"  P2: {m2:.1f} s / {g2:.3f} s = {m2 / g2:.0f}x with the loop capped at "
-            f"{args.crash_tries} tries (measured)")
-        out(f"  P2: {c2:.1f} s / {g2:.3f} s = {c2 / g2:.0f}x with the incident's {args.tries} tries "
+        out(
+            f"  P2: {m2:.1f} s / {g2:.3f} s = {m2 / g2:.0f}x with the loop capped at "
+            f"{args.crash_tries} tries (measured)"
+        )
+        out(
+            f"  P2: {c2:.1f} s / {g2:.3f} s = {c2 / g2:.0f}x with the incident's {args.tries} tries "
             f"(COMPUTED: {args.tries - 1} sleeps x {args.interval:g} s + {args.tries} measured tries "
-            f"+ measured grep; not waited for)")
+            f"+ measured grep; not waited for)"
+        )
     if inc_r:
         wrong = [s for s in inc_r if s.p1 < 0]
         windows = [s.ready_at - s.http_up_at for s in inc_r if s.http_up_at == s.http_up_at]
         w = median(windows)
         out()
-        out(f"Wrong 'ready' verdicts of the incident loop: {len(wrong)}/{len(inc_r)} starts "
-            f"(/v1/models lists the model while warmup still runs; /ping and /health are 503 then).")
-        out(f"  That window (port open -> fired up) was {w:.2f} s per start here, {w / args.interval:.0%} "
+        out(
+            f"Wrong 'ready' verdicts of the incident loop: {len(wrong)}/{len(inc_r)} starts "
+            f"(/v1/models lists the model while warmup still runs; /ping and /health are 503 then)."
+        )
+        out(
+            f"  That window (port open -> fired up) was {w:.2f} s per start here, {w / args.interval:.0%} "
             f"of the loop's {args.interval:g} s period: the share of starts such a loop calls ready "
-            f"too early.")
-        out(f"  Gate wrong verdicts: {sum(1 for s in gate_r if s.p1 < 0)}/{len(gate_r)} "
-            f"(it needs /ping 200 and the 'fired up' line as well as the name in /v1/models).")
+            f"too early."
+        )
+        out(
+            f"  Gate wrong verdicts: {sum(1 for s in gate_r if s.p1 < 0)}/{len(gate_r)} "
+            f"(it needs /ping 200 and the 'fired up' line as well as the name in /v1/models)."
+        )
 
 
 # -- Main -----------------------------------------------------------------------------------
+
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--inventory", default="inventory/sandbox.py")
     p.add_argument("--host", required=True, help="the one host to use (its server is restarted)")
     p.add_argument("--base-profile", default="sandbox", help="profile the bench's profiles extend")
-    p.add_argument("--no-standin", dest="standin", action="store_false",
-                   help="a real engine: no SGLANG_STANDIN_* knobs; only the ready scenario")
+    p.add_argument(
+        "--no-standin",
+        dest="standin",
+        action="store_false",
+        help="a real engine: no SGLANG_STANDIN_* knobs; only the ready scenario",
+    )
     p.add_argument("--scenarios", default="ready,crash", help="ready, crash or both (comma-separated)")
     p.add_argument("--starts", type=int, default=6, help="starts per method, ready scenario")
     p.add_argument("--crash-starts", type=int, default=5, help="starts per method, crash scenario")
@@ -347,9 +517,15 @@ def main(argv=None):
     p.add_argument("--crash-after", type=float, default=2.0, help="SGLANG_STANDIN_FAIL_AFTER_SECONDS")
     p.add_argument("--interval", type=float, default=15.0, help="incident loop: sleep between tries")
     p.add_argument("--tries", type=int, default=50, help="incident loop: tries")
-    p.add_argument("--crash-tries", type=int, default=3,
-                   help="incident loop on a crashed start: tries actually made (the rest is computed)")
-    p.add_argument("--out", default=str(REPO / "bench" / "results" / f"readiness-{time.strftime('%Y-%m-%d')}.txt"))
+    p.add_argument(
+        "--crash-tries",
+        type=int,
+        default=3,
+        help="incident loop on a crashed start: tries actually made (the rest is computed)",
+    )
+    p.add_argument(
+        "--out", default=str(REPO / "bench" / "results" / f"readiness-{time.strftime('%Y-%m-%d')}.txt")
+    )
     args = p.parse_args(argv)
     scenarios = {s.strip() for s in args.scenarios.split(",") if s.strip()}
     if not scenarios <= {"ready", "crash"}:
@@ -360,8 +536,11 @@ def main(argv=None):
     node = node_of(args.inventory, args.host)
     out = Report()
     began = time.time()
-    knobs = {"SGLANG_STANDIN_LOAD_SECONDS": args.load, "SGLANG_STANDIN_WARMUP_SECONDS": args.warmup} \
-        if args.standin else {}
+    knobs = (
+        {"SGLANG_STANDIN_LOAD_SECONDS": args.load, "SGLANG_STANDIN_WARMUP_SECONDS": args.warmup}
+        if args.standin
+        else {}
+    )
     crash_knobs = {"SGLANG_STANDIN_FAIL": args.crash, "SGLANG_STANDIN_FAIL_AFTER_SECONDS": args.crash_after}
     tmp = tempfile.mkdtemp(prefix="bench-readiness-")
     profile_a = write_profile(tmp, "bench-ready-a", args.base_profile, {**knobs, TURN_VAR: "a"})
@@ -371,19 +550,29 @@ def main(argv=None):
     unit, service = f"{prof.service.name}.service", prof.service.name
     loop = IncidentLoop(node, unit, prof.service.port, prof.model.served_name, args.interval)
 
-    out(f"# bench/readiness.py, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, host {node.name} "
-        f"({args.inventory}), unit {unit}, port {prof.service.port}, served name {prof.model.served_name!r}")
-    out(f"# profiles extend {args.base_profile}; env "
+    out(
+        f"# bench/readiness.py, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, host {node.name} "
+        f"({args.inventory}), unit {unit}, port {prof.service.port}, served name {prof.model.served_name!r}"
+    )
+    out(
+        f"# profiles extend {args.base_profile}; env "
         + (", ".join(f"{k}={v}" for k, v in knobs.items()) or "(engine's own start-up)")
-        + f"; the two ready profiles differ only in {TURN_VAR}=a|b")
+        + f"; the two ready profiles differ only in {TURN_VAR}=a|b"
+    )
     if "crash" in scenarios:
-        out(f"# crash profile: + {', '.join(f'{k}={v}' for k, v in crash_knobs.items())} (deploys: "
+        out(
+            f"# crash profile: + {', '.join(f'{k}={v}' for k, v in crash_knobs.items())} (deploys: "
             f"bench-crash profile, rolled back to the last good; incident: the same two variables "
-            f"in a runtime drop-in, then systemctl restart)")
-    out(f"# incident loop: `{loop.shown}` up to {args.tries} tries, sleep {args.interval:g} s "
-        f"between tries, then grep 'fired up\\|Error' in the journal")
-    out("# times: journald __REALTIME_TIMESTAMP on the node, time.time() on the controller (one clock "
-        "on sandbox nodes)")
+            f"in a runtime drop-in, then systemctl restart)"
+        )
+    out(
+        f"# incident loop: `{loop.shown}` up to {args.tries} tries, sleep {args.interval:g} s "
+        f"between tries, then grep 'fired up\\|Error' in the journal"
+    )
+    out(
+        "# times: journald __REALTIME_TIMESTAMP on the node, time.time() on the controller (one clock "
+        "on sandbox nodes)"
+    )
     out()
 
     setup = deploy(node, profile_a)
@@ -413,34 +602,45 @@ def main(argv=None):
 
     if "crash" in scenarios:
         out()
-        out(f"== Crash scenario ({args.crash} {args.crash_after:g} s into loading): "
-            f"{args.crash_starts} starts per method ==")
+        out(
+            f"== Crash scenario ({args.crash} {args.crash_after:g} s into loading): "
+            f"{args.crash_starts} starts per method =="
+        )
         for i in range(args.crash_starts):
             if last_good(node, service) != "bench-ready-a":  # another deploy ran in between
                 again = deploy(node, profile_a)
-                out(f"  (last good on {node.name} was not bench-ready-a: redeployed it first, "
-                    f"exit {again.returncode})")
+                out(
+                    f"  (last good on {node.name} was not bench-ready-a: redeployed it first, "
+                    f"exit {again.returncode})"
+                )
             sample = gate_crash(node, profile_crash, i + 1, out)
             if sample:
                 crashes.append(sample)
-                out(f"  gate     crash {i + 1}: P2 {sample.p2:.3f} s, cause {sample.cause}, "
-                    f"rollback {fmt_s(sample.rollback_s, 3)} s")
+                out(
+                    f"  gate     crash {i + 1}: P2 {sample.p2:.3f} s, cause {sample.cause}, "
+                    f"rollback {fmt_s(sample.rollback_s, 3)} s"
+                )
         for i in range(args.crash_starts):
-            sample = incident_crash(node, loop, service, unit, crash_knobs, args.crash_tries, args.tries,
-                                    i + 1, out)
+            sample = incident_crash(
+                node, loop, service, unit, crash_knobs, args.crash_tries, args.tries, i + 1, out
+            )
             if sample:
                 crashes.append(sample)
-                out(f"  incident crash {i + 1}: {args.crash_tries}-try loop + grep {sample.p2:.1f} s "
+                out(
+                    f"  incident crash {i + 1}: {args.crash_tries}-try loop + grep {sample.p2:.1f} s "
                     f"after the crash (measured); {args.tries} tries: "
-                    f"{sample.computed_at - sample.crash_at:.1f} s (computed)")
+                    f"{sample.computed_at - sample.crash_at:.1f} s (computed)"
+                )
         out()
         crash_table(out, crashes)
 
     summarize(out, args, ready, crashes)
     final = deploy(node, profile_a)  # leave the node serving a profile that passed
     out()
-    out(f"Left {node.name} serving bench-ready-a (final deploy exit {final.returncode}). "
-        f"Whole bench: {time.time() - began:.0f} s.")
+    out(
+        f"Left {node.name} serving bench-ready-a (final deploy exit {final.returncode}). "
+        f"Whole bench: {time.time() - began:.0f} s."
+    )
     out.save(args.out)
     print(f"saved to {args.out}")
     return 0

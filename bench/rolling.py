@@ -45,9 +45,14 @@ def fleet():
 def deploy(profile, names, extra=()):
     env = {**os.environ, "SGLANG_DEPLOY_SANDBOX_PROFILES": ",".join(f"{n}={profile}" for n in names)}
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pyinfra", "-y", "inventory/sandbox.py",
-                           "deploy.py", *extra], cwd=REPO, env=env, capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", "inventory/sandbox.py", "deploy.py", *extra],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     return done.returncode, done.stdout + done.stderr, time.monotonic() - started
 
 
@@ -55,9 +60,19 @@ def measured(label, profile, names, router, ports, router_port, args, extra):
     watcher = Watcher(router_port, ports)
     watcher.start()
     load = {}
-    client = threading.Thread(target=lambda: load.update(r=run_load(
-        router_port, MODEL, count=args.requests, concurrency=4, short_tokens=16,
-        long_tokens=400, long_every=4)))
+    client = threading.Thread(
+        target=lambda: load.update(
+            r=run_load(
+                router_port,
+                MODEL,
+                count=args.requests,
+                concurrency=4,
+                short_tokens=16,
+                long_tokens=400,
+                long_every=4,
+            )
+        )
+    )
     client.start()
     time.sleep(2)  # the load is running before anything restarts
     code, output, seconds = deploy(profile, names + router, extra)
@@ -71,13 +86,16 @@ def measured(label, profile, names, router, ports, router_port, args, extra):
     kinds = {}
     for _, why in result.failures:
         kinds[why.split(":")[0]] = kinds.get(why.split(":")[0], 0) + 1
-    return [f"{label}:",
-            f"  deploy exit {code}, wall time {seconds:.1f} s",
-            f"  requests sent {result.sent} ({result.long_sent} long), failed {result.failed}"
-            + (f" (first kinds: {kinds})" if result.failed else "") + f", load ran {result.seconds:.1f} s",
-            f"  minimum nodes serving at any instant: {watcher.min_serving} of {len(names)}; "
-            f"minimum healthy in the router: {watcher.min_in_router}",
-            f"  time out of the router per node: {out}"]
+    return [
+        f"{label}:",
+        f"  deploy exit {code}, wall time {seconds:.1f} s",
+        f"  requests sent {result.sent} ({result.long_sent} long), failed {result.failed}"
+        + (f" (first kinds: {kinds})" if result.failed else "")
+        + f", load ran {result.seconds:.1f} s",
+        f"  minimum nodes serving at any instant: {watcher.min_serving} of {len(names)}; "
+        f"minimum healthy in the router: {watcher.min_in_router}",
+        f"  time out of the router per node: {out}",
+    ]
 
 
 def main():
@@ -87,14 +105,18 @@ def main():
     args = parser.parse_args()
     ports, router_port = fleet()
     names = sorted(ports)
-    router = [n["name"] for n in json.loads((REPO / ".sandbox" / "state.json").read_text())["nodes"]
-              if n.get("role") == "router"]
+    router = [
+        n["name"]
+        for n in json.loads((REPO / ".sandbox" / "state.json").read_text())["nodes"]
+        if n.get("role") == "router"
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         profiles = {}
         for name, seconds in (("slow-a", args.load_seconds), ("slow-b", args.load_seconds + 1)):
             path = Path(tmp) / f"{name}.yml"
-            path.write_text(f"extends: {REPO}/profiles/sandbox.yml\n"
-                            f"env:\n  SGLANG_STANDIN_LOAD_SECONDS: {seconds}\n")
+            path.write_text(
+                f"extends: {REPO}/profiles/sandbox.yml\nenv:\n  SGLANG_STANDIN_LOAD_SECONDS: {seconds}\n"
+            )
             profiles[name] = str(path)
         # pyinfra slices every active host, the router's too, into the batches: a batch of
         # nodes + routers restarts every node at once.
@@ -103,16 +125,26 @@ def main():
         code, output, _ = deploy(profiles["slow-a"], names + router, fast)
         if code != 0:
             sys.exit(f"converging failed:\n{output[-4000:]}")
-        lines = [f"rolling restart bench ({len(names)} nodes + router, load time "
-                 f"{args.load_seconds:g} s, {args.requests} requests, commit "
-                 + subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                                  capture_output=True, text=True).stdout.strip()
-                 + time.strftime(", %Y-%m-%d %H:%M)")]
-        lines += measured("rolling, batch 1", profiles["slow-b"], names, router, ports,
-                          router_port, args, [])
+        lines = [
+            f"rolling restart bench ({len(names)} nodes + router, load time "
+            f"{args.load_seconds:g} s, {args.requests} requests, commit "
+            + subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+            ).stdout.strip()
+            + time.strftime(", %Y-%m-%d %H:%M)")
+        ]
+        lines += measured("rolling, batch 1", profiles["slow-b"], names, router, ports, router_port, args, [])
         deploy(profiles["slow-a"], names + router, fast)  # back, unmeasured
-        lines += measured(f"all at once (rolling_batch={everything})", profiles["slow-b"],
-                          names, router, ports, router_port, args, fast)
+        lines += measured(
+            f"all at once (rolling_batch={everything})",
+            profiles["slow-b"],
+            names,
+            router,
+            ports,
+            router_port,
+            args,
+            fast,
+        )
     text = "\n".join(lines) + "\n"
     print(text)
     results = REPO / "bench" / "results"

@@ -21,6 +21,7 @@ def _counting(kind, method):
         with open(OUT, "w") as out:  # written each time: the run may end in os._exit
             json.dump({k: dict(v) for k, v in COUNTS.items()}, out)
         return method(channel, *args, **kwargs)
+
     return wrapper
 
 
@@ -29,4 +30,5 @@ if __name__ == "__main__":
     paramiko.Channel.exec_command = _counting("commands", paramiko.Channel.exec_command)
     paramiko.Channel.invoke_subsystem = _counting("transfers", paramiko.Channel.invoke_subsystem)
     from pyinfra_cli.main import main
+
     main()

@@ -82,17 +82,28 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--inventory", default="inventory/sandbox.py")
     p.add_argument("--host", required=True)
-    p.add_argument("--profile", action="append", type=parse_profile, metavar="NAME[=RATE]",
-                   help="profile to measure (repeat; the first is the baseline). Default on the "
-                        "sandbox: sandbox=82 and sandbox-eagle3=60")
+    p.add_argument(
+        "--profile",
+        action="append",
+        type=parse_profile,
+        metavar="NAME[=RATE]",
+        help="profile to measure (repeat; the first is the baseline). Default on the "
+        "sandbox: sandbox=82 and sandbox-eagle3=60",
+    )
     p.add_argument("--requests", type=int, default=8, help="timed requests per profile")
     p.add_argument("--warmup-requests", type=int, default=1)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--timeout", type=float, default=600.0, help="per request, seconds")
-    p.add_argument("--no-deploy", dest="deploy", action="store_false",
-                   help="measure what the host serves now (one profile, named for the table only)")
+    p.add_argument(
+        "--no-deploy",
+        dest="deploy",
+        action="store_false",
+        help="measure what the host serves now (one profile, named for the table only)",
+    )
     p.add_argument("--tunnel", action="store_true", help="reach the port through an SSH tunnel")
-    p.add_argument("--out", default=str(REPO / "bench" / "results" / f"throughput-{time.strftime('%Y-%m-%d')}.txt"))
+    p.add_argument(
+        "--out", default=str(REPO / "bench" / "results" / f"throughput-{time.strftime('%Y-%m-%d')}.txt")
+    )
     args = p.parse_args(argv)
     node = node_of(args.inventory, args.host)
     profiles = args.profile or ([("sandbox", 82.0), ("sandbox-eagle3", 60.0)] if node.is_sandbox else None)
@@ -104,12 +115,16 @@ def main(argv=None):
         p.error("NAME=RATE sets the sandbox stand-in's rate; on real nodes give profile names only")
 
     out = Report()
-    out(f"# bench/throughput.py, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, host {node.name} ({args.inventory}); "
+    out(
+        f"# bench/throughput.py, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, host {node.name} ({args.inventory}); "
         f"{args.requests} streaming /v1/chat/completions per profile, one at a time, max_tokens "
-        f"{args.max_tokens}, after {args.warmup_requests} untimed")
+        f"{args.max_tokens}, after {args.warmup_requests} untimed"
+    )
     if any(rate for _, rate in profiles):
-        out(f"# sandbox stand-in: its decode rate is a setting ({RATE_VAR}); these rows emulate the "
-            f"incident's figures (baseline 82-83 tok/s, EAGLE-3 59-61 tok/s), not a GPU")
+        out(
+            f"# sandbox stand-in: its decode rate is a setting ({RATE_VAR}); these rows emulate the "
+            f"incident's figures (baseline 82-83 tok/s, EAGLE-3 59-61 tok/s), not a GPU"
+        )
     out()
     tmp = tempfile.mkdtemp(prefix="bench-throughput-")
     rows, baseline = [], None
@@ -125,13 +140,19 @@ def main(argv=None):
             restarted = "restarted" if run.first("] ready in ") else "no restart needed"
             out(f"{label}: deployed to {node.name} ({run.ended - run.started:.1f} s, {restarted})")
         tunnel = Tunnel(node, profile.service.port) if args.tunnel else None
-        base = f"http://127.0.0.1:{tunnel.local}" if tunnel else f"http://{node.http_host()}:{profile.service.port}"
+        base = (
+            f"http://127.0.0.1:{tunnel.local}"
+            if tunnel
+            else f"http://{node.http_host()}:{profile.service.port}"
+        )
         url = base + "/v1/chat/completions"
         try:
             for _ in range(args.warmup_requests):
                 stream_once(url, profile.model.served_name, args.max_tokens, args.timeout)
-            results = [stream_once(url, profile.model.served_name, args.max_tokens, args.timeout)
-                       for _ in range(args.requests)]
+            results = [
+                stream_once(url, profile.model.served_name, args.max_tokens, args.timeout)
+                for _ in range(args.requests)
+            ]
         finally:
             if tunnel:
                 tunnel.close()
@@ -139,12 +160,34 @@ def main(argv=None):
         tps = median(rates)
         baseline = baseline or tps
         out(f"  per request tok/s: {', '.join(f'{r:.1f}' for r in rates)}")
-        rows.append((label, len(results), sum(t for t, _, _ in results), fmt_s(tps, 1),
-                     fmt_s(min(rates), 1), fmt_s(max(rates), 1), fmt_s(1000 / tps, 2),
-                     fmt_s(1000 * median([f for _, _, f in results]), 0), f"{tps / baseline:.3f}"))
+        rows.append(
+            (
+                label,
+                len(results),
+                sum(t for t, _, _ in results),
+                fmt_s(tps, 1),
+                fmt_s(min(rates), 1),
+                fmt_s(max(rates), 1),
+                fmt_s(1000 / tps, 2),
+                fmt_s(1000 * median([f for _, _, f in results]), 0),
+                f"{tps / baseline:.3f}",
+            )
+        )
     out()
-    out.table(["profile", "requests", "tokens", "tok/s median", "min", "max", "ms/token",
-               "TTFT ms", "ratio vs baseline"], rows)
+    out.table(
+        [
+            "profile",
+            "requests",
+            "tokens",
+            "tok/s median",
+            "min",
+            "max",
+            "ms/token",
+            "TTFT ms",
+            "ratio vs baseline",
+        ],
+        rows,
+    )
     out.save(args.out)
     print(f"saved to {args.out}")
     return 0

@@ -4,8 +4,8 @@ SGLang routers in front of them (its `routers:` section: the `routers` group).
 The file's format is documented in inventory/hosts.example.yml.
 """
 
-from sglang_deploy.plan.hosts import gpu_hosts, gpu_routers
 from sglang_deploy.cli import exit_on_deploy_error
+from sglang_deploy.plan.hosts import gpu_hosts, gpu_routers
 
 with exit_on_deploy_error():
     gpu = gpu_hosts()

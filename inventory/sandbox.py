@@ -1,8 +1,8 @@
 """Local sandbox nodes (`make sandbox`): systemd-nspawn containers reached over SSH; those made
 with `--routers N` run SGLang's router (the `routers` group)."""
 
-from sglang_deploy.plan.hosts import sandbox_hosts, sandbox_routers
 from sglang_deploy.cli import exit_on_deploy_error
+from sglang_deploy.plan.hosts import sandbox_hosts, sandbox_routers
 
 with exit_on_deploy_error():
     sandbox = sandbox_hosts()

@@ -67,17 +67,40 @@ BARE_PACKAGES = "systemd,systemd-sysv,dbus,openssh-server,python3"
 IMAGE_STAMP = ".sandbox-image"
 # Timers that would run apt (holding the dpkg lock, reaching the network) behind a deploy's back.
 MASKED_UNITS = ("apt-daily.timer", "apt-daily-upgrade.timer")
-SSH_OPTS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
-            "-o", "ConnectTimeout=3"]
+SSH_OPTS = [
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "LogLevel=ERROR",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "IdentitiesOnly=yes",
+    "-o",
+    "ConnectTimeout=3",
+]
 TINY_MODEL = {
-    "config.json": {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                    "num_attention_heads": 4, "num_key_value_heads": 4,
-                    "max_position_embeddings": 512, "vocab_size": 1000,
-                    "torch_dtype": "float16"},
-    "tokenizer_config.json": {"tokenizer_class": "LlamaTokenizer", "model_max_length": 512,
-                              "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+    "config.json": {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 512,
+        "vocab_size": 1000,
+        "torch_dtype": "float16",
+    },
+    "tokenizer_config.json": {
+        "tokenizer_class": "LlamaTokenizer",
+        "model_max_length": 512,
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+    },
 }
 
 
@@ -87,13 +110,21 @@ class SandboxError(Exception):
 
 # ---------------------------------------------------------------- pure logic (unit-tested)
 
+
 def node_record(index, sandbox_dir, pid=None, bare=False):
     """The state entry of node `index` (1-based) under `sandbox_dir`."""
     node_dir = Path(sandbox_dir).resolve() / "nodes" / f"node{index}"
-    return {"name": f"node{index}", "ssh_host": SSH_HOST, "ssh_port": SSH_BASE_PORT + index,
-            "ssh_user": "root", "server_port": SERVER_BASE_PORT + index, "pid": pid,
-            "rootfs": str(node_dir / "rootfs"), "console_log": str(node_dir / "console.log"),
-            "bare": bare}
+    return {
+        "name": f"node{index}",
+        "ssh_host": SSH_HOST,
+        "ssh_port": SSH_BASE_PORT + index,
+        "ssh_user": "root",
+        "server_port": SERVER_BASE_PORT + index,
+        "pid": pid,
+        "rootfs": str(node_dir / "rootfs"),
+        "console_log": str(node_dir / "console.log"),
+        "bare": bare,
+    }
 
 
 def bare_indices(count, bare):
@@ -197,8 +228,7 @@ def container_inits(rootfs, proc="/proc"):
             continue
         try:
             status = (entry / "status").read_text()
-            nspid = next(line.split()[1:] for line in status.splitlines()
-                         if line.startswith("NSpid:"))
+            nspid = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
             if len(nspid) < 2 or nspid[-1] != "1" or not pid_alive(entry.name, proc):
                 continue
             root = os.stat(entry / "root")  # follows the link across mount namespaces
@@ -241,11 +271,21 @@ def tracking_cgroups(leaf, mounts, self_cgroup):
 
 def nspawn_argv(name, rootfs):
     """The command line that boots one node (detached, console to the log file)."""
-    return ["systemd-nspawn", "--keep-unit", "--register=no", "--console=read-only",
-            "-D", str(rootfs), "-M", name, "-b"]
+    return [
+        "systemd-nspawn",
+        "--keep-unit",
+        "--register=no",
+        "--console=read-only",
+        "-D",
+        str(rootfs),
+        "-M",
+        name,
+        "-b",
+    ]
 
 
 # ---------------------------------------------------------------- host helpers
+
 
 def run(argv, **kwargs):
     """subprocess.run with captured text output."""
@@ -255,8 +295,9 @@ def run(argv, **kwargs):
 def run_logged(argv, log):
     """Run argv in its own process group, output to `log`; the whole group dies with us."""
     with open(log, "w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         try:
             return proc.wait()
         except BaseException:
@@ -276,9 +317,14 @@ def tail(path, lines=20):
 
 
 # Host tools the sandbox needs, and the Debian/Ubuntu packages that provide them.
-HOST_TOOLS = {"systemd-nspawn": "systemd-container", "debootstrap": "debootstrap",
-              "ssh": "openssh-client", "ssh-keygen": "openssh-client", "cp": "coreutils",
-              "mountpoint": "util-linux"}
+HOST_TOOLS = {
+    "systemd-nspawn": "systemd-container",
+    "debootstrap": "debootstrap",
+    "ssh": "openssh-client",
+    "ssh-keygen": "openssh-client",
+    "cp": "coreutils",
+    "mountpoint": "util-linux",
+}
 
 
 def os_release(path="/etc/os-release"):
@@ -307,12 +353,16 @@ def install_packages(packages):
     """apt-get install, saying so; the index is refreshed first (a fresh host has none)."""
     print(f"sandbox: installing host prerequisites: {' '.join(packages)} (apt-get)", flush=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in (["apt-get", "update", "-qq"],
-                 ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
+    for argv in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
+    ):
         res = run(argv, env=env)
         if res.returncode != 0:
-            raise SandboxError(f"{' '.join(argv)} failed (exit {res.returncode}):\n"
-                               + (res.stderr or res.stdout).strip()[-2000:])
+            raise SandboxError(
+                f"{' '.join(argv)} failed (exit {res.returncode}):\n"
+                + (res.stderr or res.stdout).strip()[-2000:]
+            )
 
 
 def check_host():
@@ -325,9 +375,11 @@ def check_host():
     release = os_release()
     if not is_apt_host(release):
         tools = ", ".join(t for t in HOST_TOOLS if not shutil.which(t))
-        raise SandboxError(f"{tools} not found on {release.get('PRETTY_NAME', 'this host')}: "
-                           f"install the packages that provide them (on Debian/Ubuntu: "
-                           f"apt-get install {' '.join(packages)})")
+        raise SandboxError(
+            f"{tools} not found on {release.get('PRETTY_NAME', 'this host')}: "
+            f"install the packages that provide them (on Debian/Ubuntu: "
+            f"apt-get install {' '.join(packages)})"
+        )
     install_packages(packages)
     still = missing_packages()
     if still:
@@ -348,8 +400,7 @@ def unmount_under(path):
     prefix = str(Path(path).resolve())
     with open("/proc/mounts") as f:
         points = [line.split()[1].encode().decode("unicode_escape") for line in f]
-    for point in sorted((p for p in points if p == prefix or p.startswith(prefix + "/")),
-                        reverse=True):
+    for point in sorted((p for p in points if p == prefix or p.startswith(prefix + "/")), reverse=True):
         run(["umount", "-l", point])
 
 
@@ -371,6 +422,7 @@ def ensure_nspawn_tmpfs():
 
 
 # ---------------------------------------------------------------- base image
+
 
 def image_stamp(packages=PACKAGES):
     """What the cached image was built from; a different stamp means rebuild."""
@@ -411,13 +463,15 @@ def ensure_image(image, packages=PACKAGES):
 
 # ---------------------------------------------------------------- one node
 
+
 def ensure_key(sandbox_dir):
     """One ed25519 key pair for every node, made once."""
     key = Path(sandbox_dir).resolve() / "id_ed25519"
     if not key.is_file():
         key.with_suffix(".pub").unlink(missing_ok=True)
-        res = run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sglang-deploy-sandbox",
-                   "-f", str(key)])
+        res = run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sglang-deploy-sandbox", "-f", str(key)]
+        )
         if res.returncode != 0:
             raise SandboxError(f"ssh-keygen failed: {res.stderr.strip()}")
     return key
@@ -442,8 +496,9 @@ def make_rootfs(image, node, pubkey):
 def configure_identity(rootfs, name):
     """Hostname, /etc/hosts and a machine id of its own."""
     (rootfs / "etc/hostname").write_text(name + "\n")
-    (rootfs / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n"
-                                      "::1\tlocalhost ip6-localhost ip6-loopback\n")
+    (rootfs / "etc/hosts").write_text(
+        f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+    )
     (rootfs / "etc/machine-id").write_text(uuid.uuid4().hex + "\n")
     (rootfs / "etc/default/locale").write_text("LANG=C.UTF-8\n")
 
@@ -459,9 +514,11 @@ def mask_units(rootfs):
 def configure_sshd(rootfs, port, pubkey):
     """sshd on 127.0.0.1:port, root by key only, host keys of its own."""
     config = rootfs / "etc/ssh/sshd_config"
-    header = ("# sglang-deploy sandbox node (first value wins in sshd_config)\n"
-              f"Port {port}\nListenAddress {SSH_HOST}\nPermitRootLogin prohibit-password\n"
-              "PasswordAuthentication no\nUseDNS no\n\n")
+    header = (
+        "# sglang-deploy sandbox node (first value wins in sshd_config)\n"
+        f"Port {port}\nListenAddress {SSH_HOST}\nPermitRootLogin prohibit-password\n"
+        "PasswordAuthentication no\nUseDNS no\n\n"
+    )
     config.write_text(header + config.read_text())
     for old in (rootfs / "etc/ssh").glob("ssh_host_*"):
         old.unlink()
@@ -486,8 +543,9 @@ def stage_model(rootfs):
 
 def node_cgroups(node):
     """The node's own cgroup directories on this host."""
-    return tracking_cgroups(cgroup_leaf(node), Path("/proc/mounts").read_text(),
-                            Path("/proc/self/cgroup").read_text())
+    return tracking_cgroups(
+        cgroup_leaf(node), Path("/proc/mounts").read_text(), Path("/proc/self/cgroup").read_text()
+    )
 
 
 def remove_cgroups(node):
@@ -511,24 +569,36 @@ def boot(node):
     argv = ["sh", "-c", enter + 'exec "$@"', "sh", *nspawn_argv(node["name"], node["rootfs"])]
     log = open(node["console_log"], "ab")
     try:
-        return subprocess.Popen(argv,
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True)
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
     finally:
         log.close()
 
 
 def ssh_argv(node, key, command):
     """ssh to a node, non-interactively."""
-    return ["ssh", "-p", str(node["ssh_port"]), "-i", str(key), *SSH_OPTS,
-            f"{node['ssh_user']}@{node['ssh_host']}", command]
+    return [
+        "ssh",
+        "-p",
+        str(node["ssh_port"]),
+        "-i",
+        str(key),
+        *SSH_OPTS,
+        f"{node['ssh_user']}@{node['ssh_host']}",
+        command,
+    ]
 
 
 def system_state(node, key):
     """`systemctl is-system-running` of the node over SSH, or "no-ssh"."""
     try:
-        res = run(ssh_argv(node, key, "systemctl is-system-running"), timeout=10,
-                  stdin=subprocess.DEVNULL)
+        res = run(ssh_argv(node, key, "systemctl is-system-running"), timeout=10, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return "no-ssh"
     return res.stdout.strip() or "no-ssh"
@@ -541,7 +611,10 @@ def wait_running(nodes, key, timeout):
     last = {}
     with ThreadPoolExecutor(max_workers=8) as pool:
         while pending and time.monotonic() < deadline:
-            probe = lambda n: (n["name"], system_state(n, key) if pid_alive(n["pid"]) else "dead")
+
+            def probe(n):
+                return n["name"], system_state(n, key) if pid_alive(n["pid"]) else "dead"
+
             for name, state in pool.map(probe, list(pending.values())):
                 last[name] = state
                 if state == "running":
@@ -550,8 +623,7 @@ def wait_running(nodes, key, timeout):
                     pending.pop(name)
             if pending:
                 time.sleep(0.5)
-    return {name: last.get(name) for name in set(n["name"] for n in nodes)
-            if last.get(name) != "running"}
+    return {name: last.get(name) for name in set(n["name"] for n in nodes) if last.get(name) != "running"}
 
 
 def stop(node, timeout=30.0):
@@ -603,11 +675,14 @@ def check_ports_free(nodes):
     for node in nodes:
         for what in ("ssh_port", "server_port"):
             if node[what] in taken:
-                raise SandboxError(f"port {node[what]} ({what} of {node['name']}) is already "
-                                   "in use by another process; free it and retry")
+                raise SandboxError(
+                    f"port {node[what]} ({what} of {node['name']}) is already "
+                    "in use by another process; free it and retry"
+                )
 
 
 # ---------------------------------------------------------------- commands
+
 
 def paths():
     """(sandbox dir, state file, cached image)."""
@@ -619,8 +694,7 @@ def paths():
 def with_roles(nodes, serving):
     """The first `serving` nodes serve; the others run SGLang's router (role "router", on
     their server port): the sandbox inventory groups those as `routers`."""
-    return [dict(node, role="router" if node_index(node["name"]) > serving else "node")
-            for node in nodes]
+    return [dict(node, role="router" if node_index(node["name"]) > serving else "node") for node in nodes]
 
 
 def cmd_up(count, bare=0, routers=0):
@@ -636,31 +710,45 @@ def cmd_up(count, bare=0, routers=0):
         recorded = read_state(state_file)["nodes"]
         by_name = {n["name"]: n for n in recorded}
         bares = bare_indices(serving, bare)
-        wanted = [by_name.get(f"node{i}") or node_record(i, sandbox_dir, bare=i in bares)
-                  for i in range(1, count + 1)]
+        wanted = [
+            by_name.get(f"node{i}") or node_record(i, sandbox_dir, bare=i in bares)
+            for i in range(1, count + 1)
+        ]
         rebuild = retire_unhealthy(wanted, by_name, key, min(timeout, 20), bares)
         if not rebuild:
             write_state(state_file, key, merge_nodes(recorded, with_roles(wanted, serving)))
             print(f"{count} node(s) already running")
             return
-        fresh = [node_record(node_index(n["name"]), sandbox_dir,
-                             bare=node_index(n["name"]) in bares) for n in rebuild]
+        fresh = [
+            node_record(node_index(n["name"]), sandbox_dir, bare=node_index(n["name"]) in bares)
+            for n in rebuild
+        ]
         check_ports_free(fresh)
-        images = {False: ensure_image(image) if any(not n["bare"] for n in fresh) else None,
-                  True: ensure_image(bare_image_path(image), BARE_PACKAGES)
-                  if any(n["bare"] for n in fresh) else None}
+        images = {
+            False: ensure_image(image) if any(not n["bare"] for n in fresh) else None,
+            True: ensure_image(bare_image_path(image), BARE_PACKAGES)
+            if any(n["bare"] for n in fresh)
+            else None,
+        }
         ensure_nspawn_tmpfs()
         started = time.monotonic()
         booting, errors = launch_all(fresh, images, key.with_suffix(".pub"))
-        write_state(state_file, key, merge_nodes(recorded, with_roles(
-            merge_nodes([n for n in wanted if n not in rebuild], booting), serving)))
+        write_state(
+            state_file,
+            key,
+            merge_nodes(
+                recorded, with_roles(merge_nodes([n for n in wanted if n not in rebuild], booting), serving)
+            ),
+        )
         if errors:
             raise errors[0]
         copied = time.monotonic()
         wait_booted(fresh, key, timeout)
-        print(f"booted {', '.join(n['name'] for n in fresh)} in "
-              f"{time.monotonic() - started:.1f} s (copies and launches "
-              f"{copied - started:.1f} s)")
+        print(
+            f"booted {', '.join(n['name'] for n in fresh)} in "
+            f"{time.monotonic() - started:.1f} s (copies and launches "
+            f"{copied - started:.1f} s)"
+        )
 
 
 def launch_all(fresh, images, pubkey):
@@ -668,6 +756,7 @@ def launch_all(fresh, images, pubkey):
     `images`: {bare: image directory}.
 
     Returns (the nodes launched, with their pid; the errors of the others)."""
+
     def launch(node):
         make_rootfs(images[bool(node.get("bare"))], node, pubkey)
         node["pid"] = boot(node).pid
@@ -683,17 +772,17 @@ def retire_unhealthy(wanted, recorded, key, timeout, bares=()):
     (bare or not); returns those to (re)build."""
     alive = [n for n in wanted if is_node_nspawn(n.get("pid"), n["name"], n["rootfs"])]
     unhealthy = wait_running(alive, key, timeout) if alive else {}
-    other_image = {n["name"]: "built bare, full wanted" if n.get("bare") else "built full, bare wanted"
-                   for n in wanted
-                   if bool(n.get("bare")) != (node_index(n["name"]) in bares)}
-    rebuild = [n for n in wanted
-               if n not in alive or n["name"] in unhealthy or n["name"] in other_image]
+    other_image = {
+        n["name"]: "built bare, full wanted" if n.get("bare") else "built full, bare wanted"
+        for n in wanted
+        if bool(n.get("bare")) != (node_index(n["name"]) in bares)
+    }
+    rebuild = [n for n in wanted if n not in alive or n["name"] in unhealthy or n["name"] in other_image]
     for node in rebuild:
         stopped = stop(node)
         if stopped or node["name"] in recorded:
             why = unhealthy.get(node["name"]) or other_image.get(node["name"], "nspawn gone")
-            print(f"{node['name']}: not healthy ({why}); stopped {stopped or 'nothing'}; "
-                  "rebuilding")
+            print(f"{node['name']}: not healthy ({why}); stopped {stopped or 'nothing'}; rebuilding")
     return rebuild
 
 
@@ -703,9 +792,10 @@ def wait_booted(fresh, key, timeout):
     if failed:
         name, last = sorted(failed.items())[0]
         node = next(n for n in fresh if n["name"] == name)
-        raise SandboxError(f"{name} did not reach 'running' within {timeout:g} s "
-                           f"(last state: {last}); console {node['console_log']}:\n"
-                           + tail(node["console_log"]))
+        raise SandboxError(
+            f"{name} did not reach 'running' within {timeout:g} s "
+            f"(last state: {last}); console {node['console_log']}:\n" + tail(node["console_log"])
+        )
 
 
 def cmd_down():
@@ -739,21 +829,36 @@ def cmd_status():
             health = "dead"
         else:
             health = system_state(node, state["key"])
-        print(f"{node['name']}\tssh={node['ssh_host']}:{node['ssh_port']}\t"
-              f"server={node['server_port']}\tpid={node['pid']}\t{health}")
+        print(
+            f"{node['name']}\tssh={node['ssh_host']}:{node['ssh_port']}\t"
+            f"server={node['server_port']}\tpid={node['pid']}\t{health}"
+        )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="sandbox.py", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="create/boot nodes (idempotent)")
-    up.add_argument("--nodes", type=int, default=os.environ.get("NODES") or "1",
-                    help="number of nodes (default: $NODES or 1)")
-    up.add_argument("--bare", type=int, default=0, metavar="B",
-                    help="the last B serving nodes boot from the bare image (a fresh OS: no "
-                         "python3-venv, curl or model directory); default 0")
-    up.add_argument("--routers", type=int, default=os.environ.get("ROUTERS") or "0",
-                    help="router nodes after the serving ones (default: $ROUTERS or 0)")
+    up.add_argument(
+        "--nodes",
+        type=int,
+        default=os.environ.get("NODES") or "1",
+        help="number of nodes (default: $NODES or 1)",
+    )
+    up.add_argument(
+        "--bare",
+        type=int,
+        default=0,
+        metavar="B",
+        help="the last B serving nodes boot from the bare image (a fresh OS: no "
+        "python3-venv, curl or model directory); default 0",
+    )
+    up.add_argument(
+        "--routers",
+        type=int,
+        default=os.environ.get("ROUTERS") or "0",
+        help="router nodes after the serving ones (default: $ROUTERS or 0)",
+    )
     sub.add_parser("down", help="stop nodes, remove per-node state")
     sub.add_parser("status", help="one line per node")
     args = parser.parse_args(argv)

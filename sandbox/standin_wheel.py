@@ -24,21 +24,37 @@ def build(version: str, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as temporary:
         source = Path(temporary) / "engine-standin"
-        shutil.copytree(SOURCE, source, ignore=shutil.ignore_patterns(
-            "build", "*.egg-info", "__pycache__"))
+        shutil.copytree(SOURCE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
         pyproject = source / "pyproject.toml"
-        pyproject.write_text(re.sub(r'(?m)^version = ".*"$', f'version = "{version}"',
-                                    pyproject.read_text()))
-        (source / "sglang" / "version.py").write_text(re.sub(
-            r'(?m)^__version__ = ".*"$', f'__version__ = "{version}"',
-            (source / "sglang" / "version.py").read_text()))
+        pyproject.write_text(re.sub(r'(?m)^version = ".*"$', f'version = "{version}"', pyproject.read_text()))
+        (source / "sglang" / "version.py").write_text(
+            re.sub(
+                r'(?m)^__version__ = ".*"$',
+                f'__version__ = "{version}"',
+                (source / "sglang" / "version.py").read_text(),
+            )
+        )
         for old in out.glob("sglang-*.whl"):
             old.unlink()
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                        "--no-build-isolation", str(source), "-w", str(out)], check=True)
-    wheel, = out.glob("sglang-*.whl")
-    subprocess.run([sys.executable, "-m", "sglang_deploy.wheel_normal", str(wheel)], check=True,
-                   cwd=REPO_ROOT)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                str(source),
+                "-w",
+                str(out),
+            ],
+            check=True,
+        )
+    (wheel,) = out.glob("sglang-*.whl")
+    subprocess.run(
+        [sys.executable, "-m", "sglang_deploy.wheel_normal", str(wheel)], check=True, cwd=REPO_ROOT
+    )
     return wheel
 
 

@@ -9,7 +9,7 @@ from sglang_deploy.errors import DeployError
 
 # A deploy's exit statuses (sglang_deploy/report/outcome.py sets them from the per-host outcomes).
 EXIT_DEPLOY_ERROR = 1  # a bad profile or inventory, or a host's deploy failed or never ran
-EXIT_UNREACHABLE = 3   # no host failed, but at least one could not be reached
+EXIT_UNREACHABLE = 3  # no host failed, but at least one could not be reached
 
 
 @contextmanager

@@ -4,6 +4,7 @@ mean something. The stand-in engine never reads it.
 
     python3 sandbox/models/make_shard.py [--mib 8]   # writes tiny-standin/model.safetensors
 """
+
 import argparse
 import hashlib
 import os
@@ -21,7 +22,7 @@ def shard_bytes(mib):
     while len(out) < mib << 20:
         out += hashlib.sha256(SEED + counter.to_bytes(8, "big")).digest() * 128
         counter += 1
-    return bytes(out[:mib << 20])
+    return bytes(out[: mib << 20])
 
 
 def main(argv=None):

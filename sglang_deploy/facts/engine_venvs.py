@@ -30,6 +30,10 @@ class EngineVenvs(ScriptResult):
 
     def command(self, scripts_dir, venvs_dir, link, last_good_dir=None):
         good = f" --last-good-dir {shlex.quote(last_good_dir)}" if last_good_dir else ""
-        return self._guarded(scripts_dir, (
-            f"python3 {shlex.quote(scripts_dir)}/venvs.py list --dir {shlex.quote(venvs_dir)} "
-            f"--link {shlex.quote(link)}{good}"))
+        return self._guarded(
+            scripts_dir,
+            (
+                f"python3 {shlex.quote(scripts_dir)}/venvs.py list --dir {shlex.quote(venvs_dir)} "
+                f"--link {shlex.quote(link)}{good}"
+            ),
+        )

@@ -19,10 +19,14 @@ _NO_DRIVER = "no-nvidia-driver"
 
 def acs_unit_text(scripts_dir: str, service_unit: str) -> str:
     """The oneshot unit that runs node/acs.py at every boot, before the server's unit."""
-    template = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
-                                  keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    template = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
     return template.get_template(f"{ACS_UNIT}.j2").render(
-        python="/usr/bin/python3", script=f"{scripts_dir}/acs.py", before=service_unit)
+        python="/usr/bin/python3", script=f"{scripts_dir}/acs.py", before=service_unit
+    )
 
 
 class GpuPersistence(FactBase):
@@ -34,9 +38,11 @@ class GpuPersistence(FactBase):
 
     def command(self):
         query = " ".join(shlex.quote(arg) for arg in gpu_settings.QUERY)
-        return (f"command -v nvidia-smi >/dev/null || {{ echo {_NO_DRIVER}; exit 0; }}; "
-                f"systemctl show -p LoadState,UnitFileState,ActiveState {PERSISTENCED_UNIT}; "
-                f"nvidia-smi {query}")
+        return (
+            f"command -v nvidia-smi >/dev/null || {{ echo {_NO_DRIVER}; exit 0; }}; "
+            f"systemctl show -p LoadState,UnitFileState,ActiveState {PERSISTENCED_UNIT}; "
+            f"nvidia-smi {query}"
+        )
 
     def process(self, output):
         if list(output) == [_NO_DRIVER]:

@@ -10,7 +10,12 @@ from pyinfra.api import FactBase
 
 from sglang_deploy.node.lib import result
 from sglang_deploy.node.lib.installed import VERSIONS_PY, canonical
-from sglang_deploy.plan.script_commands import drift_command, manifest_command, model_stage_command, workers_command
+from sglang_deploy.plan.script_commands import (
+    drift_command,
+    manifest_command,
+    model_stage_command,
+    workers_command,
+)
 
 # Run by the node's interpreters: standard library only, one JSON line out.
 _STARTUP_PY = (
@@ -87,8 +92,15 @@ class UnitState(FactBase):
     ``SubState``, ``UnitFileState``, ``MainPID``, ``NRestarts``, ``ExecMainStartTimestamp``.
     """
 
-    PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "MainPID",
-                  "NRestarts", "ExecMainStartTimestamp")
+    PROPERTIES = (
+        "LoadState",
+        "ActiveState",
+        "SubState",
+        "UnitFileState",
+        "MainPID",
+        "NRestarts",
+        "ExecMainStartTimestamp",
+    )
 
     def command(self, unit):
         props = ",".join(self.PROPERTIES)
@@ -107,7 +119,9 @@ class Serving(FactBase):
 
     def command(self, port, served_name, health_path="/health", host="127.0.0.1"):
         address = f"[{host}]" if ":" in host else host  # another node: a group's rank 0
-        args = f"http://{shlex.quote(address)}:{int(port)} {shlex.quote(served_name)} {shlex.quote(health_path)}"
+        args = (
+            f"http://{shlex.quote(address)}:{int(port)} {shlex.quote(served_name)} {shlex.quote(health_path)}"
+        )
         return f"python3 -c {shlex.quote(SERVING_PROBE_PY)} {args}"
 
     def process(self, output):
@@ -163,7 +177,8 @@ class EngineDrift(ScriptResult):
     def command(self, venv, scripts_dir, distributions):
         python = shlex.quote(f"{venv}/bin/python")
         return f"! test -x {python} || " + self._guarded(
-            scripts_dir, drift_command(venv, scripts_dir, distributions))
+            scripts_dir, drift_command(venv, scripts_dir, distributions)
+        )
 
 
 class EngineManifest(ScriptResult):
@@ -199,8 +214,10 @@ class FileDigests(FactBase):
 
     def command(self, paths):
         quoted = " ".join(shlex.quote(path) for path in paths)
-        return (f"for f in {quoted}; do test -f \"$f\" && echo \"$(stat -c '%a %U' \"$f\") "
-                f"$(sha256sum < \"$f\" | cut -d' ' -f1) $f\"; done; true")
+        return (
+            f'for f in {quoted}; do test -f "$f" && echo "$(stat -c \'%a %U\' "$f") '
+            f'$(sha256sum < "$f" | cut -d\' \' -f1) $f"; done; true'
+        )
 
     def process(self, output):
         found = {}
@@ -220,5 +237,4 @@ class ModelState(ScriptResult):
     script = "model_stage.py"
 
     def command(self, scripts_dir, directory, deep=False):
-        return self._guarded(scripts_dir, model_stage_command(scripts_dir, "state", directory,
-                                                              deep=deep))
+        return self._guarded(scripts_dir, model_stage_command(scripts_dir, "state", directory, deep=deep))

@@ -10,6 +10,7 @@ boot, hence a boot-time unit. Bridges are PCI class 0604 in `lspci -D -n`. A nod
 bridge (a VM, a container) has nothing to clear: it says so and succeeds. Then the result line
 (result.py).
 """
+
 import argparse
 import re
 import shutil
@@ -17,11 +18,9 @@ import subprocess
 import sys
 
 if __package__:
-    from .lib import result
-    from .lib import status
+    from .lib import result, status
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import result
-    from lib import status
+    from lib import result, status
 
 PCI_BRIDGE_CLASS = "0604"
 ACS_CONTROL = "ECAP_ACS+0x6.w"
@@ -40,8 +39,7 @@ def bridges(lspci_text):
 
 
 def _setpci(*args):
-    done = subprocess.run(["setpci", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True)
+    done = subprocess.run(["setpci", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return done.returncode, (done.stdout or done.stderr).strip()
 
 
@@ -71,9 +69,11 @@ def disable(lspci_text, setpci=_setpci):
     for _, _, text in outcomes:
         print(text)
     failed = [text for _, verdict, text in outcomes if verdict == "failed"]
-    return result.emit(status.ACS_NOT_CLEARED if failed else status.READY,
-                       "; ".join(failed) or None,
-                       bridges=[{"bdf": bdf, "verdict": verdict} for bdf, verdict, _ in outcomes])
+    return result.emit(
+        status.ACS_NOT_CLEARED if failed else status.READY,
+        "; ".join(failed) or None,
+        bridges=[{"bdf": bdf, "verdict": verdict} for bdf, verdict, _ in outcomes],
+    )
 
 
 def main(argv=None):
@@ -82,10 +82,10 @@ def main(argv=None):
     parser.parse_args(argv)
     missing = [tool for tool in ("lspci", "setpci") if shutil.which(tool) is None]
     if missing:
-        return result.emit(status.ACS_NOT_CLEARED, "%s not found (Debian package pciutils)"
-                           % " and ".join(missing))
-    listing = subprocess.run(["lspci", "-D", "-n"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             universal_newlines=True)
+        return result.emit(
+            status.ACS_NOT_CLEARED, "%s not found (Debian package pciutils)" % " and ".join(missing)
+        )
+    listing = subprocess.run(["lspci", "-D", "-n"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if listing.returncode != 0:
         return result.emit(status.ACS_NOT_CLEARED, "lspci -D -n failed: %s" % listing.stderr.strip())
     return disable(listing.stdout)

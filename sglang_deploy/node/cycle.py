@@ -23,24 +23,29 @@ rollback_failed), "restored": whether the last known good files went back, "step
 figures, when it ran, "restored_throughput": the restored server's after a rollback}. Exit
 status: 0 served, else the first failed step's.
 """
+
 import argparse
 import json
 import shlex
 import sys
 
 if __package__:
-    from .lib import result
-    from .lib import status
+    from .lib import result, status
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import result
-    from lib import status
+    from lib import result, status
 
 STEPS = ("preflight", "switch", "restart", "gate", "workers", "save", "restore")
 OPTIONAL_STEPS = ("decode",)
-LABELS = {"preflight": "preflight", "switch": "engine venv switch", "restart": "restart",
-          "gate": "readiness gate", "decode": "decode check",
-          "workers": "worker environment check", "save": "recording last known good",
-          "restore": "restoring the last known good files"}
+LABELS = {
+    "preflight": "preflight",
+    "switch": "engine venv switch",
+    "restart": "restart",
+    "gate": "readiness gate",
+    "decode": "decode check",
+    "workers": "worker environment check",
+    "save": "recording last known good",
+    "restore": "restoring the last known good files",
+}
 
 
 class Cycle:
@@ -57,9 +62,16 @@ class Cycle:
         self.details.update((key, found[key]) for key in ("throughput", "on_regression") if key in found)
         if code != status.READY and not cause:  # it died before its result line
             cause = next((line.strip() for line in reversed(lines) if line.strip()), "no output")
-        self.steps.append(dict({"step": label or LABELS[name], "status": code,
-                                "cause": cause if code != status.READY else None},
-                               **({"profile": found["profile"]} if "profile" in found else {})))
+        self.steps.append(
+            dict(
+                {
+                    "step": label or LABELS[name],
+                    "status": code,
+                    "cause": cause if code != status.READY else None,
+                },
+                **({"profile": found["profile"]} if "profile" in found else {}),
+            )
+        )
         return code == status.READY
 
     def all(self, *names):
@@ -67,10 +79,18 @@ class Cycle:
 
     def end(self, outcome, **details):
         failed = [step for step in self.steps if step["status"] != status.READY]
-        code = status.READY if outcome == "served" else (
-            status.PREFLIGHT_FAILED if outcome == "preflight_failed" else failed[0]["status"])
-        return result.emit(code, failed[0]["cause"] if failed else None, outcome=outcome,
-                           steps=self.steps, **dict(self.details, **details))
+        code = (
+            status.READY
+            if outcome == "served"
+            else (status.PREFLIGHT_FAILED if outcome == "preflight_failed" else failed[0]["status"])
+        )
+        return result.emit(
+            code,
+            failed[0]["cause"] if failed else None,
+            outcome=outcome,
+            steps=self.steps,
+            **dict(self.details, **details),
+        )
 
     def decoded(self):
         """The decode check, where there is one: True unless it found a regression."""
@@ -115,12 +135,24 @@ def cycle(commands, rollback=True, running=False):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps-json", required=True, help="{step: command line} for " + ", ".join(STEPS)
-                        + " (and optionally " + ", ".join(OPTIONAL_STEPS) + ")")
-    parser.add_argument("--no-rollback", dest="rollback", action="store_false",
-                        help="leave a configuration that fails its gate as it is")
-    parser.add_argument("--running", action="store_true",
-                        help="the server already runs what is installed: start at the gate")
+    parser.add_argument(
+        "--steps-json",
+        required=True,
+        help="{step: command line} for "
+        + ", ".join(STEPS)
+        + " (and optionally "
+        + ", ".join(OPTIONAL_STEPS)
+        + ")",
+    )
+    parser.add_argument(
+        "--no-rollback",
+        dest="rollback",
+        action="store_false",
+        help="leave a configuration that fails its gate as it is",
+    )
+    parser.add_argument(
+        "--running", action="store_true", help="the server already runs what is installed: start at the gate"
+    )
     args = parser.parse_args(argv)
     commands = json.loads(args.steps_json)
     missing = [name for name in STEPS if name not in commands]

@@ -17,6 +17,7 @@ With --restored the server runs the last known good a rollback just put back (--
 it): its figure is recorded and said, judged against nothing (a check that proves the baseline
 serves at its rate again, or shows that the node itself got slower), and the check never fails.
 """
+
 import argparse
 import json
 import os
@@ -25,15 +26,11 @@ import time
 import urllib.request
 
 if __package__:
-    from .lib import decode_rate
     from . import lastgood
-    from .lib import result
-    from .lib import status
+    from .lib import decode_rate, result, status
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import decode_rate
     import lastgood
-    from lib import result
-    from lib import status
+    from lib import decode_rate, result, status
 
 POLICIES = ("warn", "fail", "rollback")
 
@@ -45,8 +42,9 @@ def verdict(figure, baseline, min_decode_tok_s=None, max_regression_pct=None):
     if min_decode_tok_s is not None and (figure is None or figure < min_decode_tok_s):
         reasons.append("%s is below min_decode_tok_s %g" % (tok_s(figure), min_decode_tok_s))
     if max_regression_pct is not None and change is not None and -change > max_regression_pct:
-        reasons.append("%s vs baseline %.1f exceeds max_regression_pct %g"
-                       % (pct(change), baseline, max_regression_pct))
+        reasons.append(
+            "%s vs baseline %.1f exceeds max_regression_pct %g" % (pct(change), baseline, max_regression_pct)
+        )
     return change, reasons
 
 
@@ -77,8 +75,14 @@ def baseline_of(history, profile):
     """The latest accepted entry with a figure for ``profile`` (the last known good's), or None."""
     if not profile:
         return None
-    return next((entry for entry in reversed(history) if entry.get("profile") == profile
-                 and entry.get("accepted") and entry.get("decode_tok_s")), None)
+    return next(
+        (
+            entry
+            for entry in reversed(history)
+            if entry.get("profile") == profile and entry.get("accepted") and entry.get("decode_tok_s")
+        ),
+        None,
+    )
 
 
 def last_good_profile(directory):
@@ -108,11 +112,19 @@ def describe(entry):
     if entry.get("decode_tok_s") is None:
         return "decode not measured: %s" % entry.get("error")
     text = "%s (min %.1f, max %.1f, TTFT %.0f ms, %d requests)" % (
-        tok_s(entry["decode_tok_s"]), entry["decode_tok_s_min"], entry["decode_tok_s_max"],
-        entry["ttft_ms"], entry["requests"])
+        tok_s(entry["decode_tok_s"]),
+        entry["decode_tok_s_min"],
+        entry["decode_tok_s_max"],
+        entry["ttft_ms"],
+        entry["requests"],
+    )
     base = entry.get("baseline")
     if base:
-        text += "; %s vs baseline %.1f (%s)" % (pct(entry["change_pct"]), base["decode_tok_s"], base["profile"])
+        text += "; %s vs baseline %.1f (%s)" % (
+            pct(entry["change_pct"]),
+            base["decode_tok_s"],
+            base["profile"],
+        )
     return text
 
 
@@ -124,37 +136,66 @@ def check(args, now=None):
     good = last_good_profile(args.last_good_dir)
     base = baseline_of(history, good)
     version = engine_version(args.port)
-    entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "profile": args.profile,
-             "engine_version": version, "port": args.port, "max_tokens": args.max_tokens,
-             "baseline": base and {key: base[key] for key in ("profile", "decode_tok_s", "time")},
-             "restored": args.restored}
+    entry = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+        "profile": args.profile,
+        "engine_version": version,
+        "port": args.port,
+        "max_tokens": args.max_tokens,
+        "baseline": base and {key: base[key] for key in ("profile", "decode_tok_s", "time")},
+        "restored": args.restored,
+    }
     try:
-        entry.update(decode_rate.measure("http://127.0.0.1:%d/v1/chat/completions" % args.port,
-                                         args.served_name, args.prompt, args.requests, args.warmup,
-                                         args.max_tokens, args.timeout))
+        entry.update(
+            decode_rate.measure(
+                "http://127.0.0.1:%d/v1/chat/completions" % args.port,
+                args.served_name,
+                args.prompt,
+                args.requests,
+                args.warmup,
+                args.max_tokens,
+                args.timeout,
+            )
+        )
         entry["error"] = None
     except (decode_rate.MeasureError, OSError, ValueError) as e:
         entry.update(decode_tok_s=None, error=str(e) or type(e).__name__)
-    change, reasons = verdict(entry.get("decode_tok_s"), base and base["decode_tok_s"],
-                              args.min_decode_tok_s, args.max_regression_pct)
+    change, reasons = verdict(
+        entry.get("decode_tok_s"),
+        base and base["decode_tok_s"],
+        args.min_decode_tok_s,
+        args.max_regression_pct,
+    )
     expectations = args.min_decode_tok_s is not None or args.max_regression_pct is not None
     if entry["error"] and expectations:
         reasons.append("decode not measured: %s" % entry["error"])
     regressed = bool(reasons)
-    entry.update(change_pct=change, regression=reasons, on_regression=args.on_regression,
-                 accepted=not regressed or args.on_regression == "warn")
+    entry.update(
+        change_pct=change,
+        regression=reasons,
+        on_regression=args.on_regression,
+        accepted=not regressed or args.on_regression == "warn",
+    )
     append(args.history, entry)
-    print("decode check%s: %s" % (" (the last known good, restored)" if args.restored else "",
-                                  describe(entry)), flush=True)
+    print(
+        "decode check%s: %s" % (" (the last known good, restored)" if args.restored else "", describe(entry)),
+        flush=True,
+    )
     if version and "+sandbox" in version:
-        print("decode check: engine %s: the sandbox stand-in decodes at its configured rate "
-              "(SGLANG_STANDIN_TOKENS_PER_SECOND), not a GPU's" % version, flush=True)
+        print(
+            "decode check: engine %s: the sandbox stand-in decodes at its configured rate "
+            "(SGLANG_STANDIN_TOKENS_PER_SECOND), not a GPU's" % version,
+            flush=True,
+        )
     if regressed:
         print("decode check: regression (%s): %s" % (args.on_regression, "; ".join(reasons)), flush=True)
     failed = regressed and args.on_regression != "warn"
-    return result.emit(status.THROUGHPUT_REGRESSION if failed else status.READY,
-                       "decode regression: " + "; ".join(reasons) if failed else None,
-                       throughput=entry, on_regression=args.on_regression)
+    return result.emit(
+        status.THROUGHPUT_REGRESSION if failed else status.READY,
+        "decode regression: " + "; ".join(reasons) if failed else None,
+        throughput=entry,
+        on_regression=args.on_regression,
+    )
 
 
 def main(argv=None):
@@ -172,8 +213,11 @@ def main(argv=None):
     p.add_argument("--min-decode-tok-s", type=float)
     p.add_argument("--max-regression-pct", type=float)
     p.add_argument("--on-regression", choices=POLICIES, default="warn")
-    p.add_argument("--restored", action="store_true",
-                   help="the server runs the last known good a rollback restored: record only")
+    p.add_argument(
+        "--restored",
+        action="store_true",
+        help="the server runs the last known good a rollback restored: record only",
+    )
     return check(p.parse_args(argv))
 
 

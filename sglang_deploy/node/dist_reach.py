@@ -22,6 +22,7 @@ PREFLIGHT_FAILED (a follower that cannot reach rank 0 cannot start) with the cau
 reachable, host, port (the one probed), node_rank, attempts, elapsed_s, error, and with
 --listening-port the planned port as planned_port.
 """
+
 import argparse
 import errno
 import socket
@@ -29,15 +30,13 @@ import sys
 import time
 
 if __package__:
-    from .lib import result
-    from .lib import status
+    from .lib import result, status
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import result
-    from lib import status
+    from lib import result, status
 
 # What each way of failing means, in the words the cause uses.
 REASONS = {
-    errno.ECONNREFUSED: "connection refused",   # the host answered: nothing listens on the port
+    errno.ECONNREFUSED: "connection refused",  # the host answered: nothing listens on the port
     errno.EHOSTUNREACH: "no route to host",
     errno.ENETUNREACH: "network unreachable",
     errno.ECONNRESET: "connection reset",
@@ -103,14 +102,19 @@ def reach(host, port, timeout, interval, clock=time.monotonic, sleep=time.sleep)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="TCP reachability of rank 0's --dist-init-addr from a follower.")
+    parser = argparse.ArgumentParser(
+        description="TCP reachability of rank 0's --dist-init-addr from a follower."
+    )
     parser.add_argument("--addr", required=True, help="rank 0's --dist-init-addr, HOST:PORT")
     parser.add_argument("--node-rank", type=int, required=True, help="this node's --node-rank")
     parser.add_argument("--timeout", type=float, default=2.0, help="seconds to keep trying")
     parser.add_argument("--interval", type=float, default=0.2, help="seconds between attempts")
-    parser.add_argument("--listening-port", type=int,
-                        help="the port rank 0 listens on now, when the restart moves it to --addr's: "
-                             "probed instead, on --addr's host")
+    parser.add_argument(
+        "--listening-port",
+        type=int,
+        help="the port rank 0 listens on now, when the restart moves it to --addr's: "
+        "probed instead, on --addr's host",
+    )
     args = parser.parse_args(argv)
     try:
         host, port = split_addr(args.addr)
@@ -122,16 +126,30 @@ def main(argv=None):
             parser.error("--listening-port: not a port: %d" % args.listening_port)
         moved = dict(planned_port=port)
         port = args.listening_port
-        print("rank 0 listens on port %d until the group restarts onto port %d: probing %d (port %d "
-              "is first reached by the group's start)" % (port, moved["planned_port"], port,
-                                                         moved["planned_port"]), flush=True)
+        print(
+            "rank 0 listens on port %d until the group restarts onto port %d: probing %d (port %d "
+            "is first reached by the group's start)"
+            % (port, moved["planned_port"], port, moved["planned_port"]),
+            flush=True,
+        )
     error, attempts, elapsed = reach(host, port, args.timeout, args.interval)
-    details = dict(reachable=error is None, host=host, port=port, node_rank=args.node_rank,
-                   attempts=attempts, elapsed_s=round(elapsed, 3), error=error, **moved)
+    details = dict(
+        reachable=error is None,
+        host=host,
+        port=port,
+        node_rank=args.node_rank,
+        attempts=attempts,
+        elapsed_s=round(elapsed, 3),
+        error=error,
+        **moved,
+    )
     where = "%s:%d" % (("[%s]" % host) if ":" in host else host, port)
     if error is None:
-        print("node-rank %d reaches %s (%.2f s, %d attempt%s)"
-              % (args.node_rank, where, elapsed, attempts, "" if attempts == 1 else "s"), flush=True)
+        print(
+            "node-rank %d reaches %s (%.2f s, %d attempt%s)"
+            % (args.node_rank, where, elapsed, attempts, "" if attempts == 1 else "s"),
+            flush=True,
+        )
         return result.emit(status.READY, **details)
     if moved:
         where += " (rank 0's dist-init port until the restart moves it to %d)" % moved["planned_port"]

@@ -26,25 +26,15 @@ is not installed (wins over DRIFT).
 
 Standard library only, Python >= 3.9.
 """
+
 import argparse
-import json
 import sys
 import time
 
 if __package__:
-    from .lib import engine_manifest
-    from .lib import installed
-    from .lib import record
-    from .lib import result
-    from .lib import status
-    from .lib import strays
+    from .lib import engine_manifest, installed, record, result, status, strays
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import engine_manifest
-    from lib import installed
-    from lib import record
-    from lib import result
-    from lib import status
-    from lib import strays
+    from lib import engine_manifest, installed, record, result, status, strays
 
 CLEAN = status.READY
 DRIFT = status.DRIFT
@@ -73,11 +63,23 @@ def check_distributions(dists, workers=record.DEFAULT_WORKERS, owners=None):
     reports = {}
     for name, dist in dists.items():
         if records[name] is None:
-            reports[name] = {"version": dist.version, "record": False, "files_checked": 0, "modified": [],
-                             "missing": [], "unexpected": [], "unreadable": [], "skipped": 0}
+            reports[name] = {
+                "version": dist.version,
+                "record": False,
+                "files_checked": 0,
+                "modified": [],
+                "missing": [],
+                "unexpected": [],
+                "unreadable": [],
+                "skipped": 0,
+            }
             continue
-        report = {"version": dist.version, "record": True, "files_checked": checked.get(name, 0),
-                  "skipped": skipped[name]}
+        report = {
+            "version": dist.version,
+            "record": True,
+            "files_checked": checked.get(name, 0),
+            "skipped": skipped[name],
+        }
         for verdict in ("modified", "missing", "unreadable"):
             report[verdict] = sorted(bad.get((name, verdict), []))
         report["unexpected"] = strays.unexpected_files(dist, records[name], owners)
@@ -91,8 +93,14 @@ def check_distribution(dist, workers=record.DEFAULT_WORKERS, owners=None):
 
 
 def drifted(report):
-    return bool(not report["record"] or report["modified"] or report["missing"] or report["unexpected"]
-                or report["unreadable"] or report.get("version_mismatch"))
+    return bool(
+        not report["record"]
+        or report["modified"]
+        or report["missing"]
+        or report["unexpected"]
+        or report["unreadable"]
+        or report.get("version_mismatch")
+    )
 
 
 def parse_pins(pins):
@@ -125,10 +133,14 @@ def drift(names, pins=None, workers=record.DEFAULT_WORKERS, everything=False):
             found[name] = dist
     for name, report in check_distributions(found, workers).items():
         if pins:
-            pin = next((v for k, v in pins.items() if installed.canonical(k) == installed.canonical(name)), None)
+            pin = next(
+                (v for k, v in pins.items() if installed.canonical(k) == installed.canonical(name)), None
+            )
             report["version_mismatch"] = (
-                None if pin is None or same_version(pin, report["version"])
-                else {"expected": pin, "installed": report["version"]})
+                None
+                if pin is None or same_version(pin, report["version"])
+                else {"expected": pin, "installed": report["version"]}
+            )
         result["distributions"][name] = report
     result["seconds"] = round(time.monotonic() - started, 3)
     if result["missing_distributions"]:
@@ -148,8 +160,14 @@ def report_lines(result, limit=20):
             lines.append("%s %s: no RECORD, cannot be verified" % (name, r["version"]))
             continue
         head = "%s %s: %d files checked, %d modified, %d missing, %d unexpected, %d skipped" % (
-            name, r["version"], r["files_checked"], len(r["modified"]), len(r["missing"]),
-            len(r["unexpected"]), r["skipped"])
+            name,
+            r["version"],
+            r["files_checked"],
+            len(r["modified"]),
+            len(r["missing"]),
+            len(r["unexpected"]),
+            r["skipped"],
+        )
         if r["unreadable"]:
             head += ", %d unreadable" % len(r["unreadable"])
         lines.append(head)
@@ -165,23 +183,35 @@ def report_lines(result, limit=20):
     for name in result["missing_distributions"]:
         lines.append("%s: not installed" % name)
     bad = sum(1 for r in result["distributions"].values() if drifted(r))
-    verdict = {CLEAN: "clean", DRIFT: "drift found in %d of %d distributions" % (bad, len(result["distributions"])),
-               NOT_INSTALLED: "not installed: %s" % ", ".join(result["missing_distributions"])}[result["status"]]
+    verdict = {
+        CLEAN: "clean",
+        DRIFT: "drift found in %d of %d distributions" % (bad, len(result["distributions"])),
+        NOT_INSTALLED: "not installed: %s" % ", ".join(result["missing_distributions"]),
+    }[result["status"]]
     lines.append("%s (%.2fs, %s)" % (verdict, result["seconds"], result["python"]))
     return lines
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        description="Compare installed distributions with their RECORD (run by the venv's interpreter).")
+        description="Compare installed distributions with their RECORD (run by the venv's interpreter)."
+    )
     parser.add_argument("names", nargs="*", metavar="DIST", help="distribution names")
-    parser.add_argument("--pins", nargs="+", default=[], metavar="NAME==VERSION",
-                        help="also report version_mismatch; pinned names are checked too")
-    parser.add_argument("--manifest", action="store_true",
-                        help="print name, version, sha256 of RECORD only (always JSON)")
+    parser.add_argument(
+        "--pins",
+        nargs="+",
+        default=[],
+        metavar="NAME==VERSION",
+        help="also report version_mismatch; pinned names are checked too",
+    )
+    parser.add_argument(
+        "--manifest", action="store_true", help="print name, version, sha256 of RECORD only (always JSON)"
+    )
     parser.add_argument("--all", action="store_true", help="every installed distribution")
     parser.add_argument("--json", action="store_true", help="print the JSON report instead of lines")
-    parser.add_argument("--workers", type=int, default=record.DEFAULT_WORKERS, help="hashing threads (1: none)")
+    parser.add_argument(
+        "--workers", type=int, default=record.DEFAULT_WORKERS, help="hashing threads (1: none)"
+    )
     args = parser.parse_args(argv)
     try:
         pins = parse_pins(args.pins)

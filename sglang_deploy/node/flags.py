@@ -10,6 +10,7 @@ The option strings come from the same call on SGLang and on any build of it:
 `ServerArgs.add_cli_args(parser)` on a fresh parser, as `prepare_server_args` does. Standard
 library only: preflight runs this on the node, and the controller's lint imports it.
 """
+
 import argparse
 import difflib
 import sys
@@ -37,8 +38,7 @@ def options_text(version, options):
 
 
 def parse_options_text(text):
-    return frozenset(line.strip() for line in text.splitlines()
-                     if line.strip() and not line.startswith("#"))
+    return frozenset(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
 
 
 def argv_flags(argv):
@@ -58,11 +58,17 @@ def flag_problem(flag, options, engine="the engine"):
         return None
     longer = sorted(o for o in options if o.startswith(flag) and o.startswith("--"))
     if len(longer) == 1:
-        return ("%s is not a flag of %s (argparse would take it as an abbreviation of %s): "
-                "did you mean %s?" % (flag, engine, longer[0], longer[0]))
+        return (
+            "%s is not a flag of %s (argparse would take it as an abbreviation of %s): "
+            "did you mean %s?" % (flag, engine, longer[0], longer[0])
+        )
     if longer:
-        return ("%s is not a flag of %s (argparse would find it ambiguous: %s): did you "
-                "mean %s?" % (flag, engine, ", ".join(longer), " or ".join(longer)))
+        return "%s is not a flag of %s (argparse would find it ambiguous: %s): did you mean %s?" % (
+            flag,
+            engine,
+            ", ".join(longer),
+            " or ".join(longer),
+        )
     close = difflib.get_close_matches(flag, sorted(options), n=1, cutoff=0.8)
     hint = ": did you mean %s?" % close[0] if close else ""
     return "%s is not a flag of %s%s" % (flag, engine, hint)

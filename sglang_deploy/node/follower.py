@@ -18,23 +18,16 @@ e.g. group-peer-lost), for the controller's report of a follower that died durin
 Each ends with the result line (result.py): stop: READY or STOP_TIMEOUT; cause: READY with
 {cause, key, state}.
 """
+
 import argparse
 import subprocess
 import sys
 import time
 
 if __package__:
-    from .lib import procs
-    from .lib import result
-    from .lib import sglang_log
-    from .lib import status
-    from .lib import systemd
+    from .lib import procs, result, sglang_log, status, systemd
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import procs
-    from lib import result
-    from lib import sglang_log
-    from lib import status
-    from lib import systemd
+    from lib import procs, result, sglang_log, status, systemd
 
 ENDED = ("inactive", "failed")
 
@@ -81,16 +74,24 @@ def stop(args):
     while not alone and not _ended(show):
         if time.monotonic() - t0 >= args.wait:
             left = procs.cgroup_pids(cgroup) if cgroup else []
-            say("still running %gs after rank 0 stopped: killing %s" % (args.wait, ", ".join(
-                "pid %d (%s)" % (pid, procs.title(pid, limit=80) or "?") for pid in left) or "the unit"))
+            say(
+                "still running %gs after rank 0 stopped: killing %s"
+                % (
+                    args.wait,
+                    ", ".join("pid %d (%s)" % (pid, procs.title(pid, limit=80) or "?") for pid in left)
+                    or "the unit",
+                )
+            )
             systemd.systemctl(["kill", "--signal=SIGKILL", args.unit], args.systemctl)
             killed = True
             break
         time.sleep(args.poll)
         show = systemd.unit_show(args.unit, props, systemctl=args.systemctl)
     if not (killed or alone):
-        say("%s ended on rank 0's shutdown (%s/%s)" % (args.unit, show.get("ActiveState"),
-                                                      show.get("SubState")))
+        say(
+            "%s ended on rank 0's shutdown (%s/%s)"
+            % (args.unit, show.get("ActiveState"), show.get("SubState"))
+        )
     try:  # no processes left to signal: returns at once; cancels a pending auto-restart
         systemd.systemctl(["stop", args.unit], args.systemctl, timeout=max(5.0, args.wait))
     except subprocess.TimeoutExpired:
@@ -99,7 +100,8 @@ def stop(args):
     while cgroup and procs.cgroup_pids(cgroup):
         if time.monotonic() >= deadline:
             text = "stop timeout: still there: " + ", ".join(
-                "pid %d (%s)" % (pid, procs.title(pid, limit=80) or "?") for pid in procs.cgroup_pids(cgroup))
+                "pid %d (%s)" % (pid, procs.title(pid, limit=80) or "?") for pid in procs.cgroup_pids(cgroup)
+            )
             say(text)
             return result.emit(status.STOP_TIMEOUT, text, killed=killed)
         time.sleep(args.poll)
@@ -109,15 +111,16 @@ def stop(args):
 
 def cause(args):
     show = systemd.unit_show(args.unit, systemctl=args.systemctl)
-    lines, _ = systemd.journal_lines(args.unit, show=show, journalctl=args.journalctl,
-                                     systemctl=args.systemctl)
+    lines, _ = systemd.journal_lines(
+        args.unit, show=show, journalctl=args.journalctl, systemctl=args.systemctl
+    )
     found = sglang_log.cause_of(lines)
     state = "%s/%s, %s" % (show.get("ActiveState"), show.get("SubState"), systemd.describe_exit(show))
     if found:
         key, text = found
     else:
         key, text = "ended", "unrecognised cause; its journal: journalctl -u %s" % args.unit
-    tail = [line for line in lines if line.strip()][-args.lines:]
+    tail = [line for line in lines if line.strip()][-args.lines :]
     for line in tail:
         print("    " + line, flush=True)
     return result.emit(status.READY, key=key, cause="%s: %s (%s)" % (key, text, state), state=state)

@@ -30,22 +30,17 @@ unit being active, the lines of its log file (its stdout and stderr) for the jou
     python3 gate.py --pid 4242 --log /tmp/server.log --port 30000 --served-name x --timeout 120 \
         --interval 0.25 --progress-every 10 --hang-after 300 --fired-up-grace 15
 """
+
 import argparse
 import json
 import time
 
 if __package__:
-    from .lib import result
-    from .lib import sglang_log
-    from .lib import status
-    from .lib import systemd
+    from .lib import result, sglang_log, status, systemd
     from .lib.http_probe import HttpProbe
     from .lib.watch import ProcessWatch, UnitWatch
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import result
-    from lib import sglang_log
-    from lib import status
-    from lib import systemd
+    from lib import result, sglang_log, status, systemd
     from lib.http_probe import HttpProbe
     from lib.watch import ProcessWatch, UnitWatch
 
@@ -66,8 +61,11 @@ class Gate:
     def __init__(self, args, watch=None):
         self.args = args
         if watch is None:
-            watch = ProcessWatch(args.pid, args.log) if args.pid is not None else \
-                UnitWatch(args.unit, args.systemctl, args.journalctl, args.since_cursor)
+            watch = (
+                ProcessWatch(args.pid, args.log)
+                if args.pid is not None
+                else UnitWatch(args.unit, args.systemctl, args.journalctl, args.since_cursor)
+            )
         self.watch = watch
         self.lines = []  # start-up lines of this start (probe access lines left out)
         self.cursor = args.since_cursor
@@ -79,7 +77,7 @@ class Gate:
         return self.watch.show()
 
     def stamp(self, mono=None):
-        return "[%6.1fs]" % (((mono or time.monotonic()) - self.t0))
+        return "[%6.1fs]" % ((mono or time.monotonic()) - self.t0)
 
     def read_journal(self):
         try:
@@ -120,26 +118,42 @@ class Gate:
         elapsed = round(end - self.t0, 1)
         excerpt = self.lines[-TAIL_LINES:]
         if code == status.READY:
-            say("ready in %.1fs (phase times: %s)" % (
-                elapsed, ", ".join("%s %.1fs" % kv for kv in phases.items() if kv[0] != "ready")))
+            say(
+                "ready in %.1fs (phase times: %s)"
+                % (elapsed, ", ".join("%s %.1fs" % kv for kv in phases.items() if kv[0] != "ready"))
+            )
         elif tail:
             say("--- last %d %s lines of this start ---" % (len(excerpt), self.watch.source))
             for line in excerpt:
                 say(line)
             say("---")
         if self.args.json:
-            summary = {"status": code, "status_name": status.name(code), "cause": cause,
-                       "cause_text": cause_text, "elapsed_s": elapsed, "phases": phases,
-                       "phase": self.phase, "ready_at": self.ready_at,
-                       "unit": self.args.unit, "log": self.args.log, "main_pid": self.base.get("MainPID"),
-                       "invocation_id": self.base.get("InvocationID"),
-                       "journal_tail": excerpt if code != status.READY else []}
+            summary = {
+                "status": code,
+                "status_name": status.name(code),
+                "cause": cause,
+                "cause_text": cause_text,
+                "elapsed_s": elapsed,
+                "phases": phases,
+                "phase": self.phase,
+                "ready_at": self.ready_at,
+                "unit": self.args.unit,
+                "log": self.args.log,
+                "main_pid": self.base.get("MainPID"),
+                "invocation_id": self.base.get("InvocationID"),
+                "journal_tail": excerpt if code != status.READY else [],
+            }
             with open(self.args.json, "w") as f:
                 json.dump(summary, f, indent=2)
                 f.write("\n")
-        return result.emit(code, "%s: %s" % (cause, cause_text) if cause else None,
-                           elapsed_s=elapsed, phases=phases, phase=self.phase,
-                           main_pid=self.base.get("MainPID"))
+        return result.emit(
+            code,
+            "%s: %s" % (cause, cause_text) if cause else None,
+            elapsed_s=elapsed,
+            phases=phases,
+            phase=self.phase,
+            main_pid=self.base.get("MainPID"),
+        )
 
     def fail_start(self, problem, key=None):
         """Report the end of the start: the cause found in its journal lines, else systemd's view.
@@ -168,16 +182,22 @@ class Gate:
         start = systemd.as_int(show.get("ExecMainStartTimestampMonotonic")) / 1e6
         self.t0 = start if 0 < start <= t_gate else t_gate
         self.phase_entered = self.last_activity = self.t0
-        self.base = {"unit": self.watch.label, "MainPID": systemd.as_int(show.get("MainPID")),
-                     "InvocationID": show.get("InvocationID", ""), "NRestarts": show.get("NRestarts", "0")}
+        self.base = {
+            "unit": self.watch.label,
+            "MainPID": systemd.as_int(show.get("MainPID")),
+            "InvocationID": show.get("InvocationID", ""),
+            "NRestarts": show.get("NRestarts", "0"),
+        }
         self.watch.begin(show)
         self.probe = HttpProbe(a.host, a.port, a.served_name, a.interval, a.http_timeout, a.health_timeout)
         self.last_show = show
         problem = self.watch.problem(show, self.base)
         if problem:
             return self.fail_start(*(self.watch.no_start(show) or (problem,)))
-        say("%s gating %s: main pid %d, http://%s:%d, served name %r, timeout %ss" % (
-            self.stamp(), self.watch.label, self.base["MainPID"], a.host, a.port, a.served_name, a.timeout))
+        say(
+            "%s gating %s: main pid %d, http://%s:%d, served name %r, timeout %ss"
+            % (self.stamp(), self.watch.label, self.base["MainPID"], a.host, a.port, a.served_name, a.timeout)
+        )
         self.read_journal()
         self.probe.start()
         next_beat = time.monotonic() + a.progress_every
@@ -192,20 +212,41 @@ class Gate:
             now = time.monotonic()
             in_phase = "%s (%.1fs)" % (sglang_log.PHASE_LABELS[self.phase], now - self.phase_entered)
             if now - t_gate >= a.timeout:
-                say("%s timeout: not ready within %ss; last phase: %s; http: %s" % (
-                    self.stamp(now), a.timeout, in_phase, self.probe.state))
+                say(
+                    "%s timeout: not ready within %ss; last phase: %s; http: %s"
+                    % (self.stamp(now), a.timeout, in_phase, self.probe.state)
+                )
                 return self.finish(status.TIMEOUT, "timeout", "last phase: " + in_phase, tail=True)
             quiet = now - self.last_activity
             if quiet >= a.hang_after and self.phase not in sglang_log.LONG_PHASES:
-                say("%s hung: no new %s line for %.0fs in phase %s; http: %s" % (
-                    self.stamp(now), self.watch.source, quiet, sglang_log.PHASE_LABELS[self.phase],
-                    self.probe.state))
-                return self.finish(status.HUNG, "hung", "no %s line for %.0fs in phase %s" % (
-                    self.watch.source, quiet, self.phase), tail=True)
+                say(
+                    "%s hung: no new %s line for %.0fs in phase %s; http: %s"
+                    % (
+                        self.stamp(now),
+                        self.watch.source,
+                        quiet,
+                        sglang_log.PHASE_LABELS[self.phase],
+                        self.probe.state,
+                    )
+                )
+                return self.finish(
+                    status.HUNG,
+                    "hung",
+                    "no %s line for %.0fs in phase %s" % (self.watch.source, quiet, self.phase),
+                    tail=True,
+                )
             if now >= next_beat:
                 next_beat = now + a.progress_every
-                say("%s waiting: phase %s, %s, main pid %d, http: %s" % (
-                    self.stamp(now), in_phase, self.watch.state(show), self.base["MainPID"], self.probe.state))
+                say(
+                    "%s waiting: phase %s, %s, main pid %d, http: %s"
+                    % (
+                        self.stamp(now),
+                        in_phase,
+                        self.watch.state(show),
+                        self.base["MainPID"],
+                        self.probe.state,
+                    )
+                )
             if not self.probe.up.is_set():
                 self.probe.up.wait(a.interval)
             else:
@@ -226,15 +267,18 @@ class Gate:
             self.probe.wake.set()
             if not self.probe.health_ok.is_set():
                 return False
-            say("%s note: %s 200 for %.0fs but no 'fired up' line in the %s; /health 200 confirms" % (
-                self.stamp(), self.probe.up_path, time.monotonic() - self.probe.up_mono, self.watch.source))
+            say(
+                "%s note: %s 200 for %.0fs but no 'fired up' line in the %s; /health 200 confirms"
+                % (self.stamp(), self.probe.up_path, time.monotonic() - self.probe.up_mono, self.watch.source)
+            )
         self.ready_at, self.ready_mono = time.time(), time.monotonic()
         return True
 
 
 def parser():
-    p = argparse.ArgumentParser(description="Wait until an SGLang unit (or a plain process) is ready, "
-                                            "or say why it is not.")
+    p = argparse.ArgumentParser(
+        description="Wait until an SGLang unit (or a plain process) is ready, or say why it is not."
+    )
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--unit", help="the systemd unit to gate")
     target.add_argument("--pid", type=int, help="gate this process instead of a unit (needs --log)")
@@ -246,19 +290,32 @@ def parser():
     # The timings come from the profile's readiness section (their one default is there).
     p.add_argument("--interval", type=float, required=True, help="poll interval, seconds")
     p.add_argument("--progress-every", type=float, required=True, help="heartbeat interval, seconds")
-    p.add_argument("--hang-after", type=float, required=True,
-                   help="no journal line for this long outside loading/graph capture = hung")
+    p.add_argument(
+        "--hang-after",
+        type=float,
+        required=True,
+        help="no journal line for this long outside loading/graph capture = hung",
+    )
     p.add_argument("--http-timeout", type=float, default=1.0, help="timeout of /v1/models and /ping requests")
-    p.add_argument("--health-timeout", type=float, default=25.0,
-                   help="timeout of /health requests (0.5.23's handler takes >= 1 s, up to "
-                        "SGLANG_HEALTH_CHECK_TIMEOUT=20 s)")
-    p.add_argument("--fired-up-grace", type=float, required=True,
-                   help="/ping 200 this long without a 'fired up' journal line: accept /health 200 "
-                        "instead (the warmup's /freeze_gc, between the two, times out after 10 s)")
+    p.add_argument(
+        "--health-timeout",
+        type=float,
+        default=25.0,
+        help="timeout of /health requests (0.5.23's handler takes >= 1 s, up to "
+        "SGLANG_HEALTH_CHECK_TIMEOUT=20 s)",
+    )
+    p.add_argument(
+        "--fired-up-grace",
+        type=float,
+        required=True,
+        help="/ping 200 this long without a 'fired up' journal line: accept /health 200 "
+        "instead (the warmup's /freeze_gc, between the two, times out after 10 s)",
+    )
     since = p.add_mutually_exclusive_group()
     since.add_argument("--since-cursor", help="read the unit's journal after this cursor")
-    since.add_argument("--since-start", action="store_true",
-                       help="read the journal of the unit's current start (default)")
+    since.add_argument(
+        "--since-start", action="store_true", help="read the journal of the unit's current start (default)"
+    )
     p.add_argument("--json", metavar="FILE", help="also write a JSON summary here")
     p.add_argument("--systemctl", default=systemd.SYSTEMCTL)
     p.add_argument("--journalctl", default=systemd.JOURNALCTL)

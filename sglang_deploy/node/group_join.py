@@ -22,16 +22,15 @@ States of rank 0: not-started, waiting, joined, timed-out, lost, bind-failed. Th
 when the rendezvous failed; the cause names the follower(s) when known, and the details carry
 state, missing, unknown, joined, world.
 """
+
 import argparse
 import re
 import sys
 
 if __package__:
-    from .lib import result
-    from .lib import status
+    from .lib import result, status
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import result
-    from lib import status
+    from lib import result, status
 
 # A scheduler's own lines: "[2026-11-30 10:00:00 TP3] ..." (other tags such as DP0/EP0 may be there too).
 _TP_LINE = r"[\[ ]TP%d(?:\s[^\]]*)?\]\s*"
@@ -40,9 +39,12 @@ _NOT_JOINED = ("not started",)
 _ENDS = "Init parallel ends"
 TIMED_OUT_RE = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined")
 CLIENT_TIMEOUT_RE = re.compile(
-    r"The client socket has timed out after (\d+)ms while trying to connect to \(([^,]+), (\d+)\)")
+    r"The client socket has timed out after (\d+)ms while trying to connect to \(([^,]+), (\d+)\)"
+)
 PEER_CLOSED_RE = re.compile(r"Connection closed by peer \[([^\]]+)\]:(\d+)")
-BIND_FAILED_RE = re.compile(r"The server socket has failed to listen on any local network address\. port: (\d+)")
+BIND_FAILED_RE = re.compile(
+    r"The server socket has failed to listen on any local network address\. port: (\d+)"
+)
 
 
 def _seen(lines, tp_rank, what):
@@ -55,8 +57,11 @@ def rank0_state(lines):
     for line in lines:
         m = TIMED_OUT_RE.search(line)
         if m:
-            return "timed-out", {"after_s": int(m.group(1)), "joined": int(m.group(2)),
-                                 "world": int(m.group(3))}
+            return "timed-out", {
+                "after_s": int(m.group(1)),
+                "joined": int(m.group(2)),
+                "world": int(m.group(3)),
+            }
         m = BIND_FAILED_RE.search(line)
         if m:
             return "bind-failed", {"port": int(m.group(1))}
@@ -103,8 +108,11 @@ def assess(rank0_lines, nnodes, tp_size, follower_logs=None, follower_hosts=None
         missing = by_ip if len(by_ip) == 1 else ([1] if nnodes == 2 else [])
         unknown = [] if missing else followers
     elif state in ("waiting", "timed-out"):
-        missing = [r for r in followers if evidence[r] in _NOT_JOINED or
-                   (evidence[r] or "").startswith("unreachable")]
+        missing = [
+            r
+            for r in followers
+            if evidence[r] in _NOT_JOINED or (evidence[r] or "").startswith("unreachable")
+        ]
         unknown = [r for r in followers if evidence[r] is None]
         # How many followers are absent: torch's count once it gave up; while rank 0 waits, at
         # least one. Followers without a log fill that number when no log names one.
@@ -114,9 +122,14 @@ def assess(rank0_lines, nnodes, tp_size, follower_logs=None, follower_hosts=None
             absent = 1 if nnodes == 2 else None
         if not missing and unknown and absent is not None and len(unknown) <= absent:
             missing, unknown = unknown, []
-    return dict(details, state=state, missing=missing, unknown=unknown,
-                evidence={str(r): e for r, e in evidence.items()},
-                cause=_cause(state, details, missing, unknown, evidence))
+    return dict(
+        details,
+        state=state,
+        missing=missing,
+        unknown=unknown,
+        evidence={str(r): e for r, e in evidence.items()},
+        cause=_cause(state, details, missing, unknown, evidence),
+    )
 
 
 def _names(ranks):
@@ -134,14 +147,22 @@ def _cause(state, details, missing, unknown, evidence):
     if state == "not-started":
         return "rank 0 has not reached the rendezvous (no 'Init parallel begin.' from TP0)"
     if state == "bind-failed":
-        return "rank 0 cannot listen on its --dist-init-addr port %d: address already in use" % details["port"]
+        return (
+            "rank 0 cannot listen on its --dist-init-addr port %d: address already in use" % details["port"]
+        )
     if state == "lost":
         who = _names(missing) if missing else "a follower at %s" % details["peer"]
-        return "rank 0 lost %s after it had joined (gloo: connection closed by peer %s)" % (who, details["peer"])
+        return "rank 0 lost %s after it had joined (gloo: connection closed by peer %s)" % (
+            who,
+            details["peer"],
+        )
     counted = ""
     if state == "timed-out":
         counted = "rank 0 gave up after %d s, %d/%d ranks joined: " % (
-            details["after_s"], details["joined"], details["world"])
+            details["after_s"],
+            details["joined"],
+            details["world"],
+        )
     else:
         counted = "rank 0 is waiting for its followers: "
     if missing:
@@ -181,8 +202,9 @@ def main(argv=None):
         parser.error(str(exc))
     found = assess(_read(args.rank0_log), args.nnodes, args.tp_size, logs, hosts)
     print("rank 0: %s%s" % (found["state"], ": " + found["cause"] if found["cause"] else ""), flush=True)
-    code = {"joined": status.READY, "waiting": status.TIMEOUT,
-            "not-started": status.TIMEOUT}.get(found["state"], status.FAILED_START)
+    code = {"joined": status.READY, "waiting": status.TIMEOUT, "not-started": status.TIMEOUT}.get(
+        found["state"], status.FAILED_START
+    )
     cause = found.pop("cause")
     return result.emit(code, cause, **found)
 

@@ -12,6 +12,7 @@ file is checked against the hub's size (and LFS sha256), the manifest written, a
 directory swapped into place only then. The token is read from a file, never an argument, and
 never printed (the hub's messages are scrubbed of it).
 """
+
 import argparse
 import os
 import shutil
@@ -19,15 +20,12 @@ import socket
 import sys
 
 if __package__:
-    from . import model_manifest
-    from . import model_stage
-    from .lib import result
-    from .lib import status
+    from . import model_manifest, model_stage
+    from .lib import result, status
 else:  # run as a script: our scripts' directory is on sys.path
     import model_manifest
     import model_stage
-    from lib import result
-    from lib import status
+    from lib import result, status
 
 GB = 1e9
 
@@ -60,25 +58,30 @@ def stage(hub, repo, revision, directory, token=None, deep=False):
     """Stage ``repo`` at ``revision`` into ``directory``; returns (status, cause, details)."""
     source = {"huggingface": {"repo": repo, "revision": revision}}
     live = model_manifest.read(directory)
-    if live and live.get("source") == source and not model_manifest.compare(live, directory,
-                                                                             deep=deep):
+    if live and live.get("source") == source and not model_manifest.compare(live, directory, deep=deep):
         return status.READY, None, {"changed": False}
-    info = _hub_call(token, hub.HfApi().model_info, repo, revision=revision,
-                     files_metadata=True, token=token or None)
+    info = _hub_call(
+        token, hub.HfApi().model_info, repo, revision=revision, files_metadata=True, token=token or None
+    )
     expected = expected_files(info)
     staging = model_stage.staging_dir(directory)
     have = dict(model_manifest.listing(staging)) if os.path.isdir(staging) else {}
     need = sum(size or 0 for path, (size, _) in expected.items() if have.get(path) != size)
     free = model_stage.free_bytes(staging)
     if need > free:
-        return status.NO_SPACE, "needs %.2f GB, %.2f GB free on %s:%s" % (
-            need / GB, free / GB, socket.gethostname(), os.path.dirname(directory) or "/"), {}
+        return (
+            status.NO_SPACE,
+            "needs %.2f GB, %.2f GB free on %s:%s"
+            % (need / GB, free / GB, socket.gethostname(), os.path.dirname(directory) or "/"),
+            {},
+        )
     os.makedirs(staging, exist_ok=True)
-    print("model %s: downloading %s@%s, %.2f GB left of %.2f GB" % (
-        directory, repo, revision[:12], need / GB,
-        sum(s or 0 for s, _ in expected.values()) / GB), flush=True)
-    _hub_call(token, hub.snapshot_download, repo, revision=revision, local_dir=staging,
-              token=token or None)
+    print(
+        "model %s: downloading %s@%s, %.2f GB left of %.2f GB"
+        % (directory, repo, revision[:12], need / GB, sum(s or 0 for s, _ in expected.values()) / GB),
+        flush=True,
+    )
+    _hub_call(token, hub.snapshot_download, repo, revision=revision, local_dir=staging, token=token or None)
     shutil.rmtree(os.path.join(staging, ".cache"), ignore_errors=True)
     manifest = model_manifest.build(staging)
     got = {e["path"]: e for e in manifest["files"]}
@@ -101,8 +104,11 @@ def stage(hub, repo, revision, directory, token=None, deep=False):
     problems = model_stage.finish(directory)
     if problems:
         return status.MODEL_MISMATCH, model_manifest.describe(problems, staging), {}
-    return status.READY, None, {"changed": True, "files": len(manifest["files"]),
-                                "bytes": model_manifest.total_size(manifest)}
+    return (
+        status.READY,
+        None,
+        {"changed": True, "files": len(manifest["files"]), "bytes": model_manifest.total_size(manifest)},
+    )
 
 
 def main(argv=None):
@@ -119,9 +125,11 @@ def main(argv=None):
             token = f.read().strip() or None
         os.unlink(args.token_file)
     import huggingface_hub  # the deploy's hf venv, pinned in group_data/all.py
+
     try:
-        code, cause, details = stage(huggingface_hub, args.repo, args.revision,
-                                     args.dir.rstrip("/"), token=token, deep=args.deep)
+        code, cause, details = stage(
+            huggingface_hub, args.repo, args.revision, args.dir.rstrip("/"), token=token, deep=args.deep
+        )
     except HubError as exc:
         code, cause, details = status.HUB_ERROR, "the hub answered: %s" % exc, {}
     if cause:

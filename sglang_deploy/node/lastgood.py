@@ -22,6 +22,7 @@ prints `restored <profile>`. Exit statuses: 0 done,
 names the profile restored, `compare`'s carries {last_good, differs, not_running}, `show`'s the
 manifest it printed.
 """
+
 import argparse
 import hashlib
 import json
@@ -32,17 +33,11 @@ import sys
 import time
 
 if __package__:
-    from .lib import installed
-    from .lib import result
-    from .lib import status
-    from .lib import systemd
     from . import venvs
+    from .lib import installed, result, status, systemd
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import installed
-    from lib import result
-    from lib import status
-    from lib import systemd
     import venvs
+    from lib import installed, result, status, systemd
 
 MANIFEST = "manifest.json"
 
@@ -53,15 +48,23 @@ def sha256(path):
 
 
 def installed_versions(venv):
-    out = subprocess.run([os.path.join(venv, "bin", "python"), "-c", installed.VERSIONS_PY],
-                         stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
+    out = subprocess.run(
+        [os.path.join(venv, "bin", "python"), "-c", installed.VERSIONS_PY],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    ).stdout
     return json.loads(out)
 
 
 def installed_engine(venv):
     """{distribution: (version, install time or None)} of a venv."""
-    out = subprocess.run([os.path.join(venv, "bin", "python"), "-c", installed.INSTALLED_PY],
-                         stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
+    out = subprocess.run(
+        [os.path.join(venv, "bin", "python"), "-c", installed.INSTALLED_PY],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    ).stdout
     return {name: tuple(value) for name, value in json.loads(out).items()}
 
 
@@ -73,16 +76,21 @@ def differences(manifest, profile, files, engine, venv_target=None):
         return ["nothing saved yet"]
     found = [] if manifest["profile"] == profile else ["profile %s -> %s" % (manifest["profile"], profile)]
     if venv_target and manifest.get("venv_target") not in (None, venv_target):
-        found.append("engine venv %s -> %s" % (os.path.basename(manifest["venv_target"]),
-                                               os.path.basename(venv_target)))
+        found.append(
+            "engine venv %s -> %s"
+            % (os.path.basename(manifest["venv_target"]), os.path.basename(venv_target))
+        )
     saved = manifest["files"]
     for role, path in sorted(files.items()):
         entry = saved.get(role)
         if entry is None or entry["path"] != path or entry["sha256"] != sha256(path):
             found.append(role)
     found += ["%s (no longer a file of the configuration)" % role for role in sorted(set(saved) - set(files))]
-    found += ["%s %s -> %s" % (name, manifest["engine"].get(name), version)
-              for name, version in sorted(engine.items()) if manifest["engine"].get(name) != version]
+    found += [
+        "%s %s -> %s" % (name, manifest["engine"].get(name), version)
+        for name, version in sorted(engine.items())
+        if manifest["engine"].get(name) != version
+    ]
     return found
 
 
@@ -100,8 +108,11 @@ def not_running(show, written, now=None, monotonic=None):
     """Why the unit's server does not run the installed configuration, or None when it does.
     ``written``: {what: when it was last written (wall clock)}."""
     if show.get("ActiveState") != "active" or not systemd.as_int(show.get("MainPID")):
-        return "%s is %s/%s, not running" % (show.get("Id") or "the unit", show.get("ActiveState"),
-                                             show.get("SubState"))
+        return "%s is %s/%s, not running" % (
+            show.get("Id") or "the unit",
+            show.get("ActiveState"),
+            show.get("SubState"),
+        )
     if show.get("NeedDaemonReload") == "yes":
         return "systemd has not loaded the installed unit file (daemon-reload pending)"
     started = start_wallclock(show, now, monotonic)
@@ -110,13 +121,16 @@ def not_running(show, written, now=None, monotonic=None):
     later = sorted(what for what, when in written.items() if when is not None and when > started)
     if later:
         return "the server started before %s changed: it does not run the installed configuration" % (
-            ", ".join(later))
+            ", ".join(later)
+        )
     return None
 
 
 def running_check(unit, files, engine_installed, venv=None):
-    show = systemd.unit_show(unit, ("Id", "ActiveState", "SubState", "MainPID", "NeedDaemonReload",
-                                    "ExecMainStartTimestampMonotonic"))
+    show = systemd.unit_show(
+        unit,
+        ("Id", "ActiveState", "SubState", "MainPID", "NeedDaemonReload", "ExecMainStartTimestampMonotonic"),
+    )
     written = {role: os.stat(path).st_mtime for role, path in files.items()}
     written.update({name: when for name, (_, when) in engine_installed.items()})
     if venv and os.path.islink(venv):  # the link's own time is its switch's
@@ -128,8 +142,7 @@ def save(directory, profile, venv, files, packages, wheels_dir, unit=None):
     if unit:
         engine_installed = installed_engine(venv)
         engine = {name: engine_installed.get(name, (None, None))[0] for name in packages}
-        why = running_check(unit, files, {n: v for n, v in engine_installed.items() if n in packages},
-                            venv)
+        why = running_check(unit, files, {n: v for n, v in engine_installed.items() if n in packages}, venv)
         if why:
             print("not saved as last known good: %s" % why)
             return result.emit(status.NOT_INSTALLED_CONFIG, why)
@@ -144,10 +157,15 @@ def save(directory, profile, venv, files, packages, wheels_dir, unit=None):
         shutil.copy2(path, os.path.join(staging, role))
         entries[role] = {"path": path, "mode": os.stat(path).st_mode & 0o7777, "sha256": sha256(path)}
     versions = installed_versions(venv)
-    manifest = {"profile": profile, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                "venv": venv, "venv_target": os.path.realpath(venv), "files": entries,
-                "wheels_dir": wheels_dir,
-                "engine": {name: versions.get(name) for name in packages}}
+    manifest = {
+        "profile": profile,
+        "saved_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "venv": venv,
+        "venv_target": os.path.realpath(venv),
+        "files": entries,
+        "wheels_dir": wheels_dir,
+        "engine": {name: versions.get(name) for name in packages},
+    }
     with open(os.path.join(staging, MANIFEST), "w") as f:
         json.dump(manifest, f, indent=2, sort_keys=True)
     # Swap in whole: a crash mid-save never leaves half a last-known-good.
@@ -187,8 +205,9 @@ def show(directory=None, record=None):
     else:
         manifest = {d: load(d) for d in saved_dirs(record) if load(d)}
     if not manifest:
-        why = "no last known good %s" % ("in " + directory if directory else
-                                         "saved on this node yet (a deploy saves one)")
+        why = "no last known good %s" % (
+            "in " + directory if directory else "saved on this node yet (a deploy saves one)"
+        )
         print(why)
         return result.emit(status.NO_LAST_GOOD, why)
     print(json.dumps(manifest, indent=2, sort_keys=True))
@@ -201,9 +220,11 @@ def compare(directory, profile, venv, files, packages, unit):
     engine_installed = {n: v for n, v in installed_engine(venv).items() if n in packages}
     manifest = load(directory)
     engine = {name: engine_installed.get(name, (None, None))[0] for name in packages}
-    return {"last_good": manifest and manifest["profile"],
-            "differs": differences(manifest, profile, files, engine, os.path.realpath(venv)),
-            "not_running": running_check(unit, files, engine_installed, venv) if unit else None}
+    return {
+        "last_good": manifest and manifest["profile"],
+        "differs": differences(manifest, profile, files, engine, os.path.realpath(venv)),
+        "not_running": running_check(unit, files, engine_installed, venv) if unit else None,
+    }
 
 
 def load(directory):
@@ -257,14 +278,21 @@ def restore_venv(manifest):
 
 def restore_engine(manifest):
     installed = installed_versions(manifest["venv"])
-    pins = ["%s==%s" % (name, version) for name, version in sorted(manifest["engine"].items())
-            if version and installed.get(name) != version]
+    pins = [
+        "%s==%s" % (name, version)
+        for name, version in sorted(manifest["engine"].items())
+        if version and installed.get(name) != version
+    ]
     if not pins:
         return
     print("reinstalling %s" % " ".join(pins))
     source = ["--no-index", "--find-links", manifest["wheels_dir"]] if manifest["wheels_dir"] else []
-    subprocess.run([os.path.join(manifest["venv"], "bin", "pip"), "install", "--no-input",
-                    "--disable-pip-version-check"] + source + pins, check=True)
+    subprocess.run(
+        [os.path.join(manifest["venv"], "bin", "pip"), "install", "--no-input", "--disable-pip-version-check"]
+        + source
+        + pins,
+        check=True,
+    )
 
 
 def role_path(text):
@@ -277,8 +305,9 @@ def role_path(text):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("save", "compare", "restore", "show"))
-    parser.add_argument("--dir", help="where the last known good is kept (show: every one saved "
-                        "on this node when left out)")
+    parser.add_argument(
+        "--dir", help="where the last known good is kept (show: every one saved on this node when left out)"
+    )
     parser.add_argument("--profile")
     parser.add_argument("--venv")
     parser.add_argument("--file", type=role_path, action="append", default=[])
@@ -291,11 +320,14 @@ def main(argv=None):
     if args.action in ("save", "compare") and not (args.profile and args.venv and args.file):
         parser.error("%s needs --profile, --venv and at least one --file" % args.action)
     if args.action == "save":
-        return save(args.dir, args.profile, args.venv, dict(args.file), args.package,
-                    args.wheels_dir, unit=args.unit)
+        return save(
+            args.dir, args.profile, args.venv, dict(args.file), args.package, args.wheels_dir, unit=args.unit
+        )
     if args.action == "compare":
-        return result.emit(status.READY, **compare(args.dir, args.profile, args.venv,
-                                                   dict(args.file), args.package, args.unit))
+        return result.emit(
+            status.READY,
+            **compare(args.dir, args.profile, args.venv, dict(args.file), args.package, args.unit),
+        )
     if args.action == "restore":
         return restore(args.dir)
     return show(args.dir)

@@ -12,6 +12,7 @@ line, read by result.events on the controller.
 Standard library only: it is sent inline, before our scripts (result.py, status.py) are on the
 node, so it writes its events itself.
 """
+
 import argparse
 import fcntl
 import json

@@ -8,6 +8,7 @@ the deploy skips staging when the node's manifest equals the source's, preflight
 directory whose files' sizes differ from it and `make verify` checks sizes (hashes on request).
 Standard library only: it runs on the node and on the controller.
 """
+
 import argparse
 import hashlib
 import json
@@ -16,11 +17,9 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 if __package__:
-    from .lib import result
-    from .lib import status
+    from .lib import result, status
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import result
-    from lib import status
+    from lib import result, status
 
 MANIFEST_NAME = ".sglang-deploy-manifest.json"
 # Never part of a model: our own manifest and what an interrupted download or copy leaves.
@@ -62,8 +61,7 @@ def build(directory, workers=None):
     files = listing(directory)
     with ThreadPoolExecutor(max_workers=workers or default_workers()) as pool:
         hashes = list(pool.map(lambda item: sha256_file(os.path.join(directory, item[0])), files))
-    return {"files": [{"path": rel, "size": size, "sha256": sha}
-                      for (rel, size), sha in zip(files, hashes)]}
+    return {"files": [{"path": rel, "size": size, "sha256": sha} for (rel, size), sha in zip(files, hashes)]}
 
 
 def total_size(manifest):
@@ -106,16 +104,19 @@ def compare(manifest, directory, deep=False, workers=None):
             continue
         size = os.path.getsize(path)
         if size != entry["size"]:
-            problems.append("%s: %d bytes, the manifest says %d (truncated or partial?)"
-                            % (entry["path"], size, entry["size"]))
+            problems.append(
+                "%s: %d bytes, the manifest says %d (truncated or partial?)"
+                % (entry["path"], size, entry["size"])
+            )
         elif deep:
             to_hash.append(entry)
     with ThreadPoolExecutor(max_workers=workers or default_workers()) as pool:
         hashes = pool.map(lambda e: sha256_file(os.path.join(directory, e["path"])), to_hash)
         for entry, sha in zip(to_hash, hashes):
             if sha != entry["sha256"]:
-                problems.append("%s: sha256 %s, the manifest says %s"
-                                % (entry["path"], sha[:12], entry["sha256"][:12]))
+                problems.append(
+                    "%s: sha256 %s, the manifest says %s" % (entry["path"], sha[:12], entry["sha256"][:12])
+                )
     return problems
 
 
@@ -145,18 +146,29 @@ def main(argv=None):
         print(json.dumps(build(args.dir, args.workers), sort_keys=True))
         return status.READY
     if not os.path.isdir(args.dir):
-        return result.emit(status.MODEL_MISMATCH, "%s is not a directory" % args.dir,
-                           dir=args.dir, problems=[], manifest=False)
+        return result.emit(
+            status.MODEL_MISMATCH,
+            "%s is not a directory" % args.dir,
+            dir=args.dir,
+            problems=[],
+            manifest=False,
+        )
     problems, manifest = check(args.dir, deep=args.deep)
     if manifest is None:
         print("%s: no manifest (not staged by sglang-deploy): nothing to compare" % args.dir)
         return result.emit(status.READY, None, dir=args.dir, problems=[], manifest=False)
     for problem in problems:
         print("model file %s" % problem)
-    return result.emit(status.MODEL_MISMATCH if problems else status.READY,
-                       describe(problems, args.dir) if problems else None, dir=args.dir,
-                       problems=problems, manifest=True, files=len(manifest["files"]),
-                       bytes=total_size(manifest), deep=args.deep)
+    return result.emit(
+        status.MODEL_MISMATCH if problems else status.READY,
+        describe(problems, args.dir) if problems else None,
+        dir=args.dir,
+        problems=problems,
+        manifest=True,
+        files=len(manifest["files"]),
+        bytes=total_size(manifest),
+        deep=args.deep,
+    )
 
 
 if __name__ == "__main__":

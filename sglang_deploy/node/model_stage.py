@@ -14,6 +14,7 @@ place. Until then the live directory is untouched: a copy that dies halfway, a c
 or a full disk leave the node serving what it served. A staging directory left by a copy that
 died is where the next run resumes.
 """
+
 import argparse
 import os
 import shutil
@@ -21,12 +22,10 @@ import sys
 
 if __package__:
     from . import model_manifest
-    from .lib import result
-    from .lib import status
+    from .lib import result, status
 else:  # run as a script: our scripts' directory is on sys.path
     import model_manifest
-    from lib import result
-    from lib import status
+    from lib import result, status
 
 STAGING_SUFFIX = ".sglang-deploy-staging"
 OLD_SUFFIX = ".sglang-deploy-old"

@@ -17,22 +17,50 @@ Standard library only, except the worker (--worker), which imports torch lazily:
 argument handling, statistics, verdicts and result JSON import without torch.
 The last output line is one JSON object: {"status", "cause", "details"}.
 """
+
 import argparse
 import json
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import time
 
 if __package__:
     from .lib import status
-    from .lib.allreduce_stats import DEFAULT_SIZES, HELD_FIXED, MIN_EFFECT, NOT_TUNING, arm_environments, build_report, compare, parse_env_file, parse_size, parse_worker_output, result_line, round_orders, size_label, summarize, table, tuning_of, verdict
+    from .lib.allreduce_stats import (
+        DEFAULT_SIZES,
+        HELD_FIXED,
+        arm_environments,
+        build_report,
+        parse_env_file,
+        parse_size,
+        parse_worker_output,
+        result_line,
+        round_orders,
+        size_label,
+        summarize,
+        table,
+        tuning_of,
+    )
 else:  # run as a script: our scripts' directory is on sys.path
     from lib import status
-    from lib.allreduce_stats import DEFAULT_SIZES, HELD_FIXED, MIN_EFFECT, NOT_TUNING, arm_environments, build_report, compare, parse_env_file, parse_size, parse_worker_output, result_line, round_orders, size_label, summarize, table, tuning_of, verdict
+    from lib.allreduce_stats import (
+        DEFAULT_SIZES,
+        HELD_FIXED,
+        arm_environments,
+        build_report,
+        parse_env_file,
+        parse_size,
+        parse_worker_output,
+        result_line,
+        round_orders,
+        size_label,
+        summarize,
+        table,
+        tuning_of,
+    )
 
 MEASURED = "measured"
 NO_GPU = "no-gpu"
@@ -40,11 +68,16 @@ SERVER_RUNNING = "server-running"
 FAILED = "failed"
 
 # Exit statuses of this script (status.py).
-EXIT = {MEASURED: status.READY, NO_GPU: status.NO_GPU, SERVER_RUNNING: status.GPUS_BUSY,
-        FAILED: status.MEASUREMENT_FAILED}
+EXIT = {
+    MEASURED: status.READY,
+    NO_GPU: status.NO_GPU,
+    SERVER_RUNNING: status.GPUS_BUSY,
+    FAILED: status.MEASUREMENT_FAILED,
+}
 
 
 # ----------------------------------------------------------------------- node checks
+
 
 def gpu_count():
     """GPUs nvidia-smi lists, or None where it is missing or fails."""
@@ -52,8 +85,9 @@ def gpu_count():
     if not exe:
         return None
     try:
-        done = subprocess.run([exe, "-L"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=30)
+        done = subprocess.run(
+            [exe, "-L"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0:
@@ -63,12 +97,20 @@ def gpu_count():
 
 def torch_probe(python, env):
     """(cuda devices, versions text) from the engine's interpreter; (None, why) if unusable."""
-    code = ("import torch, json; v = torch.cuda.nccl.version() if torch.cuda.is_available() else None; "
-            "print(json.dumps([torch.cuda.device_count() if torch.cuda.is_available() else 0, "
-            "torch.__version__, torch.version.cuda, '.'.join(map(str, v)) if isinstance(v, tuple) else v]))")
+    code = (
+        "import torch, json; v = torch.cuda.nccl.version() if torch.cuda.is_available() else None; "
+        "print(json.dumps([torch.cuda.device_count() if torch.cuda.is_available() else 0, "
+        "torch.__version__, torch.version.cuda, '.'.join(map(str, v)) if isinstance(v, tuple) else v]))"
+    )
     try:
-        done = subprocess.run([python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=180, env=env)
+        done = subprocess.run(
+            [python, "-c", code],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=180,
+            env=env,
+        )
     except OSError as exc:
         return None, "cannot run %s: %s" % (python, exc)
     except subprocess.TimeoutExpired:
@@ -98,17 +140,41 @@ def free_port():
 
 # ----------------------------------------------------------------------- running
 
+
 def run_arm(args, env, world, timeout):
     """One launch of the sweep: world processes; rank 0's timings (max over ranks) or an error."""
     port = free_port()
     procs = []
     for rank in range(world):
-        penv = dict(env, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        argv = [args.python, os.path.abspath(__file__), "--worker", "--sizes",
-                ",".join(map(str, args.sizes)), "--iters-us", str(args.iters_us), "--dtype", args.dtype]
-        procs.append(subprocess.Popen(argv, env=penv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      universal_newlines=True, start_new_session=True))
+        penv = dict(
+            env,
+            RANK=str(rank),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK=str(rank),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
+        argv = [
+            args.python,
+            os.path.abspath(__file__),
+            "--worker",
+            "--sizes",
+            ",".join(map(str, args.sizes)),
+            "--iters-us",
+            str(args.iters_us),
+            "--dtype",
+            args.dtype,
+        ]
+        procs.append(
+            subprocess.Popen(
+                argv,
+                env=penv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                universal_newlines=True,
+                start_new_session=True,
+            )
+        )
     outputs, deadline, failed = [], time.monotonic() + timeout, None
     for rank, proc in enumerate(procs):
         try:
@@ -141,8 +207,15 @@ def measure(args, arms, world):
             if error:
                 return None, "arm %s: %s" % (name, error)
             samples[name].append(times)
-            print("round %d arm %s: %s" % (len(samples[name]), name, " ".join(
-                "%s=%.1fus" % (size_label(s), t) for s, t in sorted(times.items()))), flush=True)
+            print(
+                "round %d arm %s: %s"
+                % (
+                    len(samples[name]),
+                    name,
+                    " ".join("%s=%.1fus" % (size_label(s), t) for s, t in sorted(times.items())),
+                ),
+                flush=True,
+            )
     return samples, None
 
 
@@ -175,13 +248,14 @@ def worker(args):
         x = torch.zeros(max(1, size // elem), dtype=dtype, device=device)  # zeros: sums stay finite
         for _ in range(5):
             dist.all_reduce(x)
-        guess = torch.tensor([timed(lambda: dist.all_reduce(x))], device=device)
+        guess = torch.tensor([timed(lambda: dist.all_reduce(x))], device=device)  # noqa: B023 (called at once)
         dist.all_reduce(guess, op=dist.ReduceOp.MAX)
         iters = int(min(2000, max(20, args.iters_us / max(guess.item(), 1.0))))
 
-        def eager():
-            for _ in range(iters):
-                dist.all_reduce(x)
+        def eager():  # run within this iteration only
+            for _ in range(iters):  # noqa: B023
+                dist.all_reduce(x)  # noqa: B023
+
         run = eager
         run()
         samples = sorted(timed(run) / iters for _ in range(3))
@@ -206,15 +280,23 @@ def finish(status, cause, details, lines=()):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--env-file", help="the profile's env file (b); without it only NCCL's defaults exist")
-    p.add_argument("--python", default=sys.executable, help="the engine venv's interpreter (its torch and NCCL)")
+    p.add_argument(
+        "--python", default=sys.executable, help="the engine venv's interpreter (its torch and NCCL)"
+    )
     p.add_argument("--nprocs", type=int, help="ranks (the tensor-parallel size); default: every visible GPU")
-    p.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
-                   help="message sizes in bytes (4K, 1M allowed), comma-separated")
+    p.add_argument(
+        "--sizes",
+        default=",".join(map(str, DEFAULT_SIZES)),
+        help="message sizes in bytes (4K, 1M allowed), comma-separated",
+    )
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per arm (median over them)")
     p.add_argument("--iters-us", type=float, default=20000, help="timed work per size and launch, in us")
     p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--control", action="store_true",
-                   help="A/A control: (b) gets NCCL's defaults too; any 'effect' is the harness's noise")
+    p.add_argument(
+        "--control",
+        action="store_true",
+        help="A/A control: (b) gets NCCL's defaults too; any 'effect' is the harness's noise",
+    )
     p.add_argument("--ablate", action="store_true", help="also (b) without each tuning variable in turn")
     p.add_argument("--unit", help="the server's systemd unit: refuse while it is active")
     p.add_argument("--stop-server", action="store_true", help="stop --unit first (a deploy starts it again)")
@@ -231,8 +313,14 @@ def main(argv=None):
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
 
-    details = {"host": args.host_label, "python": args.python, "rounds": args.rounds,
-               "sizes": args.sizes, "dtype": args.dtype, "timing": "eager calls, CUDA events"}
+    details = {
+        "host": args.host_label,
+        "python": args.python,
+        "rounds": args.rounds,
+        "sizes": args.sizes,
+        "dtype": args.dtype,
+        "timing": "eager calls, CUDA events",
+    }
     env_file_vars = {}
     if args.env_file:
         try:
@@ -254,21 +342,37 @@ def main(argv=None):
     if count is None:
         return finish(NO_GPU, "no GPU usable by the engine: %s; nothing measured" % versions, details)
     if not count:
-        return finish(NO_GPU, "no GPU: torch in %s sees no CUDA device; nothing measured" % args.python, details)
+        return finish(
+            NO_GPU, "no GPU: torch in %s sees no CUDA device; nothing measured" % args.python, details
+        )
     world = args.nprocs or count
     if world > count:
         return finish(FAILED, "%d ranks asked, torch sees %d GPU(s)" % (world, count), details)
     if args.unit and unit_active(args.unit):
         if not args.stop_server:
-            return finish(SERVER_RUNNING, "%s is active and holds the GPUs; measuring now would disturb it "
-                          "and be disturbed (pass --stop-server to stop it first)" % args.unit, details)
+            return finish(
+                SERVER_RUNNING,
+                "%s is active and holds the GPUs; measuring now would disturb it "
+                "and be disturbed (pass --stop-server to stop it first)" % args.unit,
+                details,
+            )
         banner = "!" * 72
-        print("\n".join([banner, "STOPPING %s on %s to measure NCCL (--stop-server)." % (args.unit, args.host_label),
-                         "It stays STOPPED afterwards: a deploy (make deploy) will start it again.", banner]),
-              flush=True)
+        print(
+            "\n".join(
+                [
+                    banner,
+                    "STOPPING %s on %s to measure NCCL (--stop-server)." % (args.unit, args.host_label),
+                    "It stays STOPPED afterwards: a deploy (make deploy) will start it again.",
+                    banner,
+                ]
+            ),
+            flush=True,
+        )
         done = subprocess.run(["systemctl", "stop", args.unit])
         if done.returncode != 0:
-            return finish(FAILED, "systemctl stop %s failed (exit %d)" % (args.unit, done.returncode), details)
+            return finish(
+                FAILED, "systemctl stop %s failed (exit %d)" % (args.unit, done.returncode), details
+            )
         details["stopped_server"] = args.unit
 
     details["versions"] = versions
@@ -277,8 +381,11 @@ def main(argv=None):
     if args.control:
         arms, tuning = [("a", arms[0][1]), ("b", dict(arms[0][1]))], {}
         details["control"] = "A/A: both arms NCCL's defaults"
-    print("nccl-ab on %s: %d rank(s), %s; a = defaults, b = %s" % (
-        args.host_label, world, versions, " ".join("%s=%s" % kv for kv in tuning.items()) or "(none)"), flush=True)
+    print(
+        "nccl-ab on %s: %d rank(s), %s; a = defaults, b = %s"
+        % (args.host_label, world, versions, " ".join("%s=%s" % kv for kv in tuning.items()) or "(none)"),
+        flush=True,
+    )
     samples, error = measure(args, arms, world)
     if error:
         return finish(FAILED, error, details)

@@ -18,6 +18,7 @@ match their wheels' RECORD (--drift). One line per check: `preflight ok: …`, `
 `… warning: …` or `… failed: …`; then the result line (result.py) with every check, the
 warnings and, as its cause, the failures; exit 0 when nothing failed, else status.PREFLIGHT_FAILED.
 """
+
 import argparse
 import contextlib
 import io
@@ -29,25 +30,14 @@ import subprocess
 import sys
 
 if __package__:
-    from . import drift
-    from . import flags
-    from .lib import gpu_settings
-    from . import model_manifest
-    from .lib import procs
-    from .lib import result
-    from .lib import status
-    from .lib import systemd
-    from . import venvs
+    from . import drift, flags, model_manifest, venvs
+    from .lib import gpu_settings, procs, result, status, systemd
 else:  # run as a script: our scripts' directory is on sys.path
     import drift
     import flags
-    from lib import gpu_settings
     import model_manifest
-    from lib import procs
-    from lib import result
-    from lib import status
-    from lib import systemd
     import venvs
+    from lib import gpu_settings, procs, result, status, systemd
 
 
 def option(argv, *names):
@@ -61,6 +51,7 @@ def option(argv, *names):
 def check_argv(argv):
     try:
         from sglang.srt.server_args import prepare_server_args
+
         options = flags.installed_options()
     except ImportError as exc:
         return "failed", "the engine's argument parser cannot be imported: %s" % exc
@@ -75,7 +66,8 @@ def check_argv(argv):
     except SystemExit as exc:
         message = stderr.getvalue().strip().splitlines()
         return "failed", "the engine rejects the arguments: %s" % (
-            message[-1] if message else "exit %s" % exc.code)
+            message[-1] if message else "exit %s" % exc.code
+        )
     except Exception as exc:  # the engine's own validation (e.g. a bad algorithm name)
         return "failed", "the engine rejects the arguments: %s: %s" % (type(exc).__name__, exc)
     return "ok", "the engine's parser accepts the %d arguments" % len(argv)
@@ -92,16 +84,14 @@ def check_model_dir(label, path):
     if problems:
         return "failed", "%s %s" % (label, model_manifest.describe(problems, path))
     if manifest is not None:
-        return "ok", "%s %s matches its manifest (%d files, sizes)" % (
-            label, path, len(manifest["files"]))
+        return "ok", "%s %s matches its manifest (%d files, sizes)" % (label, path, len(manifest["files"]))
     return "ok", "%s %s has a config.json" % (label, path)
 
 
 def check_gpus(needed, nvidia_smi="nvidia-smi"):
     if shutil.which(nvidia_smi) is None:
         return "skipped", "no GPU: nvidia-smi not found (%d needed on a GPU node)" % needed
-    listing = subprocess.run([nvidia_smi, "-L"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             universal_newlines=True)
+    listing = subprocess.run([nvidia_smi, "-L"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     found = sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
     if listing.returncode != 0 or found < needed:
         return "failed", "%d GPUs needed, nvidia-smi lists %d" % (needed, found)
@@ -112,15 +102,21 @@ def check_gpu_settings(min_driver, model, nvidia_smi="nvidia-smi"):
     """The driver version and GPU model the profile asks for (None when it asks for neither)."""
     if not min_driver and not model:
         return None
-    wanted = ", ".join(filter(None, ["driver >= %s" % min_driver if min_driver else None,
-                                     "model %s" % model if model else None]))
+    wanted = ", ".join(
+        filter(
+            None, ["driver >= %s" % min_driver if min_driver else None, "model %s" % model if model else None]
+        )
+    )
     if shutil.which(nvidia_smi) is None:
         return "skipped", "no GPU: nvidia-smi not found (%s wanted on a GPU node)" % wanted
-    query = subprocess.run([nvidia_smi] + gpu_settings.QUERY, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, universal_newlines=True)
+    query = subprocess.run(
+        [nvidia_smi] + gpu_settings.QUERY, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     if query.returncode != 0:
-        return "failed", "nvidia-smi %s failed: %s" % (" ".join(gpu_settings.QUERY),
-                                                      (query.stderr or query.stdout).strip())
+        return "failed", "nvidia-smi %s failed: %s" % (
+            " ".join(gpu_settings.QUERY),
+            (query.stderr or query.stdout).strip(),
+        )
     try:
         gpus = gpu_settings.parse(query.stdout)
     except gpu_settings.Unparsed as exc:
@@ -138,14 +134,18 @@ def check_port(port, unit):
     holders = procs.socket_owners(row["inode"] for row in rows)
     if not holders:
         # Our stop would wait for it in vain: nothing we stop can release it.
-        return "failed", ("port %d is listening but no process on this node owns it "
-                          "(another network namespace or container?)" % port)
+        return "failed", (
+            "port %d is listening but no process on this node owns it "
+            "(another network namespace or container?)" % port
+        )
     group = procs.cgroup_dir(systemd.unit_show(unit, ["ControlGroup"]).get("ControlGroup"))
     ours = set(procs.cgroup_pids(group)) if group else set()
     strangers = {pid: title for pid, title in holders.items() if pid not in ours}
     if strangers:
-        return "failed", "port %d is held by %s" % (port, ", ".join(
-            "pid %d (%s)" % item for item in sorted(strangers.items())))
+        return "failed", "port %d is held by %s" % (
+            port,
+            ", ".join("pid %d (%s)" % item for item in sorted(strangers.items())),
+        )
     return "ok", "port %d is held by %s itself" % (port, unit)
 
 
@@ -158,18 +158,24 @@ def check_drift(names, allow):
     if found["status"] == status.READY:
         checked = sum(r["files_checked"] for r in found["distributions"].values())
         return "ok", "no drift in %s (%d files match their RECORD)" % (", ".join(names), checked)
-    problems = [line.strip() for line in drift.report_lines(found, limit=5)[:-1]
-                if line.startswith("  ") or "not installed" in line]
+    problems = [
+        line.strip()
+        for line in drift.report_lines(found, limit=5)[:-1]
+        if line.startswith("  ") or "not installed" in line
+    ]
     verdict = "warning" if allow else "failed"
-    suffix = (" (engine.allow_drift: starting anyway)" if allow else
-              " (`make repair` reinstalls them; engine.allow_drift: true in the profile starts anyway)")
+    suffix = (
+        " (engine.allow_drift: starting anyway)"
+        if allow
+        else " (`make repair` reinstalls them; engine.allow_drift: true in the profile starts anyway)"
+    )
     return verdict, "engine drift: %s%s" % ("; ".join(problems), suffix)
 
 
 def check_disk(path, min_free_gib):
     while not os.path.exists(path):
         path = os.path.dirname(path)
-    free = shutil.disk_usage(path).free / 2 ** 30
+    free = shutil.disk_usage(path).free / 2**30
     if free < min_free_gib:
         return "failed", "%.1f GiB free under %s, %.1f needed" % (free, path, min_free_gib)
     return "ok", "%.1f GiB free under %s" % (free, path)
@@ -184,17 +190,25 @@ def check_new_venv(new_venv, live_link, min_free_gib):
     live = os.path.realpath(live_link)
     size = venvs.usage(live)[0] if os.path.isdir(live) else 0
     free = shutil.disk_usage(root).free
-    needed = size + min_free_gib * 2 ** 30
-    text = "%s needed for the new engine venv %s (the live venv's %s + %.1f GiB to keep free), %s free on %s" % (
-        _size(needed), os.path.basename(new_venv), _size(size), min_free_gib, _size(free),
-        socket.gethostname())
+    needed = size + min_free_gib * 2**30
+    text = (
+        "%s needed for the new engine venv %s (the live venv's %s + %.1f GiB to keep free), %s free on %s"
+        % (
+            _size(needed),
+            os.path.basename(new_venv),
+            _size(size),
+            min_free_gib,
+            _size(free),
+            socket.gethostname(),
+        )
+    )
     if free < needed:
         return "failed", "not enough disk: %s; the running server is untouched" % text
     return "ok", text
 
 
 def _size(n):
-    return "%.1f GiB" % (n / 2 ** 30) if n >= 2 ** 30 else "%.0f MiB" % (n / 2 ** 20)
+    return "%.1f GiB" % (n / 2**30) if n >= 2**30 else "%.0f MiB" % (n / 2**20)
 
 
 def main(argv=None):
@@ -207,8 +221,13 @@ def main(argv=None):
     parser.add_argument("--gpu-model", help="text every GPU's name must contain, e.g. H200")
     parser.add_argument("--disk-path", default="/")
     parser.add_argument("--min-free-gib", type=float, default=2.0)
-    parser.add_argument("--drift", nargs="*", default=[], metavar="DIST",
-                        help="engine distributions whose installed files must match RECORD")
+    parser.add_argument(
+        "--drift",
+        nargs="*",
+        default=[],
+        metavar="DIST",
+        help="engine distributions whose installed files must match RECORD",
+    )
     parser.add_argument("--allow-drift", action="store_true", help="drift warns instead of failing")
     parser.add_argument("--new-venv", help="an engine venv about to be built: is there room?")
     parser.add_argument("--live-venv", help="the link to the live engine venv (its size)")
@@ -216,7 +235,8 @@ def main(argv=None):
     server_argv = json.loads(args.argv_json)
     port = int(option(server_argv, "--port") or 30000)
     results = [
-        ("skipped", "engine parser: checked after the engine is installed") if args.no_argv
+        ("skipped", "engine parser: checked after the engine is installed")
+        if args.no_argv
         else check_argv(server_argv),
         check_model_dir("model path", option(server_argv, "--model-path")),
         check_model_dir("draft model path", option(server_argv, "--speculative-draft-model-path")),
@@ -224,7 +244,8 @@ def main(argv=None):
         check_gpu_settings(args.min_driver, args.gpu_model),
         check_port(port, args.unit),
         # A venv about to be built: room for it beside the live one (which implies the rest).
-        check_new_venv(args.new_venv, args.live_venv, args.min_free_gib) if args.new_venv
+        check_new_venv(args.new_venv, args.live_venv, args.min_free_gib)
+        if args.new_venv
         else check_disk(args.disk_path, args.min_free_gib),
         None if args.no_argv else check_drift(args.drift, args.allow_drift),
     ]
@@ -232,9 +253,12 @@ def main(argv=None):
     for check in checks:
         print("preflight %(verdict)s: %(text)s" % check)
     failed = [check["text"] for check in checks if check["verdict"] == "failed"]
-    return result.emit(status.PREFLIGHT_FAILED if failed else status.READY,
-                       "; ".join(failed) or None, checks=checks,
-                       warnings=[check["text"] for check in checks if check["verdict"] == "warning"])
+    return result.emit(
+        status.PREFLIGHT_FAILED if failed else status.READY,
+        "; ".join(failed) or None,
+        checks=checks,
+        warnings=[check["text"] for check in checks if check["verdict"] == "warning"],
+    )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ On failure: '[ 120.0s] stop timeout: still there: pids 1240 (sglang::scheduler_T
 none this node can see (another network namespace), fails within seconds: '[   6.4s] failed:
 port 30000 is held by pid 777 (python3 -m http.server 30000), not by sglang.service'. Exit status: see status.py (READY, STOP_TIMEOUT, FAILED_START, LOCKED).
 """
+
 import argparse
 import fcntl
 import shutil
@@ -26,23 +27,21 @@ import sys
 import time
 
 if __package__:
-    from .lib import compute_apps
-    from .lib import procs
-    from .lib import result
-    from .lib import status
-    from .lib import systemd
+    from .lib import compute_apps, procs, result, status, systemd
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import compute_apps
-    from lib import procs
-    from lib import result
-    from lib import status
-    from lib import systemd
+    from lib import compute_apps, procs, result, status, systemd
+
 
 def gpu_apps(nvidia_smi):
     """Compute apps on the GPUs, or None when nvidia-smi cannot tell."""
     try:
-        proc = subprocess.run([nvidia_smi] + compute_apps.QUERY, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, universal_newlines=True, timeout=30)
+        proc = subprocess.run(
+            [nvidia_smi] + compute_apps.QUERY,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return compute_apps.parse_compute_apps(proc.stdout) if proc.returncode == 0 else None
@@ -79,7 +78,9 @@ class Restart:
     def describe(self, alive, rows, gpu):
         parts = []
         if alive:
-            parts.append("pids " + ", ".join("%d (%s)" % (pid, procs.title(pid, limit=80) or "?") for pid in alive))
+            parts.append(
+                "pids " + ", ".join("%d (%s)" % (pid, procs.title(pid, limit=80) or "?") for pid in alive)
+            )
         if rows:
             owners = procs.socket_owners([row["inode"] for row in rows])
             held = ", ".join("pid %d %s" % kv for kv in sorted(owners.items())) or "owner unknown"
@@ -95,12 +96,17 @@ class Restart:
             return None
         owners = procs.socket_owners([row["inode"] for row in rows])
         if not owners:
-            return ("port %d is listening but no process on this node owns it "
-                    "(another network namespace or container?)" % self.args.port)
+            return (
+                "port %d is listening but no process on this node owns it "
+                "(another network namespace or container?)" % self.args.port
+            )
         strangers = {pid: name for pid, name in owners.items() if pid not in old}
         if strangers:
-            return "port %d is held by %s, not by %s" % (self.args.port, ", ".join(
-                "pid %d (%s)" % item for item in sorted(strangers.items())), self.args.unit)
+            return "port %d is held by %s, not by %s" % (
+                self.args.port,
+                ", ".join("pid %d (%s)" % item for item in sorted(strangers.items())),
+                self.args.unit,
+            )
         return None
 
     def run(self):
@@ -115,7 +121,9 @@ class Restart:
         show = systemd.unit_show(a.unit, systemctl=a.systemctl)
         main_pid = systemd.as_int(show.get("MainPID"))
         cgroup = procs.cgroup_dir(show.get("ControlGroup", ""))
-        pids = set(procs.cgroup_pids(cgroup)) | ({main_pid} | set(procs.descendants(main_pid)) if main_pid else set())
+        pids = set(procs.cgroup_pids(cgroup)) | (
+            {main_pid} | set(procs.descendants(main_pid)) if main_pid else set()
+        )
         old = {pid: stat["starttime"] for pid, stat in ((p, procs.read_stat(p)) for p in pids) if stat}
         state = "%s/%s" % (show.get("ActiveState"), show.get("SubState"))
         deadline = self.t0 + a.stop_timeout
@@ -124,14 +132,21 @@ class Restart:
         else:
             self.say("stopping %s: %s, main pid %d, %d processes" % (a.unit, state, main_pid, len(old)))
             try:
-                proc = systemd.systemctl(["stop", a.unit], a.systemctl, timeout=max(1.0, deadline - time.monotonic()))
+                proc = systemd.systemctl(
+                    ["stop", a.unit], a.systemctl, timeout=max(1.0, deadline - time.monotonic())
+                )
             except subprocess.TimeoutExpired:
                 left = self.describe(*self.leftovers(old, cgroup)) or "nothing left"
-                return self.end(status.STOP_TIMEOUT, "stop timeout: systemctl stop %s did not return "
-                                "within %ss; still there: %s" % (a.unit, a.stop_timeout, left))
+                return self.end(
+                    status.STOP_TIMEOUT,
+                    "stop timeout: systemctl stop %s did not return "
+                    "within %ss; still there: %s" % (a.unit, a.stop_timeout, left),
+                )
             if proc.returncode != 0:
-                return self.end(status.UNEXPECTED, "systemctl stop failed (status %d): %s" % (
-                    proc.returncode, proc.stderr.strip()))
+                return self.end(
+                    status.UNEXPECTED,
+                    "systemctl stop failed (status %d): %s" % (proc.returncode, proc.stderr.strip()),
+                )
             after = systemd.unit_show(a.unit, ("ActiveState", "SubState"), systemctl=a.systemctl)
             self.say("systemctl stop returned: %s/%s" % (after.get("ActiveState"), after.get("SubState")))
         if not self.nvidia_smi:
@@ -145,10 +160,15 @@ class Restart:
             if foreign and time.monotonic() - procs_gone_at >= a.foreign_grace:
                 # Waiting out the stop timeout would release nothing: it is not ours.
                 return self.end(status.STOP_TIMEOUT, "failed: %s" % foreign)
-            for key, ok, text in (("procs", not alive, "old processes gone"),
-                                  ("port", not rows, "port %d free" % a.port),
-                                  ("gpu", self.nvidia_smi and gpu is not None and not gpu,
-                                   "GPU memory of old processes released")):
+            for key, ok, text in (
+                ("procs", not alive, "old processes gone"),
+                ("port", not rows, "port %d free" % a.port),
+                (
+                    "gpu",
+                    self.nvidia_smi and gpu is not None and not gpu,
+                    "GPU memory of old processes released",
+                ),
+            ):
                 if ok and key not in done:
                     done.add(key)
                     self.say(text)
@@ -158,33 +178,56 @@ class Restart:
             if not alive and not rows and not gpu:
                 break
             if time.monotonic() >= deadline:
-                return self.end(status.STOP_TIMEOUT,
-                                "stop timeout: still there: " + self.describe(alive, rows, gpu))
+                return self.end(
+                    status.STOP_TIMEOUT, "stop timeout: still there: " + self.describe(alive, rows, gpu)
+                )
             time.sleep(a.poll)
         if self.nvidia_smi:
             others = [app for app in gpu_apps(self.nvidia_smi) or [] if app[0] not in old]
             if others:
-                self.say("note: GPU memory held by other processes: " +
-                         ", ".join("pid %d %s (%s)" % (p, procs.title(p, limit=80) or "?", _mib(u)) for p, u in others))
+                self.say(
+                    "note: GPU memory held by other processes: "
+                    + ", ".join(
+                        "pid %d %s (%s)" % (p, procs.title(p, limit=80) or "?", _mib(u)) for p, u in others
+                    )
+                )
         if not a.start:
             return self.end(status.READY, "stopped; not starting (--no-start)")
         self.say("starting %s" % a.unit)
         proc = systemd.systemctl(["start", a.unit], a.systemctl, timeout=a.start_timeout)
         show = systemd.unit_show(a.unit, systemctl=a.systemctl)
         if proc.returncode != 0:
-            return self.end(status.FAILED_START, "start failed: %s (unit %s/%s, %s)" % (
-                proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "systemctl start status %d"
-                % proc.returncode, show.get("ActiveState"), show.get("SubState"), systemd.describe_exit(show)))
-        return self.end(status.READY, "started %s: main pid %s, invocation %s" % (
-            a.unit, show.get("MainPID"), show.get("InvocationID")))
+            return self.end(
+                status.FAILED_START,
+                "start failed: %s (unit %s/%s, %s)"
+                % (
+                    proc.stderr.strip().splitlines()[-1]
+                    if proc.stderr.strip()
+                    else "systemctl start status %d" % proc.returncode,
+                    show.get("ActiveState"),
+                    show.get("SubState"),
+                    systemd.describe_exit(show),
+                ),
+            )
+        return self.end(
+            status.READY,
+            "started %s: main pid %s, invocation %s"
+            % (a.unit, show.get("MainPID"), show.get("InvocationID")),
+        )
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Stop a unit, wait for its processes, port and GPU memory, start it.")
+    p = argparse.ArgumentParser(
+        description="Stop a unit, wait for its processes, port and GPU memory, start it."
+    )
     p.add_argument("--unit", required=True)
     p.add_argument("--port", type=int, required=True)
-    p.add_argument("--stop-timeout", type=float, required=True,
-                   help="seconds for the stop and the release of processes, port and GPU memory")
+    p.add_argument(
+        "--stop-timeout",
+        type=float,
+        required=True,
+        help="seconds for the stop and the release of processes, port and GPU memory",
+    )
     p.add_argument("--start", action="store_true", default=True, help="start the unit afterwards (default)")
     p.add_argument("--no-start", dest="start", action="store_false", help="only stop and wait")
     p.add_argument("--start-timeout", type=float, default=120.0, help="timeout of `systemctl start`")

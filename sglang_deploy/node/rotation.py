@@ -24,6 +24,7 @@ controller): `out` ends with {"outcome": "out" | "router_unreachable" | "router_
 "rotation": {..., "was_serving"}} and restores nothing; `back` with the cause of a router
 that did not take the node back, if any.
 """
+
 import argparse
 import json
 import sys
@@ -31,12 +32,10 @@ import time
 import urllib.request
 
 if __package__:
-    from .lib import result
-    from .lib import status
+    from .lib import result, status
     from .lib.routers import Router, RouterError
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import result
-    from lib import status
+    from lib import result, status
     from lib.routers import Router, RouterError
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -51,8 +50,11 @@ def in_flight(load_answer):
     """Requests running or waiting, from a /get_load answer (a list per data-parallel rank, or
     one mapping)."""
     ranks = load_answer if isinstance(load_answer, list) else [load_answer]
-    return sum(int(rank.get("num_reqs", 0)) + int(rank.get("num_waiting_reqs", 0))
-               for rank in ranks if isinstance(rank, dict))
+    return sum(
+        int(rank.get("num_reqs", 0)) + int(rank.get("num_waiting_reqs", 0))
+        for rank in ranks
+        if isinstance(rank, dict)
+    )
 
 
 def _get(url, timeout=3.0):
@@ -120,8 +122,9 @@ def take_out(args, rotation):
     outcome and cause say why nothing was taken out ("router_unreachable") or why the node is
     back in ("router_failed"); both None when it is out (or was in no rotation)."""
     was_serving = serving(args.local_port)
-    routers, refused = answering([Router(url) for url in args.router], was_serving,
-                                 args.allow_unreachable_routers)
+    routers, refused = answering(
+        [Router(url) for url in args.router], was_serving, args.allow_unreachable_routers
+    )
     rotation["routers"] = [r.url for r in routers]
     if refused:
         return routers, was_serving, "router_unreachable", refused
@@ -138,8 +141,11 @@ def take_out(args, rotation):
         return routers, was_serving, "router_failed", str(exc) + ("" if cause is None else "; " + cause)
     drain_s, left = drain(args.local_port, args.drain_timeout)
     rotation.update(drain_s=round(drain_s, 2), drained=not left, in_flight_left=left)
-    say("drained in %.1fs" % drain_s if not left else
-        "%d request(s) still in flight after %.0fs: restarting anyway" % (left, drain_s))
+    say(
+        "drained in %.1fs" % drain_s
+        if not left
+        else "%d request(s) still in flight after %.0fs: restarting anyway" % (left, drain_s)
+    )
     return routers, was_serving, None, None
 
 
@@ -150,15 +156,27 @@ def rotate(args):
     routers, was_serving, refused, cause = take_out(args, rotation)
     if refused:
         code, _ = result.run_streaming(args.restore)
-        return result.emit(status.PREFLIGHT_FAILED, cause, outcome=refused, steps=[],
-                           restored=code == status.READY, rotation=rotation)
+        return result.emit(
+            status.PREFLIGHT_FAILED,
+            cause,
+            outcome=refused,
+            steps=[],
+            restored=code == status.READY,
+            rotation=rotation,
+        )
 
     code, lines = result.run_streaming(args.cycle)
     found = result.parse(lines)
     if found is None:
         rotation["out_s"] = round(time.monotonic() - taken_out, 2)
-        return result.emit(code or status.UNEXPECTED, "restart cycle printed no result",
-                           outcome="failed", steps=[], restored=False, rotation=rotation)
+        return result.emit(
+            code or status.UNEXPECTED,
+            "restart cycle printed no result",
+            outcome="failed",
+            steps=[],
+            restored=False,
+            rotation=rotation,
+        )
     details = {k: v for k, v in found.items() if k not in ("status", "result", "cause")}
     cause, code = found.get("cause"), found["status"]
     if found.get("outcome") in SERVES_AFTER:
@@ -178,8 +196,12 @@ def out_only(args):
     rotation = {"routers": [], "drain_s": 0.0, "drained": True, "in_flight_left": 0}
     _, was_serving, refused, cause = take_out(args, rotation)
     rotation["was_serving"] = was_serving
-    return result.emit(status.PREFLIGHT_FAILED if refused else status.READY, cause,
-                       outcome=refused or "out", rotation=rotation)
+    return result.emit(
+        status.PREFLIGHT_FAILED if refused else status.READY,
+        cause,
+        outcome=refused or "out",
+        rotation=rotation,
+    )
 
 
 def back_only(args):
@@ -188,11 +210,15 @@ def back_only(args):
     routers = [Router(url) for url in args.router]
     if not serving(args.local_port):
         say("not serving: left out of every router")
-        return result.emit(status.FAILED_START, "not serving: left out of rotation",
-                           rotation={"routers": [r.url for r in routers]})
+        return result.emit(
+            status.FAILED_START,
+            "not serving: left out of rotation",
+            rotation={"routers": [r.url for r in routers]},
+        )
     cause = put_back(routers, args.worker_url, args.healthy_timeout)
-    return result.emit(status.TIMEOUT if cause else status.READY, cause,
-                       rotation={"routers": [r.url for r in routers]})
+    return result.emit(
+        status.TIMEOUT if cause else status.READY, cause, rotation={"routers": [r.url for r in routers]}
+    )
 
 
 def main(argv=None):
@@ -203,8 +229,9 @@ def main(argv=None):
     parser.add_argument("--drain-timeout", type=float, default=120.0)
     parser.add_argument("--healthy-timeout", type=float, default=120.0)
     parser.add_argument("--allow-unreachable-routers", action="store_true")
-    parser.add_argument("--only", choices=("out", "back"),
-                        help="one half, around a restart driven from elsewhere")
+    parser.add_argument(
+        "--only", choices=("out", "back"), help="one half, around a restart driven from elsewhere"
+    )
     parser.add_argument("--cycle", help="cycle.py's command line")
     parser.add_argument("--restore", help="lastgood.py restore's command line")
     args = parser.parse_args(argv)

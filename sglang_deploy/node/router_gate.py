@@ -7,17 +7,16 @@ healthy, polled until --timeout (0: look once).
 Ends with one result line: {"workers": {url: "healthy" | "unhealthy" | "not listed"},
 "readiness": status code}; exit 0 when ready, 4 (TIMEOUT) otherwise, naming what is missing.
 """
+
 import argparse
 import sys
 import time
 
 if __package__:
-    from .lib import result
-    from .lib import status
+    from .lib import result, status
     from .lib.routers import Router, RouterError, normal_url
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import result
-    from lib import status
+    from lib import result, status
     from lib.routers import Router, RouterError, normal_url
 
 
@@ -58,8 +57,12 @@ def main(argv=None):
     if why is None:
         print("router %s ready: %d worker(s) healthy" % (args.url, len(states)), flush=True)
         return result.emit(status.READY, None, workers=states, readiness=code)
-    return result.emit(status.TIMEOUT, "router %s not ready after %.0fs: %s"
-                       % (args.url, args.timeout, why), workers=states, readiness=code)
+    return result.emit(
+        status.TIMEOUT,
+        "router %s not ready after %.0fs: %s" % (args.url, args.timeout, why),
+        workers=states,
+        readiness=code,
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ name L points at (null: none, or a directory: "legacy"), "pending": the name L.n
 fresh link, so its time is the switch's); a venv directory from before venvs existed at L is
 moved aside to L.legacy first. Without L.next it changes nothing. Standard library only.
 """
+
 import argparse
 import json
 import os
@@ -21,15 +22,13 @@ import sys
 import time
 
 if __package__:
-    from .lib import result
-    from .lib import status
+    from .lib import result, status
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import result
-    from lib import status
+    from lib import result, status
 
 MARKER = ".sglang-deploy-venv.json"  # in a venv: written once its build finished
-PENDING = ".next"                    # L.next: the venv the next restart switches to
-LEGACY = ".legacy"                   # L.legacy: a pre-venvs directory at L, kept for rollback
+PENDING = ".next"  # L.next: the venv the next restart switches to
+LEGACY = ".legacy"  # L.legacy: a pre-venvs directory at L, kept for rollback
 
 
 def mark(venv):
@@ -72,13 +71,20 @@ def last_good_venv(last_good_dir):
 
 def listing(directory, link, last_good_dir=None):
     names = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
-    venvs = [{"name": name, "built_at": built_at(os.path.join(directory, name))} for name in names
-             if os.path.isdir(os.path.join(directory, name)) and not name.startswith(".")
-             and not os.path.islink(os.path.join(directory, name))]
+    venvs = [
+        {"name": name, "built_at": built_at(os.path.join(directory, name))}
+        for name in names
+        if os.path.isdir(os.path.join(directory, name))
+        and not name.startswith(".")
+        and not os.path.islink(os.path.join(directory, name))
+    ]
     good = last_good_venv(last_good_dir) if last_good_dir else None
-    return {"venvs": venvs, "live": target_name(link, directory),
-            "pending": target_name(link + PENDING, directory) if os.path.islink(link + PENDING) else None,
-            "last_good": os.path.basename(good) if good else None}
+    return {
+        "venvs": venvs,
+        "live": target_name(link, directory),
+        "pending": target_name(link + PENDING, directory) if os.path.islink(link + PENDING) else None,
+        "last_good": os.path.basename(good) if good else None,
+    }
 
 
 def point(link, target):
@@ -112,7 +118,7 @@ def switch(link):
 
 def usage(path):
     """(bytes used under ``path``, bytes free on its filesystem)."""
-    used = subprocess.run(["du", "-sb", path], stdout=subprocess.PIPE, universal_newlines=True)
+    used = subprocess.run(["du", "-sb", path], stdout=subprocess.PIPE, text=True)
     size = int(used.stdout.split()[0]) if used.returncode == 0 and used.stdout else 0
     return size, shutil.disk_usage(path).free
 

@@ -13,26 +13,27 @@ Output, one line per worker and one per mismatch:
 The result line (result.py) carries {"unit", "main_pid", "match", "expected", "workers": [...],
 "message"}; --json prints only that line.
 """
+
 import argparse
 import json
 import sys
 
 if __package__:
-    from .lib import procs
-    from .lib import result
-    from .lib import status
-    from .lib import systemd
+    from .lib import procs, result, status, systemd
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import procs
-    from lib import result
-    from lib import status
-    from lib import systemd
+    from lib import procs, result, status, systemd
 
 
 def check_worker(pid, expected, proc=procs.PROC):
     """{pid, title, checked, ok, error, mismatches: [{var, expected, actual (None = missing)}]}."""
-    report = {"pid": pid, "title": procs.title(pid, proc), "checked": len(expected), "ok": True,
-              "error": None, "mismatches": []}
+    report = {
+        "pid": pid,
+        "title": procs.title(pid, proc),
+        "checked": len(expected),
+        "ok": True,
+        "error": None,
+        "mismatches": [],
+    }
     try:
         env = procs.read_environ(pid, proc)
     except OSError as exc:
@@ -80,14 +81,24 @@ def run(unit, expected, match="sglang::scheduler", main_pid=None, systemctl=syst
     if main_pid <= 0:
         code, message = status.NO_WORKERS, "%s has no main process (not running)" % unit
     elif not workers:
-        code, message = status.NO_WORKERS, "no process under main pid %d has a command line starting with %r" % (
-            main_pid, match)
+        code, message = (
+            status.NO_WORKERS,
+            "no process under main pid %d has a command line starting with %r" % (main_pid, match),
+        )
     elif all(w["ok"] for w in workers):
         code = status.READY
     else:
         code = status.WORKER_ENV_MISMATCH
-    return {"unit": unit, "main_pid": main_pid, "match": match, "expected": expected, "workers": workers,
-            "message": message, "status": code, "status_name": status.name(code)}
+    return {
+        "unit": unit,
+        "main_pid": main_pid,
+        "match": match,
+        "expected": expected,
+        "workers": workers,
+        "message": message,
+        "status": code,
+        "status_name": status.name(code),
+    }
 
 
 def main(argv=None):
@@ -121,7 +132,8 @@ def cause(report, lines):
     if report["status"] == status.READY:
         return None
     return report["message"] or next(
-        (line for line in lines if not line.endswith(" variables ok")), lines[-1] if lines else None)
+        (line for line in lines if not line.endswith(" variables ok")), lines[-1] if lines else None
+    )
 
 
 if __name__ == "__main__":

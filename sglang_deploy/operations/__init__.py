@@ -4,18 +4,43 @@ Each operation yields commands only when the node differs from what is asked, an
 ``host.noop`` otherwise, so a re-run with nothing changed reports no changes.
 """
 
-from sglang_deploy.operations.engine import engine, engine_matches, tool_venv
-from sglang_deploy.operations.rollout import rolled_restart, router_restarted, router_serving
-from sglang_deploy.operations.files import HOOK_FILE, HOOK_PTH, binary_file, pth_directory, secret_file, startup_hook, unit_file
 from sglang_deploy.operations.deploy_lock import deploy_lock
+from sglang_deploy.operations.engine import engine, engine_matches, tool_venv
+from sglang_deploy.operations.files import (
+    HOOK_FILE,
+    HOOK_PTH,
+    binary_file,
+    pth_directory,
+    secret_file,
+    startup_hook,
+    unit_file,
+)
 from sglang_deploy.operations.model import model_staged
 from sglang_deploy.operations.records import manifest_recorded
+from sglang_deploy.operations.rollout import rolled_restart, router_restarted, router_serving
 from sglang_deploy.operations.script_upload import node_scripts
 from sglang_deploy.operations.service import preflight, serving
 from sglang_deploy.operations.venv_pruning import old_venvs_pruned
 
-__all__ = ["engine", "engine_matches", "tool_venv", "binary_file", "secret_file", "startup_hook",
-           "unit_file",
-           "pth_directory", "HOOK_FILE", "HOOK_PTH", "deploy_lock", "preflight", "rolled_restart",
-           "serving", "router_restarted", "router_serving", "manifest_recorded", "node_scripts",
-           "old_venvs_pruned", "model_staged"]
+__all__ = [
+    "engine",
+    "engine_matches",
+    "tool_venv",
+    "binary_file",
+    "secret_file",
+    "startup_hook",
+    "unit_file",
+    "pth_directory",
+    "HOOK_FILE",
+    "HOOK_PTH",
+    "deploy_lock",
+    "preflight",
+    "rolled_restart",
+    "serving",
+    "router_restarted",
+    "router_serving",
+    "manifest_recorded",
+    "node_scripts",
+    "old_venvs_pruned",
+    "model_staged",
+]

@@ -41,16 +41,20 @@ def _take_lock(path, wait_s, holder):
         return "this connector cannot hold a lock (SSH only)"
     source = (NODE_DIR / "lock.py").read_text()
     channel = client.get_transport().open_session()
-    channel.exec_command(f"python3 -c {shlex.quote(source)} --path {shlex.quote(path)} "
-                         f"--wait {float(wait_s)} --holder {shlex.quote(holder)}")
+    channel.exec_command(
+        f"python3 -c {shlex.quote(source)} --path {shlex.quote(path)} "
+        f"--wait {float(wait_s)} --holder {shlex.quote(holder)}"
+    )
     lines = channel.makefile("r")
     for line in lines:
         for event in result.events([line]):
             if event["event"] == "locked":
                 return channel
             if event["event"] == "waiting":
-                host.log(f"waiting up to {wait_s:.0f}s for the deploy lock, held by "
-                         f"{event['holder']}", logger.warning)
+                host.log(
+                    f"waiting up to {wait_s:.0f}s for the deploy lock, held by {event['holder']}",
+                    logger.warning,
+                )
             elif event["event"] == "busy":
                 return f"held by {event['holder']} (waited {wait_s:.0f}s)"
     return f"lock helper exited with status {channel.recv_exit_status()}"

@@ -6,10 +6,10 @@ import shlex
 from pyinfra import host
 from pyinfra.api import operation
 
+from sglang_deploy.facts.engine_venvs import EngineVenvs
 from sglang_deploy.facts.serving import EngineDrift, FileDigests, InstalledDistributions, InterpreterStartup
 from sglang_deploy.node.lib.installed import canonical
 from sglang_deploy.node.venvs import MARKER, PENDING
-from sglang_deploy.facts.engine_venvs import EngineVenvs
 from sglang_deploy.operations.files import pth_directory
 
 
@@ -30,11 +30,13 @@ def engine(venv, link, python, packages, scripts_dir, wheels_dir=None, repair=No
       whose installed files drifted from their RECORD
     """
     venvs_dir, name = venv.rsplit("/", 1)
-    found = host.get_fact(EngineVenvs, scripts_dir=scripts_dir, venvs_dir=venvs_dir, link=link,
-                          last_good_dir=None) or {"venvs": [], "live": None, "pending": None}
+    found = host.get_fact(
+        EngineVenvs, scripts_dir=scripts_dir, venvs_dir=venvs_dir, link=link, last_good_dir=None
+    ) or {"venvs": [], "live": None, "pending": None}
     built = any(v["name"] == name and v["built_at"] is not None for v in found["venvs"])
-    pip = (f"{shlex.quote(venv)}/bin/pip install --no-input --disable-pip-version-check "
-           + (f"--no-index --find-links {shlex.quote(wheels_dir)} " if wheels_dir else ""))
+    pip = f"{shlex.quote(venv)}/bin/pip install --no-input --disable-pip-version-check " + (
+        f"--no-index --find-links {shlex.quote(wheels_dir)} " if wheels_dir else ""
+    )
     changed = False
     if not built:
         yield from _build(venv, python, pip, packages, scripts_dir)
@@ -70,8 +72,9 @@ def tool_venv(venv, python, packages, wheels_dir=None):
     + wheels_dir: remote directory of uploaded wheels; when given pip installs from it alone
     """
     quoted = shlex.quote(venv)
-    pip = (f"{quoted}/bin/pip install --no-input --disable-pip-version-check "
-           + (f"--no-index --find-links {shlex.quote(wheels_dir)} " if wheels_dir else ""))
+    pip = f"{quoted}/bin/pip install --no-input --disable-pip-version-check " + (
+        f"--no-index --find-links {shlex.quote(wheels_dir)} " if wheels_dir else ""
+    )
     if host.get_fact(InstalledDistributions, venv=venv) is None:
         yield f"rm -rf {quoted} && mkdir -p {shlex.quote(venv.rsplit('/', 1)[0])}"
         yield f"{shlex.quote(python)} -m venv {quoted}"
@@ -88,8 +91,10 @@ def _build(venv, python, pip, packages, scripts_dir):
     yield f"rm -rf {quoted} && mkdir -p {shlex.quote(venv.rsplit('/', 1)[0])}"
     yield f"{shlex.quote(python)} -m venv --copies {quoted}"
     # One copy of the interpreter is enough: its other names point at it.
-    yield (f"cd {quoted}/bin && for name in python3 python3.*; do "
-           f"test -f \"$name\" && ln -sf python \"$name\"; done; true")
+    yield (
+        f"cd {quoted}/bin && for name in python3 python3.*; do "
+        f'test -f "$name" && ln -sf python "$name"; done; true'
+    )
     yield pip + " ".join(shlex.quote(pin) for pin in packages)
     yield f"python3 {shlex.quote(scripts_dir)}/venvs.py mark --venv {quoted}"
 
@@ -113,8 +118,9 @@ def _keep_exact(venv, pip, packages, repair):
 def _drift(venv, scripts_dir, distributions):
     """(``name==installed version`` of each distribution whose RECORD'd files drifted, the
     unexpected files found among them, relative to site-packages)."""
-    report = host.get_fact(EngineDrift, venv=venv, scripts_dir=scripts_dir,
-                           distributions=distributions) or {"distributions": {}}
+    report = host.get_fact(EngineDrift, venv=venv, scripts_dir=scripts_dir, distributions=distributions) or {
+        "distributions": {}
+    }
     found = report["distributions"].items()
     pins = [f"{name}=={r['version']}" for name, r in found if r["modified"] or r["missing"]]
     return pins, [path for _, r in found for path in r["unexpected"]]

@@ -39,7 +39,8 @@ def secret_file(dest, content, secret_values=(), mode="0600"):
     _log_redacted_diff(dest, content, secret_values)
     directory = dest.rsplit("/", 1)[0]
     yield FileUploadCommand(
-        StringIO(content), dest,
+        StringIO(content),
+        dest,
         remote_temp_filename=host.get_temp_filename(dest, temp_directory=directory),
     )
     yield own
@@ -105,6 +106,7 @@ def _redactor(secret_values):
         for value in secrets:
             line = line.replace(value, "***")
         return line
+
     return redact
 
 
@@ -129,13 +131,14 @@ def startup_hook(python, module_text, pth_text):
         found = remote.get(dest)
         if not _same_content(found, text):
             _log_redacted_diff(dest, text, ())
-            yield FileUploadCommand(StringIO(text), dest,
-                                    remote_temp_filename=host.get_temp_filename(dest))
+            yield FileUploadCommand(StringIO(text), dest, remote_temp_filename=host.get_temp_filename(dest))
             yield f"chmod 0644 {shlex.quote(dest)}"
         elif found["mode"] != "644":
             yield f"chmod 0644 {shlex.quote(dest)}"
-    if all(_same_content(remote.get(dest), text) and remote[dest]["mode"] == "644"
-           for dest, text in wanted.items()):
+    if all(
+        _same_content(remote.get(dest), text) and remote[dest]["mode"] == "644"
+        for dest, text in wanted.items()
+    ):
         host.noop(f"start-up hook {paths['hook_pth']} is up to date")
 
 
@@ -174,8 +177,7 @@ def unit_file(unit, content, staging_dir, unit_dir="/etc/systemd/system"):
     _log_redacted_diff(dest, content, ())
     staged = f"{staging_dir}/{unit}"
     yield f"mkdir -p {shlex.quote(staging_dir)}"
-    yield FileUploadCommand(StringIO(content), staged,
-                            remote_temp_filename=host.get_temp_filename(staged))
+    yield FileUploadCommand(StringIO(content), staged, remote_temp_filename=host.get_temp_filename(staged))
     yield f"systemd-analyze verify {shlex.quote(staged)}"
     yield f"install -m 0644 -o root -g root {shlex.quote(staged)} {shlex.quote(dest)}"
     yield "systemctl daemon-reload"

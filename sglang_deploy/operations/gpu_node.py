@@ -6,8 +6,8 @@ from pyinfra import host, logger
 from pyinfra.api import operation
 from pyinfra.facts.files import File
 
-from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.facts.gpu import PERSISTENCED_UNIT, GpuPersistence
+from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.node.lib import gpu_settings
 
 
@@ -40,8 +40,9 @@ def persistence_mode(enabled=True):
     if not off:
         host.noop("persistence mode: on for every GPU")
         return
-    host.log(f"no {PERSISTENCED_UNIT} on this node: `nvidia-smi -pm 1` lasts until the next "
-             "reboot", logger.warning)
+    host.log(
+        f"no {PERSISTENCED_UNIT} on this node: `nvidia-smi -pm 1` lasts until the next reboot", logger.warning
+    )
     yield "nvidia-smi -pm 1"
 
 

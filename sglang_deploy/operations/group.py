@@ -20,21 +20,21 @@ from gevent.lock import BoundedSemaphore
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from sglang_deploy.plan import serving_group
 from sglang_deploy.facts.serving import LastGood, Serving
 from sglang_deploy.node import dist_reach
 from sglang_deploy.node.lib import result, status
-from sglang_deploy.operations.rollout import rollout
 from sglang_deploy.operations.group_restart import Group, member_hook_paths, run_on, unit_show
+from sglang_deploy.operations.rollout import rollout
 from sglang_deploy.operations.service import _cause, _fail
 from sglang_deploy.operations.streamed import run_streamed
+from sglang_deploy.plan import serving_group
 
-_MEMBERS = None   # {host name: Member} of this run, resolved and checked once
-MEMBERS = {}      # group -> {host name: NodePlan}
-CHANGES = {}      # group -> the operations whose change restarts the group (every member's)
-VERDICTS = {}     # group -> (ok, text): rank 0's restart of the group
-TURNS = {}        # "run" -> the semaphore that lets rolling_batch groups restart at a time
-NOTES = {}        # host name -> what the outcome line says of its group
+_MEMBERS = None  # {host name: Member} of this run, resolved and checked once
+MEMBERS = {}  # group -> {host name: NodePlan}
+CHANGES = {}  # group -> the operations whose change restarts the group (every member's)
+VERDICTS = {}  # group -> (ok, text): rank 0's restart of the group
+TURNS = {}  # "run" -> the semaphore that lets rolling_batch groups restart at a time
+NOTES = {}  # host name -> what the outcome line says of its group
 
 
 def member_of(pyinfra_host):
@@ -59,8 +59,10 @@ def join(member, pyinfra_host, plan, changes):
 
 def changed(member):
     """An `_if` for the group's restart: did any member's configuration change?"""
+
     def any_member_changed():
         return any(meta.is_complete() and meta.did_change() for meta in CHANGES[member.group])
+
     return any_member_changed
 
 
@@ -102,8 +104,12 @@ def _follow(state, host, member):
     leader = state.inventory.get_host(member.leader)
     while member.group not in VERDICTS:
         if leader in state.failed_hosts:
-            host.log_styled(f"{member.label()}: rank 0 {member.leader} failed before the group's "
-                            "restart: nothing was restarted", fg="red", log_func=logger.error)
+            host.log_styled(
+                f"{member.label()}: rank 0 {member.leader} failed before the group's "
+                "restart: nothing was restarted",
+                fg="red",
+                log_func=logger.error,
+            )
             return False
         gevent.sleep(0.2)
     ok, text = VERDICTS[member.group]
@@ -159,8 +165,12 @@ def _problems(member, stop_wait_s):
             why.append(f"{group.who(rank)} is {show.get('ActiveState')}")
             continue
         if rank == 0:
-            serving_now = host.get_fact(Serving, port=plan.profile.service.port, health_path="/ping",
-                                        served_name=plan.profile.model.served_name)
+            serving_now = host.get_fact(
+                Serving,
+                port=plan.profile.service.port,
+                health_path="/ping",
+                served_name=plan.profile.model.served_name,
+            )
             if not (serving_now and serving_now["ready"]):
                 restart = True
                 why.append(f"rank 0 {member_host.name} does not serve {plan.profile.model.served_name}")
@@ -168,8 +178,10 @@ def _problems(member, stop_wait_s):
         ok, output = run_on(member_host, plan.scripts.workers_report())
         report = result.parse(output.stdout_lines) or {}
         if report.get("status") != status.READY:
-            why.append(f"{group.who(rank)}: worker environment: "
-                       f"{report.get('cause') or report.get('message') or _cause(output)}")
+            why.append(
+                f"{group.who(rank)}: worker environment: "
+                f"{report.get('cause') or report.get('message') or _cause(output)}"
+            )
         paths = member_hook_paths(member_host, plan.hook_python)
         if paths:
             ok, output = run_on(member_host, plan.scripts.compare_last_good(paths))
@@ -205,27 +217,32 @@ def group_serving(member, rollback=True, stop_wait_s=20.0, rotation=None):
         return
     restart, why, record = _problems(member, stop_wait_s)
     if restart:
-        yield FunctionCommand(_restart_because, (member, why, rollback, stop_wait_s),
-                              {"rotation": rotation})
+        yield FunctionCommand(_restart_because, (member, why, rollback, stop_wait_s), {"rotation": rotation})
     elif why:
         yield FunctionCommand(_fail, (f"group {member.group}: {'; '.join(why)}",), {})
     elif record:
         yield FunctionCommand(_record, (member, record, stop_wait_s), {})
     else:
-        host.noop(f"group {member.group} serves {plan.profile.model.served_name}: rank 0 "
-                  f"{member.leader}, followers {', '.join(member.followers)} active")
+        host.noop(
+            f"group {member.group} serves {plan.profile.model.served_name}: rank 0 "
+            f"{member.leader}, followers {', '.join(member.followers)} active"
+        )
 
 
 def _probe(scripts_dir, dist_init_addr, rank, timeout_s, listening_port=None):
-    return (f"python3 {shlex.quote(scripts_dir)}/dist_reach.py --addr {shlex.quote(dist_init_addr)} "
-            f"--node-rank {rank} --timeout {timeout_s:g}"
-            + (f" --listening-port {listening_port}" if listening_port else ""))
+    return (
+        f"python3 {shlex.quote(scripts_dir)}/dist_reach.py --addr {shlex.quote(dist_init_addr)} "
+        f"--node-rank {rank} --timeout {timeout_s:g}"
+        + (f" --listening-port {listening_port}" if listening_port else "")
+    )
 
 
 def _running_argv(leader, leader_unit):
     """Rank 0's main process's argv, or None when it cannot be read."""
-    ok, output = run_on(leader, f"cat /proc/$(systemctl show -p MainPID --value {shlex.quote(leader_unit)})"
-                                "/cmdline | tr '\\0' '\\n'")
+    ok, output = run_on(
+        leader,
+        f"cat /proc/$(systemctl show -p MainPID --value {shlex.quote(leader_unit)})/cmdline | tr '\\0' '\\n'",
+    )
     return output.stdout_lines if ok and output.stdout_lines else None
 
 
@@ -236,22 +253,31 @@ def _reach(state, host, member, scripts_dir, dist_init_addr, leader_unit, timeou
     again, to say why it fails."""
     leader = state.inventory.get_host(member.leader)
     if unit_show(leader, leader_unit).get("ActiveState") != "active":
-        host.log(f"{member.label()}: rank 0 {member.leader} is not running: its dist-init port "
-                 "is checked once it runs (skipped)", logger.warning)
+        host.log(
+            f"{member.label()}: rank 0 {member.leader} is not running: its dist-init port "
+            "is checked once it runs (skipped)",
+            logger.warning,
+        )
         return True
     planned = dist_reach.split_addr(dist_init_addr)[1]
     running = _running_argv(leader, leader_unit)
     now = dist_reach.dist_init_port_of(running) if running else None
     if running and now is None:  # serving alone: the group forms at this restart
-        host.log(f"{member.label()}: rank 0 {member.leader} serves alone (no --dist-init-addr): its "
-                 "dist-init port is checked once the group starts (skipped)", logger.warning)
+        host.log(
+            f"{member.label()}: rank 0 {member.leader} serves alone (no --dist-init-addr): its "
+            "dist-init port is checked once the group starts (skipped)",
+            logger.warning,
+        )
         return True
     moved = now if now and now != planned else None
     ok, output = run_streamed(host, _probe(scripts_dir, dist_init_addr, member.rank, timeout_s, moved))
     if ok:
         if moved:
-            host.log(f"{member.label()}: rank 0 {member.leader} listens on port {moved} until the group "
-                     f"restarts onto {planned}: reached on {moved}", logger.warning)
+            host.log(
+                f"{member.label()}: rank 0 {member.leader} listens on port {moved} until the group "
+                f"restarts onto {planned}: reached on {moved}",
+                logger.warning,
+            )
         return True
     host.log_styled(f"group preflight failed: {_cause(output)}", fg="red", log_func=logger.error)
     return False
@@ -274,8 +300,9 @@ def group_preflight(member, scripts_dir, dist_init_addr, leader_unit, timeout_s=
     if member.is_leader:
         host.noop(f"{member.label()}: the followers check that they reach {dist_init_addr}")
         return
-    ok, output = host.run_shell_command(StringCommand(_probe(scripts_dir, dist_init_addr, member.rank,
-                                                             timeout_s)))
+    ok, output = host.run_shell_command(
+        StringCommand(_probe(scripts_dir, dist_init_addr, member.rank, timeout_s))
+    )
     if ok:
         host.noop(f"node-rank {member.rank} reaches rank 0 {member.leader} at {dist_init_addr}")
         return

@@ -20,15 +20,15 @@ from pyinfra import logger
 from pyinfra.api import StringCommand
 from pyinfra.context import ContextObject, ctx_config, ctx_host
 
-from sglang_deploy.report import throughput_log as throughput
 from sglang_deploy.node import group_join
-from sglang_deploy.node.lib import result
 from sglang_deploy.node.cycle import LABELS
+from sglang_deploy.node.lib import result
 from sglang_deploy.operations.files import hook_paths
 from sglang_deploy.operations.service import _cause
 from sglang_deploy.operations.streamed import run_streamed
+from sglang_deploy.report import throughput_log as throughput
 
-POLL_S = 0.5      # how often the followers' units are read while rank 0 is gated
+POLL_S = 0.5  # how often the followers' units are read while rank 0 is gated
 
 
 def _real(member_host):
@@ -52,8 +52,11 @@ def run_on(member_host, command, print_output=False):
 
 def unit_show(member_host, unit):
     """A member's unit: {ActiveState, SubState, MainPID, NRestarts, UnitFileState}, {} unread."""
-    ok, output = run_on(member_host, f"systemctl show -p ActiveState -p SubState -p MainPID "
-                                     f"-p NRestarts -p UnitFileState {shlex.quote(unit)}")
+    ok, output = run_on(
+        member_host,
+        f"systemctl show -p ActiveState -p SubState -p MainPID "
+        f"-p NRestarts -p UnitFileState {shlex.quote(unit)}",
+    )
     return dict(line.split("=", 1) for line in output.stdout_lines if "=" in line) if ok else {}
 
 
@@ -90,8 +93,11 @@ class Group:
 
     def say(self, text, fg=None, error=False):
         self.said.add(text)
-        self.hosts[0].log_styled(f"[{time.monotonic() - self.t0:6.1f}s] group {self.member.group}: {text}",
-                                 fg=fg, log_func=logger.error if error else logger.info)
+        self.hosts[0].log_styled(
+            f"[{time.monotonic() - self.t0:6.1f}s] group {self.member.group}: {text}",
+            fg=fg,
+            log_func=logger.error if error else logger.info,
+        )
 
     def run(self, rank, command, print_output=True):
         member_host = self.hosts[rank]
@@ -126,18 +132,27 @@ class Group:
         gone = [h.name for h in self.hosts if h in self.state.failed_hosts]
         if gone:
             self.restore()
-            return False, (f"{', '.join(gone)} failed before the restart (its cause is above): "
-                           "nothing was stopped")
+            return False, (
+                f"{', '.join(gone)} failed before the restart (its cause is above): nothing was stopped"
+            )
         engines = {h.name: posixpath.basename(plan.venv or "") for h, plan in zip(self.hosts, self.plans)}
         if len(set(engines.values())) > 1:  # the same pins, wheels and Python on every member
             self.restore()
-            return False, ("members would run different engine venvs: " + ", ".join(
-                f"{name} {venv}" for name, venv in engines.items()) + "; nothing was stopped")
+            return False, (
+                "members would run different engine venvs: "
+                + ", ".join(f"{name} {venv}" for name, venv in engines.items())
+                + "; nothing was stopped"
+            )
         if preflight:
-            failure = (self.first_failure(self.on(self.all_ranks(), lambda r: self.plans[r].scripts.preflight(
-                f"{self.plans[r].venv}/bin/python")), LABELS["preflight"])
-                or self.first_failure(self.on(self.all_ranks(), lambda r: self.plans[r].scripts.switch()),
-                                      LABELS["switch"]))
+            failure = self.first_failure(
+                self.on(
+                    self.all_ranks(),
+                    lambda r: self.plans[r].scripts.preflight(f"{self.plans[r].venv}/bin/python"),
+                ),
+                LABELS["preflight"],
+            ) or self.first_failure(
+                self.on(self.all_ranks(), lambda r: self.plans[r].scripts.switch()), LABELS["switch"]
+            )
             if failure:
                 self.restore()
                 return False, f"{failure}; nothing was stopped"
@@ -152,7 +167,8 @@ class Group:
     def restart(self, rollback):
         """From the stop on: restart, gate, workers, decode check, record; or roll back."""
         why = self.restart_and_gate() or self.first_failure(
-            self.on(self.all_ranks(), lambda r: self.plans[r].scripts.workers()), LABELS["workers"])
+            self.on(self.all_ranks(), lambda r: self.plans[r].scripts.workers()), LABELS["workers"]
+        )
         if not why:
             why = self.decode_check()
             if why is False:  # on_regression: fail: it serves, unrecorded
@@ -218,6 +234,7 @@ class Group:
         def save(rank):
             paths = member_hook_paths(self.hosts[rank], self.plans[rank].hook_python) or {}
             return self.plans[rank].scripts.save_last_good(paths)
+
         commands = {rank: save(rank) for rank in self.all_ranks()}
         return self.first_failure(self.on(self.all_ranks(), commands.get), LABELS["save"])
 
@@ -230,26 +247,40 @@ class Group:
         if not ok:
             return f"stopping rank 0 {self.hosts[0].name} failed: {_cause(output)}"
         rank0_s = time.monotonic() - started
-        self.say(f"rank 0 stopped in {rank0_s:.1f}s; the followers end on its shutdown "
-                 f"(killed after {self.stop_wait_s:g}s)")
-        found = self.on(self.followers, lambda r: (
-            f"python3 {shlex.quote(self.plans[r].scripts.directory)}/follower.py stop "
-            f"--unit {shlex.quote(self.plans[r].unit)} --wait {self.stop_wait_s:g}"))
+        self.say(
+            f"rank 0 stopped in {rank0_s:.1f}s; the followers end on its shutdown "
+            f"(killed after {self.stop_wait_s:g}s)"
+        )
+        found = self.on(
+            self.followers,
+            lambda r: (
+                f"python3 {shlex.quote(self.plans[r].scripts.directory)}/follower.py stop "
+                f"--unit {shlex.quote(self.plans[r].unit)} --wait {self.stop_wait_s:g}"
+            ),
+        )
         failure = self.first_failure(found, "stopping a follower")
         if failure:
             return failure
         for rank, (_, output) in sorted(found.items()):
             said = result.parse(output.stdout_lines) or {}
             if said.get("killed"):
-                self.say(f"{self.who(rank)} did not end on rank 0's shutdown: killed after "
-                         f"{self.stop_wait_s:g}s", fg="yellow")
+                self.say(
+                    f"{self.who(rank)} did not end on rank 0's shutdown: killed after {self.stop_wait_s:g}s",
+                    fg="yellow",
+                )
         # Port and GPU memory released on the followers too (nothing left to stop there).
-        failure = self.first_failure(self.on(self.followers, lambda r: self.plans[r].scripts.restart()
-                                             + " --no-start", print_output=False), "stopping a follower")
+        failure = self.first_failure(
+            self.on(
+                self.followers, lambda r: self.plans[r].scripts.restart() + " --no-start", print_output=False
+            ),
+            "stopping a follower",
+        )
         if failure:
             return failure
-        self.say(f"group stopped in {time.monotonic() - started:.1f}s (rank 0 {rank0_s:.1f}s, "
-                 f"followers {time.monotonic() - started - rank0_s:.1f}s after it)")
+        self.say(
+            f"group stopped in {time.monotonic() - started:.1f}s (rank 0 {rank0_s:.1f}s, "
+            f"followers {time.monotonic() - started - rank0_s:.1f}s after it)"
+        )
         return None
 
     def restart_and_gate(self):
@@ -258,8 +289,9 @@ class Group:
         if failure:
             return failure
         self.say("starting every member")
-        failure = self.first_failure(self.on(self.all_ranks(), lambda r: self.plans[r].scripts.start()),
-                                     "start")
+        failure = self.first_failure(
+            self.on(self.all_ranks(), lambda r: self.plans[r].scripts.start()), "start"
+        )
         return failure or self.gate()
 
     def gate(self):
@@ -284,30 +316,44 @@ class Group:
             ended = _ended(unit_show(self.hosts[rank], units[rank]), base[rank])
             if ended:
                 return self.follower_died(rank, ended, gating)
-        self.say(f"rank 0 {self.hosts[0].name} serves; followers "
-                 f"{', '.join(self.who(r) for r in self.followers)} running")
+        self.say(
+            f"rank 0 {self.hosts[0].name} serves; followers "
+            f"{', '.join(self.who(r) for r in self.followers)} running"
+        )
         return None
 
     def not_joined(self):
         """Which follower never joined rank 0's rendezvous, from every member's journal of this
         start (node/group_join.py's reading), or None when the rendezvous is not the cause."""
+
         def journal(rank):
-            ok, output = self.run(rank, f"python3 {shlex.quote(self.plans[rank].scripts.directory)}/lib/systemd.py "
-                                        f"journal {shlex.quote(self.plans[rank].unit)}", print_output=False)
+            ok, output = self.run(
+                rank,
+                f"python3 {shlex.quote(self.plans[rank].scripts.directory)}/lib/systemd.py "
+                f"journal {shlex.quote(self.plans[rank].unit)}",
+                print_output=False,
+            )
             return [line for line in output.stdout_lines if not line.startswith("-- cursor:")] if ok else None
+
         profile = self.plans[0].profile
-        found = group_join.assess(journal(0), len(self.hosts), profile.tp_size,
-                                  {rank: journal(rank) for rank in self.followers})
+        found = group_join.assess(
+            journal(0), len(self.hosts), profile.tp_size, {rank: journal(rank) for rank in self.followers}
+        )
         if found["state"] in ("joined", "not-started") or not found["cause"]:
             return None
         if found["missing"]:
-            return (", ".join(self.who(rank) for rank in found["missing"])
-                    + f" never joined rank 0: {found['cause']}")
+            return (
+                ", ".join(self.who(rank) for rank in found["missing"])
+                + f" never joined rank 0: {found['cause']}"
+            )
         return found["cause"]
 
     def follower_died(self, rank, ended, gating):
-        ok, output = self.run(rank, f"python3 {shlex.quote(self.plans[rank].scripts.directory)}/follower.py "
-                                    f"cause --unit {shlex.quote(self.plans[rank].unit)}")
+        ok, output = self.run(
+            rank,
+            f"python3 {shlex.quote(self.plans[rank].scripts.directory)}/follower.py "
+            f"cause --unit {shlex.quote(self.plans[rank].unit)}",
+        )
         cause = (result.parse(output.stdout_lines) or {}).get("cause") or ended
         why = f"{self.who(rank)} died while the group started: {cause}"
         self.say(why, fg="red", error=True)

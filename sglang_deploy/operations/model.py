@@ -1,6 +1,8 @@
 """The model (and draft model) directories a profile stages: copied from the controller,
 verified against their manifest, swapped into place whole."""
 
+import ctypes
+import hashlib
 import json
 import shlex
 import shutil
@@ -8,8 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-import ctypes
-import hashlib
 from io import StringIO
 
 from pyinfra import host, logger
@@ -18,13 +18,20 @@ from pyinfra.api.command import FileUploadCommand
 from pyinfra.facts.files import File
 
 from sglang_deploy.facts.serving import ModelState
-from sglang_deploy.plan.hosts import ssh_argv
-from sglang_deploy.plan.model_sources import GB, disk_problem, local_manifest, require_dir, rsync_argv, to_copy
 from sglang_deploy.node import model_manifest
 from sglang_deploy.node.lib import result
 from sglang_deploy.node.model_stage import staging_dir
-from sglang_deploy.plan.script_commands import hf_stage_command, model_stage_command
 from sglang_deploy.operations.streamed import run_streamed
+from sglang_deploy.plan.hosts import ssh_argv
+from sglang_deploy.plan.model_sources import (
+    GB,
+    disk_problem,
+    local_manifest,
+    require_dir,
+    rsync_argv,
+    to_copy,
+)
+from sglang_deploy.plan.script_commands import hf_stage_command, model_stage_command
 
 _SSH_KEYS = ("ssh_hostname", "ssh_user", "ssh_port", "ssh_key", "ssh_known_hosts_file")
 
@@ -62,15 +69,13 @@ def model_staged(target, scripts_dir, repairing=False, hub=None):
     local_dir = require_dir(target.controller_dir, target.role)
     manifest = local_manifest(local_dir)
     wanted = model_manifest.digest(manifest)
-    node = host.get_fact(ModelState, scripts_dir=scripts_dir, directory=target.path,
-                         deep=repairing)
+    node = host.get_fact(ModelState, scripts_dir=scripts_dir, directory=target.path, deep=repairing)
     if node is None:
         yield FunctionCommand(_fail, (f"{label}: model_stage.py printed no result",), {})
         return
     size = model_manifest.total_size(manifest)
     if node["digest"] == wanted and not (repairing and node["problems"]):
-        host.noop(f"{label} matches its manifest ({len(manifest['files'])} files, "
-                  f"{size / GB:.2f} GB)")
+        host.noop(f"{label} matches its manifest ({len(manifest['files'])} files, {size / GB:.2f} GB)")
         return
     need = to_copy(manifest, node)
     problem = disk_problem(host.name, target.path, need, node["free"])
@@ -82,30 +87,36 @@ def model_staged(target, scripts_dir, repairing=False, hub=None):
         host.log(f"{label}: re-staging {line}", logger.warning)
     yield StringCommand("mkdir", "-p", staging)
     source = {"controller": str(local_dir)}
-    yield FileUploadCommand(StringIO(json.dumps(dict(manifest, source=source), indent=1)),
-                            f"{staging}/{model_manifest.MANIFEST_NAME}")
+    yield FileUploadCommand(
+        StringIO(json.dumps(dict(manifest, source=source), indent=1)),
+        f"{staging}/{model_manifest.MANIFEST_NAME}",
+    )
     yield model_stage_command(scripts_dir, "seed", target.path, deep=repairing)
     if need and node["rsync"] and shutil.which("rsync"):
         yield FunctionCommand(_rsync, (label, local_dir, staging, need), {})
     else:
         yield from _uploads(label, local_dir, staging, need)
-    yield FunctionCommand(_finish, (label, model_stage_command(scripts_dir, "finish",
-                                                               target.path)), {})
+    yield FunctionCommand(_finish, (label, model_stage_command(scripts_dir, "finish", target.path)), {})
 
 
 def _downloaded(label, target, scripts_dir, repairing, hub):
     """Download on the node (node/hf_stage.py): nothing when the live manifest records this
     repo and revision (and, repairing, its files still hash to it)."""
-    wanted = {"huggingface": {"repo": target.source.huggingface.repo,
-                              "revision": target.source.huggingface.revision}}
-    node = host.get_fact(ModelState, scripts_dir=scripts_dir, directory=target.path,
-                         deep=repairing)
+    wanted = {
+        "huggingface": {
+            "repo": target.source.huggingface.repo,
+            "revision": target.source.huggingface.revision,
+        }
+    }
+    node = host.get_fact(ModelState, scripts_dir=scripts_dir, directory=target.path, deep=repairing)
     if node is None:
         yield FunctionCommand(_fail, (f"{label}: model_stage.py printed no result",), {})
         return
     if node["source"] == wanted and not (repairing and node["problems"]):
-        host.noop(f"{label} matches its manifest ({wanted['huggingface']['repo']}@"
-                  f"{wanted['huggingface']['revision'][:12]})")
+        host.noop(
+            f"{label} matches its manifest ({wanted['huggingface']['repo']}@"
+            f"{wanted['huggingface']['revision'][:12]})"
+        )
         return
     token_file = None
     if hub.token:
@@ -114,8 +125,9 @@ def _downloaded(label, target, scripts_dir, repairing, hub):
         yield StringCommand("mkdir", "-p", "-m", "0700", private)
         yield StringCommand("chmod", "0700", private)
         yield FileUploadCommand(StringIO(hub.token), token_file)
-    command = hf_stage_command(hub.python, scripts_dir, target.source.huggingface, target.path,
-                               token_file=token_file, deep=repairing)
+    command = hf_stage_command(
+        hub.python, scripts_dir, target.source.huggingface, target.path, token_file=token_file, deep=repairing
+    )
     if token_file:  # gone whatever the download did
         command = f"{command}; status=$?; rm -f {shlex.quote(token_file)}; exit $status"
     yield FunctionCommand(_finish, (label, command), {})
@@ -134,9 +146,15 @@ def _uploads(label, local_dir, staging, need):
         done += entry["size"]
         dest = f"{staging}/{entry['path']}"
         partial = f"{staging}/.upload-{index}"
-        yield FunctionCommand(_say, (f"{label}: file {index}/{len(need)} {entry['path']} "
-                                     f"({entry['size'] / 1e6:.1f} MB; {done / 1e6:.1f} of "
-                                     f"{total / 1e6:.1f} MB)",), {})
+        yield FunctionCommand(
+            _say,
+            (
+                f"{label}: file {index}/{len(need)} {entry['path']} "
+                f"({entry['size'] / 1e6:.1f} MB; {done / 1e6:.1f} of "
+                f"{total / 1e6:.1f} MB)",
+            ),
+            {},
+        )
         yield StringCommand("mkdir", "-p", dest.rsplit("/", 1)[0])
         yield FileUploadCommand(str(local_dir / entry["path"]), partial)
         yield StringCommand("mv", "-f", partial, dest)
@@ -151,8 +169,9 @@ def _start_clock(state, host, clock):
 
 def _say_rate(state, host, label, clock, total):
     took = max(time.monotonic() - clock["started"], 1e-6)
-    host.log(f"{label}: copied {total / 1e6:.1f} MB in {took:.1f} s ({total / 1e6 / took:.1f} "
-             "MB/s)", logger.info)
+    host.log(
+        f"{label}: copied {total / 1e6:.1f} MB in {took:.1f} s ({total / 1e6 / took:.1f} MB/s)", logger.info
+    )
     return True
 
 
@@ -162,18 +181,30 @@ def _rsync(state, host, label, local_dir, staging, need):
     ssh = ssh_argv(host.name, data, "")[:-2]
     target = ssh_argv(host.name, data, "")[-2]
     argv = rsync_argv(ssh, target, local_dir, staging)
-    host.log(f"{label}: rsync of {len(need)} file(s), "
-             f"{sum(e['size'] for e in need) / 1e6:.1f} MB", logger.info)
+    host.log(
+        f"{label}: rsync of {len(need)} file(s), {sum(e['size'] for e in need) / 1e6:.1f} MB", logger.info
+    )
     started = time.monotonic()
-    proc = subprocess.run(argv, input="".join(e["path"] + "\n" for e in need), text=True,
-                          stdout=sys.stderr, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+    proc = subprocess.run(
+        argv,
+        input="".join(e["path"] + "\n" for e in need),
+        text=True,
+        stdout=sys.stderr,
+        stderr=subprocess.PIPE,
+        preexec_fn=_die_with_parent,
+    )
     if proc.returncode != 0:
-        return _fail(state, host, f"{label}: rsync failed (exit {proc.returncode}): "
-                                  f"{proc.stderr.strip()[-300:]}; the next run resumes")
+        return _fail(
+            state,
+            host,
+            f"{label}: rsync failed (exit {proc.returncode}): "
+            f"{proc.stderr.strip()[-300:]}; the next run resumes",
+        )
     took = max(time.monotonic() - started, 1e-6)
     total = sum(e["size"] for e in need)
-    host.log(f"{label}: copied {total / 1e6:.1f} MB in {took:.1f} s ({total / 1e6 / took:.1f} "
-             "MB/s)", logger.info)
+    host.log(
+        f"{label}: copied {total / 1e6:.1f} MB in {took:.1f} s ({total / 1e6 / took:.1f} MB/s)", logger.info
+    )
     return True
 
 
@@ -191,6 +222,9 @@ def _finish(state, host, label, command):
     found = result.parse(output.stdout_lines)
     if not ok or not found or found["status"] != 0:
         cause = (found or {}).get("cause") or "\n".join(output.stderr_lines[-3:])
-        return _fail(state, host, f"{label}: staging failed: {cause}; the live directory "
-                                  "is untouched, the next run resumes")
+        return _fail(
+            state,
+            host,
+            f"{label}: staging failed: {cause}; the live directory is untouched, the next run resumes",
+        )
     return True

@@ -20,8 +20,9 @@ def os_prerequisites(packages):
     """
     name = unsupported_os(host.get_fact(OsRelease))
     if name is not None:
-        yield FunctionCommand(_fail, (f"unsupported OS: {name} (Debian or Ubuntu needed; "
-                                      "nothing was changed)",), {})
+        yield FunctionCommand(
+            _fail, (f"unsupported OS: {name} (Debian or Ubuntu needed; nothing was changed)",), {}
+        )
         return
     missing = missing_packages(packages, host.get_fact(DebPackages))
     if not missing:

@@ -3,8 +3,8 @@
 from pyinfra import host
 from pyinfra.api import operation
 
-from sglang_deploy.report import manifest
 from sglang_deploy.facts.serving import EngineManifest
+from sglang_deploy.report import manifest
 
 
 @operation()
@@ -24,10 +24,14 @@ def manifest_recorded(scripts, profile):
 
 
 def _record_manifest(scripts, profile):
-    names = list(dict.fromkeys([pin.partition("==")[0] for pin in profile.engine.packages]
-                               + profile.engine.drift_check))
-    found = host.get_fact(EngineManifest, venv=scripts.venv,
-                          scripts_dir=scripts.directory, distributions=names)
+    names = list(
+        dict.fromkeys(
+            [pin.partition("==")[0] for pin in profile.engine.packages] + profile.engine.drift_check
+        )
+    )
+    found = host.get_fact(
+        EngineManifest, venv=scripts.venv, scripts_dir=scripts.directory, distributions=names
+    )
     if not found:
         host.noop("no engine manifest: the venv or our scripts are missing")
         return

@@ -7,11 +7,11 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from sglang_deploy.facts.serving import UnitState
-from sglang_deploy.plan.fleet import Rollout
 from sglang_deploy.node.lib import result, status
 from sglang_deploy.operations.files import hook_paths
 from sglang_deploy.operations.service import _cause, _fail, _say_outcome, run_cycle
 from sglang_deploy.operations.streamed import run_streamed
+from sglang_deploy.plan.fleet import Rollout
 
 ROLLOUT = {}  # "run" -> the Rollout shared by every node of this run
 
@@ -44,8 +44,9 @@ def _rotate(state, host, scripts, hook_python, rotation, profile_name, rollback)
     refusal = run.refusal(host.name)
     if refusal:
         return _keep_previous(host, scripts, run, refusal)
-    command = rotation.wrap(scripts.directory, scripts.cycle(hook_paths(hook_python), rollback),
-                            scripts.restore_last_good())
+    command = rotation.wrap(
+        scripts.directory, scripts.cycle(hook_paths(hook_python), rollback), scripts.restore_last_good()
+    )
     try:
         found, output = run_cycle(host, command)
     except Exception as exc:  # the connection went away mid-restart
@@ -60,10 +61,13 @@ def _rotate(state, host, scripts, hook_python, rotation, profile_name, rollback)
         return _fail(state, host, why)
     turn = found.get("rotation") or {}
     if turn.get("routers"):
-        host.log(f"out of rotation {turn.get('out_s', 0):.1f}s (drained in "
-                 f"{turn.get('drain_s', 0):.1f}s"
-                 + ("" if turn.get("drained", True) else f", {turn.get('in_flight_left')} left")
-                 + f"); routers: {', '.join(turn['routers'])}", logger.info)
+        host.log(
+            f"out of rotation {turn.get('out_s', 0):.1f}s (drained in "
+            f"{turn.get('drain_s', 0):.1f}s"
+            + ("" if turn.get("drained", True) else f", {turn.get('in_flight_left')} left")
+            + f"); routers: {', '.join(turn['routers'])}",
+            logger.info,
+        )
     outcome = found.get("outcome")
     if outcome in ("router_unreachable", "router_failed"):
         host.log_styled(f"rollout refused: {found.get('cause')}", fg="red", log_func=logger.error)
@@ -72,8 +76,9 @@ def _rotate(state, host, scripts, hook_python, rotation, profile_name, rollback)
         return False
     served = _say_outcome(host, found) and found["status"] == status.READY
     if found.get("rotation_failed"):
-        host.log_styled(f"back in rotation failed: {found['rotation_failed']}", fg="red",
-                        log_func=logger.error)
+        host.log_styled(
+            f"back in rotation failed: {found['rotation_failed']}", fg="red", log_func=logger.error
+        )
     if served:
         run.succeeded(host.name)
         if rotation.router_urls:  # without routers, "deployed" says it all
@@ -81,11 +86,14 @@ def _rotate(state, host, scripts, hook_python, rotation, profile_name, rollback)
         return True
     run.failed(host.name, found.get("cause") or outcome)
     previous = found.get("profile")
-    run.note(host.name, {"rolled_back": f"rolled back: serves {previous}",
-                         "preflight_failed": "preflight failed: serves its previous configuration",
-                         "regressed": f"serves {profile_name}, slower than its last known good "
-                                      "(on_regression: fail)",
-                         }.get(outcome, f"{outcome}: not serving"))
+    run.note(
+        host.name,
+        {
+            "rolled_back": f"rolled back: serves {previous}",
+            "preflight_failed": "preflight failed: serves its previous configuration",
+            "regressed": f"serves {profile_name}, slower than its last known good (on_regression: fail)",
+        }.get(outcome, f"{outcome}: not serving"),
+    )
     return False
 
 
@@ -100,8 +108,7 @@ def _keep_previous(host, scripts, run, refusal):
         serves = found.get("profile") or "its previous configuration"
         if not ok:
             serves += f" (restoring its files failed: {_cause(output)})"
-    host.log_styled(f"not restarted: {refusal}; serves {serves}", fg="yellow",
-                    log_func=logger.error)
+    host.log_styled(f"not restarted: {refusal}; serves {serves}", fg="yellow", log_func=logger.error)
     run.note(host.name, f"not restarted: serves {serves}")
     return False
 
@@ -145,8 +152,9 @@ def _router_gate(state, host, plan, scripts_dir):
     ok, output = run_streamed(host, plan.gate(scripts_dir))
     if not ok:
         host.log_styled(f"router gate failed: {_cause(output)}", fg="red", log_func=logger.error)
-        _, journal = host.run_shell_command(StringCommand(
-            f"journalctl -u {shlex.quote(plan.unit)} -n 15 --no-pager -o cat | cut -c1-300"))
+        _, journal = host.run_shell_command(
+            StringCommand(f"journalctl -u {shlex.quote(plan.unit)} -n 15 --no-pager -o cat | cut -c1-300")
+        )
         for line in journal.stdout_lines:
             host.log(f"  {plan.unit}: {line}", logger.error)
     return ok

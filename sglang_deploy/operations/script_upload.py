@@ -32,8 +32,7 @@ def node_scripts(files, mode="0755"):
     remote = host.get_fact(FileDigests, paths=[dest for _, dest in files])
     wanted_mode = mode.lstrip("0")
     stale = [(src, dest) for src, dest in files if _differs(remote.get(dest), _digest(src))]
-    modes = [dest for src, dest in files if (src, dest) not in stale
-             and remote[dest]["mode"] != wanted_mode]
+    modes = [dest for src, dest in files if (src, dest) not in stale and remote[dest]["mode"] != wanted_mode]
     if not stale and not modes:
         host.noop(f"{len(files)} scripts are up to date")
         return

@@ -8,11 +8,11 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.facts.files import File
 
-from sglang_deploy.report import throughput_log as throughput
 from sglang_deploy.facts.serving import LastGood, Preflight, Serving, UnitState, WorkerEnvironment
 from sglang_deploy.node.lib import result, status
 from sglang_deploy.operations.files import hook_paths
 from sglang_deploy.operations.streamed import run_streamed
+from sglang_deploy.report import throughput_log as throughput
 
 
 def _fail(state, host, message):
@@ -37,9 +37,15 @@ def preflight(scripts, engine_ready, repairing=False):
         return
     # The venv of this pin set judges the argv once built; before, is there room to build it?
     python = f"{scripts.venv}/bin/python" if engine_ready else "python3"
-    found = host.get_fact(Preflight, command=scripts.preflight(
-        python, argv_check=engine_ready, allow_drift=repairing,
-        new_venv=None if engine_ready else scripts.venv))
+    found = host.get_fact(
+        Preflight,
+        command=scripts.preflight(
+            python,
+            argv_check=engine_ready,
+            allow_drift=repairing,
+            new_venv=None if engine_ready else scripts.venv,
+        ),
+    )
     if found is None:
         yield FunctionCommand(_fail, ("preflight failed: the script printed no result",), {})
         return
@@ -112,8 +118,11 @@ def _say_decode_check(host, found):
     said = throughput.took_note(host.name, found)
     if said:
         text, level = said
-        log, colour = {"info": (logger.info, None), "warning": (logger.warning, "yellow"),
-                       "error": (logger.error, "red")}[level]
+        log, colour = {
+            "info": (logger.info, None),
+            "warning": (logger.warning, "yellow"),
+            "error": (logger.error, "red"),
+        }[level]
         host.log_styled(text, fg=colour, log_func=log)
     restored = throughput.took_restored_note(host.name, found)
     if restored:
@@ -124,17 +133,19 @@ def _say_outcome(host, found):
     """The cycle's outcome, in the words the operator reads; True when the new one serves."""
     outcome, previous = found["outcome"], found.get("profile") or "?"
     if outcome == "preflight_failed" and found["restored"]:
-        host.log_styled("nothing was stopped: the running server is untouched", fg="yellow",
-                        log_func=logger.error)
+        host.log_styled(
+            "nothing was stopped: the running server is untouched", fg="yellow", log_func=logger.error
+        )
     elif outcome == "failed" and found.get("restored") is False:
-        host.log_styled("rollback disabled: the node is left as it is", fg="red",
-                        log_func=logger.error)
+        host.log_styled("rollback disabled: the node is left as it is", fg="red", log_func=logger.error)
     elif outcome == "rolled_back":
-        host.log_styled(f"rolled back: serving {previous} again", fg="yellow",
-                        log_func=logger.error)
+        host.log_styled(f"rolled back: serving {previous} again", fg="yellow", log_func=logger.error)
     elif outcome == "regressed":
-        host.log_styled("on_regression: fail: the new configuration serves, but is not recorded "
-                        "as the last known good", fg="red", log_func=logger.error)
+        host.log_styled(
+            "on_regression: fail: the new configuration serves, but is not recorded as the last known good",
+            fg="red",
+            log_func=logger.error,
+        )
     elif outcome == "rollback_failed" and found["restored"]:
         host.log_styled(f"rollback to {previous} failed too", fg="red", log_func=logger.error)
     return outcome == "served"
@@ -143,13 +154,15 @@ def _say_outcome(host, found):
 def _start_and_record(state, host, scripts, hook_python, rollback):
     """Start the unit, then judge what it serves like any restart: gate, workers, decode
     check, record (or roll back)."""
-    return (_run_steps(host, [("start", scripts.start())])
-            and _restart_or_roll_back(state, host, scripts, hook_python, rollback, running=True))
+    return _run_steps(host, [("start", scripts.start())]) and _restart_or_roll_back(
+        state, host, scripts, hook_python, rollback, running=True
+    )
 
 
 def _gate_and_record(state, host, scripts, hook_python, rollback):
-    return (_run_steps(host, _gate_steps(scripts))
-            and _last_good_is_what_serves(state, host, scripts, hook_python, rollback))
+    return _run_steps(host, _gate_steps(scripts)) and _last_good_is_what_serves(
+        state, host, scripts, hook_python, rollback
+    )
 
 
 def _last_good_is_what_serves(state, host, scripts, hook_python, rollback):
@@ -163,16 +176,20 @@ def _last_good_is_what_serves(state, host, scripts, hook_python, rollback):
     ok, output = host.run_shell_command(StringCommand(scripts.compare_last_good(paths)))
     found = LastGood().process(output.stdout_lines) if ok else None
     if found is None:
-        host.log_styled(f"comparing with the last known good failed: {_cause(output)}",
-                        fg="red", log_func=logger.error)
+        host.log_styled(
+            f"comparing with the last known good failed: {_cause(output)}", fg="red", log_func=logger.error
+        )
         return False
     if not found["differs"]:
         return True
     if found["not_running"]:
         host.log(f"{found['not_running']}: restarting", logger.warning)
         return _restart_or_roll_back(state, host, scripts, hook_python, rollback)
-    host.log(f"serving a configuration other than the last known good "
-             f"({', '.join(found['differs'])}): checking it before recording it", logger.warning)
+    host.log(
+        f"serving a configuration other than the last known good "
+        f"({', '.join(found['differs'])}): checking it before recording it",
+        logger.warning,
+    )
     return _restart_or_roll_back(state, host, scripts, hook_python, rollback, running=True)
 
 
@@ -201,21 +218,26 @@ def serving(scripts, hook_python, rollback=True):
     if unit_state.get("ActiveState") not in ("active", "activating"):
         yield FunctionCommand(_start_and_record, (scripts, hook_python, rollback), {})
         return
-    serving_now = host.get_fact(Serving, port=profile.service.port, health_path="/ping",
-                                served_name=profile.model.served_name)
+    serving_now = host.get_fact(
+        Serving, port=profile.service.port, health_path="/ping", served_name=profile.model.served_name
+    )
     if not (serving_now and serving_now["ready"]):
         yield FunctionCommand(_gate_and_record, (scripts, hook_python, rollback), {})
         return
-    report = host.get_fact(WorkerEnvironment, scripts_dir=scripts.directory, unit=unit,
-                           expect=profile.hook_vars())
+    report = host.get_fact(
+        WorkerEnvironment, scripts_dir=scripts.directory, unit=unit, expect=profile.hook_vars()
+    )
     if not report or report.get("status") != status.READY:
         yield FunctionCommand(_check_workers, (scripts,), {})
         return
     paths = hook_paths(hook_python)
-    last_good = paths and host.get_fact(LastGood, scripts_dir=scripts.directory,
-                                        command=scripts.compare_last_good(paths))
+    last_good = paths and host.get_fact(
+        LastGood, scripts_dir=scripts.directory, command=scripts.compare_last_good(paths)
+    )
     if last_good and last_good["differs"]:
         yield FunctionCommand(_last_good_is_what_serves, (scripts, hook_python, rollback), {})
         return
-    host.noop(f"{unit} serves {profile.model.served_name}; "
-              f"{len(report['workers'])} schedulers carry the profile's environment")
+    host.noop(
+        f"{unit} serves {profile.model.served_name}; "
+        f"{len(report['workers'])} schedulers carry the profile's environment"
+    )

@@ -17,8 +17,8 @@ def run_streamed(host, command):
     comes; (ok, output) with the script's result line as the output's last stdout line."""
     path = f"/tmp/sglang-deploy-result-{uuid.uuid4().hex}.json"
     ok, output = host.run_shell_command(
-        StringCommand(f"export {result.RESULT_FILE_VAR}={shlex.quote(path)}; {command}"),
-        print_output=True)
+        StringCommand(f"export {result.RESULT_FILE_VAR}={shlex.quote(path)}; {command}"), print_output=True
+    )
     if result.parse(output.stdout_lines) is not None:  # a script that printed its own
         return ok, output
     _, written = host.run_shell_command(StringCommand(f"cat {path} 2>/dev/null; rm -f {path}"))

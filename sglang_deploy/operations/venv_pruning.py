@@ -23,16 +23,19 @@ def old_venvs_pruned(venvs_dir, link, keep, wanted, scripts_dir, last_good_dir):
     + scripts_dir: where our on-node scripts are (venvs.py lists the venvs)
     + last_good_dir: the last known good (its manifest names its venv)
     """
-    found = host.get_fact(EngineVenvs, scripts_dir=scripts_dir, venvs_dir=venvs_dir, link=link,
-                          last_good_dir=last_good_dir)
+    found = host.get_fact(
+        EngineVenvs, scripts_dir=scripts_dir, venvs_dir=venvs_dir, link=link, last_good_dir=last_good_dir
+    )
     if found is None:
         host.noop("no engine venvs yet")
         return
     protected = [found["live"], found["last_good"], found["pending"], wanted.rsplit("/", 1)[1]]
     gone = venvs_to_remove(found["venvs"], keep, protected)
     if not gone:
-        host.noop(f"{len(found['venvs'])} engine venvs, at most {keep} kept besides the live "
-                  f"and last known good ones")
+        host.noop(
+            f"{len(found['venvs'])} engine venvs, at most {keep} kept besides the live "
+            f"and last known good ones"
+        )
         return
     host.log(f"removing engine venvs {', '.join(gone)} (keeping {keep})")
     yield "rm -rf -- " + " ".join(shlex.quote(f"{venvs_dir}/{name}") for name in gone)

@@ -54,11 +54,13 @@ def rolling_settings(data) -> Rolling:
     """The run's rolling settings; DeployError naming the bad one."""
     batch = _integer(data, "rolling_batch", minimum=1)
     max_failures = _integer(data, "rolling_max_failures", minimum=0)
-    return Rolling(batch=batch, max_failures=max_failures,
-                   drain_timeout_s=_seconds(data, "rolling_drain_timeout_s"),
-                   healthy_timeout_s=_seconds(data, "rolling_healthy_timeout_s"),
-                   without_routers=_flag(_get(data, "rolling_without_routers", False),
-                                         "rolling_without_routers"))
+    return Rolling(
+        batch=batch,
+        max_failures=max_failures,
+        drain_timeout_s=_seconds(data, "rolling_drain_timeout_s"),
+        healthy_timeout_s=_seconds(data, "rolling_healthy_timeout_s"),
+        without_routers=_flag(_get(data, "rolling_without_routers", False), "rolling_without_routers"),
+    )
 
 
 @dataclass(frozen=True)
@@ -93,28 +95,39 @@ def router_settings(name, data) -> RouterSettings:
     """One router's settings from its host data; DeployError naming the bad one."""
     policy = str(_get(data, "router_policy"))
     if policy not in ROUTER_POLICIES:
-        raise DeployError(f"{name}: router_policy: unknown policy {policy!r} "
-                          f"(sglang-router 0.3.2 knows {', '.join(ROUTER_POLICIES)})")
+        raise DeployError(
+            f"{name}: router_policy: unknown policy {policy!r} "
+            f"(sglang-router 0.3.2 knows {', '.join(ROUTER_POLICIES)})"
+        )
     packages = tuple(_get(data, "router_packages") or ())
-    if not any(p.partition("==")[0].replace("_", "-") == "sglang-router" for p in packages) \
-            or not all("==" in p for p in packages):
-        raise DeployError(f"{name}: router_packages: exact pins (name==version) including "
-                          f"sglang-router, got {list(packages)}")
+    if not any(p.partition("==")[0].replace("_", "-") == "sglang-router" for p in packages) or not all(
+        "==" in p for p in packages
+    ):
+        raise DeployError(
+            f"{name}: router_packages: exact pins (name==version) including "
+            f"sglang-router, got {list(packages)}"
+        )
     extra = _get(data, "router_extra_args") or ()
     if isinstance(extra, str):
         extra = shlex.split(extra)
     return RouterSettings(
-        name=name, address=address(data, name), bind=str(_get(data, "router_bind")),
+        name=name,
+        address=address(data, name),
+        bind=str(_get(data, "router_bind")),
         port=_integer(data, "router_port", minimum=1, maximum=65535, who=name),
         prometheus_port=_integer(data, "router_prometheus_port", minimum=1, maximum=65535, who=name),
-        policy=policy, venv=str(_get(data, "router_venv")), python=str(_get(data, "router_python")),
-        packages=packages, find_links=_get(data, "router_find_links"),
+        policy=policy,
+        venv=str(_get(data, "router_venv")),
+        python=str(_get(data, "router_python")),
+        packages=packages,
+        find_links=_get(data, "router_find_links"),
         health_check_interval_s=_integer(data, "router_health_check_interval_s", minimum=1, who=name),
         health_failure_threshold=_integer(data, "router_health_failure_threshold", minimum=1, who=name),
         health_success_threshold=_integer(data, "router_health_success_threshold", minimum=1, who=name),
         health_check_timeout_s=_integer(data, "router_health_check_timeout_s", minimum=1, who=name),
         gate_timeout_s=_seconds(data, "router_gate_timeout_s", name),
-        extra_args=tuple(str(a) for a in extra))
+        extra_args=tuple(str(a) for a in extra),
+    )
 
 
 def check_ports(routers, workers, ssh_ports) -> None:
@@ -123,16 +136,18 @@ def check_ports(routers, workers, ssh_ports) -> None:
     taken = {(addr, port): f"{name}'s server port" for name, addr, port in workers}
     for router in routers:
         if router.port == router.prometheus_port:
-            raise DeployError(f"{router.name}: router_port and router_prometheus_port are both "
-                              f"{router.port}")
-        for key_name, port in (("router_port", router.port),
-                               ("router_prometheus_port", router.prometheus_port)):
+            raise DeployError(f"{router.name}: router_port and router_prometheus_port are both {router.port}")
+        for key_name, port in (
+            ("router_port", router.port),
+            ("router_prometheus_port", router.prometheus_port),
+        ):
             key = (router.address, port)
             if port == ssh_ports.get(router.name):
                 raise DeployError(f"{router.name}: {key_name} {port} is its SSH port")
             if key in taken:
-                raise DeployError(f"{router.name}: {key_name} {port} clashes with "
-                                  f"{taken[key]} on {router.address}")
+                raise DeployError(
+                    f"{router.name}: {key_name} {port} clashes with {taken[key]} on {router.address}"
+                )
             taken[key] = f"router {router.name}'s {key_name}"
 
 
@@ -143,29 +158,48 @@ def worker_url(address_, port) -> str:
 def render_router_unit(router: RouterSettings, worker_urls) -> str:
     """The router's systemd unit: what it runs is all here, so a changed setting or worker list
     is a changed unit (and a restart)."""
-    argv = [f"{router.venv}/bin/python", "-m", "sglang_router.launch_router",
-            "--host", router.bind, "--port", str(router.port), "--policy", router.policy,
-            "--prometheus-host", router.bind, "--prometheus-port", str(router.prometheus_port),
-            "--health-check-endpoint", "/health",
-            "--health-check-interval-secs", _num(router.health_check_interval_s),
-            "--health-check-timeout-secs", _num(router.health_check_timeout_s),
-            "--health-failure-threshold", str(router.health_failure_threshold),
-            "--health-success-threshold", str(router.health_success_threshold),
-            *router.extra_args]
+    argv = [
+        f"{router.venv}/bin/python",
+        "-m",
+        "sglang_router.launch_router",
+        "--host",
+        router.bind,
+        "--port",
+        str(router.port),
+        "--policy",
+        router.policy,
+        "--prometheus-host",
+        router.bind,
+        "--prometheus-port",
+        str(router.prometheus_port),
+        "--health-check-endpoint",
+        "/health",
+        "--health-check-interval-secs",
+        _num(router.health_check_interval_s),
+        "--health-check-timeout-secs",
+        _num(router.health_check_timeout_s),
+        "--health-failure-threshold",
+        str(router.health_failure_threshold),
+        "--health-success-threshold",
+        str(router.health_success_threshold),
+        *router.extra_args,
+    ]
     urls = sorted(worker_urls)
     if urls:
         argv += ["--worker-urls", *urls]
     exec_start = " ".join(shlex.quote(a) for a in argv)
     pins = ", ".join(router.packages)
-    return (f"# Rendered by sglang-deploy: SGLang's router ({pins}) in front of "
-            f"{len(urls)} worker(s).\n"
-            "[Unit]\n"
-            f"Description=SGLang router on port {router.port} ({router.policy})\n"
-            "After=network-online.target\nWants=network-online.target\n\n"
-            "[Service]\nType=simple\n"
-            f"ExecStart={exec_start}\n"
-            "Restart=on-failure\nRestartSec=2\n\n"
-            "[Install]\nWantedBy=multi-user.target\n")
+    return (
+        f"# Rendered by sglang-deploy: SGLang's router ({pins}) in front of "
+        f"{len(urls)} worker(s).\n"
+        "[Unit]\n"
+        f"Description=SGLang router on port {router.port} ({router.policy})\n"
+        "After=network-online.target\nWants=network-online.target\n\n"
+        "[Service]\nType=simple\n"
+        f"ExecStart={exec_start}\n"
+        "Restart=on-failure\nRestartSec=2\n\n"
+        "[Install]\nWantedBy=multi-user.target\n"
+    )
 
 
 def batches(names, size):
@@ -175,7 +209,7 @@ def batches(names, size):
     if size < 1:
         raise ValueError("batch size must be at least 1")
     names = list(names)
-    return [names[i:i + size] for i in range(0, len(names), size)]
+    return [names[i : i + size] for i in range(0, len(names), size)]
 
 
 class Rollout:
@@ -188,16 +222,16 @@ class Rollout:
 
     def __init__(self, max_failures=0):
         self.max_failures = max_failures
-        self.failures = []   # (node, why), in order
-        self.done = []       # nodes restarted and back in rotation
-        self.notes = {}      # node -> what it serves now (for the per-host report)
+        self.failures = []  # (node, why), in order
+        self.done = []  # nodes restarted and back in rotation
+        self.notes = {}  # node -> what it serves now (for the per-host report)
 
     def refusal(self, name):
         """Why ``name`` must not restart (the rollout stopped), or None."""
         if len(self.failures) > self.max_failures:
             first, why = self.failures[0]
             done = ", ".join(self.done) or "none"
-            return (f"rollout stopped at {first} ({why}); restarted before it: {done}")
+            return f"rollout stopped at {first} ({why}); restarted before it: {done}"
         return None
 
     def failed(self, name, why):

@@ -9,11 +9,22 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_deploy.plan.fleet import ROUTER_UNIT, Rolling, RouterSettings, address, check_ports, is_router, render_router_unit, rolling_settings, router_settings, worker_url
-from sglang_deploy.plan.hosts import REPO_ROOT
 from sglang_deploy.errors import DeployError
-from sglang_deploy.profile.schema import load_profile
+from sglang_deploy.plan.fleet import (
+    ROUTER_UNIT,
+    Rolling,
+    RouterSettings,
+    address,
+    check_ports,
+    is_router,
+    render_router_unit,
+    rolling_settings,
+    router_settings,
+    worker_url,
+)
+from sglang_deploy.plan.hosts import REPO_ROOT
 from sglang_deploy.plan.serving_group import resolve
+from sglang_deploy.profile.schema import load_profile
 
 
 def fleet_hosts(inventory):
@@ -42,8 +53,7 @@ def routers(hosts):
 def checked_fleet(hosts):
     """(routers, workers), with ports checked against each other."""
     found_routers, found_workers = routers(hosts), workers(hosts)
-    check_ports(found_routers, found_workers,
-                {name: data.get("ssh_port") for name, data in hosts})
+    check_ports(found_routers, found_workers, {name: data.get("ssh_port") for name, data in hosts})
     return found_routers, found_workers
 
 
@@ -59,26 +69,35 @@ class RouterPlan:
         return ROUTER_UNIT
 
     def gate(self, scripts_dir, timeout=None):
-        args = ["--url", self.settings.local_url,
-                "--timeout", self.settings.gate_timeout_s if timeout is None else timeout]
+        args = [
+            "--url",
+            self.settings.local_url,
+            "--timeout",
+            self.settings.gate_timeout_s if timeout is None else timeout,
+        ]
         for url in self.worker_urls:
             args += ["--worker", url]
-        return (f"python3 {shlex.quote(scripts_dir)}/router_gate.py "
-                + " ".join(shlex.quote(str(a)) for a in args))
+        return f"python3 {shlex.quote(scripts_dir)}/router_gate.py " + " ".join(
+            shlex.quote(str(a)) for a in args
+        )
 
 
 def router_plan(name, hosts) -> RouterPlan:
     found_routers, found_workers = checked_fleet(hosts)
     settings = next(r for r in found_routers if r.name == name)
     urls = sorted(worker_url(addr, port) for _, addr, port in found_workers)
-    return RouterPlan(settings=settings, worker_urls=urls,
-                      unit_text=render_router_unit(settings, urls),
-                      wheels=_wheels(settings.find_links))
+    return RouterPlan(
+        settings=settings,
+        worker_urls=urls,
+        unit_text=render_router_unit(settings, urls),
+        wheels=_wheels(settings.find_links),
+    )
 
 
 @dataclass
 class Rotation:
     """How one node leaves and rejoins rotation around its restart cycle."""
+
     worker_url: str
     local_port: int
     router_urls: list
@@ -99,21 +118,33 @@ class Rotation:
         return self._rotation(scripts_dir, "--only", "back")
 
     def _rotation(self, scripts_dir, *tail):
-        args = ["--worker-url", self.worker_url, "--local-port", self.local_port,
-                "--drain-timeout", self.rolling.drain_timeout_s,
-                "--healthy-timeout", self.rolling.healthy_timeout_s]
+        args = [
+            "--worker-url",
+            self.worker_url,
+            "--local-port",
+            self.local_port,
+            "--drain-timeout",
+            self.rolling.drain_timeout_s,
+            "--healthy-timeout",
+            self.rolling.healthy_timeout_s,
+        ]
         for url in self.router_urls:
             args += ["--router", url]
         if self.rolling.without_routers:
             args.append("--allow-unreachable-routers")
-        return (f"python3 {shlex.quote(scripts_dir)}/rotation.py "
-                + " ".join(shlex.quote(str(a)) for a in [*args, *tail]))
+        return f"python3 {shlex.quote(scripts_dir)}/rotation.py " + " ".join(
+            shlex.quote(str(a)) for a in [*args, *tail]
+        )
 
 
 def rotation_for(name, data, hosts, port) -> Rotation:
     found_routers, _ = checked_fleet(hosts)
-    return Rotation(worker_url=worker_url(address(data, name), port), local_port=int(port),
-                    router_urls=[r.url for r in found_routers], rolling=rolling_settings(data))
+    return Rotation(
+        worker_url=worker_url(address(data, name), port),
+        local_port=int(port),
+        router_urls=[r.url for r in found_routers],
+        rolling=rolling_settings(data),
+    )
 
 
 def _wheels(find_links):
@@ -124,4 +155,3 @@ def _wheels(find_links):
     if not found:
         raise DeployError(f"router_find_links: no wheel at {path} (run `make router-wheels`)")
     return found
-

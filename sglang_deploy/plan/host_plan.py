@@ -11,14 +11,14 @@ from pathlib import Path
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.hosts import REPO_ROOT, deploy_defaults
-from sglang_deploy.profile.lint import finding_lines
 from sglang_deploy.plan.model_sources import HubClient
 from sglang_deploy.plan.model_sources import targets as staging_targets
-from sglang_deploy.plan.script_commands import NodeScripts
-from sglang_deploy.profile.schema import Profile, load_profile
 from sglang_deploy.plan.render import render_env_file, render_hook_module, render_hook_pth, render_unit
+from sglang_deploy.plan.script_commands import NodeScripts
 from sglang_deploy.plan.serving_group import apply as apply_group
 from sglang_deploy.plan.venv_names import venv_name, wheel_digests
+from sglang_deploy.profile.lint import finding_lines
+from sglang_deploy.profile.schema import Profile, load_profile
 
 NODE_SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "node"
 
@@ -29,7 +29,7 @@ class NodePlan:
     unit: str
     unit_text: str
     env_path: str
-    env_text: str = field(repr=False)       # may hold secret values: never in a repr
+    env_text: str = field(repr=False)  # may hold secret values: never in a repr
     secret_values: list = field(repr=False)
     hook_module: str
     hook_pth: str
@@ -51,7 +51,7 @@ class NodePlan:
     venv: str | None = None  # this pin set's venv on the node: bind_venv() names it
     os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
     models: list = field(default_factory=list)  # model_staging.StagingTarget: what is staged
-    hf_venv: str | None = None    # the Hub client's venv, when a model comes from the Hub
+    hf_venv: str | None = None  # the Hub client's venv, when a model comes from the Hub
     hf_pin: str | None = None
     hf_token: str | None = field(default=None, repr=False)  # the profile's HF_TOKEN secret
     group: object = None  # serving_group.Member of a multi-node server; None: serves alone
@@ -62,7 +62,9 @@ class NodePlan:
         hook goes into it, drift and the manifest read it. The unit runs through
         ``engine.venv``, the link the restart cycle points at it."""
         engine = self.profile.engine
-        self.venv = f"{self.venvs_dir}/{venv_name(engine.packages, wheel_digests(self.wheels), python_version)}"
+        self.venv = (
+            f"{self.venvs_dir}/{venv_name(engine.packages, wheel_digests(self.wheels), python_version)}"
+        )
         self.scripts.venv = self.venv
         if not self.profile.hook.system_wide:
             self.hook_python = f"{self.venv}/bin/python"
@@ -75,8 +77,7 @@ class NodePlan:
     @property
     def hub_client(self):
         """How the node downloads a Hub source: the client venv's python, the token."""
-        return HubClient(python=f"{self.hf_venv}/bin/python", run_dir=self.run_dir,
-                         token=self.hf_token)
+        return HubClient(python=f"{self.hf_venv}/bin/python", run_dir=self.run_dir, token=self.hf_token)
 
     @property
     def node_scripts(self):
@@ -134,17 +135,21 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
         unit_dir=_get(data, "unit_dir"),
         run_dir=run_dir,
         wheels=wheels,
-        scripts=NodeScripts(f"{deploy_dir}/node", unit, profile,
-                            files={"env": env_path, "unit": unit_path},
-                            last_good_dir=f"{_get(data, 'state_dir')}/{service}/last-good",
-                            wheels_dir=wheels_dir, run_dir=run_dir,
-                            min_free_gib=float(_setting(data, "venv_min_free_gib"))),
+        scripts=NodeScripts(
+            f"{deploy_dir}/node",
+            unit,
+            profile,
+            files={"env": env_path, "unit": unit_path},
+            last_good_dir=f"{_get(data, 'state_dir')}/{service}/last-good",
+            wheels_dir=wheels_dir,
+            run_dir=run_dir,
+            min_free_gib=float(_setting(data, "venv_min_free_gib")),
+        ),
         lock_path=f"{run_dir}/{service}.lock",
         lock_wait_s=float(_get(data, "deploy_lock_wait_s")),
         lock_holder=plan_holder(),
         rollback=_flag(_get(data, "rollback")),
-        repair=((f"{deploy_dir}/node", profile.engine.drift_check)
-                if _flag(_get(data, "repair")) else None),
+        repair=((f"{deploy_dir}/node", profile.engine.drift_check) if _flag(_get(data, "repair")) else None),
         lint_warnings=lint_warnings,
         venvs_dir=_setting(data, "venvs_dir"),
         venvs_keep=int(_setting(data, "venvs_keep")),
@@ -175,8 +180,9 @@ def _lint(profile: Profile, overrides) -> list:
     where = _display(profile.source[0]) + (" with profile_overrides" if overrides else "")
     errors, warnings = finding_lines(profile, where=where)
     if errors:
-        raise DeployError("\n".join(errors + ["the profile has lint errors "
-                                               "(`make lint-profiles`): nothing was changed"]))
+        raise DeployError(
+            "\n".join(errors + ["the profile has lint errors (`make lint-profiles`): nothing was changed"])
+        )
     return warnings
 
 

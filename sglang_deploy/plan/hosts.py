@@ -14,7 +14,7 @@ import json
 import os
 import runpy
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -41,41 +41,41 @@ class SshEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ssh_hostname: Optional[str] = None
-    ssh_user: Optional[str] = None
-    ssh_port: Optional[int] = Field(default=None, ge=1, le=65535)
-    ssh_key: Optional[str] = None
+    ssh_hostname: str | None = None
+    ssh_user: str | None = None
+    ssh_port: int | None = Field(default=None, ge=1, le=65535)
+    ssh_key: str | None = None
     # How routers reach this node, or nodes this router (default: ssh_hostname).
-    fleet_address: Optional[str] = None
+    fleet_address: str | None = None
 
 
 class HostEntry(SshEntry):
     """One host of the hosts file; every key optional except where defaults lack it."""
 
-    profile: Optional[str] = None
+    profile: str | None = None
     profile_overrides: dict[str, Any] = Field(default_factory=dict)
     # Serving groups (multi-node servers): sglang_deploy/plan/serving_group.py.
-    serving_group: Optional[str] = None
-    node_rank: Optional[int] = Field(default=None, ge=0)
-    cluster_address: Optional[str] = None
-    socket_ifname: Optional[str] = None
+    serving_group: str | None = None
+    node_rank: int | None = Field(default=None, ge=0)
+    cluster_address: str | None = None
+    socket_ifname: str | None = None
 
 
 class RouterEntry(SshEntry):
     """One router host: SSH keys plus its router_* settings (group_data/all.py)."""
 
-    router_port: Optional[int] = None
-    router_prometheus_port: Optional[int] = None
-    router_policy: Optional[str] = None
-    router_extra_args: Optional[list[str]] = None
+    router_port: int | None = None
+    router_prometheus_port: int | None = None
+    router_policy: str | None = None
+    router_extra_args: list[str] | None = None
 
 
 class HostsFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     defaults: HostEntry = Field(default_factory=HostEntry)
-    hosts: dict[str, Optional[HostEntry]]
-    routers: dict[str, Optional[RouterEntry]] = Field(default_factory=dict)
+    hosts: dict[str, HostEntry | None]
+    routers: dict[str, RouterEntry | None] = Field(default_factory=dict)
     # Fleet-wide settings for every host: rolling_* and router_* keys of group_data/all.py.
     fleet: dict[str, Any] = Field(default_factory=dict)
 
@@ -84,12 +84,12 @@ def hosts_file_path() -> Path:
     return Path(os.environ.get(HOSTS_FILE_VAR) or DEFAULT_HOSTS_FILE)
 
 
-def gpu_hosts(path: Optional[Path] = None) -> list[tuple[str, dict]]:
+def gpu_hosts(path: Path | None = None) -> list[tuple[str, dict]]:
     """Hosts from the operator's hosts file; DeployError (no traceback) when unusable."""
     return _read_hosts_file(path)[0]
 
 
-def gpu_routers(path: Optional[Path] = None) -> list[tuple[str, dict]]:
+def gpu_routers(path: Path | None = None) -> list[tuple[str, dict]]:
     """The hosts file's routers (its `routers:` section), as the `routers` group."""
     return _read_hosts_file(path)[1]
 
@@ -114,8 +114,10 @@ def _read_hosts_file(path):
         raise DeployError(f"{path}: no hosts listed under 'hosts:'")
     unknown = [key for key in parsed.fleet if not key.startswith(("rolling_", "router_"))]
     if unknown:
-        raise DeployError(f"{path}: fleet: {unknown[0]}: only rolling_* and router_* settings "
-                          "(group_data/all.py) belong here")
+        raise DeployError(
+            f"{path}: fleet: {unknown[0]}: only rolling_* and router_* settings "
+            "(group_data/all.py) belong here"
+        )
     defaults = parsed.defaults.model_dump(exclude_none=True, exclude_defaults=True)
     hosts = []
     for name, entry in parsed.hosts.items():
@@ -150,13 +152,25 @@ def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict
         if group:
             # The group's members share rank 0's dist-init port (a group runs one profile).
             service["dist_init_port"] = ports[group[1][0]] + SANDBOX_DIST_INIT_OFFSET
-        hosts.append((node["name"], {
-            **_sandbox_ssh(node, state["key"]),
-            "profile": chosen.get(node["name"], SANDBOX_PROFILE),
-            "profile_overrides": {"service": service},
-            **({"serving_group": group[0], "node_rank": group[1].index(node["name"]),
-                "cluster_address": node["ssh_host"]} if group else {}),
-        }))
+        hosts.append(
+            (
+                node["name"],
+                {
+                    **_sandbox_ssh(node, state["key"]),
+                    "profile": chosen.get(node["name"], SANDBOX_PROFILE),
+                    "profile_overrides": {"service": service},
+                    **(
+                        {
+                            "serving_group": group[0],
+                            "node_rank": group[1].index(node["name"]),
+                            "cluster_address": node["ssh_host"],
+                        }
+                        if group
+                        else {}
+                    ),
+                },
+            )
+        )
     return hosts
 
 
@@ -167,22 +181,34 @@ def sandbox_routers(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, di
     if not state_file.is_file():
         return []
     state = json.loads(state_file.read_text())
-    return [(node["name"], {
-        **_sandbox_ssh(node, state["key"]),
-        "role": "router",
-        "router_port": node["server_port"],
-        # Nodes share the host's network: each router its own exporter port.
-        "router_prometheus_port": node["server_port"] - 1000,
-        "router_find_links": SANDBOX_ROUTER_WHEELS,
-    }) for node in state["nodes"] if node.get("role") == "router"]
+    return [
+        (
+            node["name"],
+            {
+                **_sandbox_ssh(node, state["key"]),
+                "role": "router",
+                "router_port": node["server_port"],
+                # Nodes share the host's network: each router its own exporter port.
+                "router_prometheus_port": node["server_port"] - 1000,
+                "router_find_links": SANDBOX_ROUTER_WHEELS,
+            },
+        )
+        for node in state["nodes"]
+        if node.get("role") == "router"
+    ]
 
 
 def _sandbox_ssh(node, key) -> dict:
     """How pyinfra reaches a sandbox node."""
-    return {"ssh_hostname": node["ssh_host"], "ssh_port": node["ssh_port"],
-            "ssh_user": node["ssh_user"], "ssh_key": key,
-            # Throwaway nodes get new host keys on every rebuild.
-            "ssh_strict_host_key_checking": "off", "ssh_known_hosts_file": "/dev/null"}
+    return {
+        "ssh_hostname": node["ssh_host"],
+        "ssh_port": node["ssh_port"],
+        "ssh_user": node["ssh_user"],
+        "ssh_key": key,
+        # Throwaway nodes get new host keys on every rebuild.
+        "ssh_strict_host_key_checking": "off",
+        "ssh_known_hosts_file": "/dev/null",
+    }
 
 
 def _group_choices(spec: str) -> dict[str, tuple[str, list[str]]]:
@@ -211,8 +237,11 @@ def _profile_choices(spec: str) -> dict[str, str]:
 
 def deploy_defaults() -> dict:
     """The host data defaults of group_data/all.py (deploy-level paths and switches)."""
-    return {key: value for key, value in runpy.run_path(str(REPO_ROOT / "group_data" / "all.py")).items()
-            if not key.startswith("_")}
+    return {
+        key: value
+        for key, value in runpy.run_path(str(REPO_ROOT / "group_data" / "all.py")).items()
+        if not key.startswith("_")
+    }
 
 
 def inventory_hosts(inventory_file) -> list[tuple[str, dict]]:

@@ -14,26 +14,27 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from sglang_deploy.errors import DeployError
+from sglang_deploy.node import model_manifest
 from sglang_deploy.plan.hosts import REPO_ROOT
 from sglang_deploy.profile.nccl_lint import Finding
-from sglang_deploy.node import model_manifest
 from sglang_deploy.profile.schema import Profile, Source
 
-CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sglang-deploy" / "model-manifests"
+CACHE_DIR = (
+    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sglang-deploy" / "model-manifests"
+)
 GB = 1e9
 
 
 @dataclass(frozen=True)
 class StagingTarget:
-    role: str        # "model" or "draft model"
-    path: str        # the directory on the node
+    role: str  # "model" or "draft model"
+    path: str  # the directory on the node
     source: Source
 
     @property
-    def controller_dir(self) -> Optional[Path]:
+    def controller_dir(self) -> Path | None:
         if self.source.controller is None:
             return None
         found = Path(self.source.controller)
@@ -43,9 +44,10 @@ class StagingTarget:
 @dataclass(frozen=True)
 class HubClient:
     """How a node downloads a Hub source (node/hf_stage.py)."""
-    python: str    # the Hub client venv's interpreter
-    run_dir: str   # the token file lives under it, 0700, for one command
-    token: Optional[str] = field(default=None, repr=False)  # the profile's HF_TOKEN secret
+
+    python: str  # the Hub client venv's interpreter
+    run_dir: str  # the token file lives under it, 0700, for one command
+    token: str | None = field(default=None, repr=False)  # the profile's HF_TOKEN secret
 
 
 def targets(profile: Profile) -> list[StagingTarget]:
@@ -68,17 +70,27 @@ def lint_sources(profile: Profile) -> list[Finding]:
     out = []
     draft_kind = profile.model.draft_source.kind
     if draft_kind != "path" and not profile.draft_path:
-        out.append(Finding("error", "model.draft_source",
-                           "set, but server_args has no speculative-draft-model-path"))
-    if (profile.draft_path == profile.model.path and draft_kind != "path"
-            and profile.model.draft_source != profile.model.source):
-        out.append(Finding("error", "model.draft_source", "the draft model is the model's "
-                           "directory: it cannot have another source"))
+        out.append(
+            Finding("error", "model.draft_source", "set, but server_args has no speculative-draft-model-path")
+        )
+    if (
+        profile.draft_path == profile.model.path
+        and draft_kind != "path"
+        and profile.model.draft_source != profile.model.source
+    ):
+        out.append(
+            Finding(
+                "error",
+                "model.draft_source",
+                "the draft model is the model's directory: it cannot have another source",
+            )
+        )
     for target in targets(profile):
         local = target.controller_dir
         if local is not None and not local.is_dir():
-            out.append(Finding("error", f"{target.role} source",
-                               f"controller directory {local} does not exist"))
+            out.append(
+                Finding("error", f"{target.role} source", f"controller directory {local} does not exist")
+            )
     return out
 
 
@@ -124,24 +136,36 @@ def to_copy(manifest: dict, node_state: dict, repairing: bool = False) -> list[d
     return need
 
 
-def disk_problem(host_name: str, directory: str, need: list[dict], free: int) -> Optional[str]:
-    """"needs X GB, Y GB free on host:dir" when what is left to copy does not fit."""
+def disk_problem(host_name: str, directory: str, need: list[dict], free: int) -> str | None:
+    """ "needs X GB, Y GB free on host:dir" when what is left to copy does not fit."""
     needed = sum(entry["size"] for entry in need)
     if needed <= free:
         return None
-    return (f"needs {needed / GB:.2f} GB, {free / GB:.2f} GB free on {host_name}:"
-            f"{os.path.dirname(directory.rstrip('/')) or '/'}")
+    return (
+        f"needs {needed / GB:.2f} GB, {free / GB:.2f} GB free on {host_name}:"
+        f"{os.path.dirname(directory.rstrip('/')) or '/'}"
+    )
 
 
 def rsync_argv(ssh: list[str], target: str, local_dir: Path, staging: str) -> list[str]:
     """rsync of the files named on stdin (--files-from=-) into the node's staging directory:
     resumable (--partial-dir keeps a half-sent file for the next run), with overall progress."""
-    return ["rsync", "--archive", "--partial", "--partial-dir=.rsync-partial",
-            "--info=progress2", "--no-inc-recursive", "--files-from=-",
-            "--rsh", shlex.join(ssh), f"{local_dir}/", f"{target}:{staging}/"]
+    return [
+        "rsync",
+        "--archive",
+        "--partial",
+        "--partial-dir=.rsync-partial",
+        "--info=progress2",
+        "--no-inc-recursive",
+        "--files-from=-",
+        "--rsh",
+        shlex.join(ssh),
+        f"{local_dir}/",
+        f"{target}:{staging}/",
+    ]
 
 
-def require_dir(directory: Optional[Path], role: str) -> Path:
+def require_dir(directory: Path | None, role: str) -> Path:
     if directory is None or not directory.is_dir():
         raise DeployError(f"{role}: controller directory {directory} does not exist")
     return directory

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import jinja2
@@ -16,7 +16,7 @@ import jinja2
 from sglang_deploy.errors import DeployError
 from sglang_deploy.profile.schema import Profile
 
-ENV_DIR = "/etc/sglang"            # default; the deploy passes its own `env_dir`
+ENV_DIR = "/etc/sglang"  # default; the deploy passes its own `env_dir`
 HOOK_MODULE = "sglang_deploy_env"  # <site-packages>/sglang_deploy_env.{py,pth}
 
 _ENV_SPECIAL = re.compile(r'([\\"`$])')
@@ -73,10 +73,13 @@ def exec_start(profile: Profile) -> str:
 def render_unit(profile: Profile, env_dir: str = ENV_DIR) -> str:
     """The systemd unit, /etc/systemd/system/<service.name>.service."""
     if not _PLAIN_PATH.fullmatch(env_dir):
-        raise DeployError(f"env_dir {env_dir!r}: must be an absolute path "
-                          f"of letters, digits and ._+@-")
-    return _render("sglang.service.j2", profile, exec_start=exec_start(profile),
-                   env_file=f"{env_dir}/{profile.service.name}.env")
+        raise DeployError(f"env_dir {env_dir!r}: must be an absolute path of letters, digits and ._+@-")
+    return _render(
+        "sglang.service.j2",
+        profile,
+        exec_start=exec_start(profile),
+        env_file=f"{env_dir}/{profile.service.name}.env",
+    )
 
 
 def render_env_file(profile: Profile, operator_env: Mapping[str, str]) -> str:
@@ -84,14 +87,12 @@ def render_env_file(profile: Profile, operator_env: Mapping[str, str]) -> str:
     variables = profile.env_file_vars(operator_env)
     env = {name: value for name, value in variables.items() if name not in profile.secrets}
     secrets = {name: value for name, value in variables.items() if name in profile.secrets}
-    return _render("sglang.env.j2", profile,
-                   variables={**canonical_order(env), **canonical_order(secrets)})
+    return _render("sglang.env.j2", profile, variables={**canonical_order(env), **canonical_order(secrets)})
 
 
 def render_hook_module(profile: Profile) -> str:
     """sglang_deploy_env.py: setdefault of every `env` variable (never secrets), by name."""
-    return _render("sglang_env_hook.py.j2", profile,
-                   variables=canonical_order(profile.hook_vars()))
+    return _render("sglang_env_hook.py.j2", profile, variables=canonical_order(profile.hook_vars()))
 
 
 def canonical_order(variables: Mapping[str, str]) -> dict:
@@ -109,15 +110,24 @@ def render_hook_pth(profile: Profile) -> str:
 
 
 def _render(template: str, profile: Profile, **context) -> str:
-    return _jinja().get_template(template).render(
-        profile=profile, service=profile.service, module=HOOK_MODULE, **context)
+    return (
+        _jinja()
+        .get_template(template)
+        .render(profile=profile, service=profile.service, module=HOOK_MODULE, **context)
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _jinja() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates_dir()),
-                             undefined=jinja2.StrictUndefined, autoescape=False,
-                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(env_quote=systemd_env_quote, pyrepr=repr,
-                       unit_specifiers=lambda text: text.replace("%", "%%"))
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(templates_dir()),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        env_quote=systemd_env_quote, pyrepr=repr, unit_specifiers=lambda text: text.replace("%", "%%")
+    )
     return env

@@ -14,8 +14,16 @@ def _script(python, directory, script, *args):
 
 def workers_command(directory, unit, expect):
     """workers.py: the environment check of the unit's schedulers, the report in its result line."""
-    return _script("python3", directory, "workers.py", "--json", "--unit", unit,
-                   "--expect-json", json.dumps(expect, sort_keys=True))
+    return _script(
+        "python3",
+        directory,
+        "workers.py",
+        "--json",
+        "--unit",
+        unit,
+        "--expect-json",
+        json.dumps(expect, sort_keys=True),
+    )
 
 
 def drift_command(venv, directory, distributions, pins=()):
@@ -31,47 +39,69 @@ def manifest_command(venv, directory, distributions):
 
 def model_stage_command(directory, action, model_dir, deep=False):
     """model_stage.py: a model directory's state, seed or finish (node/model_stage.py)."""
-    return _script("python3", directory, "model_stage.py", action, "--dir", model_dir,
-                   *(["--deep"] if deep else []))
+    return _script(
+        "python3", directory, "model_stage.py", action, "--dir", model_dir, *(["--deep"] if deep else [])
+    )
 
 
 def hf_stage_command(python, directory, source, model_dir, token_file=None, deep=False):
     """hf_stage.py run by the Hub client's venv: download a pinned revision into model_dir."""
-    return _script(python, directory, "hf_stage.py", "--repo", source.repo,
-                   "--revision", source.revision, "--dir", model_dir,
-                   *(["--token-file", token_file] if token_file else []),
-                   *(["--deep"] if deep else []))
+    return _script(
+        python,
+        directory,
+        "hf_stage.py",
+        "--repo",
+        source.repo,
+        "--revision",
+        source.revision,
+        "--dir",
+        model_dir,
+        *(["--token-file", token_file] if token_file else []),
+        *(["--deep"] if deep else []),
+    )
 
 
 def model_check_command(directory, model_dir, deep=False):
     """model_manifest.py check: a model directory against its manifest, in its result line."""
-    return _script("python3", directory, "model_manifest.py", "check", "--dir", model_dir,
-                   *(["--deep"] if deep else []))
+    return _script(
+        "python3", directory, "model_manifest.py", "check", "--dir", model_dir, *(["--deep"] if deep else [])
+    )
 
 
 def gate_args(profile):
     """gate.py's arguments for a server of ``profile``, all but what to gate (``--unit``, or
     ``--pid``/``--log``) and ``--json``."""
-    return ["--port", profile.service.port, "--served-name", profile.model.served_name,
-            *gate_timings(profile.readiness)]
+    return [
+        "--port",
+        profile.service.port,
+        "--served-name",
+        profile.model.served_name,
+        *gate_timings(profile.readiness),
+    ]
 
 
 def gate_timings(readiness):
     """gate.py's timing arguments, from the profile's readiness section: the gate has no
     defaults of its own for them."""
-    return ["--timeout", readiness.timeout_s,
-            "--interval", readiness.poll_interval_s,
-            "--progress-every", readiness.progress_every_s,
-            "--hang-after", readiness.hang_after_s,
-            "--fired-up-grace", readiness.fired_up_grace_s]
+    return [
+        "--timeout",
+        readiness.timeout_s,
+        "--interval",
+        readiness.poll_interval_s,
+        "--progress-every",
+        readiness.progress_every_s,
+        "--hang-after",
+        readiness.hang_after_s,
+        "--fired-up-grace",
+        readiness.fired_up_grace_s,
+    ]
 
 
 class NodeScripts:
     """Command lines of our on-node scripts (sglang_deploy/node/, uploaded to ``directory``)
     for one unit and its profile."""
 
-    def __init__(self, directory, unit, profile, files, last_good_dir, wheels_dir, run_dir,
-                 min_free_gib=2.0):
+    def __init__(self, directory, unit, profile, files, last_good_dir, wheels_dir, run_dir, min_free_gib=2.0):
         self.directory = directory
         self.unit = unit
         self.profile = profile
@@ -90,15 +120,21 @@ class NodeScripts:
     def restart(self):
         service = self.profile.service
         # Beyond TimeoutStopSec, so systemd's own SIGKILL has happened before we give up.
-        return self._run("restart.py", "--unit", self.unit, "--port", service.port,
-                         "--stop-timeout", service.timeout_stop_sec + 30)
+        return self._run(
+            "restart.py",
+            "--unit",
+            self.unit,
+            "--port",
+            service.port,
+            "--stop-timeout",
+            service.timeout_stop_sec + 30,
+        )
 
     def start(self):
         return f"systemctl start {shlex.quote(self.unit)}"
 
     def gate(self):
-        return self._run("gate.py", "--unit", self.unit, *gate_args(self.profile),
-                         "--json", self.gate_report)
+        return self._run("gate.py", "--unit", self.unit, *gate_args(self.profile), "--json", self.gate_report)
 
     @property
     def gate_report(self):
@@ -121,8 +157,7 @@ class NodeScripts:
     def manifest(self):
         """drift.py --manifest over the pinned and the drift-checked distributions."""
         engine = self.profile.engine
-        names = list(dict.fromkeys([pin.partition("==")[0] for pin in engine.packages]
-                                   + engine.drift_check))
+        names = list(dict.fromkeys([pin.partition("==")[0] for pin in engine.packages] + engine.drift_check))
         return manifest_command(self.venv, self.directory, names)
 
     def save_last_good(self, hook_files):
@@ -136,8 +171,17 @@ class NodeScripts:
 
     def _last_good(self, action, hook_files):
         files = {**self.files, **hook_files}
-        args = [action, "--dir", self.last_good_dir, "--profile", self.profile.name,
-                "--venv", self.profile.engine.venv, "--unit", self.unit]
+        args = [
+            action,
+            "--dir",
+            self.last_good_dir,
+            "--profile",
+            self.profile.name,
+            "--venv",
+            self.profile.engine.venv,
+            "--unit",
+            self.unit,
+        ]
         for role, path in sorted(files.items()):
             args += ["--file", f"{role}={path}"]
         for pin in self.profile.engine.packages:
@@ -156,11 +200,23 @@ class NodeScripts:
         flags = ["--drift", *engine.drift_check] if argv_check else ["--no-argv"]
         flags += ["--allow-drift"] if engine.allow_drift or allow_drift else []
         flags += ["--new-venv", new_venv, "--live-venv", engine.venv] if new_venv else []
-        return _script(python, self.directory, "preflight.py", "--unit", self.unit,
-                       "--argv-json", json.dumps(self.profile.argv()),
-                       "--gpus-needed", self.gpus_needed(),
-                       *self._gpu_settings_flags(),
-                       "--disk-path", self.venv, "--min-free-gib", self.min_free_gib, *flags)
+        return _script(
+            python,
+            self.directory,
+            "preflight.py",
+            "--unit",
+            self.unit,
+            "--argv-json",
+            json.dumps(self.profile.argv()),
+            "--gpus-needed",
+            self.gpus_needed(),
+            *self._gpu_settings_flags(),
+            "--disk-path",
+            self.venv,
+            "--min-free-gib",
+            self.min_free_gib,
+            *flags,
+        )
 
     def switch(self):
         """venvs.py switch: the unit's link to the venv the deploy staged (none: no change)."""
@@ -169,20 +225,33 @@ class NodeScripts:
     def _gpu_settings_flags(self):
         """preflight.py's flags for the profile's `gpu:` settings (none when it asks for none)."""
         gpu = self.profile.gpu
-        return [*(["--min-driver", gpu.min_driver] if gpu.min_driver else []),
-                *(["--gpu-model", gpu.model] if gpu.model else [])]
+        return [
+            *(["--min-driver", gpu.min_driver] if gpu.min_driver else []),
+            *(["--gpu-model", gpu.model] if gpu.model else []),
+        ]
 
     def cycle(self, hook_files, rollback=True, running=False):
         """cycle.py: preflight, restart, gate, workers, decode check, save; on a failed gate
         restore, restart and gate again: each step one of the command lines above. ``running``:
         the server already runs what is installed, the cycle starts at the gate."""
-        steps = {"preflight": self.preflight(f"{self.venv}/bin/python"), "switch": self.switch(),
-                 "restart": self.restart(), "gate": self.gate(), "workers": self.workers(),
-                 "save": self.save_last_good(hook_files), "restore": self.restore_last_good()}
+        steps = {
+            "preflight": self.preflight(f"{self.venv}/bin/python"),
+            "switch": self.switch(),
+            "restart": self.restart(),
+            "gate": self.gate(),
+            "workers": self.workers(),
+            "save": self.save_last_good(hook_files),
+            "restore": self.restore_last_good(),
+        }
         if self.decode_check():
             steps["decode"] = self.decode_check()
-        return self._run("cycle.py", "--steps-json", json.dumps(steps, sort_keys=True),
-                         *([] if rollback else ["--no-rollback"]), *(["--running"] if running else []))
+        return self._run(
+            "cycle.py",
+            "--steps-json",
+            json.dumps(steps, sort_keys=True),
+            *([] if rollback else ["--no-rollback"]),
+            *(["--running"] if running else []),
+        )
 
     @property
     def throughput_history(self):
@@ -194,11 +263,28 @@ class NodeScripts:
         check, service = self.profile.throughput, self.profile.service
         if not check.enabled:
             return None
-        args = ["--port", service.port, "--served-name", self.profile.model.served_name,
-                "--profile", self.profile.name, "--history", self.throughput_history,
-                "--last-good-dir", self.last_good_dir, "--requests", check.requests,
-                "--warmup", check.warmup_requests, "--max-tokens", check.max_tokens,
-                "--timeout", check.timeout_s, "--on-regression", check.on_regression]
+        args = [
+            "--port",
+            service.port,
+            "--served-name",
+            self.profile.model.served_name,
+            "--profile",
+            self.profile.name,
+            "--history",
+            self.throughput_history,
+            "--last-good-dir",
+            self.last_good_dir,
+            "--requests",
+            check.requests,
+            "--warmup",
+            check.warmup_requests,
+            "--max-tokens",
+            check.max_tokens,
+            "--timeout",
+            check.timeout_s,
+            "--on-regression",
+            check.on_regression,
+        ]
         for prompt in check.prompts:
             args += ["--prompt", prompt]
         if check.min_decode_tok_s is not None:

@@ -20,7 +20,6 @@ Pure functions of the inventory and the profiles; nothing here touches a host.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional
 
 from sglang_deploy.errors import DeployError
 
@@ -32,10 +31,10 @@ class Member:
     group: str
     host: str
     rank: int
-    hosts: tuple             # the group's host names, by rank (rank 0 first)
-    leader_address: str      # rank 0's cluster address: the --dist-init-addr host
-    socket_ifname: Optional[str] = None
-    leader_port: Optional[int] = None  # rank 0's API port (resolve_checked: from its profile)
+    hosts: tuple  # the group's host names, by rank (rank 0 first)
+    leader_address: str  # rank 0's cluster address: the --dist-init-addr host
+    socket_ifname: str | None = None
+    leader_port: int | None = None  # rank 0's API port (resolve_checked: from its profile)
 
     @property
     def size(self) -> int:
@@ -59,8 +58,7 @@ class Member:
 
     def server_args(self, port: int) -> dict:
         """What this member's argv adds to the profile's: SGLang's multi-node flags."""
-        return {"nnodes": self.size, "node-rank": self.rank,
-                "dist-init-addr": self.dist_init_addr(port)}
+        return {"nnodes": self.size, "node-rank": self.rank, "dist-init-addr": self.dist_init_addr(port)}
 
     def env(self) -> dict:
         """This host's own variables (its cluster network interface), beside the profile's."""
@@ -90,12 +88,16 @@ def resolve(hosts) -> dict:
         ranked = _ranked(group, listed)
         names = tuple(name for name, _ in ranked)
         leader_data = ranked[0][1]
-        address = (_get(leader_data, "cluster_address") or _get(leader_data, "ssh_hostname")
-                   or names[0])
+        address = _get(leader_data, "cluster_address") or _get(leader_data, "ssh_hostname") or names[0]
         for rank, (name, data) in enumerate(ranked):
-            members[name] = Member(group=group, host=name, rank=rank, hosts=names,
-                                   leader_address=str(address),
-                                   socket_ifname=_get(data, "socket_ifname") or None)
+            members[name] = Member(
+                group=group,
+                host=name,
+                rank=rank,
+                hosts=names,
+                leader_address=str(address),
+                socket_ifname=_get(data, "socket_ifname") or None,
+            )
     return members
 
 
@@ -108,16 +110,22 @@ def _ranked(group, listed):
         return listed
     if len(given) != len(listed):
         unset = ", ".join(name for name, rank in explicit if rank is None)
-        raise DeployError(f"serving group {group}: node_rank is set on some members but not "
-                          f"on {unset}: set it on every member, or on none (inventory order)")
+        raise DeployError(
+            f"serving group {group}: node_rank is set on some members but not "
+            f"on {unset}: set it on every member, or on none (inventory order)"
+        )
     try:
         ranks = {name: int(rank) for name, rank in given}
     except (TypeError, ValueError):
-        raise DeployError(f"serving group {group}: node_rank must be a whole number: "
-                          + ", ".join(f"{name}={rank!r}" for name, rank in given)) from None
+        raise DeployError(
+            f"serving group {group}: node_rank must be a whole number: "
+            + ", ".join(f"{name}={rank!r}" for name, rank in given)
+        ) from None
     if sorted(ranks.values()) != list(range(len(listed))):
-        raise DeployError(f"serving group {group}: node_rank must be 0..{len(listed) - 1}, "
-                          "each once: " + ", ".join(f"{n}={r}" for n, r in ranks.items()))
+        raise DeployError(
+            f"serving group {group}: node_rank must be 0..{len(listed) - 1}, "
+            "each once: " + ", ".join(f"{n}={r}" for n, r in ranks.items())
+        )
     by_name = dict(listed)
     return [(name, by_name[name]) for name, _ in sorted(ranks.items(), key=lambda kv: kv[1])]
 
@@ -132,55 +140,71 @@ def check(member: Member, profiles: dict) -> None:
     members with different profiles, a size other than the profile's nnodes, GPUs that do not
     add up to tp-size x pp-size. ``profiles``: {host name: Profile} of every member."""
     leader = profiles[member.leader]
-    differing = [name for name in member.hosts
-                 if profiles[name].name != leader.name
-                 or profiles[name].model_dump(include=SHARED_SECTIONS)
-                 != leader.model_dump(include=SHARED_SECTIONS)]
+    differing = [
+        name
+        for name in member.hosts
+        if profiles[name].name != leader.name
+        or profiles[name].model_dump(include=SHARED_SECTIONS) != leader.model_dump(include=SHARED_SECTIONS)
+    ]
     if differing:
         said = ", ".join(f"{name} ({profiles[name].name})" for name in differing)
-        raise DeployError(f"serving group {member.group}: every member must run the same "
-                          f"profile as rank 0 {member.leader} ({leader.name}); {said} differ")
+        raise DeployError(
+            f"serving group {member.group}: every member must run the same "
+            f"profile as rank 0 {member.leader} ({leader.name}); {said} differ"
+        )
     if leader.nnodes != member.size:
-        raise DeployError(f"serving group {member.group}: {member.size} member(s) "
-                          f"({', '.join(member.hosts)}) but profile {leader.name} has nnodes "
-                          f"{leader.nnodes}: list {leader.nnodes} hosts in the group, or set "
-                          f"server_args.nnodes to {member.size}")
+        raise DeployError(
+            f"serving group {member.group}: {member.size} member(s) "
+            f"({', '.join(member.hosts)}) but profile {leader.name} has nnodes "
+            f"{leader.nnodes}: list {leader.nnodes} hosts in the group, or set "
+            f"server_args.nnodes to {member.size}"
+        )
     gpus = leader.tp_size * leader.pp_size
     if gpus % member.size:
-        raise DeployError(f"serving group {member.group}: tp-size x pp-size = {gpus} GPUs "
-                          f"cannot be shared evenly by {member.size} nodes "
-                          f"({', '.join(member.hosts)})")
+        raise DeployError(
+            f"serving group {member.group}: tp-size x pp-size = {gpus} GPUs "
+            f"cannot be shared evenly by {member.size} nodes "
+            f"({', '.join(member.hosts)})"
+        )
     ports = {profiles[name].service.dist_init_port for name in member.hosts}
     if len(ports) > 1:
-        raise DeployError(f"serving group {member.group}: service.dist_init_port differs "
-                          f"between members ({', '.join(map(str, sorted(ports)))})")
+        raise DeployError(
+            f"serving group {member.group}: service.dist_init_port differs "
+            f"between members ({', '.join(map(str, sorted(ports)))})"
+        )
 
 
 def check_alone(host: str, profile) -> None:
     """A host in no group cannot run a profile that spans several nodes."""
     if profile.nnodes > 1:
-        raise DeployError(f"profile {profile.name} spans {profile.nnodes} nodes (nnodes) but "
-                          f"{host} is in no serving_group: give the group's hosts "
-                          "`serving_group: NAME` in the inventory")
+        raise DeployError(
+            f"profile {profile.name} spans {profile.nnodes} nodes (nnodes) but "
+            f"{host} is in no serving_group: give the group's hosts "
+            "`serving_group: NAME` in the inventory"
+        )
 
 
-def apply(profile, member: Optional[Member]):
+def apply(profile, member: Member | None):
     """The profile as this member runs it: the multi-node flags (--nnodes, --node-rank,
     --dist-init-addr) and the host's socket interface variables added."""
     if member is None:
         return profile
-    return profile.model_copy(update={
-        "server_args": {**profile.server_args,
-                        **member.server_args(profile.service.dist_init_port)},
-        "env": {**profile.env, **member.env()}})
+    return profile.model_copy(
+        update={
+            "server_args": {**profile.server_args, **member.server_args(profile.service.dist_init_port)},
+            "env": {**profile.env, **member.env()},
+        }
+    )
 
 
 def in_run(member: Member, limited) -> None:
     """A group deploys whole: DeployError when --limit leaves members out."""
     left_out = [name for name in member.hosts if name not in limited]
     if left_out:
-        raise DeployError(f"serving group {member.group}: {', '.join(left_out)} not in this "
-                          "run (--limit): a serving group is deployed as a whole")
+        raise DeployError(
+            f"serving group {member.group}: {', '.join(left_out)} not in this "
+            "run (--limit): a serving group is deployed as a whole"
+        )
 
 
 def resolve_checked(hosts, profile_of, limited=None, whole=True) -> dict:
@@ -199,8 +223,7 @@ def resolve_checked(hosts, profile_of, limited=None, whole=True) -> dict:
             continue
         if limited is not None and whole:
             in_run(member, limited)
-        group_profiles = {other: profiles.get(other) or profile_of(by_name[other])
-                          for other in member.hosts}
+        group_profiles = {other: profiles.get(other) or profile_of(by_name[other]) for other in member.hosts}
         check(member, group_profiles)
         members[name] = replace(member, leader_port=group_profiles[member.leader].service.port)
     return members

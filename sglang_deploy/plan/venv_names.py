@@ -46,10 +46,11 @@ def venv_name(packages, wheels, python_version: str) -> str:
     """The venv's directory name: the first pin, readable, then a short hash of everything it
     holds (the pins in any order, the installable wheels' sha256s, the interpreter's version),
     e.g. ``sglang-0.5.24+sandbox-3f9a0c1d2e4b``."""
-    identity = {"packages": sorted(canonical(p.partition("==")[0]) + "==" + p.partition("==")[2]
-                                   for p in packages),
-                "wheels": installable_wheels(packages, wheels),
-                "python": python_version}
+    identity = {
+        "packages": sorted(canonical(p.partition("==")[0]) + "==" + p.partition("==")[2] for p in packages),
+        "wheels": installable_wheels(packages, wheels),
+        "python": python_version,
+    }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
     first = packages[0].partition("==")
     return _NAME_UNSAFE.sub("_", f"{first[0]}-{first[2]}") + f"-{digest}"
@@ -65,8 +66,11 @@ def venvs_to_remove(venvs, keep: int, protected) -> list:
     newest ``keep`` finished ones stay, and so does every name in ``protected`` (the live one,
     the last known good, the one this deploy wants), however old. Unfinished builds go unless
     protected. Oldest first."""
-    finished = sorted((v for v in venvs if v.get("built_at") is not None),
-                      key=lambda v: (v["built_at"], v["name"]), reverse=True)
-    kept = {v["name"] for v in finished[:max(keep, 0)]} | {p for p in protected if p}
+    finished = sorted(
+        (v for v in venvs if v.get("built_at") is not None),
+        key=lambda v: (v["built_at"], v["name"]),
+        reverse=True,
+    )
+    kept = {v["name"] for v in finished[: max(keep, 0)]} | {p for p in protected if p}
     gone = [v for v in venvs if v["name"] not in kept]
     return [v["name"] for v in sorted(gone, key=lambda v: (v.get("built_at") or 0, v["name"]))]

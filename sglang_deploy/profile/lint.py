@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import TextIO
 
-from sglang_deploy.profile.engine_flags import lint_flags
 from sglang_deploy.errors import ProfileError
 from sglang_deploy.plan.model_sources import lint_sources
+from sglang_deploy.profile.engine_flags import lint_flags
 from sglang_deploy.profile.nccl_lint import Finding, lint_env
 from sglang_deploy.profile.schema import PROFILES_DIR, Profile, load_profile, schema_json
 
@@ -28,16 +28,17 @@ def lint_profile(profile: Profile, *, pcie_only: bool = True) -> list[Finding]:
     """The findings of one loaded profile: its flag names, then its NCCL variables. Every node
     this project provisions is PCIe-only, so `pcie_only` is true unless a caller knows better;
     profiles do not say (yet)."""
-    return (lint_flags(profile) + lint_env(profile.env, pcie_only=pcie_only)
-            + lint_sources(profile))
+    return lint_flags(profile) + lint_env(profile.env, pcie_only=pcie_only) + lint_sources(profile)
 
 
-def finding_lines(profile: Profile, *, where: Optional[str] = None) -> tuple[list[str], list[str]]:
+def finding_lines(profile: Profile, *, where: str | None = None) -> tuple[list[str], list[str]]:
     """(errors, warnings) of one loaded profile, each a line naming its file (or `where`)."""
     where = where or _display(profile.source[0])
     findings = lint_profile(profile)
-    return ([f"{where}: {f}" for f in findings if f.severity == "error"],
-            [f"{where}: {f}" for f in findings if f.severity != "error"])
+    return (
+        [f"{where}: {f}" for f in findings if f.severity == "error"],
+        [f"{where}: {f}" for f in findings if f.severity != "error"],
+    )
 
 
 def default_profiles() -> list[str]:
@@ -45,7 +46,7 @@ def default_profiles() -> list[str]:
     return [_display(path) for path in sorted(PROFILES_DIR.glob("*.yml"))]
 
 
-def run(refs: list[str], *, strict: bool = False, out: Optional[TextIO] = None) -> int:
+def run(refs: list[str], *, strict: bool = False, out: TextIO | None = None) -> int:
     """Lint each profile in `refs` (names or paths); print findings and a count (to `out`,
     default standard output); the exit status."""
     out = out or sys.stdout
@@ -62,20 +63,28 @@ def run(refs: list[str], *, strict: bool = False, out: Optional[TextIO] = None) 
             print(line, file=out)
         errors += len(found_errors)
         warnings += len(found_warnings)
-    print(f"{_count(len(refs), 'profile')} checked: {_count(errors, 'error')}, "
-          f"{_count(warnings, 'warning')}", file=out)
+    print(
+        f"{_count(len(refs), 'profile')} checked: {_count(errors, 'error')}, {_count(warnings, 'warning')}",
+        file=out,
+    )
     return 1 if errors or (strict and warnings) else 0
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m sglang_deploy.profile.lint",
-        description="Check profiles: schema, flag names, then NCCL variables (PCIe-only nodes).")
-    parser.add_argument("profiles", nargs="*", metavar="PROFILE_OR_PATH",
-                        help="profile names or files (default: every profiles/*.yml)")
+        description="Check profiles: schema, flag names, then NCCL variables (PCIe-only nodes).",
+    )
+    parser.add_argument(
+        "profiles",
+        nargs="*",
+        metavar="PROFILE_OR_PATH",
+        help="profile names or files (default: every profiles/*.yml)",
+    )
     parser.add_argument("--strict", action="store_true", help="warnings fail too")
-    parser.add_argument("--schema", action="store_true",
-                        help="print the JSON Schema of a profile file and exit")
+    parser.add_argument(
+        "--schema", action="store_true", help="print the JSON Schema of a profile file and exit"
+    )
     args = parser.parse_args(argv)
     if args.schema:
         if args.profiles or args.strict:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, get_args, get_origin
+from typing import Any, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -31,8 +31,10 @@ class KeyProblem(ValueError):
 
 # -- YAML with locations ---------------------------------------------------------------------
 
+
 class _Located(dict):
     """A mapping that remembers, per key, the (file, line) that set it."""
+
     where: dict
 
 
@@ -54,8 +56,9 @@ class _Loader(yaml.SafeLoader):
             except TypeError:  # unhashable key: the base class reports it
                 continue
             if first:
-                raise ProfileError(f"duplicate key {key!r} (first on line {first[1]})",
-                                   file=self.name, line=line)
+                raise ProfileError(
+                    f"duplicate key {key!r} (first on line {first[1]})", file=self.name, line=line
+                )
             where[key] = (self.name, line)
         mapping = _Located(super().construct_mapping(node, deep))
         mapping.where = where
@@ -125,24 +128,27 @@ def _locate(value: Any, origin: str) -> Any:
         located = _LocatedList(_locate(child, origin) for child in value)
     else:
         return value
-    located.where = dict.fromkeys(located.keys() if isinstance(located, dict)
-                                  else range(len(located)), (origin, None))
+    located.where = dict.fromkeys(
+        located.keys() if isinstance(located, dict) else range(len(located)), (origin, None)
+    )
     return located
 
 
 # -- Layers: extends chain and overrides -----------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Layers:
     """A profile's files merged root first, overrides on top: what the schema validates."""
 
-    data: _Located            # the merged mapping; every key knows its (file, line)
+    data: _Located  # the merged mapping; every key knows its (file, line)
     source: tuple[Path, ...]  # the files read, leaf first
-    leaf: str                 # the leaf file as errors name it
+    leaf: str  # the leaf file as errors name it
 
 
-def read_layers(ref: str | Path, profiles_dir: str | Path,
-                overrides: Optional[Mapping[str, Any]] = None) -> Layers:
+def read_layers(
+    ref: str | Path, profiles_dir: str | Path, overrides: Mapping[str, Any] | None = None
+) -> Layers:
     """Read profile `ref` (a name under `profiles_dir`, or a path), resolve its `extends:`
     chain and deep-merge `overrides` (host data) on top. Nothing is validated yet."""
     profiles_dir = Path(profiles_dir).resolve()
@@ -152,16 +158,17 @@ def read_layers(ref: str | Path, profiles_dir: str | Path,
         raise ProfileError(str(exc)) from None
     leaf = _display(path)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", path.stem):
-        raise ProfileError("a profile file name is letters, digits and ._- "
-                           "(the name is written into rendered files)", file=leaf)
+        raise ProfileError(
+            "a profile file name is letters, digits and ._- (the name is written into rendered files)",
+            file=leaf,
+        )
     chain = _chain(path, profiles_dir)
     data = _locate({}, leaf)
     for _, layer in reversed(chain):  # root first, so each child wins over its parent
         data = _merge(data, layer)
     if overrides is not None:
         if not isinstance(overrides, Mapping) or "extends" in overrides:
-            raise ProfileError("must be a mapping of profile keys (extends: only in files)",
-                               key=OVERRIDES)
+            raise ProfileError("must be a mapping of profile keys (extends: only in files)", key=OVERRIDES)
         data = _merge(data, _locate(overrides, OVERRIDES))
     return Layers(data, tuple(p for p, _ in chain), leaf)
 
@@ -190,15 +197,14 @@ def _chain(path: Path, profiles_dir: Path) -> list[tuple[Path, _Located]]:
         parent = data.pop("extends")
         file, line = data.where.pop("extends")
         if not isinstance(parent, str) or not parent.strip():
-            raise ProfileError("must be a profile name or a path",
-                               file=file, key="extends", line=line)
+            raise ProfileError("must be a profile name or a path", file=file, key="extends", line=line)
         try:
             path = _find(parent, here.parent, [here.parent, profiles_dir])
         except LookupError as exc:
             raise ProfileError(str(exc), file=file, key="extends", line=line) from None
         seen = [p for p, _ in chain]
         if path in seen:
-            cycle = " -> ".join(_display(p) for p in seen[seen.index(path):] + [path])
+            cycle = " -> ".join(_display(p) for p in seen[seen.index(path) :] + [path])
             raise ProfileError(f"cycle: {cycle}", file=file, key="extends", line=line)
         chain.append((path, _read(path)))
     return chain
@@ -218,6 +224,7 @@ def _merge(base: Any, over: Any) -> Any:
 
 
 # -- Validation errors, located --------------------------------------------------------------
+
 
 def located_error(exc: ValidationError, layers: Layers, schema: type[BaseModel]) -> ProfileError:
     """`exc` (from validating `layers.data` against `schema`) as one ProfileError, one line per
@@ -251,7 +258,7 @@ def _one_error(err: Mapping[str, Any], layers: Layers, schema: type[BaseModel]) 
     return ProfileError(reason, file=file or layers.leaf, key=key or None, line=line)
 
 
-def _where(data: Any, loc: tuple) -> tuple[Optional[str], Optional[int]]:
+def _where(data: Any, loc: tuple) -> tuple[str | None, int | None]:
     """(file, line) of the deepest key along `loc` whose location is known."""
     found = (None, None)
     for part in loc:

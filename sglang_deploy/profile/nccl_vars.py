@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
 
 MAXCHANNELS = 64  # NCCL's channel (CTA) limit: larger counts are capped to it
 
@@ -43,19 +42,19 @@ class NcclVar:
     # "name" (one of `values`, any case), or "" (not checked).
     kind: str = ""
     values: tuple = ()
-    minimum: int = 0              # "integer": the smallest value NCCL uses
-    cap: Optional[int] = None     # "integer": the largest before NCCL caps it
-    default: Optional[int] = None
-    power_of_two: bool = False    # the guide recommends powers of two
+    minimum: int = 0  # "integer": the smallest value NCCL uses
+    cap: int | None = None  # "integer": the largest before NCCL caps it
+    default: int | None = None
+    power_of_two: bool = False  # the guide recommends powers of two
     # The protocols the variable applies to, and where the others take it from: with every
     # one of them switched off by NCCL_PROTO it has no effect.
     protocols: tuple = ()
     elsewhere: str = ""
-    logged: bool = False          # NCCL logs "<name> set by environment to <value>" when read
+    logged: bool = False  # NCCL logs "<name> set by environment to <value>" when read
     needs_two_ranks: bool = False  # ... but only in a communicator of at least two ranks
-    debugging: bool = False       # the guide lists it under "Debugging": not for production
-    pcie_tuning: bool = False     # setting it marks a profile as tuned for PCIe-only GPUs
-    deprecated_since: str = ""    # NCCL version
+    debugging: bool = False  # the guide lists it under "Debugging": not for production
+    pcie_tuning: bool = False  # setting it marks a profile as tuned for PCIe-only GPUs
+    deprecated_since: str = ""  # NCCL version
     replaced_by: str = ""
 
 
@@ -69,35 +68,79 @@ def _switch(name, values=(0, 1), **more):
 
 # The variables this project has rules for.
 _RULES = (
-    NcclVar("NCCL_PROTO", "selection", PROTOCOLS, logged=True, needs_two_ranks=True,
-            debugging=True, pcie_tuning=True),
-    NcclVar("NCCL_ALGO", "selection", ALGORITHMS, logged=True, needs_two_ranks=True,
-            debugging=True, pcie_tuning=True),
-    NcclVar("NCCL_P2P_LEVEL", "p2p_level", P2P_LEVELS, logged=True, debugging=True,
-            pcie_tuning=True),
+    NcclVar(
+        "NCCL_PROTO",
+        "selection",
+        PROTOCOLS,
+        logged=True,
+        needs_two_ranks=True,
+        debugging=True,
+        pcie_tuning=True,
+    ),
+    NcclVar(
+        "NCCL_ALGO",
+        "selection",
+        ALGORITHMS,
+        logged=True,
+        needs_two_ranks=True,
+        debugging=True,
+        pcie_tuning=True,
+    ),
+    NcclVar("NCCL_P2P_LEVEL", "p2p_level", P2P_LEVELS, logged=True, debugging=True, pcie_tuning=True),
     _switch("NCCL_P2P_DISABLE", debugging=True),
     _switch("NCCL_SHM_DISABLE", debugging=True),
-    _integer("NCCL_MAX_NCHANNELS", 1, MAXCHANNELS, logged=True, debugging=True, pcie_tuning=True,
-             deprecated_since="2.17", replaced_by="NCCL_MAX_CTAS"),
-    _integer("NCCL_MIN_NCHANNELS", 0, MAXCHANNELS, logged=True, debugging=True,
-             deprecated_since="2.17", replaced_by="NCCL_MIN_CTAS"),
+    _integer(
+        "NCCL_MAX_NCHANNELS",
+        1,
+        MAXCHANNELS,
+        logged=True,
+        debugging=True,
+        pcie_tuning=True,
+        deprecated_since="2.17",
+        replaced_by="NCCL_MAX_CTAS",
+    ),
+    _integer(
+        "NCCL_MIN_NCHANNELS",
+        0,
+        MAXCHANNELS,
+        logged=True,
+        debugging=True,
+        deprecated_since="2.17",
+        replaced_by="NCCL_MIN_CTAS",
+    ),
     _integer("NCCL_MAX_CTAS", 1, MAXCHANNELS, logged=True, debugging=True),
     _integer("NCCL_MIN_CTAS", 1, MAXCHANNELS, logged=True, debugging=True),
-    _integer("NCCL_BUFFSIZE", default=4194304, power_of_two=True, protocols=("Simple",),
-             elsewhere="it sizes only the Simple protocol's buffer (LL uses NCCL_LL_BUFFSIZE)",
-             logged=True, debugging=True),
-    _switch("NCCL_NTHREADS", NTHREADS, default=512, protocols=("Simple", "LL"),
-            elsewhere="LL128 uses NCCL_LL128_NTHREADS", logged=True, debugging=True),
+    _integer(
+        "NCCL_BUFFSIZE",
+        default=4194304,
+        power_of_two=True,
+        protocols=("Simple",),
+        elsewhere="it sizes only the Simple protocol's buffer (LL uses NCCL_LL_BUFFSIZE)",
+        logged=True,
+        debugging=True,
+    ),
+    _switch(
+        "NCCL_NTHREADS",
+        NTHREADS,
+        default=512,
+        protocols=("Simple", "LL"),
+        elsewhere="LL128 uses NCCL_LL128_NTHREADS",
+        logged=True,
+        debugging=True,
+    ),
     _integer("NCCL_LL_BUFFSIZE", logged=True),
     _integer("NCCL_LL128_BUFFSIZE", logged=True),
     _integer("NCCL_LL128_NTHREADS", logged=True),
     _integer("NCCL_NVLS_NCHANNELS"),
     NcclVar("NCCL_DEBUG", "name", DEBUG_LEVELS),
     _switch("NCCL_NVLS_ENABLE", (0, 1, 2)),  # 2, the default: NVLS where the GPUs support it
-    *(_switch("NCCL_" + name) for name in """
+    *(
+        _switch("NCCL_" + name)
+        for name in """
 IB_DISABLE P2P_DIRECT_DISABLE NVB_DISABLE PXN_DISABLE CUMEM_ENABLE CUMEM_HOST_ENABLE
 DMABUF_ENABLE NET_GDR_READ GDRCOPY_ENABLE COLLNET_ENABLE RUNTIME_CONNECT LOCAL_REGISTER
-GRAPH_REGISTER IGNORE_CPU_AFFINITY""".split()),
+GRAPH_REGISTER IGNORE_CPU_AFFINITY""".split()
+    ),
 )
 
 # Every other variable NCCL 2.30 reads (NCCL_PARAM, DEFINE_NCCL_PARAM and ncclGetEnv in src/).
@@ -159,8 +202,9 @@ WORK_FIFO_BYTES
 """
 
 VARIABLES = {var.name: var for var in _RULES}
-VARIABLES.update((name, NcclVar(name)) for name in ("NCCL_" + n for n in _OTHERS.split())
-                 if name not in VARIABLES)
+VARIABLES.update(
+    (name, NcclVar(name)) for name in ("NCCL_" + n for n in _OTHERS.split()) if name not in VARIABLES
+)
 
 KNOWN = frozenset(VARIABLES)
 DEBUGGING = tuple(var.name for var in _RULES if var.debugging)
@@ -170,12 +214,18 @@ PCIE_TUNING = tuple(var.name for var in _RULES if var.pcie_tuning)
 
 # Names from older guides that NCCL 2.30 no longer reads, and names PyTorch reads.
 RETIRED = {
-    "NCCL_CHECKS_DISABLE": "", "NCCL_IB_CUDA_SUPPORT": "", "NCCL_LL_THRESHOLD": "",
-    "NCCL_TREE_THRESHOLD": "", "NCCL_SINGLE_RING_THRESHOLD": "", "NCCL_RINGS": "",
+    "NCCL_CHECKS_DISABLE": "",
+    "NCCL_IB_CUDA_SUPPORT": "",
+    "NCCL_LL_THRESHOLD": "",
+    "NCCL_TREE_THRESHOLD": "",
+    "NCCL_SINGLE_RING_THRESHOLD": "",
+    "NCCL_RINGS": "",
     "NCCL_IB_GDR_LEVEL": " (renamed NCCL_NET_GDR_LEVEL)",
 }
-PYTORCH = {name: "TORCH_" + name for name in (
-    "NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT", "NCCL_DESYNC_DEBUG", "NCCL_ENABLE_TIMING")}
+PYTORCH = {
+    name: "TORCH_" + name
+    for name in ("NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT", "NCCL_DESYNC_DEBUG", "NCCL_ENABLE_TIMING")
+}
 
 
 # -- Reading values the way NCCL does --------------------------------------------------------
@@ -196,7 +246,7 @@ def strtoll(value: str) -> tuple[int, bool]:
     return number, match.end() == len(value)
 
 
-def p2p_level(value: str) -> Optional[str]:
+def p2p_level(value: str) -> str | None:
     """The NCCL_P2P_LEVEL that `value` sets (a legacy integer as its level name), or None
     where NCCL ignores it (a name in another case, an unknown name). Legacy integers are
     taken whole only: NCCL reads a digit-led prefix of anything, which no profile means."""

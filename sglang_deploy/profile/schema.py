@@ -11,10 +11,19 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
-                      PlainValidator, PrivateAttr, ValidationError, model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.profile.loader import OVERRIDES, KeyProblem, located_error, read_layers
@@ -27,6 +36,7 @@ _ONE_LINE_BREAKERS = ("\n", "\r", "\x00")
 
 # -- Field types -----------------------------------------------------------------------------
 
+
 def _pattern(regex: str, expected: str) -> AfterValidator:
     compiled = re.compile(regex)
 
@@ -34,6 +44,7 @@ def _pattern(regex: str, expected: str) -> AfterValidator:
         if not compiled.fullmatch(value):
             raise ValueError(f"{value!r} is not {expected}")
         return value
+
     return AfterValidator(check)
 
 
@@ -57,17 +68,23 @@ def _unit_text(value: str) -> str:
     return value
 
 
-_RESERVED_FLAGS = {"model-path": "model.path", "model": "model.path",
-                   "served-model-name": "model.served_name",
-                   "host": "service.host", "port": "service.port"}
+_RESERVED_FLAGS = {
+    "model-path": "model.path",
+    "model": "model.path",
+    "served-model-name": "model.served_name",
+    "host": "service.host",
+    "port": "service.port",
+}
 
 
 def _flag_name(name: str) -> str:
     if name.startswith("-"):
         raise ValueError(f"write flag names without leading dashes ({name.lstrip('-')!r})")
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
-        raise ValueError(f"{name!r} is not a flag name (lower-case letters, digits and dashes, "
-                         f"e.g. {name.replace('_', '-').lower() or 'tp-size'!r})")
+        raise ValueError(
+            f"{name!r} is not a flag name (lower-case letters, digits and dashes, "
+            f"e.g. {name.replace('_', '-').lower() or 'tp-size'!r})"
+        )
     if name in _RESERVED_FLAGS:
         raise ValueError(f"comes from {_RESERVED_FLAGS[name]}; remove it from server_args")
     return name
@@ -76,70 +93,91 @@ def _flag_name(name: str) -> str:
 def _arg_value(value: Any) -> Any:
     scalar = (str, int, float)
     ok_scalar = value is None or isinstance(value, (bool, *scalar))
-    ok_list = (isinstance(value, list) and value
-               and all(isinstance(v, scalar) and not isinstance(v, bool) for v in value))
+    ok_list = (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, scalar) and not isinstance(v, bool) for v in value)
+    )
     if not (ok_scalar or ok_list):
-        raise ValueError("must be a string, a number, true/false/null "
-                         "or a non-empty list of strings and numbers")
+        raise ValueError(
+            "must be a string, a number, true/false/null or a non-empty list of strings and numbers"
+        )
     if any(isinstance(v, str) and "\x00" in v for v in (value if ok_list else [value])):
         raise ValueError("contains a NUL character")
     return value
 
 
-EnvName = Annotated[str, _pattern(r"[A-Za-z_][A-Za-z0-9_]*",
-                                  "a variable name ([A-Za-z_][A-Za-z0-9_]*)")]
-_Scalar = Union[str, int, float]
-EnvValue = Annotated[str, BeforeValidator(_env_scalar, json_schema_input_type=_Scalar),
-                     AfterValidator(_one_line)]
+EnvName = Annotated[str, _pattern(r"[A-Za-z_][A-Za-z0-9_]*", "a variable name ([A-Za-z_][A-Za-z0-9_]*)")]
+_Scalar = str | int | float
+EnvValue = Annotated[
+    str, BeforeValidator(_env_scalar, json_schema_input_type=_Scalar), AfterValidator(_one_line)
+]
 FlagName = Annotated[str, AfterValidator(_flag_name)]
-ArgValue = Annotated[Any, PlainValidator(
-    _arg_value, json_schema_input_type=Union[_Scalar, bool, None, list[_Scalar]])]
-Pin = Annotated[str, _pattern(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._,-]*\])?"
-                              r"==[A-Za-z0-9][A-Za-z0-9.+!_-]*", "an exact pin (name==version)")]
+ArgValue = Annotated[
+    Any, PlainValidator(_arg_value, json_schema_input_type=_Scalar | bool | None | list[_Scalar])
+]
+Pin = Annotated[
+    str,
+    _pattern(
+        r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._,-]*\])?"
+        r"==[A-Za-z0-9][A-Za-z0-9.+!_-]*",
+        "an exact pin (name==version)",
+    ),
+]
 # The venv path is written unquoted into ExecStart= and shell-free commands: keep it plain.
-VenvPath = Annotated[str, _pattern(r"(/[A-Za-z0-9._+@-]+)+",
-                                   "an absolute path of letters, digits and ._+@- (no trailing /)")]
+VenvPath = Annotated[
+    str, _pattern(r"(/[A-Za-z0-9._+@-]+)+", "an absolute path of letters, digits and ._+@- (no trailing /)")
+]
 AbsPath = Annotated[str, _pattern(r"/[^\x00-\x1f]*", "an absolute path")]
 Word = Annotated[str, _pattern(r"\S+", "one word (non-empty, no spaces)")]
-UnitStem = Annotated[str, _pattern(r"[A-Za-z0-9][A-Za-z0-9:_.-]{0,199}",
-                                   "a systemd unit name without suffix (letters, digits, :_.-)")]
+UnitStem = Annotated[
+    str,
+    _pattern(
+        r"[A-Za-z0-9][A-Za-z0-9:_.-]{0,199}", "a systemd unit name without suffix (letters, digits, :_.-)"
+    ),
+]
 UserName = Annotated[str, _pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}", "a user name or UID")]
 Description = Annotated[str, Field(min_length=1), AfterValidator(_unit_text)]
-RestartPolicy = Literal["no", "on-success", "on-failure", "on-abnormal", "on-watchdog",
-                        "on-abort", "always"]
+RestartPolicy = Literal["no", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort", "always"]
 
 
 # -- The profile -----------------------------------------------------------------------------
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 class Engine(_Section):
-    venv: VenvPath = "/opt/sglang/venv"   # the engine's own virtualenv
-    python: Word = "python3"              # interpreter that creates the venv
+    venv: VenvPath = "/opt/sglang/venv"  # the engine's own virtualenv
+    python: Word = "python3"  # interpreter that creates the venv
     packages: list[Pin] = Field(min_length=1)  # exact pins: the profile says what is installed
-    find_links: list[str] = []            # controller-side wheel files/dirs; pip uses --no-index
+    find_links: list[str] = []  # controller-side wheel files/dirs; pip uses --no-index
     # Distributions whose installed files are checked against their wheels' RECORD (drift):
     # the incident's real cause was untracked edits inside installed SGLang files.
     drift_check: list[Word] = ["sglang"]
-    allow_drift: bool = False             # true: a drifted engine only warns; false: no restart
+    allow_drift: bool = False  # true: a drifted engine only warns; false: no restart
 
 
 class HuggingFaceRepo(_Section):
-    repo: Annotated[str, _pattern(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?",
-                                  "a Hugging Face repo id (owner/name)")]
+    repo: Annotated[
+        str,
+        _pattern(
+            r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?", "a Hugging Face repo id (owner/name)"
+        ),
+    ]
     # A commit, never a branch or tag: a branch moves, so the same profile would stage another
     # model tomorrow.
-    revision: Annotated[str, _pattern(r"[0-9a-f]{40}", "a 40-hex commit id (a branch or tag "
-                                                       "name moves: not reproducible)")]
+    revision: Annotated[
+        str, _pattern(r"[0-9a-f]{40}", "a 40-hex commit id (a branch or tag name moves: not reproducible)")
+    ]
 
 
 class Source(_Section):
     """Where a model directory comes from: at most one of these; neither is `source: path`."""
 
-    controller: Optional[str] = None  # a directory on the operator's machine (relative: to the repo)
-    huggingface: Optional[HuggingFaceRepo] = None  # downloaded on the node (HF_TOKEN: secrets)
+    controller: str | None = None  # a directory on the operator's machine (relative: to the repo)
+    huggingface: HuggingFaceRepo | None = None  # downloaded on the node (HF_TOKEN: secrets)
 
     @model_validator(mode="after")
     def _one_kind(self) -> Source:
@@ -149,8 +187,13 @@ class Source(_Section):
 
     @property
     def kind(self) -> str:
-        return ("controller" if self.controller is not None
-                else "huggingface" if self.huggingface is not None else "path")
+        return (
+            "controller"
+            if self.controller is not None
+            else "huggingface"
+            if self.huggingface is not None
+            else "path"
+        )
 
 
 def _source_word(value: Any) -> Any:
@@ -158,17 +201,18 @@ def _source_word(value: Any) -> Any:
     if value == "path":
         return {}
     if isinstance(value, str):
-        raise ValueError(f"{value!r} is not a source: path, {{controller: DIR}} or "
-                         "{huggingface: {repo: R, revision: COMMIT}}")
+        raise ValueError(
+            f"{value!r} is not a source: path, {{controller: DIR}} or "
+            "{huggingface: {repo: R, revision: COMMIT}}"
+        )
     return value
 
 
-ModelSource = Annotated[Source, BeforeValidator(_source_word,
-                                                json_schema_input_type=Union[Literal["path"], dict])]
+ModelSource = Annotated[Source, BeforeValidator(_source_word, json_schema_input_type=Literal["path"] | dict)]
 
 
 class Model(_Section):
-    path: AbsPath    # on the node; nothing is downloaded at start-up
+    path: AbsPath  # on the node; nothing is downloaded at start-up
     served_name: Word
     # How `path` gets there: `path` (already on the node), {controller: DIR} or
     # {huggingface: {repo: R, revision: COMMIT}}; staged and verified by model_staging.py.
@@ -178,27 +222,27 @@ class Model(_Section):
 
 
 class Secret(_Section):
-    from_env: EnvName       # the operator's environment variable holding the value
+    from_env: EnvName  # the operator's environment variable holding the value
     required: bool = False  # unset and required: the deploy stops; unset and optional: left out
 
 
 class Service(_Section):
-    name: UnitStem = "sglang"                   # <name>.service, /etc/sglang/<name>.env
-    host: Word = "0.0.0.0"                      # --host: every interface
-    port: int = Field(30000, ge=1, le=65535)    # --port: SGLang's own default
-    user: UserName = "root"                     # User=: the GPUs and /models need no extra setup
-    restart: RestartPolicy = "on-failure"       # Restart=: not after a clean stop
-    restart_sec: int = Field(10, ge=0)          # RestartSec=: no tight crash loop
+    name: UnitStem = "sglang"  # <name>.service, /etc/sglang/<name>.env
+    host: Word = "0.0.0.0"  # --host: every interface
+    port: int = Field(30000, ge=1, le=65535)  # --port: SGLang's own default
+    user: UserName = "root"  # User=: the GPUs and /models need no extra setup
+    restart: RestartPolicy = "on-failure"  # Restart=: not after a clean stop
+    restart_sec: int = Field(10, ge=0)  # RestartSec=: no tight crash loop
     timeout_start_sec: int = Field(1800, ge=1)  # TimeoutStartSec=; readiness is the gate's job
-    timeout_stop_sec: int = Field(120, ge=1)    # TimeoutStopSec=: workers must free GPU memory
+    timeout_stop_sec: int = Field(120, ge=1)  # TimeoutStopSec=: workers must free GPU memory
     # Multi-node (a serving group, sglang_deploy/plan/serving_group.py): the port of rank 0's
     # --dist-init-addr, where torch's TCPStore waits for the other nodes' ranks.
     dist_init_port: int = Field(20000, ge=1, le=65535)
 
 
 class Readiness(_Section):
-    timeout_s: int = Field(1200, gt=0)           # 20 min: 1T weights + CUDA graphs took ~9
-    poll_interval_s: float = Field(0.25, gt=0)   # the gate notices ready/dead within a second
+    timeout_s: int = Field(1200, gt=0)  # 20 min: 1T weights + CUDA graphs took ~9
+    poll_interval_s: float = Field(0.25, gt=0)  # the gate notices ready/dead within a second
     progress_every_s: float = Field(10.0, gt=0)  # a progress line while the server loads
     # No new log line for this long outside the long phases (loading weights, capturing CUDA
     # graphs) is reported as a hang, before the full timeout.
@@ -214,25 +258,27 @@ class Throughput(_Section):
     60 tok/s; no expectation set: the figures are recorded, nothing is judged."""
 
     enabled: bool = True
-    requests: int = Field(5, ge=1, le=100)          # timed requests; the median is the figure
-    warmup_requests: int = Field(1, ge=0, le=20)    # untimed, first (caches, CUDA graphs' paths)
-    max_tokens: int = Field(128, ge=2, le=4096)     # tokens decoded per request
+    requests: int = Field(5, ge=1, le=100)  # timed requests; the median is the figure
+    warmup_requests: int = Field(1, ge=0, le=20)  # untimed, first (caches, CUDA graphs' paths)
+    max_tokens: int = Field(128, ge=2, le=4096)  # tokens decoded per request
     prompts: list[Annotated[str, Field(min_length=1)]] = []  # cycled; none: one fixed prompt
-    timeout_s: float = Field(60.0, gt=0)            # per request
-    min_decode_tok_s: Optional[float] = Field(None, gt=0)    # absolute floor (median)
+    timeout_s: float = Field(60.0, gt=0)  # per request
+    min_decode_tok_s: float | None = Field(None, gt=0)  # absolute floor (median)
     # Largest drop, in %, under the last known good's figure recorded on the same node.
-    max_regression_pct: Optional[float] = Field(None, ge=0, le=100)
+    max_regression_pct: float | None = Field(None, ge=0, le=100)
     # warn: served and recorded, with a warning; fail: the deploy fails, the new configuration
     # keeps serving but is not the last known good; rollback: back to the last known good.
     on_regression: Literal["warn", "fail", "rollback"] = "warn"
+
+
 DriverVersion = Annotated[str, _pattern(r"[0-9]+(\.[0-9]+)*", "an NVIDIA driver version (e.g. 550.54.15)")]
 GpuModel = Annotated[str, Field(min_length=1), AfterValidator(_one_line)]
 
 
 class Gpu(_Section):
     # Checked by preflight and `make verify` where nvidia-smi exists ("no GPU: skipped" elsewhere).
-    min_driver: Optional[DriverVersion] = None  # oldest NVIDIA driver accepted; null: any
-    model: Optional[GpuModel] = None            # text every GPU's name contains, e.g. H200; null: any
+    min_driver: DriverVersion | None = None  # oldest NVIDIA driver accepted; null: any
+    model: GpuModel | None = None  # text every GPU's name contains, e.g. H200; null: any
     # The driver stays initialised between processes (no seconds-long re-init per start):
     # nvidia-persistenced's unit enabled where the driver ships it, else `nvidia-smi -pm 1`.
     persistence_mode: bool = True
@@ -255,8 +301,8 @@ class Profile(_Section):
     engine: Engine
     model: Model
     server_args: dict[FlagName, ArgValue] = {}  # argv, in order; true: bare flag; false/null: none
-    env: dict[EnvName, EnvValue] = {}           # env file and start-up hook
-    secrets: dict[EnvName, Secret] = {}         # env file only, from the operator's environment
+    env: dict[EnvName, EnvValue] = {}  # env file and start-up hook
+    secrets: dict[EnvName, Secret] = {}  # env file only, from the operator's environment
     service: Service = Field(default_factory=Service)
     readiness: Readiness = Field(default_factory=Readiness)
     hook: Hook = Field(default_factory=Hook)
@@ -270,8 +316,11 @@ class Profile(_Section):
     def _secrets_stay_out_of_env(self) -> Profile:
         for name in self.env:
             if name in self.secrets:
-                raise KeyProblem(("env", name), "also a secret: keep it under secrets only "
-                                 "(env goes into the world-readable start-up hook)")
+                raise KeyProblem(
+                    ("env", name),
+                    "also a secret: keep it under secrets only "
+                    "(env goes into the world-readable start-up hook)",
+                )
         return self
 
     @property
@@ -285,7 +334,7 @@ class Profile(_Section):
         return self._source
 
     @property
-    def draft_path(self) -> Optional[str]:
+    def draft_path(self) -> str | None:
         """The EAGLE-3 draft model's directory on the node, if the profile names one."""
         found = self.server_args.get("speculative-draft-model-path")
         return str(found) if isinstance(found, (str, int, float)) and found else None
@@ -317,8 +366,16 @@ class Profile(_Section):
 
     def argv(self) -> list[str]:
         """SGLang's command-line arguments (after `python -m sglang.launch_server`)."""
-        argv = ["--model-path", self.model.path, "--served-model-name", self.model.served_name,
-                "--host", self.service.host, "--port", str(self.service.port)]
+        argv = [
+            "--model-path",
+            self.model.path,
+            "--served-model-name",
+            self.model.served_name,
+            "--host",
+            self.service.host,
+            "--port",
+            str(self.service.port),
+        ]
         for flag, value in self.server_args.items():
             if value is None or value is False:
                 continue
@@ -334,12 +391,15 @@ class Profile(_Section):
             value = operator_env.get(secret.from_env)
             if value is None:
                 if secret.required:
-                    raise DeployError(f"secret {name}: set {secret.from_env} in the deploy's "
-                                      f"environment (profile {self.name} requires it)")
+                    raise DeployError(
+                        f"secret {name}: set {secret.from_env} in the deploy's "
+                        f"environment (profile {self.name} requires it)"
+                    )
                 continue
             if any(c in value for c in _ONE_LINE_BREAKERS):
-                raise DeployError(f"secret {name}: {secret.from_env} must be one line "
-                                  f"(no newline, carriage return or NUL)")
+                raise DeployError(
+                    f"secret {name}: {secret.from_env} must be one line (no newline, carriage return or NUL)"
+                )
             out[name] = value
         return out
 
@@ -351,13 +411,13 @@ class Profile(_Section):
 def schema_json() -> str:
     """JSON Schema of a profile file, for editors."""
     schema = Profile.model_json_schema()
-    schema["properties"] = {"extends": {"type": "string", "title": "Extends"},
-                            **schema["properties"]}
+    schema["properties"] = {"extends": {"type": "string", "title": "Extends"}, **schema["properties"]}
     return json.dumps(schema, indent=2)
 
 
-def load_profile(ref: str | Path, profiles_dir: str | Path = PROFILES_DIR,
-                 overrides: Optional[Mapping[str, Any]] = None) -> Profile:
+def load_profile(
+    ref: str | Path, profiles_dir: str | Path = PROFILES_DIR, overrides: Mapping[str, Any] | None = None
+) -> Profile:
     """Read profile `ref` (a name under `profiles_dir`, or a path), resolve its `extends:`
     chain, deep-merge `overrides` (host data) on top and validate.
 

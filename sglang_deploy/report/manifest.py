@@ -20,9 +20,13 @@ MANIFESTS_DIR = REPO_ROOT / "reports" / "manifests"
 def record(host_name, profile_name, manifest, directory=MANIFESTS_DIR) -> Path:
     """Write one deploy's manifest; returns its path."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    entry = {"host": host_name, "profile": profile_name, "recorded_at": stamp,
-             "distributions": manifest["manifest"],
-             "missing_distributions": manifest.get("missing_distributions", [])}
+    entry = {
+        "host": host_name,
+        "profile": profile_name,
+        "recorded_at": stamp,
+        "distributions": manifest["manifest"],
+        "missing_distributions": manifest.get("missing_distributions", []),
+    }
     host_dir = Path(directory) / host_name
     host_dir.mkdir(parents=True, exist_ok=True)
     path = host_dir / f"{stamp}.json"

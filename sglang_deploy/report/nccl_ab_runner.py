@@ -22,13 +22,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_deploy.profile import nccl_lint
 from sglang_deploy.cli import exit_on_deploy_error
-from sglang_deploy.plan.hosts import REPO_ROOT, inventory_hosts
 from sglang_deploy.node import nccl_ab as node_ab
 from sglang_deploy.node.lib import result as node_result
-from sglang_deploy.plan.hosts import ssh_argv
 from sglang_deploy.plan.host_plan import plan_for
+from sglang_deploy.plan.hosts import REPO_ROOT, inventory_hosts, ssh_argv
+from sglang_deploy.profile import nccl_lint
 
 REPORTS = REPO_ROOT / "reports" / "nccl-ab"
 
@@ -36,9 +35,18 @@ REPORTS = REPO_ROOT / "reports" / "nccl-ab"
 def node_args(name, plan, *, ablate=False, stop_server=False, rounds=None, sizes=None):
     """The node script's arguments for a host's plan."""
     profile = plan.profile
-    args = ["--env-file", plan.env_path, "--python", f"{profile.engine.venv}/bin/python",
-            "--nprocs", str(profile.tp_size), "--unit", plan.unit,
-            "--host-label", name]
+    args = [
+        "--env-file",
+        plan.env_path,
+        "--python",
+        f"{profile.engine.venv}/bin/python",
+        "--nprocs",
+        str(profile.tp_size),
+        "--unit",
+        plan.unit,
+        "--host-label",
+        name,
+    ]
     if ablate:
         args.append("--ablate")
     if stop_server:
@@ -77,11 +85,24 @@ def write_reports(host, result, reports=REPORTS, now=None):
 
 def run_host(name, data, args):
     plan = plan_for(data)
-    argv = ssh_argv(name, data, plan.scripts.nccl_ab(*node_args(
-        name, plan, ablate=args.ablate, stop_server=args.stop_server, rounds=args.rounds, sizes=args.sizes)))
+    argv = ssh_argv(
+        name,
+        data,
+        plan.scripts.nccl_ab(
+            *node_args(
+                name,
+                plan,
+                ablate=args.ablate,
+                stop_server=args.stop_server,
+                rounds=args.rounds,
+                sizes=args.sizes,
+            )
+        ),
+    )
     print(f"== {name}: {plan.profile.name}, env file {plan.env_path}", flush=True)
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lines = []
     for line in proc.stdout:
         lines.append(line)
@@ -90,8 +111,12 @@ def run_host(name, data, args):
     code = proc.wait()
     result = node_result.parse(lines)
     if result is None:
-        result = {"status": node_ab.FAILED, "cause": "no result line from the node (ssh or python3 failed, "
-                  "exit %d): %s" % (code, "".join(lines[-3:]).strip()), "details": {"host": name}}
+        result = {
+            "status": node_ab.FAILED,
+            "cause": "no result line from the node (ssh or python3 failed, "
+            "exit %d): %s" % (code, "".join(lines[-3:]).strip()),
+            "details": {"host": name},
+        }
         code = code or node_ab.EXIT[node_ab.FAILED]
     result["details"]["lint"] = lint_notes(plan.profile.env)
     result["details"]["profile"] = plan.profile.name
@@ -106,15 +131,21 @@ def main(argv=None):
     parser.add_argument("inventory", nargs="?", default="inventory/sandbox.py")
     parser.add_argument("--limit", help="comma-separated host names (default: every host)")
     parser.add_argument("--ablate", action="store_true", help="also remove each tuning variable in turn")
-    parser.add_argument("--stop-server", action="store_true",
-                        help="stop the server first; it stays stopped until the next deploy")
+    parser.add_argument(
+        "--stop-server",
+        action="store_true",
+        help="stop the server first; it stays stopped until the next deploy",
+    )
     parser.add_argument("--rounds", type=int, help="interleaved rounds per arm (node default 3)")
     parser.add_argument("--sizes", help="message sizes, e.g. 4K,64K,1M,16M")
     parser.add_argument("--reports", default=str(REPORTS), help="where the reports go")
     args = parser.parse_args(argv)
     if args.stop_server:
-        print("WARNING: --stop-server stops the server on every selected host and leaves it stopped; "
-              "run a deploy (make deploy) to start it again.", flush=True)
+        print(
+            "WARNING: --stop-server stops the server on every selected host and leaves it stopped; "
+            "run a deploy (make deploy) to start it again.",
+            flush=True,
+        )
     with exit_on_deploy_error():
         hosts = inventory_hosts(args.inventory)
         if args.limit:

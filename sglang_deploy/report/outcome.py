@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from pyinfra.api.state import BaseStateCallback, StateStage
 
-from sglang_deploy.report import throughput_log as throughput
 from sglang_deploy.cli import EXIT_DEPLOY_ERROR, EXIT_UNREACHABLE
+from sglang_deploy.report import throughput_log as throughput
 
 DEPLOYED = "deployed"
 UNCHANGED = "unchanged"
@@ -52,8 +52,17 @@ class Outcome:
         return f"sglang-deploy: {self.host}: {self.state}" + (f" ({self.why})" if self.why else "")
 
 
-def host_outcome(name, *, unreachable=None, failed_at=None, executed, prepared_ops, changed_ops,
-                 stopped_before=None, aborted=None):
+def host_outcome(
+    name,
+    *,
+    unreachable=None,
+    failed_at=None,
+    executed,
+    prepared_ops,
+    changed_ops,
+    stopped_before=None,
+    aborted=None,
+):
     """One host's outcome from what the run saw of it.
 
     unreachable: why the connection failed (None: connected); failed_at: the operation that
@@ -68,15 +77,17 @@ def host_outcome(name, *, unreachable=None, failed_at=None, executed, prepared_o
     if failed_at is not None:
         return Outcome(name, FAILED, f"at {failed_at}; its cause is above")
     if executed and stopped_before is not None:
-        return Outcome(name, FAILED, f"the run stopped before {stopped_before} completed; "
-                                     "its cause is above")
+        return Outcome(name, FAILED, f"the run stopped before {stopped_before} completed; its cause is above")
     if not prepared_ops:
         return Outcome(name, NOT_RUN, "the deploy stopped before its operations; see above")
     if aborted and not executed:
         return Outcome(name, NOT_RUN, f"nothing ran: {aborted}; see above")
     if not executed:
-        return Outcome(name, WOULD_CHANGE, _count(changed_ops, "operation")) if changed_ops \
+        return (
+            Outcome(name, WOULD_CHANGE, _count(changed_ops, "operation"))
+            if changed_ops
             else Outcome(name, UNCHANGED, "nothing would change")
+        )
     if changed_ops:
         return Outcome(name, DEPLOYED, _count(changed_ops, "operation") + " changed")
     return Outcome(name, UNCHANGED)
@@ -103,16 +114,17 @@ def exit_status(outcomes) -> int:
 def report_lines(outcomes) -> list:
     status = exit_status(outcomes)
     return [outcome.line() for outcome in outcomes] + [
-        f"sglang-deploy: exit status {status}: {EXIT_DESCRIPTIONS[status]}"]
+        f"sglang-deploy: exit status {status}: {EXIT_DESCRIPTIONS[status]}"
+    ]
 
 
 def with_rollout_notes(outcomes, notes=None):
     """Each host's outcome with what it serves after a rolling restart, where one ran."""
     if notes is None:
         from sglang_deploy.operations.rollout import ROLLOUT
+
         notes = ROLLOUT["run"].notes if "run" in ROLLOUT else {}
-    return [Outcome(o.host, o.state, "; ".join(filter(None, [o.why, notes.get(o.host)])))
-            for o in outcomes]
+    return [Outcome(o.host, o.state, "; ".join(filter(None, [o.why, notes.get(o.host)]))) for o in outcomes]
 
 
 def _count(n, noun):
@@ -188,12 +200,24 @@ class OutcomeRecorder(BaseStateCallback):
                 changed = sum(1 for data in ops.values() if _changed(data.operation_meta))
             else:
                 changed = state.meta[host].ops_change if host in state.meta else 0
-            stopped_before = next((_names(state, op_hash) for op_hash, data in ops.items()
-                                   if not data.operation_meta.is_complete()), None)
-            outcome = host_outcome(host.name, unreachable=unreachable, failed_at=failed_at,
-                                   executed=executed, prepared_ops=len(ops),
-                                   changed_ops=changed, stopped_before=stopped_before,
-                                   aborted=self.aborted.why)
+            stopped_before = next(
+                (
+                    _names(state, op_hash)
+                    for op_hash, data in ops.items()
+                    if not data.operation_meta.is_complete()
+                ),
+                None,
+            )
+            outcome = host_outcome(
+                host.name,
+                unreachable=unreachable,
+                failed_at=failed_at,
+                executed=executed,
+                prepared_ops=len(ops),
+                changed_ops=changed,
+                stopped_before=stopped_before,
+                aborted=self.aborted.why,
+            )
             outcome = with_note(outcome, throughput.NOTES.get(host.name))
             found.append(with_note(outcome, group_notes().get(host.name)))
         return found

@@ -22,7 +22,7 @@ WIDTH, HEIGHT = 560, 220
 LEFT, RIGHT, TOP, BOTTOM = 48, 12, 14, 34
 
 
-def series(entries) -> "OrderedDict":
+def series(entries) -> OrderedDict:
     """{(host, profile): [entries with a figure, oldest first]}, in order of first appearance."""
     found = OrderedDict()
     for entry in entries:
@@ -53,33 +53,49 @@ def svg(points, title) -> str:
     def y(value):
         return TOP + plot_h * (1 - value / top)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-           f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="11">',
-           f"<title>{html.escape(title)}</title>",
-           f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ccc"/>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="11">',
+        f"<title>{html.escape(title)}</title>",
+        f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ccc"/>',
+    ]
     for tick in (i * step for i in range(round(top / step) + 1)):
-        out.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#e4e4e4"/>'
-                   f'<text x="{LEFT - 4}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:.0f}</text>')
-    out.append(f'<text x="12" y="{TOP + plot_h / 2:.0f}" transform="rotate(-90 12 {TOP + plot_h / 2:.0f})" '
-               f'text-anchor="middle">decode tok/s</text>')
-    for i, (point, low, high) in enumerate(zip(points, lows, highs)):
-        out.append(f'<line x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{y(low):.1f}" y2="{y(high):.1f}" stroke="#888"/>')
+        out.append(
+            f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#e4e4e4"/>'
+            f'<text x="{LEFT - 4}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:.0f}</text>'
+        )
+    out.append(
+        f'<text x="12" y="{TOP + plot_h / 2:.0f}" transform="rotate(-90 12 {TOP + plot_h / 2:.0f})" '
+        f'text-anchor="middle">decode tok/s</text>'
+    )
+    for i, (_point, low, high) in enumerate(zip(points, lows, highs)):
+        out.append(
+            f'<line x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{y(low):.1f}" y2="{y(high):.1f}" stroke="#888"/>'
+        )
     if base:
-        out.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(base):.1f}" y2="{y(base):.1f}" '
-                   f'stroke="#777" stroke-dasharray="5 4"/><text x="{LEFT + plot_w - 4}" '
-                   f'y="{y(base) - 4:.1f}" text-anchor="end" fill="#555">baseline {base:.1f} '
-                   f'({html.escape(points[-1]["baseline"].get("profile", "?"))})</text>')
+        out.append(
+            f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(base):.1f}" y2="{y(base):.1f}" '
+            f'stroke="#777" stroke-dasharray="5 4"/><text x="{LEFT + plot_w - 4}" '
+            f'y="{y(base) - 4:.1f}" text-anchor="end" fill="#555">baseline {base:.1f} '
+            f"({html.escape(points[-1]['baseline'].get('profile', '?'))})</text>"
+        )
     line = " ".join(f"{x(i):.1f},{y(p['decode_tok_s']):.1f}" for i, p in enumerate(points))
     out.append(f'<polyline points="{line}" fill="none" stroke="#2463a6" stroke-width="1.5"/>')
     for i, point in enumerate(points):
         colour = "#c62828" if point.get("regression") else "#2463a6"
-        out.append(f'<circle cx="{x(i):.1f}" cy="{y(point["decode_tok_s"]):.1f}" r="3.5" fill="{colour}">'
-                   f'<title>{html.escape(point.get("time", "?"))}: {html.escape(phrase(point))}</title></circle>')
+        out.append(
+            f'<circle cx="{x(i):.1f}" cy="{y(point["decode_tok_s"]):.1f}" r="3.5" fill="{colour}">'
+            f"<title>{html.escape(point.get('time', '?'))}: {html.escape(phrase(point))}</title></circle>"
+        )
     for i in sorted({0, len(points) - 1}):
-        out.append(f'<text x="{x(i):.1f}" y="{HEIGHT - 18}" text-anchor="middle">'
-                   f'{html.escape(str(points[i].get("time", "?")).replace("T", " ").rstrip("Z"))}</text>')
-    out.append(f'<text x="{LEFT + plot_w / 2:.0f}" y="{HEIGHT - 4}" text-anchor="middle">'
-               f'check (UTC time), {len(points)} in all</text>')
+        out.append(
+            f'<text x="{x(i):.1f}" y="{HEIGHT - 18}" text-anchor="middle">'
+            f"{html.escape(str(points[i].get('time', '?')).replace('T', ' ').rstrip('Z'))}</text>"
+        )
+    out.append(
+        f'<text x="{LEFT + plot_w / 2:.0f}" y="{HEIGHT - 4}" text-anchor="middle">'
+        f"check (UTC time), {len(points)} in all</text>"
+    )
     out.append("</svg>")
     return "\n".join(out)
 
@@ -97,26 +113,61 @@ def page(groups, plots) -> str:
     rows = []
     for (host, profile), points in groups.items():
         last = points[-1]
-        verdict = ("regression (%s): %s" % (last.get("on_regression"), "; ".join(last["regression"]))
-                   if last.get("regression") else "ok")
+        verdict = (
+            "regression (%s): %s" % (last.get("on_regression"), "; ".join(last["regression"]))
+            if last.get("regression")
+            else "ok"
+        )
         base = last.get("baseline") or {}
-        rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in (
-            html.escape(host), html.escape(profile), _cell(last.get("time")),
-            _cell(last.get("engine_version")), _cell(last["decode_tok_s"], "{:.1f}"),
-            _cell(last.get("decode_tok_s_min"), "{:.1f}"), _cell(last.get("decode_tok_s_max"), "{:.1f}"),
-            _cell(last.get("ttft_ms"), "{:.0f}"),
-            _cell(base.get("decode_tok_s"), "{:.1f}") + (f" ({html.escape(base['profile'])})" if base else ""),
-            _cell(last.get("change_pct"), "{:+.0f}%"), html.escape(verdict), str(len(points)))) + "</tr>")
+        rows.append(
+            "<tr>"
+            + "".join(
+                f"<td>{cell}</td>"
+                for cell in (
+                    html.escape(host),
+                    html.escape(profile),
+                    _cell(last.get("time")),
+                    _cell(last.get("engine_version")),
+                    _cell(last["decode_tok_s"], "{:.1f}"),
+                    _cell(last.get("decode_tok_s_min"), "{:.1f}"),
+                    _cell(last.get("decode_tok_s_max"), "{:.1f}"),
+                    _cell(last.get("ttft_ms"), "{:.0f}"),
+                    _cell(base.get("decode_tok_s"), "{:.1f}")
+                    + (f" ({html.escape(base['profile'])})" if base else ""),
+                    _cell(last.get("change_pct"), "{:+.0f}%"),
+                    html.escape(verdict),
+                    str(len(points)),
+                )
+            )
+            + "</tr>"
+        )
     sandbox = any("+sandbox" in (p.get("engine_version") or "") for pts in groups.values() for p in pts)
     figures = "\n".join(
-        f'<figure><figcaption>{html.escape(host)} · {html.escape(profile)}</figcaption>'
+        f"<figure><figcaption>{html.escape(host)} · {html.escape(profile)}</figcaption>"
         f'<img src="{html.escape(plots[(host, profile)])}" alt="decode tok/s of {html.escape(profile)} '
         f'on {html.escape(host)} over time" width="{WIDTH}" height="{HEIGHT}"></figure>'
-        for host, profile in groups)
-    head = ("host", "profile", "checked (UTC)", "engine", "tok/s median", "min", "max", "TTFT ms",
-            "baseline tok/s", "change", "verdict", "checks")
-    note = ("<p class=note>Engines marked <code>+sandbox</code> are the sandbox stand-in: its decode "
-            "rate is a setting (SGLANG_STANDIN_TOKENS_PER_SECOND), not a GPU's.</p>" if sandbox else "")
+        for host, profile in groups
+    )
+    head = (
+        "host",
+        "profile",
+        "checked (UTC)",
+        "engine",
+        "tok/s median",
+        "min",
+        "max",
+        "TTFT ms",
+        "baseline tok/s",
+        "change",
+        "verdict",
+        "checks",
+    )
+    note = (
+        "<p class=note>Engines marked <code>+sandbox</code> are the sandbox stand-in: its decode "
+        "rate is a setting (SGLANG_STANDIN_TOKENS_PER_SECOND), not a GPU's.</p>"
+        if sandbox
+        else ""
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>sglang-deploy: decode throughput</title>
 <style>

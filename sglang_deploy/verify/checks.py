@@ -21,22 +21,31 @@ import json
 import os
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from sglang_deploy.verify.verdict import FAILED, OK, WARNING, Check
-from sglang_deploy.plan.envfile import parse_env_file
-from sglang_deploy.facts.serving import Serving, WorkerEnvironment
 from sglang_deploy.facts.gpu import ACS_UNIT, PERSISTENCED_UNIT, GpuPersistence, acs_unit_text
-from sglang_deploy.verify.gpu_health import acs_check, gpus_check, iommu_check, is_pcie_tuned, parse_gpus, topology_check
-from sglang_deploy.verify.nccl_confirm import confirm
+from sglang_deploy.facts.serving import Serving, WorkerEnvironment
 from sglang_deploy.node.lib import gpu_settings, status
 from sglang_deploy.node.lib.result import parse as parse_result
+from sglang_deploy.plan.envfile import parse_env_file
 from sglang_deploy.plan.script_commands import model_check_command
-from sglang_deploy.verify.redact import Redactor
 from sglang_deploy.plan.venv_names import venv_name, wheel_digests
+from sglang_deploy.verify.gpu_health import (
+    acs_check,
+    gpus_check,
+    iommu_check,
+    is_pcie_tuned,
+    parse_gpus,
+    topology_check,
+)
+from sglang_deploy.verify.nccl_confirm import confirm
+from sglang_deploy.verify.redact import Redactor
+from sglang_deploy.verify.verdict import FAILED, OK, WARNING, Check
 
-NVIDIA_SMI_GPUS = "nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits"
+NVIDIA_SMI_GPUS = (
+    "nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits"
+)
 # Run by the venv's interpreter with an empty environment, so only the start-up hook sets variables.
 HOOK_PROBE = (
     "import json, os, sys; "
@@ -53,11 +62,11 @@ def state_of(name):
 
 @dataclass(frozen=True)
 class VerifyCheck:
-    name: str                 # the Check's name: its line in the output, its entry in the JSON
-    function: Callable        # (testinfra host, NodePlan) -> Check or [Check, ...], redacted
-    column: str | None        # its header in the table (None: not a column of its own)
-    cell: Callable            # {check name: JSON form of the check} -> what the table shows
-    warning_fails: bool       # whether a warning fails tests/host (a failure always does)
+    name: str  # the Check's name: its line in the output, its entry in the JSON
+    function: Callable  # (testinfra host, NodePlan) -> Check or [Check, ...], redacted
+    column: str | None  # its header in the table (None: not a column of its own)
+    cell: Callable  # {check name: JSON form of the check} -> what the table shows
+    warning_fails: bool  # whether a warning fails tests/host (a failure always does)
 
     @property
     def id(self) -> str:
@@ -81,6 +90,7 @@ def redactor(plan) -> Redactor:
 def verify_check(name, column=None, cell=None, warning_fails=True):
     """Registers the decorated check under ``name``, shown in the table under ``column``
     (default: ``name``; False: no column of its own) by ``cell`` (default: its state)."""
+
     def register(check_function):
         @functools.wraps(check_function)
         def check(node, plan):
@@ -88,9 +98,14 @@ def verify_check(name, column=None, cell=None, warning_fails=True):
             found = check_function(node, plan)
             clean = lambda c: dataclasses.replace(c, detail=redact.text(c.detail))  # noqa: E731
             return [clean(c) for c in found] if isinstance(found, list) else clean(found)
-        REGISTRY.append(VerifyCheck(name, check, name if column is None else column or None,
-                                    cell or state_of(name), warning_fails))
+
+        REGISTRY.append(
+            VerifyCheck(
+                name, check, name if column is None else column or None, cell or state_of(name), warning_fails
+            )
+        )
         return check
+
     return register
 
 
@@ -117,7 +132,7 @@ def _tp_size(plan) -> int:
 
 
 def _ownership(node, path, want_user, want_mode, want_group=None):
-    """"<path> is <mode> <user>[:<group>], not ..." when a file or directory is not as wanted."""
+    """ "<path> is <mode> <user>[:<group>], not ..." when a file or directory is not as wanted."""
     found = node.file(path)
     if not found.exists:
         return [f"{path} is missing"]
@@ -151,8 +166,9 @@ def last_good(node, plan) -> Check:
     directory = plan.scripts.last_good_dir
     if not node.file(directory).exists:
         return Check.nothing_to_check("last good", "no configuration has passed the gate here yet")
-    private = (_ownership(node, directory, "root", 0o700)
-               + _ownership(node, f"{directory}/env", "root", 0o600, want_group="root"))
+    private = _ownership(node, directory, "root", 0o700) + _ownership(
+        node, f"{directory}/env", "root", 0o600, want_group="root"
+    )
     state_dir = node.file(directory.rsplit("/", 1)[0])
     if state_dir.user != "root" or state_dir.mode & 0o022:
         private.append(f"{state_dir.path} is {state_dir.mode:o} {state_dir.user}: not root's alone")
@@ -163,8 +179,9 @@ def last_good(node, plan) -> Check:
         manifest = json.loads(found.stdout)
         passed = f"{manifest['profile']} (passed the gate at {manifest['saved_at']}"
         if manifest["profile"] != plan.profile.name:
-            check = Check("last good", WARNING,
-                          f"{passed}; verified against {plan.profile.name}: rolled back?)")
+            check = Check(
+                "last good", WARNING, f"{passed}; verified against {plan.profile.name}: rolled back?)"
+            )
         else:
             check = Check("last good", OK, f"{passed})")
     if private:
@@ -176,13 +193,15 @@ def last_good(node, plan) -> Check:
 def serving(node, plan) -> Check:
     """The port listens on every address, /health answers 200 and /v1/models lists the name."""
     profile = plan.profile
-    found = _fact(node, Serving, port=profile.service.port,
-                  served_name=profile.model.served_name) or {}
+    found = _fact(node, Serving, port=profile.service.port, served_name=profile.model.served_name) or {}
     listening = node.socket(f"tcp://0.0.0.0:{profile.service.port}").is_listening
     if plan.group and not plan.group.is_leader and found.get("health") == 200 and listening:
         # A follower serves no API: its /health is a dummy (always 200 once its schedulers run).
-        return Check("serving", OK, f"follower: dummy /health on :{profile.service.port}; "
-                                    f"rank 0 {plan.group.leader} serves the API")
+        return Check(
+            "serving",
+            OK,
+            f"follower: dummy /health on :{profile.service.port}; rank 0 {plan.group.leader} serves the API",
+        )
     if found.get("ready") and listening:
         return Check("serving", OK, f"{profile.model.served_name} on :{profile.service.port}")
     detail = f"/health {found.get('health')}, /v1/models {found.get('models')}"
@@ -208,13 +227,29 @@ def serving_group(node, plan) -> Check:
     if member is None:
         return Check("serving group", OK, "serves alone (no serving_group)")
     where = f"{member.leader_address}:{member.leader_port}"
-    found = _fact(node, Serving, port=member.leader_port, health_path="/ping",
-                  served_name=plan.profile.model.served_name, host=member.leader_address) or {}
+    found = (
+        _fact(
+            node,
+            Serving,
+            port=member.leader_port,
+            health_path="/ping",
+            served_name=plan.profile.model.served_name,
+            host=member.leader_address,
+        )
+        or {}
+    )
     if found.get("ready"):
-        return Check("serving group", OK, f"{member.label()}: rank 0 {member.leader} serves "
-                                          f"{plan.profile.model.served_name} at {where}")
-    return Check("serving group", FAILED, f"{member.label()}: rank 0 {member.leader} does not "
-                 f"serve at {where} (/ping {found.get('health')}, /v1/models {found.get('models')})")
+        return Check(
+            "serving group",
+            OK,
+            f"{member.label()}: rank 0 {member.leader} serves {plan.profile.model.served_name} at {where}",
+        )
+    return Check(
+        "serving group",
+        FAILED,
+        f"{member.label()}: rank 0 {member.leader} does not "
+        f"serve at {where} (/ping {found.get('health')}, /v1/models {found.get('models')})",
+    )
 
 
 @verify_check("last start", cell=_last_start_cell)
@@ -226,8 +261,9 @@ def last_start(node, plan) -> Check:
     report = json.loads(found.stdout)
     if report["status"] != status.READY:
         return Check("last start", WARNING, f"{report['status_name']}: {report['cause_text']}")
-    phases = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in report["phases"].items()
-                       if name != "ready")
+    phases = ", ".join(
+        f"{name} {seconds:.1f}s" for name, seconds in report["phases"].items() if name != "ready"
+    )
     return Check("last start", OK, f"ready in {report['elapsed_s']:.1f}s ({phases})")
 
 
@@ -236,17 +272,22 @@ def env_file(node, plan) -> Check:
     """Root's alone (0600 in a 0700 directory), every variable of the profile with its value,
     and every secret the operator exported (by name)."""
     redact = redactor(plan)
-    problems = (_ownership(node, plan.env_dir, "root", 0o700)
-                + _ownership(node, plan.env_path, "root", 0o600, want_group="root"))
+    problems = _ownership(node, plan.env_dir, "root", 0o700) + _ownership(
+        node, plan.env_path, "root", 0o600, want_group="root"
+    )
     if not node.file(plan.env_path).exists:
         return Check("env file", FAILED, "; ".join(problems))
     on_node = redact.mapping(parse_env_file(node.file(plan.env_path).content_string))
     expected = redact.mapping(parse_env_file(plan.env_text))
     hook_vars = plan.profile.hook_vars()
-    problems += [f"{name} is {on_node.get(name)!r}, expected {expected.get(name)!r}"
-                 for name in hook_vars if on_node.get(name) != expected.get(name)]
-    problems += [f"secret {name} missing" for name in plan.profile.secrets
-                 if name in expected and name not in on_node]
+    problems += [
+        f"{name} is {on_node.get(name)!r}, expected {expected.get(name)!r}"
+        for name in hook_vars
+        if on_node.get(name) != expected.get(name)
+    ]
+    problems += [
+        f"secret {name} missing" for name in plan.profile.secrets if name in expected and name not in on_node
+    ]
     if problems:
         return Check("env file", FAILED, f"{plan.env_path}: {'; '.join(problems)}")
     return Check("env file", OK, f"{len(hook_vars)} variables as the profile has them")
@@ -262,18 +303,26 @@ def unit(node, plan) -> Check:
         return Check("unit", FAILED, f"{path} is missing")
     problems = []
     if installed.content_string != plan.unit_text:
-        changed = [line for line in difflib.unified_diff(
-            installed.content_string.splitlines(), plan.unit_text.splitlines(), n=0, lineterm="")
-            if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+        changed = [
+            line
+            for line in difflib.unified_diff(
+                installed.content_string.splitlines(), plan.unit_text.splitlines(), n=0, lineterm=""
+            )
+            if line[:1] in "+-" and line[:3] not in ("+++", "---")
+        ]
         difference = changed[0] if changed else "line endings"
-        problems.append(f"{path} differs from the profile's rendering (- on the node, + rendered; "
-                        f"first: {difference})")
+        problems.append(
+            f"{path} differs from the profile's rendering (- on the node, + rendered; first: {difference})"
+        )
     verified = node.run(f"systemd-analyze verify {shlex.quote(path)}")
     if verified.rc != 0:
         problems.append(f"systemd-analyze verify: {verified.stderr.strip()[-300:]}")
     service = node.service(plan.profile.service.name)
-    problems += [f"{plan.unit} is not {what}" for what, yes in
-                 (("enabled", service.is_enabled), ("running", service.is_running)) if not yes]
+    problems += [
+        f"{plan.unit} is not {what}"
+        for what, yes in (("enabled", service.is_enabled), ("running", service.is_running))
+        if not yes
+    ]
     if problems:
         return Check("unit", FAILED, "; ".join(problems))
     return Check("unit", OK, f"{plan.unit} as rendered, enabled, running")
@@ -304,8 +353,11 @@ def hook(node, plan) -> Check:
     site_dirs = json.loads(node.run(f"{shlex.quote(python)} -c {shlex.quote(SITE_DIRS_PROBE)}").stdout)
     if imported.rsplit("/", 1)[0] not in site_dirs:
         problems.append(f"{imported} is not in a site directory ({', '.join(site_dirs)})")
-    problems += [f"fresh {python}: {name} is {env.get(name)!r}, expected {value!r}"
-                 for name, value in hook_vars.items() if env.get(name) != value]
+    problems += [
+        f"fresh {python}: {name} is {env.get(name)!r}, expected {value!r}"
+        for name, value in hook_vars.items()
+        if env.get(name) != value
+    ]
     name = next(iter(hook_vars), None)
     if name:
         _, env = fresh(f"{name}=set-by-caller")
@@ -319,23 +371,45 @@ def hook(node, plan) -> Check:
 @verify_check("workers' env")
 def workers_env(node, plan) -> Check:
     """tp-size schedulers, every one carrying every variable of the profile."""
-    report = _fact(node, WorkerEnvironment, scripts_dir=plan.scripts.directory, unit=plan.unit,
-                   expect=plan.profile.hook_vars()) or {}
+    report = (
+        _fact(
+            node,
+            WorkerEnvironment,
+            scripts_dir=plan.scripts.directory,
+            unit=plan.unit,
+            expect=plan.profile.hook_vars(),
+        )
+        or {}
+    )
     if not report:
         return Check("workers' env", FAILED, "our scripts are not on the node")
     if report["status"] != status.READY:
-        return Check("workers' env", FAILED, report.get("message") or "; ".join(
-            f"pid {worker['pid']}: {worker['error'] or _mismatches(worker['mismatches'])}"
-            for worker in report["workers"] if not worker["ok"]))
+        return Check(
+            "workers' env",
+            FAILED,
+            report.get("message")
+            or "; ".join(
+                f"pid {worker['pid']}: {worker['error'] or _mismatches(worker['mismatches'])}"
+                for worker in report["workers"]
+                if not worker["ok"]
+            ),
+        )
     if len(report["workers"]) != _tp_size(plan):
         return Check("workers' env", FAILED, f"{len(report['workers'])} schedulers, tp-size {_tp_size(plan)}")
-    return Check("workers' env", OK, f"{len(report['workers'])} schedulers carry "
-                 f"{len(plan.profile.hook_vars())} variables")
+    return Check(
+        "workers' env",
+        OK,
+        f"{len(report['workers'])} schedulers carry {len(plan.profile.hook_vars())} variables",
+    )
 
 
 def _mismatches(mismatches):
-    return ", ".join(f"{m['var']} is {m['actual']!r}, expected {m['expected']!r}"
-                     if m["actual"] is not None else f"{m['var']} is missing" for m in mismatches)
+    return ", ".join(
+        f"{m['var']} is {m['actual']!r}, expected {m['expected']!r}"
+        if m["actual"] is not None
+        else f"{m['var']} is missing"
+        for m in mismatches
+    )
 
 
 @verify_check("nccl confirmation")
@@ -344,7 +418,8 @@ def nccl_confirmation(node, plan) -> Check:
     env = plan.profile.hook_vars()
     if env.get("NCCL_DEBUG", "").upper() != "INFO":
         return Check.nothing_to_check(
-            "nccl confirmation", "not requested: start once with NCCL_DEBUG=INFO in the profile's env")
+            "nccl confirmation", "not requested: start once with NCCL_DEBUG=INFO in the profile's env"
+        )
     invocation = node.run(f"systemctl show -p InvocationID --value {plan.unit}").stdout.strip()
     journal = node.run(f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={invocation}").stdout
     expected = {name: value for name, value in env.items() if name.startswith("NCCL_")}
@@ -370,15 +445,20 @@ def drift(node, plan) -> Check:
     report = json.loads(result.stdout or "{}")
     if report.get("status") == status.READY:
         files = sum(r["files_checked"] for r in report["distributions"].values())
-        return Check("drift", OK, f"{len(report['distributions'])} distributions, {files} files "
-                     f"match their RECORD")
+        return Check(
+            "drift", OK, f"{len(report['distributions'])} distributions, {files} files match their RECORD"
+        )
     problems = [f"{name} not installed" for name in report.get("missing_distributions", [])]
     for name, found in report.get("distributions", {}).items():
-        problems += [f"{name}: {verdict} {path}" for verdict in ("modified", "missing", "unexpected")
-                     for path in found[verdict]]
+        problems += [
+            f"{name}: {verdict} {path}"
+            for verdict in ("modified", "missing", "unexpected")
+            for path in found[verdict]
+        ]
         if found.get("version_mismatch"):
-            problems.append(f"{name}: version {found['version']}, pinned "
-                            f"{found['version_mismatch']['expected']}")
+            problems.append(
+                f"{name}: version {found['version']}, pinned {found['version_mismatch']['expected']}"
+            )
     verdict = WARNING if plan.profile.engine.allow_drift else FAILED
     return Check("drift", verdict, "; ".join(problems) or result.stderr.strip()[-200:])
 
@@ -389,9 +469,12 @@ def engine_venv(node, plan) -> Check:
     it, and the main process's interpreter is that venv's own copy (/proc/<pid>/exe names the
     venv it started from, whatever the link says now)."""
     engine = plan.profile.engine
-    version = node.run(f"{shlex.quote(engine.python)} -c "
-                       f"{shlex.quote('import platform; print(platform.python_version())')}")
-    wanted = f"{plan.venvs_dir}/{venv_name(engine.packages, wheel_digests(plan.wheels), version.stdout.strip())}"
+    version = node.run(
+        f"{shlex.quote(engine.python)} -c {shlex.quote('import platform; print(platform.python_version())')}"
+    )
+    wanted = (
+        f"{plan.venvs_dir}/{venv_name(engine.packages, wheel_digests(plan.wheels), version.stdout.strip())}"
+    )
     target = node.run(f"readlink -f {shlex.quote(engine.venv)}").stdout.strip()
     pid = node.run(f"systemctl show -p MainPID --value {shlex.quote(plan.unit)}").stdout.strip()
     if not pid or pid == "0":
@@ -399,11 +482,12 @@ def engine_venv(node, plan) -> Check:
     exe = node.run(f"readlink /proc/{int(pid)}/exe").stdout.strip()
     problems = []
     if target != wanted:
-        problems.append(f"{engine.venv} points at {target or 'nothing'}, not {wanted} "
-                        f"(the profile's pins)")
+        problems.append(f"{engine.venv} points at {target or 'nothing'}, not {wanted} (the profile's pins)")
     if not exe.startswith(wanted + "/"):
-        problems.append(f"the server (pid {pid}) runs {exe or '?'}, not {wanted}: "
-                        f"a switch that did not restart it, or a rollback?")
+        problems.append(
+            f"the server (pid {pid}) runs {exe or '?'}, not {wanted}: "
+            f"a switch that did not restart it, or a rollback?"
+        )
     if problems:
         return Check("engine venv", FAILED, "; ".join(problems))
     return Check("engine venv", OK, f"pid {pid} runs {wanted.rsplit('/', 1)[1]}")
@@ -421,8 +505,9 @@ def model_files(node, plan) -> Check:
     deep = os.environ.get("SGLANG_DEPLOY_VERIFY_DEEP", "") not in ("", "0")
     problems, notes, unmanaged = [], [], []
     for directory in _model_dirs(plan):
-        found = parse_result(node.run(model_check_command(plan.scripts.directory, directory,
-                                                          deep=deep)).stdout.splitlines())
+        found = parse_result(
+            node.run(model_check_command(plan.scripts.directory, directory, deep=deep)).stdout.splitlines()
+        )
         if found is None:
             problems.append(f"{directory}: the check printed no result")
         elif found["cause"]:
@@ -430,13 +515,16 @@ def model_files(node, plan) -> Check:
         elif not found["manifest"]:
             unmanaged.append(directory)
         else:
-            notes.append(f"{directory}: {found['files']} files, {found['bytes'] / 1e9:.2f} GB "
-                         f"match their manifest ({'sha256' if deep else 'sizes'})")
+            notes.append(
+                f"{directory}: {found['files']} files, {found['bytes'] / 1e9:.2f} GB "
+                f"match their manifest ({'sha256' if deep else 'sizes'})"
+            )
     if problems:
         return Check("model files", FAILED, "; ".join(problems))
     if not notes:
-        return Check.nothing_to_check("model files", f"no manifest in {', '.join(unmanaged)} "
-                                      "(source: path, staged by hand)")
+        return Check.nothing_to_check(
+            "model files", f"no manifest in {', '.join(unmanaged)} (source: path, staged by hand)"
+        )
     return Check("model files", OK, "; ".join(notes))
 
 
@@ -452,8 +540,10 @@ def gpus(node, plan) -> list[Check]:
     iommu_dir = node.run("ls /sys/class/iommu 2>/dev/null")
     return [
         found,
-        topology_check(_tool_output(node, "nvidia-smi", "nvidia-smi topo -m"),
-                       pcie_tuned_profile=is_pcie_tuned(plan.profile.hook_vars())),
+        topology_check(
+            _tool_output(node, "nvidia-smi", "nvidia-smi topo -m"),
+            pcie_tuned_profile=is_pcie_tuned(plan.profile.hook_vars()),
+        ),
         acs_check(_tool_output(node, "lspci", "lspci -vvv")),
         iommu_check(node.run("cat /proc/cmdline").stdout, iommu_dir.stdout if iommu_dir.rc == 0 else None),
     ]
@@ -481,8 +571,7 @@ def os_packages(node, plan) -> Check:
         return Check.nothing_to_check("os packages", "none asked for (os_packages is empty)")
     names = " ".join(shlex.quote(name) for name in plan.os_packages)
     found = node.run(f"dpkg-query -W -f '${{Package}} ${{db:Status-Status}}\\n' {names}")
-    installed = {line.split()[0] for line in found.stdout.splitlines()
-                 if line.split()[1:] == ["installed"]}
+    installed = {line.split()[0] for line in found.stdout.splitlines() if line.split()[1:] == ["installed"]}
     missing = [name for name in plan.os_packages if name not in installed]
     if missing:
         return Check("os packages", FAILED, f"not installed: {', '.join(missing)}")
@@ -506,8 +595,11 @@ def persistence(node, plan) -> Check:
             problems.append(f"{PERSISTENCED_UNIT} is {unit.get('UnitFileState')}, not enabled")
     if problems:
         return Check("persistence mode", FAILED, "; ".join(problems))
-    return Check("persistence mode", OK, gpu_settings.summary(found["gpus"])
-                 + (", persistence mode on" if gpu.persistence_mode else ""))
+    return Check(
+        "persistence mode",
+        OK,
+        gpu_settings.summary(found["gpus"]) + (", persistence mode on" if gpu.persistence_mode else ""),
+    )
 
 
 def acs_unit(node, plan) -> Check:
@@ -524,15 +616,22 @@ def acs_unit(node, plan) -> Check:
     problems = []
     if installed.content_string != acs_unit_text(plan.scripts.directory, plan.unit):
         problems.append(f"{path} differs from its rendering")
-    state = dict(line.split("=", 1) for line in node.run(
-        f"systemctl show -p UnitFileState,ActiveState,Result {ACS_UNIT}").stdout.splitlines()
-        if "=" in line)
+    state = dict(
+        line.split("=", 1)
+        for line in node.run(
+            f"systemctl show -p UnitFileState,ActiveState,Result {ACS_UNIT}"
+        ).stdout.splitlines()
+        if "=" in line
+    )
     if state.get("UnitFileState") != "enabled":
         problems.append(f"{ACS_UNIT} is {state.get('UnitFileState')}, not enabled")
     if (state.get("ActiveState"), state.get("Result")) != ("active", "success"):
         problems.append(f"{ACS_UNIT} is {state.get('ActiveState')} ({state.get('Result')})")
-    said = [line for line in node.run(f"journalctl --no-pager -o cat -u {ACS_UNIT}").stdout.splitlines()
-            if line.strip() and not line.startswith("{")]
+    said = [
+        line
+        for line in node.run(f"journalctl --no-pager -o cat -u {ACS_UNIT}").stdout.splitlines()
+        if line.strip() and not line.startswith("{")
+    ]
     last = said[-1] if said else "no output in the journal"
     if problems:
         return Check("acs unit", FAILED, f"{'; '.join(problems)}; last: {last}")

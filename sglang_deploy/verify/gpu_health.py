@@ -13,14 +13,15 @@ a check that could not look is never "ok".
 Link types in `nvidia-smi topo -m`: NV# (a bonded set of # NVLinks); PIX, PXB, PHB, NODE, SYS
 (PCIe paths, from one bridge to across the CPU sockets; SOC is SYS's old name).
 """
+
 import csv
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Tuple
 
-from sglang_deploy.verify.verdict import FAILED, OK, WARNING, Check
-from sglang_deploy.profile.nccl_vars import PCIE_TUNING, tunes_for_pcie
 from sglang_deploy.node.lib import compute_apps
+from sglang_deploy.profile.nccl_vars import PCIE_TUNING, tunes_for_pcie
+from sglang_deploy.verify.verdict import FAILED, OK, WARNING, Check
 
 
 class ParseError(ValueError):
@@ -37,17 +38,17 @@ _NO_DEVICES = ("no devices were found", "no running processes found", "no runnin
 class Gpu:
     index: int
     name: str
-    memory_mib: Optional[int]   # None when nvidia-smi says [N/A]
+    memory_mib: int | None  # None when nvidia-smi says [N/A]
     driver: str
 
 
 @dataclass(frozen=True)
 class ComputeApp:
     pid: int
-    used_memory_mib: Optional[int]  # None when nvidia-smi says [N/A] (e.g. no permission to see it)
+    used_memory_mib: int | None  # None when nvidia-smi says [N/A] (e.g. no permission to see it)
 
 
-def _rows(text: str, width: int, what: str) -> List[List[str]]:
+def _rows(text: str, width: int, what: str) -> list[list[str]]:
     rows = []
     for line in text.splitlines():
         stripped = line.strip()
@@ -62,7 +63,7 @@ def _rows(text: str, width: int, what: str) -> List[List[str]]:
     return rows
 
 
-def _mib(value: str, what: str, line: List[str]) -> Optional[int]:
+def _mib(value: str, what: str, line: list[str]) -> int | None:
     """'143771', '2566 MiB' -> int; '[N/A]' -> None."""
     if value.lower() in _NA:
         return None
@@ -72,7 +73,7 @@ def _mib(value: str, what: str, line: List[str]) -> Optional[int]:
     return int(number)
 
 
-def parse_gpus(text: str) -> List[Gpu]:
+def parse_gpus(text: str) -> list[Gpu]:
     """Lines 'index, name, memory.total, driver_version' (noheader, nounits or MiB units)."""
     gpus = []
     for cells in _rows(text, 4, "query-gpu"):
@@ -82,7 +83,7 @@ def parse_gpus(text: str) -> List[Gpu]:
     return gpus
 
 
-def parse_compute_apps(text: str) -> List[ComputeApp]:
+def parse_compute_apps(text: str) -> list[ComputeApp]:
     """Lines 'pid, used_memory'; empty output or 'No running processes found' -> []."""
     try:
         return [ComputeApp(*app) for app in compute_apps.parse_compute_apps(text, strict=True)]
@@ -97,7 +98,7 @@ _PCIE_TYPES = {"PIX", "PXB", "PHB", "NODE", "SYS", "SOC"}
 _NVLINK = re.compile(r"^NV\d+$")
 _GPU = re.compile(r"^GPU(\d+)$")
 
-Matrix = Dict[Tuple[int, int], str]
+Matrix = dict[tuple[int, int], str]
 
 
 def parse_topology(text: str) -> Matrix:
@@ -121,8 +122,8 @@ def parse_topology(text: str) -> Matrix:
             break
         columns.append(token)
     gpu_columns = {i: int(_GPU.match(c).group(1)) for i, c in enumerate(columns) if _GPU.match(c)}
-    rows: Dict[int, List[str]] = {}
-    for line in lines[header + 1:]:
+    rows: dict[int, list[str]] = {}
+    for line in lines[header + 1 :]:
         tokens = line.split()
         if not tokens:
             if rows:
@@ -131,9 +132,11 @@ def parse_topology(text: str) -> Matrix:
         m = _GPU.match(tokens[0])
         if not m:
             continue  # NIC rows
-        cells = tokens[1:1 + len(columns)]
+        cells = tokens[1 : 1 + len(columns)]
         if len(cells) < len(columns):
-            raise ParseError("topo -m: row %s has %d cells for %d columns" % (tokens[0], len(cells), len(columns)))
+            raise ParseError(
+                "topo -m: row %s has %d cells for %d columns" % (tokens[0], len(cells), len(columns))
+            )
         rows[int(m.group(1))] = cells
     if not rows:
         raise ParseError("topo -m: no GPU rows")
@@ -171,21 +174,27 @@ def is_pcie_tuned(env: Mapping[str, str]) -> bool:
     return any(tunes_for_pcie(name, env.get(name, "")) for name in PCIE_TUNING)
 
 
-def topology_warnings(kind: str, pcie_tuned: bool = True) -> List[str]:
+def topology_warnings(kind: str, pcie_tuned: bool = True) -> list[str]:
     """What is wrong with running a profile tuned (or not) for PCIe on this kind of topology."""
     if kind == "nvlink" and pcie_tuned:
-        return ["GPUs are connected by NVLink, but the profile is tuned for PCIe-only GPUs (NCCL_PROTO/"
-                "NCCL_ALGO/NCCL_P2P_LEVEL...): the forced settings may be slower than NCCL's own choice here"]
+        return [
+            "GPUs are connected by NVLink, but the profile is tuned for PCIe-only GPUs (NCCL_PROTO/"
+            "NCCL_ALGO/NCCL_P2P_LEVEL...): the forced settings may be slower than NCCL's own choice here"
+        ]
     if kind == "pcie" and not pcie_tuned:
-        return ["GPUs are PCIe-only (no NVLink), but the profile carries no PCIe tuning: every tensor-parallel "
-                "all-reduce goes through NCCL over PCIe; use a profile tuned and measured for PCIe"]
+        return [
+            "GPUs are PCIe-only (no NVLink), but the profile carries no PCIe tuning: every tensor-parallel "
+            "all-reduce goes through NCCL over PCIe; use a profile tuned and measured for PCIe"
+        ]
     if kind == "mixed":
-        return ["some GPU pairs are NVLink-connected and others only PCIe: tensor-parallel ranks should be "
-                "placed on one kind, and a PCIe tuning measured on this box before it is trusted"]
+        return [
+            "some GPU pairs are NVLink-connected and others only PCIe: tensor-parallel ranks should be "
+            "placed on one kind, and a PCIe tuning measured on this box before it is trusted"
+        ]
     return []
 
 
-def topology_check(text: Optional[str], pcie_tuned_profile: bool = True) -> Check:
+def topology_check(text: str | None, pcie_tuned_profile: bool = True) -> Check:
     if text is None:
         return Check.not_checked("gpu topology", "nvidia-smi")
     try:
@@ -207,9 +216,9 @@ _FLAG = re.compile(r"([A-Za-z0-9]+)([+-])")
 
 @dataclass(frozen=True)
 class AcsControl:
-    address: Optional[str]          # None for `lspci -vvv | grep ACSCtl` output (no device lines)
-    description: Optional[str]      # "PCI bridge: ..." from the device line
-    flags: Dict[str, bool] = field(default_factory=dict, hash=False)
+    address: str | None  # None for `lspci -vvv | grep ACSCtl` output (no device lines)
+    description: str | None  # "PCI bridge: ..." from the device line
+    flags: dict[str, bool] = field(default_factory=dict, hash=False)
 
     @property
     def enabled(self) -> bool:
@@ -221,7 +230,7 @@ class AcsControl:
         return bool(self.description and "bridge" in self.description.lower())
 
 
-def parse_acs_controls(text: str) -> List[AcsControl]:
+def parse_acs_controls(text: str) -> list[AcsControl]:
     """Every ACSCtl line, with the device it belongs to when lspci printed device lines."""
     found = []
     address = description = None
@@ -237,7 +246,7 @@ def parse_acs_controls(text: str) -> List[AcsControl]:
     return found
 
 
-def parse_acs(text: str) -> List[AcsControl]:
+def parse_acs(text: str) -> list[AcsControl]:
     """Devices (in practice bridges: root and switch downstream ports) with ACSCtl SrcValid+.
 
     ACS enabled on the path between two GPUs sends their peer-to-peer traffic through the root
@@ -250,33 +259,50 @@ def capabilities_hidden(text: str) -> bool:
     return "Capabilities: <access denied>" in text
 
 
-def acs_check(text: Optional[str]) -> Check:
+def acs_check(text: str | None) -> Check:
     if text is None:
         return Check.not_checked("pcie acs", "lspci")
     enabled = parse_acs(text)
     if enabled:
         addresses = [c.address for c in enabled if c.address]
         where = ", ".join(addresses) if addresses else "device addresses not in the output"
-        return Check("pcie acs", WARNING, "ACS enabled (ACSCtl SrcValid+) on %d device%s: %s; GPU peer-to-peer "
-                     "traffic is redirected through the root complex (NCCL hangs or slow P2P): disable ACS in the "
-                     "BIOS or with setpci" % (len(enabled), "" if len(enabled) == 1 else "s", where))
+        return Check(
+            "pcie acs",
+            WARNING,
+            "ACS enabled (ACSCtl SrcValid+) on %d device%s: %s; GPU peer-to-peer "
+            "traffic is redirected through the root complex (NCCL hangs or slow P2P): disable ACS in the "
+            "BIOS or with setpci" % (len(enabled), "" if len(enabled) == 1 else "s", where),
+        )
     if capabilities_hidden(text):
-        return Check("pcie acs", WARNING, "lspci could not read capabilities ('<access denied>'): run it as root")
+        return Check(
+            "pcie acs", WARNING, "lspci could not read capabilities ('<access denied>'): run it as root"
+        )
     controls = parse_acs_controls(text)
-    return Check("pcie acs", OK, "ACS disabled on %d device%s" % (len(controls), "" if len(controls) == 1 else "s")
-                 if controls else "no device exposes ACS controls")
+    return Check(
+        "pcie acs",
+        OK,
+        "ACS disabled on %d device%s" % (len(controls), "" if len(controls) == 1 else "s")
+        if controls
+        else "no device exposes ACS controls",
+    )
 
 
 # ---------------------------------------------------------------------------------- IOMMU
 
-_DMESG_ON = re.compile(r"DMAR: IOMMU enabled|AMD-Vi: (Found IOMMU|Interrupt remapping enabled)|"
-                       r"AMD-Vi: IOMMU performance counters supported|Adding to iommu group", re.IGNORECASE)
-_DMESG_OFF = re.compile(r"DMAR: IOMMU disabled|AMD-Vi: AMD IOMMUv2 functionality not available|"
-                        r"IOMMU not enabled", re.IGNORECASE)
+_DMESG_ON = re.compile(
+    r"DMAR: IOMMU enabled|AMD-Vi: (Found IOMMU|Interrupt remapping enabled)|"
+    r"AMD-Vi: IOMMU performance counters supported|Adding to iommu group",
+    re.IGNORECASE,
+)
+_DMESG_OFF = re.compile(
+    r"DMAR: IOMMU disabled|AMD-Vi: AMD IOMMUv2 functionality not available|"
+    r"IOMMU not enabled",
+    re.IGNORECASE,
+)
 _SYSFS_NAME = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
 
-def cmdline_iommu(cmdline: str) -> Dict[str, str]:
+def cmdline_iommu(cmdline: str) -> dict[str, str]:
     """The IOMMU-related parameters of a kernel command line: {'intel_iommu': 'on', 'iommu': 'pt', ...}."""
     params = {}
     for token in cmdline.split():
@@ -288,7 +314,7 @@ def cmdline_iommu(cmdline: str) -> Dict[str, str]:
     return params
 
 
-def iommu_state(cmdline: str, dmesg_or_sysfs: Optional[str]) -> str:
+def iommu_state(cmdline: str, dmesg_or_sysfs: str | None) -> str:
     """'on', 'off' or 'unknown'.
 
     cmdline: /proc/cmdline. dmesg_or_sysfs: `ls /sys/class/iommu` (one name per line: dmar0, ivhd0,
@@ -312,8 +338,12 @@ def iommu_state(cmdline: str, dmesg_or_sysfs: Optional[str]) -> str:
         return evidence
     if params.get("intel_iommu") == "off" or params.get("amd_iommu") == "off" or params.get("iommu") == "off":
         return "off"
-    if (params.get("intel_iommu", "").startswith("on") or params.get("amd_iommu") in ("on", "force_isolation")
-            or params.get("iommu") in ("pt", "on", "force") or params.get("iommu.passthrough") == "1"):
+    if (
+        params.get("intel_iommu", "").startswith("on")
+        or params.get("amd_iommu") in ("on", "force_isolation")
+        or params.get("iommu") in ("pt", "on", "force")
+        or params.get("iommu.passthrough") == "1"
+    ):
         return "on"
     return "unknown"
 
@@ -323,7 +353,7 @@ def iommu_passthrough(cmdline: str) -> bool:
     return params.get("iommu") == "pt" or params.get("iommu.passthrough") in ("1", "y", "Y")
 
 
-def iommu_check(cmdline: Optional[str], dmesg_or_sysfs: Optional[str]) -> Check:
+def iommu_check(cmdline: str | None, dmesg_or_sysfs: str | None) -> Check:
     if cmdline is None and dmesg_or_sysfs is None:
         return Check.not_checked("iommu", "/proc/cmdline and /sys/class/iommu")
     state = iommu_state(cmdline or "", dmesg_or_sysfs)
@@ -333,13 +363,18 @@ def iommu_check(cmdline: Optional[str], dmesg_or_sysfs: Optional[str]) -> Check:
         return Check("iommu", WARNING, "could not tell whether the IOMMU translates DMA")
     if iommu_passthrough(cmdline or ""):
         return Check("iommu", OK, "on, passthrough (iommu=pt)")
-    return Check("iommu", WARNING, "on and translating: GPU peer-to-peer goes through the IOMMU (slow P2P or NCCL "
-                 "hangs); use iommu=pt on the kernel command line")
+    return Check(
+        "iommu",
+        WARNING,
+        "on and translating: GPU peer-to-peer goes through the IOMMU (slow P2P or NCCL "
+        "hangs); use iommu=pt on the kernel command line",
+    )
 
 
 # ---------------------------------------------------------------------------------- GPUs
 
-def gpus_check(text: Optional[str], expected_count: Optional[int] = None) -> Check:
+
+def gpus_check(text: str | None, expected_count: int | None = None) -> Check:
     if text is None:
         return Check.not_checked("gpus", "nvidia-smi")
     try:

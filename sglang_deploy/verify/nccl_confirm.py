@@ -25,9 +25,10 @@ Failure semantics of confirm():
   evidently logs it here, and a rank without it lacks it); a wrong value always fails;
 - with `ranks_expected`, fewer or more ranks than that is a failure.
 """
+
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 # The variables NCCL logs whenever it reads them (the table's `logged` column), and those it
 # logs only in a communicator of at least two ranks.
@@ -42,7 +43,8 @@ NOT_KNOWN = "not logged (NCCL is not known to log it)"
 # host:pid:tid [dev] NCCL <LEVEL> <message>; the host follows whitespace, '[' ']' or line start.
 _NCCL_LINE = re.compile(
     r"(?:^|(?<=[\s\]]))(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>[^\]]*)\] NCCL (?P<level>[A-Z]+) "
-    r"(?P<msg>.*?)\s*$")
+    r"(?P<msg>.*?)\s*$"
+)
 _SET_BY_ENV = re.compile(r"^(?P<var>NCCL_[A-Za-z0-9_]+) set by environment to (?P<value>.*)$")
 _NRANKS = re.compile(r"\bnranks (?P<n>\d+)\b", re.IGNORECASE)
 _INTEGER_WITH_PERIOD = re.compile(r"^[+-]?\d+\.$")
@@ -69,20 +71,21 @@ def same_value(expected: str, seen: str) -> bool:
 @dataclass
 class Rank:
     """What one process logged."""
+
     host: str
     pid: int
-    devices: List[str] = field(default_factory=list)
-    values: Dict[str, List[str]] = field(default_factory=dict)  # var -> values in log order
-    nranks: Optional[int] = None  # largest communicator size it logged
+    devices: list[str] = field(default_factory=list)
+    values: dict[str, list[str]] = field(default_factory=dict)  # var -> values in log order
+    nranks: int | None = None  # largest communicator size it logged
 
     @property
     def label(self) -> str:
         return "%s:%d [%s]" % (self.host, self.pid, ",".join(self.devices) or "?")
 
 
-def parse(lines: Iterable[str]) -> List[Rank]:
+def parse(lines: Iterable[str]) -> list[Rank]:
     """Ranks in order of first appearance, with every 'set by environment' value they logged."""
-    ranks: Dict[Tuple[str, int], Rank] = {}
+    ranks: dict[tuple[str, int], Rank] = {}
     for line in lines:
         m = _NCCL_LINE.search(line.rstrip("\r\n"))
         if not m:
@@ -110,8 +113,8 @@ def parse(lines: Iterable[str]) -> List[Rank]:
 class VarStatus:
     var: str
     expected: str
-    state: str                      # CONFIRMED, WRONG, NOT_LOGGED, NEEDS_RANKS, NOT_KNOWN
-    seen: List[str] = field(default_factory=list)
+    state: str  # CONFIRMED, WRONG, NOT_LOGGED, NEEDS_RANKS, NOT_KNOWN
+    seen: list[str] = field(default_factory=list)
     failure: bool = False
 
     def text(self) -> str:
@@ -126,7 +129,7 @@ class VarStatus:
 @dataclass
 class RankReport:
     rank: Rank
-    vars: List[VarStatus]
+    vars: list[VarStatus]
 
     @property
     def ok(self) -> bool:
@@ -135,24 +138,24 @@ class RankReport:
 
 @dataclass
 class Report:
-    expected: Dict[str, str]
-    ranks: List[RankReport]
-    ranks_expected: Optional[int]
+    expected: dict[str, str]
+    ranks: list[RankReport]
+    ranks_expected: int | None
     single_rank: bool
-    problems: List[str]             # failures not tied to one variable of one rank
+    problems: list[str]  # failures not tied to one variable of one rank
 
     @property
     def ok(self) -> bool:
         return not self.problems and all(r.ok for r in self.ranks)
 
     @property
-    def failures(self) -> List[str]:
+    def failures(self) -> list[str]:
         out = list(self.problems)
         for r in self.ranks:
             out += ["%s %s" % (r.rank.label, v.text()) for v in r.vars if v.failure]
         return out
 
-    def lines(self) -> List[str]:
+    def lines(self) -> list[str]:
         count = "%d rank%s" % (len(self.ranks), "" if len(self.ranks) == 1 else "s")
         if self.ranks_expected is not None:
             count += " (expected %d)" % self.ranks_expected
@@ -160,8 +163,9 @@ class Report:
         lines += ["  %s" % p for p in self.problems]
         for r in self.ranks:
             confirmed = sum(1 for v in r.vars if v.state == CONFIRMED)
-            lines.append("  %s: %d/%d confirmed%s" % (r.rank.label, confirmed, len(r.vars),
-                                                      "" if r.ok else ", FAILED"))
+            lines.append(
+                "  %s: %d/%d confirmed%s" % (r.rank.label, confirmed, len(r.vars), "" if r.ok else ", FAILED")
+            )
             lines += ["    %s%s" % (v.text(), "  <- failure" if v.failure else "") for v in r.vars]
         return lines
 
@@ -172,17 +176,34 @@ class Report:
             "ranks_expected": self.ranks_expected,
             "single_rank": self.single_rank,
             "problems": list(self.problems),
-            "ranks": [{
-                "host": r.rank.host, "pid": r.rank.pid, "devices": list(r.rank.devices), "nranks": r.rank.nranks,
-                "ok": r.ok,
-                "vars": {v.var: {"expected": v.expected, "state": v.state, "seen": list(v.seen),
-                                 "failure": v.failure} for v in r.vars},
-            } for r in self.ranks],
+            "ranks": [
+                {
+                    "host": r.rank.host,
+                    "pid": r.rank.pid,
+                    "devices": list(r.rank.devices),
+                    "nranks": r.rank.nranks,
+                    "ok": r.ok,
+                    "vars": {
+                        v.var: {
+                            "expected": v.expected,
+                            "state": v.state,
+                            "seen": list(v.seen),
+                            "failure": v.failure,
+                        }
+                        for v in r.vars
+                    },
+                }
+                for r in self.ranks
+            ],
         }
 
 
-def confirm(lines: Iterable[str], expected: Mapping[str, str], ranks_expected: Optional[int] = None,
-            also_required: Iterable[str] = ()) -> Report:
+def confirm(
+    lines: Iterable[str],
+    expected: Mapping[str, str],
+    ranks_expected: int | None = None,
+    also_required: Iterable[str] = (),
+) -> Report:
     """Check NCCL's log lines against the expected NCCL_* values (see the module docstring).
 
     ranks_expected: how many ranks (processes) must have logged; None: whoever logged. Whether
@@ -203,8 +224,10 @@ def confirm(lines: Iterable[str], expected: Mapping[str, str], ranks_expected: O
 
     problems = []
     if ranks_expected is not None and len(ranks) != ranks_expected:
-        problems.append("%d rank%s logged NCCL lines, expected %d" % (
-            len(ranks), "" if len(ranks) == 1 else "s", ranks_expected))
+        problems.append(
+            "%d rank%s logged NCCL lines, expected %d"
+            % (len(ranks), "" if len(ranks) == 1 else "s", ranks_expected)
+        )
     if not ranks and required:
         problems.append("no NCCL log line found (is NCCL_DEBUG=INFO set for the workers?)")
     for var in sorted(required - NEEDS_TWO_RANKS if single else required):
@@ -220,7 +243,9 @@ def confirm(lines: Iterable[str], expected: Mapping[str, str], ranks_expected: O
             seen = rank.values.get(var, [])
             if seen:
                 good = all(same_value(want, v) for v in seen)
-                statuses.append(VarStatus(var, want, CONFIRMED if good else WRONG, list(seen), failure=not good))
+                statuses.append(
+                    VarStatus(var, want, CONFIRMED if good else WRONG, list(seen), failure=not good)
+                )
             elif var in NEEDS_TWO_RANKS and single:
                 statuses.append(VarStatus(var, want, NEEDS_RANKS))
             elif var in required:
@@ -228,5 +253,6 @@ def confirm(lines: Iterable[str], expected: Mapping[str, str], ranks_expected: O
             else:
                 statuses.append(VarStatus(var, want, NOT_KNOWN))
         reports.append(RankReport(rank, statuses))
-    return Report(expected=expected, ranks=reports, ranks_expected=ranks_expected, single_rank=single,
-                  problems=problems)
+    return Report(
+        expected=expected, ranks=reports, ranks_expected=ranks_expected, single_rank=single, problems=problems
+    )

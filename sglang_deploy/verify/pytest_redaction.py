@@ -13,7 +13,6 @@ import io
 
 import pytest
 from _pytest._code.code import ReprFileLocation, TerminalRepr
-
 from _pytest._io import TerminalWriter
 
 from sglang_deploy.verify.redact import Redactor

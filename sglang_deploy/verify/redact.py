@@ -24,7 +24,7 @@ class Redactor:
         self.add(names, values)
 
     @classmethod
-    def for_profile(cls, profile, operator_env=None) -> "Redactor":
+    def for_profile(cls, profile, operator_env=None) -> Redactor:
         """A profile's secret names, and their values where the operator's environment has them."""
         redactor = cls()
         redactor.add_profile(profile, operator_env)
@@ -48,7 +48,8 @@ class Redactor:
             # right after an escape such as the "\\n" of a bytes repr: no word boundary); or a
             # quoted dict key followed by its quoted value (repr or JSON).
             rf"({names})(=)(?:\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|[^\s'\",\\\x00]+)"
-            rf"|(['\"])({names})\3(\s*:\s*)(?:'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"|b'(?:[^'\\\n]|\\.)*')")
+            rf"|(['\"])({names})\3(\s*:\s*)(?:'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"|b'(?:[^'\\\n]|\\.)*')"
+        )
 
     def text(self, text):
         if not text:

@@ -8,13 +8,13 @@ A check is a function (testinfra host, RouterPlan) -> Check, registered by ``@ro
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from sglang_deploy.verify.verdict import FAILED, OK, Check
 from sglang_deploy.facts.serving import InstalledDistributions
 from sglang_deploy.node.lib import result
 from sglang_deploy.node.lib.installed import canonical
+from sglang_deploy.verify.verdict import FAILED, OK, Check
 
 SCRIPTS_DIR = "/opt/sglang-deploy/node"
 
@@ -36,6 +36,7 @@ def router_check(name):
     def register(function):
         ROUTER_REGISTRY.append(RouterCheck(name, function))
         return function
+
     return register
 
 
@@ -49,9 +50,11 @@ def packages(node, plan, scripts_dir):
     found = fact.process(node.run(fact.command(venv=plan.settings.venv)).stdout.splitlines())
     if found is None:
         return Check("router packages", FAILED, f"no venv at {plan.settings.venv}")
-    wrong = [f"{pin} (installed: {found.get(canonical(pin.partition('==')[0]), 'none')})"
-             for pin in plan.settings.packages
-             if found.get(canonical(pin.partition("==")[0])) != pin.partition("==")[2]]
+    wrong = [
+        f"{pin} (installed: {found.get(canonical(pin.partition('==')[0]), 'none')})"
+        for pin in plan.settings.packages
+        if found.get(canonical(pin.partition("==")[0])) != pin.partition("==")[2]
+    ]
     if wrong:
         return Check("router packages", FAILED, "; ".join(wrong))
     return Check("router packages", OK, ", ".join(plan.settings.packages))
@@ -64,8 +67,11 @@ def unit(node, plan, scripts_dir):
     if not installed.exists:
         return Check("router unit", FAILED, f"{path} is missing")
     if installed.content_string != plan.unit_text:
-        return Check("router unit", FAILED, f"{path} differs from the rendered unit "
-                                            "(worker list or settings changed: deploy)")
+        return Check(
+            "router unit",
+            FAILED,
+            f"{path} differs from the rendered unit (worker list or settings changed: deploy)",
+        )
     state = node.run(f"systemctl is-active {shlex.quote(plan.unit)}").stdout.strip()
     enabled = node.run(f"systemctl is-enabled {shlex.quote(plan.unit)}").stdout.strip()
     if (state, enabled) != ("active", "enabled"):
@@ -82,5 +88,4 @@ def workers(node, plan, scripts_dir):
         return Check("router workers", FAILED, f"router gate printed no result: {run.stderr.strip()[-200:]}")
     if found["status"] != 0:
         return Check("router workers", FAILED, found.get("cause") or "not ready")
-    return Check("router workers", OK, f"{len(found['workers'])} worker(s) healthy at "
-                                       f"{plan.settings.url}")
+    return Check("router workers", OK, f"{len(found['workers'])} worker(s) healthy at {plan.settings.url}")

@@ -15,17 +15,21 @@ import json
 import sys
 from pathlib import Path
 
-from sglang_deploy.verify import checks
 from sglang_deploy.cli import exit_on_deploy_error
-from sglang_deploy.verify.verdict import FAILED, OK, WARNING, Check
-from sglang_deploy.plan.hosts import inventory_hosts, testinfra_host
 from sglang_deploy.plan.host_plan import plan_for
-from sglang_deploy.verify.router_summary import is_router, print_router_table, router_report
-from sglang_deploy.verify.redact import Redactor
+from sglang_deploy.plan.hosts import inventory_hosts, testinfra_host
 from sglang_deploy.plan.serving_group import profile_of, resolve_checked
+from sglang_deploy.verify import checks
+from sglang_deploy.verify.redact import Redactor
+from sglang_deploy.verify.router_summary import is_router, print_router_table, router_report
+from sglang_deploy.verify.verdict import FAILED, OK, WARNING, Check
 
-COLUMNS = ("host", "checked against", *(entry.column for entry in checks.REGISTRY if entry.column),
-           "warnings")
+COLUMNS = (
+    "host",
+    "checked against",
+    *(entry.column for entry in checks.REGISTRY if entry.column),
+    "warnings",
+)
 
 
 def host_report(name, data, member=None):
@@ -36,8 +40,11 @@ def host_report(name, data, member=None):
         redact = Redactor.for_profile(plan.profile)
         redact.add(values=plan.secret_values)
         found = [Check("host", FAILED, redact.text(f"not checked: {type(exc).__name__}: {exc}"))]
-    report = {"host": name, "profile": plan.profile.name,
-              "checks": [{"name": c.name, "state": c.state, "detail": c.detail} for c in found]}
+    report = {
+        "host": name,
+        "profile": plan.profile.name,
+        "checks": [{"name": c.name, "state": c.state, "detail": c.detail} for c in found],
+    }
     report["last_passed_gate"] = last_passed(report)
     return report
 
@@ -45,8 +52,12 @@ def host_report(name, data, member=None):
 def row(report):
     by_name = {c["name"]: c for c in report["checks"]}
     warnings = [c for c in report["checks"] if c["state"] == WARNING]
-    return (report["host"], report["profile"],
-            *(entry.cell(by_name) for entry in checks.REGISTRY if entry.column), str(len(warnings)))
+    return (
+        report["host"],
+        report["profile"],
+        *(entry.cell(by_name) for entry in checks.REGISTRY if entry.column),
+        str(len(warnings)),
+    )
 
 
 def last_passed(report):
@@ -75,10 +86,16 @@ def main(argv=None):
         everything = inventory_hosts(args.inventory)
         # Serving groups: each member's rank (the hosts verified and their groups' members).
         members = resolve_checked(everything, profile_of, limited=limit or None, whole=False)
-        reports = [host_report(name, data, members.get(name)) for name, data in everything
-                   if (not limit or name in limit) and not is_router(data)]
-        routers = [router_report(name, data, everything) for name, data in everything
-                   if (not limit or name in limit) and is_router(data)]
+        reports = [
+            host_report(name, data, members.get(name))
+            for name, data in everything
+            if (not limit or name in limit) and not is_router(data)
+        ]
+        routers = [
+            router_report(name, data, everything)
+            for name, data in everything
+            if (not limit or name in limit) and is_router(data)
+        ]
     print_table([COLUMNS] + [row(r) for r in reports])
     for report in reports:
         for c in report["checks"]:

@@ -19,7 +19,7 @@ _NOT_CHECKED = re.compile(r"^not checked \(.+ missing\)$")
 @dataclass(frozen=True)
 class Check:
     name: str
-    state: str          # OK, WARNING, FAILED, or "not checked (<tool> missing)"
+    state: str  # OK, WARNING, FAILED, or "not checked (<tool> missing)"
     detail: str = ""
     applies: bool = True  # False: nothing to check here (a skip in tests/host)
 
@@ -28,11 +28,11 @@ class Check:
             raise ValueError("unknown check state %r" % self.state)
 
     @classmethod
-    def not_checked(cls, name: str, tool: str, detail: str = "") -> "Check":
+    def not_checked(cls, name: str, tool: str, detail: str = "") -> Check:
         return cls(name, "not checked (%s missing)" % tool, detail)
 
     @classmethod
-    def nothing_to_check(cls, name: str, detail: str) -> "Check":
+    def nothing_to_check(cls, name: str, detail: str) -> Check:
         return cls(name, WARNING, detail, applies=False)
 
     @property

@@ -49,10 +49,20 @@ class DeployRun:
 
 
 def _deploy_command(profiles, limit, extra_env, args, yes=True):
-    env = {**os.environ, **(extra_env or {}),
-           "SGLANG_DEPLOY_SANDBOX_PROFILES": ",".join(f"{n}={p}" for n, p in profiles.items())}
-    command = [sys.executable, "-m", "pyinfra", *(["-y"] if yes else []),
-               "inventory/sandbox.py", "deploy.py", *args]
+    env = {
+        **os.environ,
+        **(extra_env or {}),
+        "SGLANG_DEPLOY_SANDBOX_PROFILES": ",".join(f"{n}={p}" for n, p in profiles.items()),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "pyinfra",
+        *(["-y"] if yes else []),
+        "inventory/sandbox.py",
+        "deploy.py",
+        *args,
+    ]
     # Only the scenario's nodes, whatever else the sandbox runs.
     for name in [limit] if limit else profiles:
         command += ["--limit", name]
@@ -64,16 +74,18 @@ def deploy(profiles: dict, limit=None, extra_env=None, args=(), yes=True) -> Dep
     `--dry --diff`, which shows diffs only without -y)."""
     command, env = _deploy_command(profiles, limit, extra_env, args, yes)
     started = time.monotonic()
-    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=600, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+    )
     return DeployRun(done.returncode, done.stdout + done.stderr, time.monotonic() - started)
 
 
 def start_deploy(profiles: dict, limit=None, extra_env=None, args=()) -> subprocess.Popen:
     """The same deploy, in the background; its output is read with wait_for_output."""
     command, env = _deploy_command(profiles, limit, extra_env, args)
-    return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def wait_for_output(process: subprocess.Popen, text: str, timeout: float) -> str:
@@ -93,10 +105,28 @@ def ssh(node_name, command, check=True, stdin=None) -> str:
     key, all_nodes = nodes()
     node = all_nodes[node_name]
     done = subprocess.run(
-        ["ssh", "-i", key, "-p", str(node["ssh_port"]), "-o", "StrictHostKeyChecking=no",
-         "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
-         f"{node['ssh_user']}@{node['ssh_host']}", command],
-        capture_output=True, timeout=120, input=stdin, text=stdin is None or isinstance(stdin, str))
+        [
+            "ssh",
+            "-i",
+            key,
+            "-p",
+            str(node["ssh_port"]),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            "-o",
+            "BatchMode=yes",
+            f"{node['ssh_user']}@{node['ssh_host']}",
+            command,
+        ],
+        capture_output=True,
+        timeout=120,
+        input=stdin,
+        text=stdin is None or isinstance(stdin, str),
+    )
     output = done.stdout if isinstance(done.stdout, str) else done.stdout.decode()
     if check:
         assert done.returncode == 0, f"{node_name}: {command}: {done.stderr}"
@@ -112,24 +142,47 @@ def unit_start(node_name, unit="sglang.service"):
 
 def verify(profiles: dict) -> subprocess.CompletedProcess:
     """`make verify` against the sandbox with the same per-node profiles."""
-    env = {**os.environ,
-           "SGLANG_DEPLOY_SANDBOX_PROFILES": ",".join(f"{n}={p}" for n, p in profiles.items())}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/host",
-                           "--inventory", "inventory/sandbox.py", "--limit", ",".join(profiles),
-                           "-q"],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "SGLANG_DEPLOY_SANDBOX_PROFILES": ",".join(f"{n}={p}" for n, p in profiles.items())}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "tests/host",
+            "--inventory",
+            "inventory/sandbox.py",
+            "--limit",
+            ",".join(profiles),
+            "-q",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 # Everything a deploy puts on a node, so a scenario can start from a node as provisioned.
-DEPLOYED_PATHS = ("/opt/sglang", "/opt/sglang-deploy", "/etc/sglang", "/var/lib/sglang-deploy",
-                  "/etc/systemd/system/sglang.service",
-                  "/etc/systemd/system/multi-user.target.wants/sglang.service")
+DEPLOYED_PATHS = (
+    "/opt/sglang",
+    "/opt/sglang-deploy",
+    "/etc/sglang",
+    "/var/lib/sglang-deploy",
+    "/etc/systemd/system/sglang.service",
+    "/etc/systemd/system/multi-user.target.wants/sglang.service",
+)
 
 
 def wipe(node_name):
     """Stop and remove whatever an earlier deploy left on the node."""
-    ssh(node_name, "systemctl stop sglang.service 2>/dev/null; systemctl reset-failed sglang.service "
-                   f"2>/dev/null; rm -rf {' '.join(DEPLOYED_PATHS)}; systemctl daemon-reload")
+    ssh(
+        node_name,
+        "systemctl stop sglang.service 2>/dev/null; systemctl reset-failed sglang.service "
+        f"2>/dev/null; rm -rf {' '.join(DEPLOYED_PATHS)}; systemctl daemon-reload",
+    )
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,15 @@ import pytest
 
 from sglang_deploy.facts.gpu import ACS_UNIT
 
-from sglang_deploy.sandbox import REPO_ROOT, nodes, profile_dir, ssh, start_deploy, verify, write_profile
+from .sandbox import (  # noqa: F401 (a fixture)
+    REPO_ROOT,
+    nodes,
+    profile_dir,
+    ssh,
+    start_deploy,
+    verify,
+    write_profile,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -22,12 +30,12 @@ NODE = "node3"
 APT_LOG = "/var/log/apt-invocations.log"
 # Every apt-get/apt call on the node is logged (time, arguments) before the real one runs:
 # /usr/local/sbin comes before /usr/bin on root's PATH.
-APT_SHIM = """#!/bin/sh
-echo "$(date +%s.%N) start $(basename "$0") $*" >> {log}
+APT_SHIM = f"""#!/bin/sh
+echo "$(date +%s.%N) start $(basename "$0") $*" >> {APT_LOG}
 "/usr/bin/$(basename "$0")" "$@"; status=$?
-echo "$(date +%s.%N) end $(basename "$0")" >> {log}
+echo "$(date +%s.%N) end $(basename "$0")" >> {APT_LOG}
 exit $status
-""".format(log=APT_LOG)
+"""
 STEP = re.compile(r"--> Starting operation: (.+?)\s*$")
 
 
@@ -67,29 +75,37 @@ def bare(profile_dir):
     _, all_nodes = nodes()
     assert all_nodes[NODE].get("bare") is True, "boot with: sandbox.py up --nodes 3 --bare 1"
     for tool in ("apt-get", "apt"):
-        ssh(NODE, f"cat > /usr/local/sbin/{tool} && chmod 755 /usr/local/sbin/{tool}",
-            stdin=APT_SHIM)
-    profile = write_profile(profile_dir, "bare", """
+        ssh(NODE, f"cat > /usr/local/sbin/{tool} && chmod 755 /usr/local/sbin/{tool}", stdin=APT_SHIM)
+    profile = write_profile(
+        profile_dir,
+        "bare",
+        """
         extends: {profiles}/sandbox.yml
         pcie:
           disable_acs: true
-        """)
+        """,
+    )
     return {NODE: profile}
 
 
 def test_node_boots_bare(bare):
-    missing = ssh(NODE, "for p in python3-venv curl pciutils rsync iproute2; do "
-                        "[ \"$(dpkg-query -W -f '${db:Status-Status}' $p 2>/dev/null)\" = "
-                        "installed ] || echo $p; done; "
-                        "test -e /models || echo no-models")
-    assert missing.split() == ["python3-venv", "curl", "pciutils", "rsync", "iproute2",
-                               "no-models"]
+    missing = ssh(
+        NODE,
+        "for p in python3-venv curl pciutils rsync iproute2; do "
+        "[ \"$(dpkg-query -W -f '${db:Status-Status}' $p 2>/dev/null)\" = "
+        "installed ] || echo $p; done; "
+        "test -e /models || echo no-models",
+    )
+    assert missing.split() == ["python3-venv", "curl", "pciutils", "rsync", "iproute2", "no-models"]
 
 
 def test_unsupported_os_stops_before_anything_changes(bare):
-    ssh(NODE, "cp -a /etc/os-release /root/os-release.saved && rm /etc/os-release && "
-              "printf 'NAME=\"Fedora Linux\"\\nID=fedora\\nPRETTY_NAME=\"Fedora Linux 40\"\\n' "
-              "> /etc/os-release")
+    ssh(
+        NODE,
+        "cp -a /etc/os-release /root/os-release.saved && rm /etc/os-release && "
+        'printf \'NAME="Fedora Linux"\\nID=fedora\\nPRETTY_NAME="Fedora Linux 40"\\n\' '
+        "> /etc/os-release",
+    )
     try:
         code, output, _, _ = timed_deploy(bare, NODE)
     finally:
@@ -128,11 +144,12 @@ def test_bare_node_to_serving_and_verified(bare, served):
     venv_s = steps.get("Engine venv and pinned packages", 0)
     start_s = steps.get("Restart (configuration changed)", 0) + steps.get("Serving", 0)
     model_s = sum(v for k, v in steps.items() if k.startswith("Model "))
-    print(f"\nbare node -> serving: {seconds:.1f}s; apt {apt_s:.1f}s ({apt_s / seconds:.0%}), "
-          f"venv {venv_s:.1f}s ({venv_s / seconds:.0%}), model staging {model_s:.1f}s "
-          f"({model_s / seconds:.0%}), start {start_s:.1f}s "
-          f"({start_s / seconds:.0%}); steps: "
-          + json.dumps({k: round(v, 1) for k, v in steps.items()}))
+    print(
+        f"\nbare node -> serving: {seconds:.1f}s; apt {apt_s:.1f}s ({apt_s / seconds:.0%}), "
+        f"venv {venv_s:.1f}s ({venv_s / seconds:.0%}), model staging {model_s:.1f}s "
+        f"({model_s / seconds:.0%}), start {start_s:.1f}s "
+        f"({start_s / seconds:.0%}); steps: " + json.dumps({k: round(v, 1) for k, v in steps.items()})
+    )
 
 
 def test_rerun_changes_nothing_and_calls_no_apt(bare, served):

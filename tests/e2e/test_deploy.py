@@ -7,12 +7,25 @@ import time
 
 import pytest
 
-from sglang_deploy.plan.hosts import deploy_defaults
 from sglang_deploy.node.lib import status
+from sglang_deploy.plan.hosts import deploy_defaults
 from sglang_deploy.plan.script_commands import NodeScripts
 from sglang_deploy.profile.schema import load_profile
 
-from sglang_deploy.sandbox import DEPLOYED_PATHS, REPO_ROOT, deploy, nodes, profile_dir, ssh, start_deploy, unit_start, verify, wait_for_output, wipe, write_profile
+from .sandbox import (  # noqa: F401 (a fixture)
+    DEPLOYED_PATHS,
+    REPO_ROOT,
+    deploy,
+    nodes,
+    profile_dir,
+    ssh,
+    start_deploy,
+    unit_start,
+    verify,
+    wait_for_output,
+    wipe,
+    write_profile,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -35,8 +48,7 @@ def test_converge_two_profiles_in_one_run(converged):
     assert "speculative-algorithm" not in ssh("node1", "cat /etc/systemd/system/sglang.service")
     recorded = json.loads((REPO_ROOT / "reports/manifests/node2/latest.json").read_text())
     assert recorded["profile"] == "sandbox-eagle3"
-    assert [(d["name"], d["version"]) for d in recorded["distributions"]] == [
-        ("sglang", "0.5.23+sandbox")]
+    assert [(d["name"], d["version"]) for d in recorded["distributions"]] == [("sglang", "0.5.23+sandbox")]
 
 
 def test_rerun_changes_nothing_and_restarts_nothing(converged):
@@ -55,11 +67,15 @@ def test_verify_passes_after_converge(converged):
 
 
 def test_changing_one_nccl_value_restarts_once_and_reaches_workers(converged, profile_dir):
-    changed = write_profile(profile_dir, "node1", """
+    changed = write_profile(
+        profile_dir,
+        "node1",
+        """
         extends: {profiles}/sandbox.yml
         env:
           NCCL_NTHREADS: 256
-    """)
+    """,
+    )
     profiles = {**PROFILES, "node1": changed}
     before = {node: unit_start(node) for node in PROFILES}
     run = deploy(profiles)
@@ -77,12 +93,16 @@ def test_changing_one_nccl_value_restarts_once_and_reaches_workers(converged, pr
 
 
 def test_a_comment_only_change_restarts_nothing(converged, profile_dir):
-    same = write_profile(profile_dir, "node1", """
+    same = write_profile(
+        profile_dir,
+        "node1",
+        """
         # The same profile file as before; only the comments are new.
         extends: {profiles}/sandbox.yml
         env:
           NCCL_NTHREADS: 256  # a comment
-    """)
+    """,
+    )
     before = unit_start("node1")
     run = deploy({**PROFILES, "node1": same})
     assert run.returncode == 0, run.output[-5000:]
@@ -91,17 +111,22 @@ def test_a_comment_only_change_restarts_nothing(converged, profile_dir):
 
 
 def test_a_crashing_start_fails_the_deploy_in_seconds_with_the_journal(converged, profile_dir):
-    crashing = write_profile(profile_dir, "crash", """
+    crashing = write_profile(
+        profile_dir,
+        "crash",
+        """
         extends: {profiles}/sandbox.yml
         env:
           SGLANG_STANDIN_FAIL: crash-load
           SGLANG_STANDIN_FAIL_AFTER_SECONDS: 1
-    """)
+    """,
+    )
     run = deploy({"node1": crashing}, limit="node1")
     assert run.returncode != 0
     assert "[node1] readiness gate failed" in run.output, run.output[-5000:]
-    assert ("scheduler-died: a scheduler process died: safetensors_rust.SafetensorError"
-            in run.output), run.output[-5000:]
+    assert "scheduler-died: a scheduler process died: safetensors_rust.SafetensorError" in run.output, (
+        run.output[-5000:]
+    )
     assert "Traceback" in run.output, "no journal excerpt in the deploy's output"
     # The last configuration that passed (the NCCL_NTHREADS=256 profile) serves again.
     assert "[node1] rolled back: serving node1 again" in run.output, run.output[-5000:]
@@ -115,11 +140,15 @@ def test_a_crashing_start_fails_the_deploy_in_seconds_with_the_journal(converged
 
 
 def test_rollback_can_be_switched_off(converged, profile_dir):
-    crashing = write_profile(profile_dir, "crash-no-rollback", """
+    crashing = write_profile(
+        profile_dir,
+        "crash-no-rollback",
+        """
         extends: {profiles}/sandbox.yml
         env:
           SGLANG_STANDIN_FAIL: cuda-oom
-    """)
+    """,
+    )
     run = deploy({"node1": crashing}, limit="node1", args=("--data", "rollback=false"))
     assert run.returncode != 0
     assert "cuda-oom" in run.output and "rollback disabled" in run.output, run.output[-5000:]
@@ -127,11 +156,15 @@ def test_rollback_can_be_switched_off(converged, profile_dir):
 
 
 def test_a_first_deploy_has_nothing_to_roll_back_to(converged, profile_dir):
-    crashing = write_profile(profile_dir, "warmup-fails", """
+    crashing = write_profile(
+        profile_dir,
+        "warmup-fails",
+        """
         extends: {profiles}/sandbox.yml
         env:
           SGLANG_STANDIN_FAIL: warmup-fails
-    """)
+    """,
+    )
     wipe("node1")
     run = deploy({"node1": crashing}, limit="node1")
     assert run.returncode != 0
@@ -141,11 +174,15 @@ def test_a_first_deploy_has_nothing_to_roll_back_to(converged, profile_dir):
 
 
 def test_a_second_deploy_waits_for_the_lock_and_a_killed_deploy_leaves_none(converged, profile_dir):
-    slow = write_profile(profile_dir, "slow", """
+    slow = write_profile(
+        profile_dir,
+        "slow",
+        """
         extends: {profiles}/sandbox.yml
         env:
           SGLANG_STANDIN_LOAD_SECONDS: 30
-    """)
+    """,
+    )
     first = start_deploy({"node1": slow}, limit="node1")
     try:
         wait_for_output(first, "phase: loading weights", timeout=60)
@@ -162,12 +199,18 @@ def test_a_second_deploy_waits_for_the_lock_and_a_killed_deploy_leaves_none(conv
     assert "waiting up to" not in third.output or time.monotonic() - started < 30
 
 
-@pytest.mark.parametrize("body, reason", [
-    ("model:\n  path: /models/not-staged\n  source: path\n",  # on the node by hand: not there
-     "model path /models/not-staged is not a directory on this node"),
-])
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        (
+            "model:\n  path: /models/not-staged\n  source: path\n",  # on the node by hand: not there
+            "model path /models/not-staged is not a directory on this node",
+        ),
+    ],
+)
 def test_preflight_refuses_a_bad_configuration_and_the_server_keeps_serving(
-        converged, profile_dir, body, reason):
+    converged, profile_dir, body, reason
+):
     bad = write_profile(profile_dir, "bad", "extends: {profiles}/sandbox.yml\n" + body)
     before = unit_start("node1")
     run = deploy({"node1": bad}, limit="node1")
@@ -190,15 +233,23 @@ def node_fingerprint(node):
     return listing, unit_start(node)
 
 
-@pytest.mark.parametrize("body, first_error", [
-    ("env:\n  NCCL_PROTO: LL,Fast\n  NCCL_NTHREADS: 100\n",
-     "error: NCCL_PROTO: unknown protocol 'Fast' (expected one of: LL, LL128, Simple)"),
-    ("server_args:\n  speculative-num-stepz: 2\n",
-     "error: server_args.speculative-num-stepz: --speculative-num-stepz is not a flag of sglang "
-     "0.5.23+sandbox: did you mean --speculative-num-steps?"),
-])
+@pytest.mark.parametrize(
+    "body, first_error",
+    [
+        (
+            "env:\n  NCCL_PROTO: LL,Fast\n  NCCL_NTHREADS: 100\n",
+            "error: NCCL_PROTO: unknown protocol 'Fast' (expected one of: LL, LL128, Simple)",
+        ),
+        (
+            "server_args:\n  speculative-num-stepz: 2\n",
+            "error: server_args.speculative-num-stepz: --speculative-num-stepz is not a flag of sglang "
+            "0.5.23+sandbox: did you mean --speculative-num-steps?",
+        ),
+    ],
+)
 def test_a_profile_with_lint_errors_is_refused_before_any_host_is_touched(
-        converged, profile_dir, body, first_error):
+    converged, profile_dir, body, first_error
+):
     bad = write_profile(profile_dir, "linted", "extends: {profiles}/sandbox-eagle3.yml\n" + body)
     before = {node: node_fingerprint(node) for node in PROFILES}
     run = deploy({"node1": "sandbox", "node2": bad})
@@ -215,31 +266,44 @@ def test_a_profile_with_lint_errors_is_refused_before_any_host_is_touched(
 def test_lint_warnings_are_printed_once_for_hosts_sharing_a_profile(converged):
     run = deploy({"node1": "sandbox", "node2": "sandbox"}, args=("--dry",), yes=False)
     assert run.returncode == 0, run.output[-3000:]
-    assert run.output.count("warning: NCCL_MAX_NCHANNELS: deprecated since NCCL 2.17") == 1, (
-        run.output[-3000:])
-    assert ("sglang-deploy: profiles/sandbox.yml with profile_overrides: warning: NCCL_BUFFSIZE: "
-            in run.output), run.output[-3000:]
+    assert run.output.count("warning: NCCL_MAX_NCHANNELS: deprecated since NCCL 2.17") == 1, run.output[
+        -3000:
+    ]
+    assert (
+        "sglang-deploy: profiles/sandbox.yml with profile_overrides: warning: NCCL_BUFFSIZE: " in run.output
+    ), run.output[-3000:]
 
 
 def test_preflight_on_the_node_refuses_an_abbreviated_flag(converged):
     """The lint refuses it on the controller; the node's preflight, asking the installed
     parser (which would run it as --speculative-num-steps), refuses it too."""
     port = nodes()[1]["node2"]["server_port"]
-    profile = load_profile("sandbox-eagle3",
-                           overrides={"service": {"port": port},
-                                      "server_args": {"speculative-num-steps": None,
-                                                      "speculative-num-step": 2}})
+    profile = load_profile(
+        "sandbox-eagle3",
+        overrides={
+            "service": {"port": port},
+            "server_args": {"speculative-num-steps": None, "speculative-num-step": 2},
+        },
+    )
     assert "--speculative-num-step" in profile.argv()
     data = deploy_defaults()
-    scripts = NodeScripts(f"{data['sglang_deploy_dir']}/node", "sglang.service", profile, files={},
-                          last_good_dir=f"{data['state_dir']}/sglang/last-good", wheels_dir=None,
-                          run_dir=data["run_dir"])
+    scripts = NodeScripts(
+        f"{data['sglang_deploy_dir']}/node",
+        "sglang.service",
+        profile,
+        files={},
+        last_good_dir=f"{data['state_dir']}/sglang/last-good",
+        wheels_dir=None,
+        run_dir=data["run_dir"],
+    )
     before = node_fingerprint("node2")
     out = ssh("node2", scripts.preflight(f"{profile.engine.venv}/bin/python") + "; echo rc=$?")
     assert f"rc={status.PREFLIGHT_FAILED}" in out, out
-    assert ("preflight failed: --speculative-num-step is not a flag of the engine (argparse "
-            "would take it as an abbreviation of --speculative-num-steps): did you mean "
-            "--speculative-num-steps?") in out, out
+    assert (
+        "preflight failed: --speculative-num-step is not a flag of the engine (argparse "
+        "would take it as an abbreviation of --speculative-num-steps): did you mean "
+        "--speculative-num-steps?"
+    ) in out, out
     assert node_fingerprint("node2") == before, "the server was touched"
     assert health("node2") == "200"
 
@@ -251,11 +315,15 @@ def test_drift_is_found_blocks_restarts_and_is_repaired(converged, profile_dir):
     result = verify(PROFILES)
     assert result.returncode != 0
     assert f"modified {patched}" in result.stdout, result.stdout[-3000:]
-    changed = write_profile(profile_dir, "drifted", """
+    changed = write_profile(
+        profile_dir,
+        "drifted",
+        """
         extends: {profiles}/sandbox.yml
         env:
           NCCL_NTHREADS: 128
-    """)
+    """,
+    )
     before = unit_start("node1")
     run = deploy({"node1": changed}, limit="node1")
     assert run.returncode != 0
@@ -267,15 +335,24 @@ def test_drift_is_found_blocks_restarts_and_is_repaired(converged, profile_dir):
 
 
 def test_dry_diff_shows_changes_hides_secrets_and_changes_nothing(converged, profile_dir):
-    changed = write_profile(profile_dir, "dry", """
+    changed = write_profile(
+        profile_dir,
+        "dry",
+        """
         extends: {profiles}/sandbox.yml
         env:
           NCCL_NTHREADS: 64
-    """)
+    """,
+    )
     before = unit_start("node1")
     env_before = ssh("node1", "sha1sum /etc/sglang/sglang.env")
-    run = deploy({"node1": changed}, limit="node1", extra_env={"HF_TOKEN": "hf_do_not_print"},
-                 args=("--dry", "--diff"), yes=False)
+    run = deploy(
+        {"node1": changed},
+        limit="node1",
+        extra_env={"HF_TOKEN": "hf_do_not_print"},
+        args=("--dry", "--diff"),
+        yes=False,
+    )
     assert run.returncode == 0, run.output[-3000:]
     assert '+NCCL_NTHREADS="64"' in run.output and 'HF_TOKEN="***"' in run.output, run.output[-3000:]
     assert "hf_do_not_print" not in run.output
@@ -283,18 +360,24 @@ def test_dry_diff_shows_changes_hides_secrets_and_changes_nothing(converged, pro
     assert ssh("node1", "sha1sum /etc/sglang/sglang.env") == env_before
 
 
-@pytest.mark.parametrize("failure, cause", [
-    ("cuda-oom", "failed: cuda-oom: CUDA out of memory"),
-    ("nccl-error", "failed: nccl-error: NCCL error"),
-    ("warmup-fails", "failed: warmup-failed"),
-    ("scheduler-dies-after-ready", "failed: scheduler-died"),
-    # The stand-in hangs while loading weights, a phase allowed to be long: the timeout says so.
-    ("hang", "timeout: not ready within 10.0s; last phase: loading weights"),
-    # A hang outside the long phases is called a hang, before the timeout.
-    ("hang-warmup", "hung: no new journal line for 3"),
-])
+@pytest.mark.parametrize(
+    "failure, cause",
+    [
+        ("cuda-oom", "failed: cuda-oom: CUDA out of memory"),
+        ("nccl-error", "failed: nccl-error: NCCL error"),
+        ("warmup-fails", "failed: warmup-failed"),
+        ("scheduler-dies-after-ready", "failed: scheduler-died"),
+        # The stand-in hangs while loading weights, a phase allowed to be long: the timeout says so.
+        ("hang", "timeout: not ready within 10.0s; last phase: loading weights"),
+        # A hang outside the long phases is called a hang, before the timeout.
+        ("hang-warmup", "hung: no new journal line for 3"),
+    ],
+)
 def test_each_injected_failure_gets_its_cause(converged, profile_dir, failure, cause):
-    failing = write_profile(profile_dir, f"fail-{failure}", """
+    failing = write_profile(
+        profile_dir,
+        f"fail-{failure}",
+        """
         extends: {profiles}/sandbox.yml
         env:
           SGLANG_STANDIN_FAIL: %s
@@ -302,7 +385,9 @@ def test_each_injected_failure_gets_its_cause(converged, profile_dir, failure, c
         readiness:
           timeout_s: 10
           hang_after_s: 3
-    """ % failure)
+    """
+        % failure,
+    )
     run = deploy({"node1": failing}, limit="node1", args=("--data", "rollback=false"))
     assert run.returncode != 0
     assert "[node1] readiness gate failed: " in run.output and cause in run.output, run.output[-4000:]

@@ -11,7 +11,7 @@ import pytest
 
 from sglang_deploy.cli import EXIT_UNREACHABLE
 
-from sglang_deploy.sandbox import REPO_ROOT, DeployRun, deploy, ssh, unit_start
+from .sandbox import REPO_ROOT, DeployRun, deploy, ssh, unit_start
 
 pytestmark = pytest.mark.e2e
 
@@ -34,11 +34,22 @@ def write_profile(tmp_path, body):
 
 
 def make(target, profiles):
-    env = {**os.environ, "INVENTORY": "inventory/sandbox.py", "LIMIT": ",".join(profiles),
-           "SGLANG_DEPLOY_SANDBOX_PROFILES": ",".join(f"{n}={p}" for n, p in profiles.items())}
+    env = {
+        **os.environ,
+        "INVENTORY": "inventory/sandbox.py",
+        "LIMIT": ",".join(profiles),
+        "SGLANG_DEPLOY_SANDBOX_PROFILES": ",".join(f"{n}={p}" for n, p in profiles.items()),
+    }
     started = time.monotonic()
-    done = subprocess.run(["make", "-s", target], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=600, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        ["make", "-s", target],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
     return DeployRun(done.returncode, done.stdout + done.stderr, time.monotonic() - started)
 
 
@@ -48,27 +59,34 @@ def last_lines(run, n):
 
 def test_converged_run_ends_with_one_line_per_host(converged):
     lines = last_lines(converged, 3)
-    assert lines[0].startswith("sglang-deploy: node1: ") and lines[1].startswith(
-        "sglang-deploy: node2: "), converged.output[-3000:]
+    assert lines[0].startswith("sglang-deploy: node1: ") and lines[1].startswith("sglang-deploy: node2: "), (
+        converged.output[-3000:]
+    )
     assert lines[2].startswith("sglang-deploy: exit status 0: "), converged.output[-3000:]
 
 
 def test_reordering_env_keys_rewrites_nothing_and_restarts_nothing(converged, tmp_path):
-    ordered = write_profile(tmp_path, """
+    ordered = write_profile(
+        tmp_path,
+        """
         extends: {profiles}/sandbox.yml
         env:
           SANDBOX_A_FIRST: "1"
           SANDBOX_B_SECOND: "2"
-    """)
+    """,
+    )
     first = deploy({"node1": ordered}, limit="node1")
     assert first.returncode == 0, first.output[-5000:]
     before = unit_start("node1")
-    reordered = write_profile(tmp_path, """
+    reordered = write_profile(
+        tmp_path,
+        """
         extends: {profiles}/sandbox.yml
         env:
           SANDBOX_B_SECOND: "2"
           SANDBOX_A_FIRST: "1"
-    """)
+    """,
+    )
     run = deploy({"node1": reordered}, limit="node1")
     assert run.returncode == 0, run.output[-5000:]
     assert run.changed == 0, run.output[-5000:]
@@ -103,8 +121,11 @@ def test_make_deploy_twice_with_a_wheel_rebuild_between_changes_nothing_the_seco
 
 def test_an_unreachable_node_is_named_in_the_last_lines_and_the_exit_status(converged):
     # sshd comes back by itself: later tests (and the teardown) need the node.
-    ssh("node2", "systemd-run --on-active=45s systemctl start ssh.service >/dev/null 2>&1; "
-                 "systemctl stop ssh.service", check=False)
+    ssh(
+        "node2",
+        "systemd-run --on-active=45s systemctl start ssh.service >/dev/null 2>&1; systemctl stop ssh.service",
+        check=False,
+    )
     try:
         run = deploy(PROFILES)
         assert run.returncode == EXIT_UNREACHABLE, run.output[-5000:]

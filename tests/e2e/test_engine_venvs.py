@@ -14,7 +14,18 @@ import urllib.request
 
 import pytest
 
-from sglang_deploy.sandbox import REPO_ROOT, deploy, nodes, profile_dir, ssh, start_deploy, unit_start, wait_for_output, wipe, write_profile
+from .sandbox import (  # noqa: F401 (a fixture)
+    REPO_ROOT,
+    deploy,
+    nodes,
+    profile_dir,
+    ssh,
+    start_deploy,
+    unit_start,
+    wait_for_output,
+    wipe,
+    write_profile,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -60,8 +71,7 @@ class Load(threading.Thread):
         body = json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": 4}}).encode()
         while not self.stopped.is_set():
             try:
-                request = urllib.request.Request(url("/generate"), body,
-                                                 {"Content-Type": "application/json"})
+                request = urllib.request.Request(url("/generate"), body, {"Content-Type": "application/json"})
                 with urllib.request.urlopen(request, timeout=10) as answer:
                     ok = answer.status == 200
             except OSError:
@@ -74,18 +84,36 @@ class Load(threading.Thread):
 def versions(profile_dir):
     """Profiles per version; 0.5.25's wheel is built here, into the module's directory."""
     next_wheels = profile_dir / "wheels-0.5.25"
-    subprocess.run([sys.executable, "sandbox/standin_wheel.py", "--version", "0.5.25+sandbox",
-                    "--out", str(next_wheels)], cwd=REPO_ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "sandbox/standin_wheel.py",
+            "--version",
+            "0.5.25+sandbox",
+            "--out",
+            str(next_wheels),
+        ],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+    )
     return {
         "0.5.23": "sandbox",
-        "0.5.24": write_profile(profile_dir, "next", f"""
+        "0.5.24": write_profile(
+            profile_dir,
+            "next",
+            f"""
             extends: {{profiles}}/sandbox.yml
             engine:
               packages: [sglang==0.5.24+sandbox]
               find_links: [{REPO_ROOT}/build/wheels-next]
-        """),
+        """,
+        ),
         # A release that dies while loading, on every start.
-        "0.5.25-crashing": write_profile(profile_dir, "crashing", f"""
+        "0.5.25-crashing": write_profile(
+            profile_dir,
+            "crashing",
+            f"""
             extends: {{profiles}}/sandbox.yml
             engine:
               packages: [sglang==0.5.25+sandbox]
@@ -93,7 +121,8 @@ def versions(profile_dir):
             env:
               SGLANG_STANDIN_FAIL: crash-load
               SGLANG_STANDIN_FAIL_AFTER_SECONDS: 2
-        """),
+        """,
+        ),
     }
 
 
@@ -112,8 +141,9 @@ def mtime(path, follow=False):
 
 def server_started():
     """When the unit's running server process started, wall clock, to the second."""
-    return float(ssh(NODE, 'date -d "$(systemctl show -p ExecMainStartTimestamp --value '
-                           'sglang.service)" +%s').strip())
+    return float(
+        ssh(NODE, 'date -d "$(systemctl show -p ExecMainStartTimestamp --value sglang.service)" +%s').strip()
+    )
 
 
 def test_an_upgrade_under_load_serves_the_old_venv_until_the_restart_then_the_new(versions, first):
@@ -149,13 +179,15 @@ def test_an_upgrade_under_load_serves_the_old_venv_until_the_restart_then_the_ne
     assert all(v == "0.5.23+sandbox" for t, v in served if t < switched), served
     # Never the old version again once the new one answered: the switch happened once.
     versions_served = [v for _, v in served]
-    assert "0.5.23+sandbox" not in versions_served[versions_served.index("0.5.24+sandbox"):]
+    assert "0.5.23+sandbox" not in versions_served[versions_served.index("0.5.24+sandbox") :]
     assert ssh(NODE, f"test -x {old_link}/bin/python && echo kept").strip() == "kept"
     sizes = ssh(NODE, f"du -sm {VENVS}/*")
-    print(f"\nupgrade under load: {done - started:.1f}s (build {built - started:.1f}s, switch "
-          f"{switched - finished:.1f}s after it); {len(load.answers)} requests, "
-          f"{sum(v is None for _, v in load.answers)} unanswered during the restart; "
-          f"MiB per venv:\n{sizes}")
+    print(
+        f"\nupgrade under load: {done - started:.1f}s (build {built - started:.1f}s, switch "
+        f"{switched - finished:.1f}s after it); {len(load.answers)} requests, "
+        f"{sum(v is None for _, v in load.answers)} unanswered during the restart; "
+        f"MiB per venv:\n{sizes}"
+    )
 
 
 def test_a_new_version_that_crashes_is_rolled_back_to_the_old_venv_without_a_download(versions):
@@ -181,8 +213,10 @@ def test_a_new_version_that_crashes_is_rolled_back_to_the_old_venv_without_a_dow
     assert served_version() == "0.5.24+sandbox"
     assert any(v.startswith("sglang-0.5.25+sandbox-") for v in venvs())
     one_start = json.loads(ssh(NODE, f"cat {GATE_REPORT}"))["elapsed_s"]
-    print(f"\nrollback: {rolled_back:.1f}s from 'rolling back' to the end of the deploy; "
-          f"the rolled-back server's start took {one_start:.1f}s")
+    print(
+        f"\nrollback: {rolled_back:.1f}s from 'rolling back' to the end of the deploy; "
+        f"the rolled-back server's start took {one_start:.1f}s"
+    )
     assert rolled_back < one_start + 10, "a rollback is one restart, no build or download"
 
 
@@ -190,9 +224,29 @@ def test_verify_finds_a_server_that_runs_another_venv_than_the_profile(versions)
     def engine_venv_check(profile):
         env = {**os.environ, "SGLANG_DEPLOY_SANDBOX_PROFILES": f"{NODE}={profile}"}
         return subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/host", "--inventory",
-             "inventory/sandbox.py", "--limit", NODE, "-q", "-k", "engine-venv", "-rf"],
-            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "tests/host",
+                "--inventory",
+                "inventory/sandbox.py",
+                "--limit",
+                NODE,
+                "-q",
+                "-k",
+                "engine-venv",
+                "-rf",
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
     passed = engine_venv_check(versions["0.5.24"])
     assert passed.returncode == 0, passed.stdout[-3000:]
     found = engine_venv_check(versions["0.5.25-crashing"])

@@ -1,6 +1,6 @@
 """A fleet behind SGLang's router: 3 serving nodes and a router node.
 
-    python3 sandbox/sandbox.py up --nodes 3 --routers 1 && python3 -m pytest -m fleet tests/e2e
+python3 sandbox/sandbox.py up --nodes 3 --routers 1 && python3 -m pytest -m fleet tests/e2e
 """
 
 import json
@@ -10,7 +10,15 @@ import threading
 
 import pytest
 
-from sglang_deploy.sandbox import REPO_ROOT, deploy, nodes, profile_dir, ssh, unit_start, write_profile
+from .sandbox import (  # noqa: F401 (a fixture)
+    REPO_ROOT,
+    deploy,
+    nodes,
+    profile_dir,
+    ssh,
+    unit_start,
+    write_profile,
+)
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 from fleet_load import Watcher, router_view, run_load  # noqa: E402
@@ -28,23 +36,42 @@ def fleet():
     routers = [n for n in found if roles[n] == "router"]
     if not routers or len(serving) < 3:
         pytest.skip("needs 3 nodes and a router: E2E_NODES=3 E2E_SANDBOX_ARGS='--routers 1'")
-    return serving, {n: found[n]["server_port"] for n in serving}, routers[0], \
-        found[routers[0]]["server_port"]
+    return (
+        serving,
+        {n: found[n]["server_port"] for n in serving},
+        routers[0],
+        found[routers[0]]["server_port"],
+    )
 
 
 def sandbox_with_env(directory, name, **env):
     """Profile ``name``: the sandbox profile with these env values added (a changed configuration)."""
-    return write_profile(directory, name, "extends: {profiles}/sandbox.yml\nenv:\n" + "".join(
-        f"  {key}: {json.dumps(value)}\n" for key, value in env.items()))
+    return write_profile(
+        directory,
+        name,
+        "extends: {profiles}/sandbox.yml\nenv:\n"
+        + "".join(f"  {key}: {json.dumps(value)}\n" for key, value in env.items()),
+    )
 
 
 def under_load(router_port, run_deploy):
     """(the deploy's run, the load's result): streaming chat requests through the router, three
     at a time (every 5th a long one), for as long as the deploy runs."""
     stop, load = threading.Event(), {}
-    client = threading.Thread(target=lambda: load.update(r=run_load(
-        router_port, MODEL, count=10_000, concurrency=3, short_tokens=8, long_tokens=120,
-        long_every=5, stop=stop)))
+    client = threading.Thread(
+        target=lambda: load.update(
+            r=run_load(
+                router_port,
+                MODEL,
+                count=10_000,
+                concurrency=3,
+                short_tokens=8,
+                long_tokens=120,
+                long_every=5,
+                stop=stop,
+            )
+        )
+    )
     client.start()
     try:
         run = run_deploy()
@@ -88,9 +115,11 @@ def test_rolling_change_loses_no_request(deployed, profile_dir):  # noqa: F811
     run, result = under_load(router_port, lambda: fleet_deploy(changed, names, router))
     watcher.stop.set()
     watcher.join()
-    print(f"\nrolling: {result.sent} requests, {result.failed} failed; min serving "
-          f"{watcher.min_serving}/{len(names)}, min in router {watcher.min_in_router}; "
-          f"out of rotation {watcher.out_s}; deploy {run.seconds:.1f}s")
+    print(
+        f"\nrolling: {result.sent} requests, {result.failed} failed; min serving "
+        f"{watcher.min_serving}/{len(names)}, min in router {watcher.min_in_router}; "
+        f"out of rotation {watcher.out_s}; deploy {run.seconds:.1f}s"
+    )
     assert run.returncode == 0, run.output[-4000:]
     assert all(unit_start(name) != starts[name] for name in names), "every node restarted"
     assert result.sent > 0 and result.failed == 0, result.failures
@@ -100,14 +129,19 @@ def test_rolling_change_loses_no_request(deployed, profile_dir):  # noqa: F811
 
 def test_crashing_config_stops_the_rollout(deployed, profile_dir):  # noqa: F811
     names, ports, router, router_port = deployed
-    crashing = sandbox_with_env(profile_dir, "crashing", SGLANG_STANDIN_FAIL="crash-load",
-                                SGLANG_STANDIN_FAIL_AFTER_SECONDS=1)
+    crashing = sandbox_with_env(
+        profile_dir, "crashing", SGLANG_STANDIN_FAIL="crash-load", SGLANG_STANDIN_FAIL_AFTER_SECONDS=1
+    )
     starts = {name: unit_start(name) for name in names}
     run = fleet_deploy(crashing, names, router)
     assert run.returncode != 0
     # Exactly one node tried the new configuration (batch 1): rolled back and back in the router.
-    tried = [n for n in names if f"sglang-deploy: {n}: failed" in run.output
-             and "rolled back: serves" in _outcome_line(run.output, n)]
+    tried = [
+        n
+        for n in names
+        if f"sglang-deploy: {n}: failed" in run.output
+        and "rolled back: serves" in _outcome_line(run.output, n)
+    ]
     assert len(tried) == 1, run.output[-4000:]
     first, rest = tried[0], [n for n in names if n != tried[0]]
     assert f"rollout stopped at {first}" in run.output
@@ -136,28 +170,48 @@ def test_router_down_takes_no_node_out_of_rotation(deployed, profile_dir):  # no
 
 
 def _outcome_line(output, name):
-    return next((line for line in output.splitlines()
-                 if line.startswith(f"sglang-deploy: {name}: ")), "")
+    return next((line for line in output.splitlines() if line.startswith(f"sglang-deploy: {name}: ")), "")
 
 
 def _worker_ids(router_port):
     import urllib.request
+
     with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
-            f"http://127.0.0.1:{router_port}/workers", timeout=3) as answer:
+        f"http://127.0.0.1:{router_port}/workers", timeout=3
+    ) as answer:
         return sorted((w["url"], w["id"]) for w in json.loads(answer.read())["workers"])
 
 
 def test_verify_covers_the_router(deployed):
     names, ports, router, router_port = deployed
     routers_run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/host/test_router_host.py",
-         "--inventory", "inventory/sandbox.py", "--limit", router, "-v"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "tests/host/test_router_host.py",
+            "--inventory",
+            "inventory/sandbox.py",
+            "--limit",
+            router,
+            "-v",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert routers_run.returncode == 0, routers_run.stdout[-3000:]
     for check in ("router-packages", "router-unit", "router-workers"):
         assert f"test_router_check[{router}-{check}] PASSED" in routers_run.stdout
-    table = subprocess.run([sys.executable, "-m", "sglang_deploy.verify.summary", "inventory/sandbox.py",
-                            "--limit", router], cwd=REPO_ROOT, capture_output=True, text=True)
+    table = subprocess.run(
+        [sys.executable, "-m", "sglang_deploy.verify.summary", "inventory/sandbox.py", "--limit", router],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert table.returncode == 0 and f"http://127.0.0.1:{router_port}" in table.stdout, table.stdout
 
 
@@ -171,7 +225,9 @@ env:
 """
 
 
-def test_a_serving_group_behind_the_router_restarts_out_of_rotation_and_loses_no_request(deployed, profile_dir):  # noqa: F811
+def test_a_serving_group_behind_the_router_restarts_out_of_rotation_and_loses_no_request(
+    deployed, profile_dir
+):  # noqa: F811
     # node1 + node2 serve one model as group g1 (rank 0 node1, the router's worker); node3 alone.
     names, ports, router, router_port = deployed
     if names[:3] != ["node1", "node2", "node3"]:
@@ -179,15 +235,18 @@ def test_a_serving_group_behind_the_router_restarts_out_of_rotation_and_loses_no
 
     def group_deploy(turn):
         profile = write_profile(profile_dir, f"group-{turn}", GROUP_PROFILE % turn)
-        return deploy({"node1": profile, "node2": profile, "node3": "sandbox", router: "sandbox"},
-                      extra_env=GROUP)
+        return deploy(
+            {"node1": profile, "node2": profile, "node3": "sandbox", router: "sandbox"}, extra_env=GROUP
+        )
 
     formed = group_deploy("formed")
     assert formed.returncode == 0, formed.output[-4000:]
     assert sorted(router_view(router_port)) == [f"http://127.0.0.1:{ports[n]}" for n in ("node1", "node3")]
     starts = {name: unit_start(name) for name in names}
     run, result = under_load(router_port, lambda: group_deploy("changed"))
-    print(f"\ngroup behind the router: {result.sent} requests, {result.failed} failed; deploy {run.seconds:.1f}s")
+    print(
+        f"\ngroup behind the router: {result.sent} requests, {result.failed} failed; deploy {run.seconds:.1f}s"
+    )
     assert run.returncode == 0, run.output[-4000:]
     assert "rotation: out of" in run.output and "rotation: healthy in" in run.output, run.output[-4000:]
     assert unit_start("node1") != starts["node1"] and unit_start("node2") != starts["node2"]

@@ -14,7 +14,17 @@ import pytest
 
 from sglang_deploy.node.lib import result
 
-from sglang_deploy.sandbox import REPO_ROOT, deploy, profile_dir, ssh, start_deploy, unit_start, wait_for_output, wipe, write_profile
+from .sandbox import (  # noqa: F401 (a fixture)
+    REPO_ROOT,
+    deploy,
+    profile_dir,
+    ssh,
+    start_deploy,
+    unit_start,
+    wait_for_output,
+    wipe,
+    write_profile,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -30,9 +40,12 @@ def node_manifest():
 
 
 def serving():
-    out = ssh(NODE, "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$(systemctl show "
-                    "-p ExecStart sglang.service | grep -o -- '--port [0-9]*' | cut -d' ' -f2)/health",
-              check=False)
+    out = ssh(
+        NODE,
+        "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$(systemctl show "
+        "-p ExecStart sglang.service | grep -o -- '--port [0-9]*' | cut -d' ' -f2)/health",
+        check=False,
+    )
     return out.strip() == "200"
 
 
@@ -55,16 +68,17 @@ def staged():
 
 
 def test_staged_from_the_controller_and_served(staged):
-    local = {p: os.path.getsize(REPO_ROOT / "sandbox/models/tiny-standin" / p)
-             for p in ("config.json", "tokenizer_config.json", SHARD)}
+    local = {
+        p: os.path.getsize(REPO_ROOT / "sandbox/models/tiny-standin" / p)
+        for p in ("config.json", "tokenizer_config.json", SHARD)
+    }
     found = {e["path"]: e["size"] for e in node_manifest()["files"]}
     assert found == local
     size = sum(local.values())
     files, rsyncs = copies(staged.output)
     assert files + rsyncs >= 1, staged.output[-3000:]
     rate = [line for line in staged.output.splitlines() if "MB/s" in line]
-    print(f"\nstaging from the controller: {size / 1e6:.1f} MB, whole deploy "
-          f"{staged.seconds:.1f} s; {rate}")
+    print(f"\nstaging from the controller: {size / 1e6:.1f} MB, whole deploy {staged.seconds:.1f} s; {rate}")
     assert serving()
 
 
@@ -84,20 +98,42 @@ def test_truncated_shard_named_refused_and_repaired(staged, profile_dir):
     ssh(NODE, f"truncate -s 1000000 {MODEL}/{SHARD}")
     # make verify names it (the host tests, as `make verify` runs them).
     env = {**os.environ, "SGLANG_DEPLOY_SANDBOX_PROFILES": f"{NODE}=sandbox"}
-    verify = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                             "tests/host", "--inventory", "inventory/sandbox.py", "--limit", NODE,
-                             "-q", "-k", "model-files"], cwd=REPO_ROOT, env=env,
-                            capture_output=True, text=True, timeout=300)
+    verify = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "tests/host",
+            "--inventory",
+            "inventory/sandbox.py",
+            "--limit",
+            NODE,
+            "-q",
+            "-k",
+            "model-files",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert verify.returncode != 0 and SHARD in verify.stdout, verify.stdout[-3000:]
     # The node-side check names it too, in its result line.
     found = result.parse(ssh(NODE, CHECK, check=False).splitlines())
     assert found["result"] == "MODEL_MISMATCH" and SHARD in found["cause"]
     # A change that needs a restart: preflight refuses it, naming the shard; nothing stops.
-    changed = write_profile(profile_dir, "staging-changed", """
+    changed = write_profile(
+        profile_dir,
+        "staging-changed",
+        """
         extends: {profiles}/sandbox.yml
         env:
           SGLANG_STANDIN_WARMUP_SECONDS: 2
-    """)
+    """,
+    )
     refused = deploy({NODE: changed}, limit=NODE)
     assert refused.returncode != 0, refused.output[-5000:]
     assert "preflight failed" in refused.output and SHARD in refused.output, refused.output[-5000:]
@@ -113,18 +149,21 @@ def test_truncated_shard_named_refused_and_repaired(staged, profile_dir):
     assert serving()
 
 
-def test_an_interrupted_copy_resumes_and_the_old_model_serves_meanwhile(staged, profile_dir,
-                                                                         tmp_path):
+def test_an_interrupted_copy_resumes_and_the_old_model_serves_meanwhile(staged, profile_dir, tmp_path):
     # A new revision of the model on the controller: two more shards, the second one large.
     newer = tmp_path / "tiny-standin-v2"
     shutil.copytree(REPO_ROOT / "sandbox/models/tiny-standin", newer)
     (newer / "extra-1.bin").write_bytes(os.urandom(4 << 20))
     (newer / "extra-2.bin").write_bytes(os.urandom(96 << 20))
-    profile = write_profile(profile_dir, "staging-v2", f"""
+    profile = write_profile(
+        profile_dir,
+        "staging-v2",
+        f"""
         extends: {{profiles}}/sandbox.yml
         model:
           source: {{{{controller: {newer}}}}}
-    """)
+    """,
+    )
     before = node_manifest()
     started = unit_start(NODE)
     first = start_deploy({NODE: profile}, limit=NODE)
@@ -139,12 +178,13 @@ def test_an_interrupted_copy_resumes_and_the_old_model_serves_meanwhile(staged, 
     rerun = deploy({NODE: profile}, limit=NODE)
     assert rerun.returncode == 0, rerun.output[-5000:]
     rate = [line for line in rerun.output.splitlines() if "MB/s" in line]
-    print(f"\ninterrupted after: {[l for l in seen.splitlines() if 'file ' in l]}; staged then: "
-          f"{staged_files}; resumed: {rate}")
+    print(
+        f"\ninterrupted after: {[l for l in seen.splitlines() if 'file ' in l]}; staged then: "
+        f"{staged_files}; resumed: {rate}"
+    )
     if "file 1/2 extra-1.bin" in seen:  # one upload per file: the re-run starts where it died
         assert "extra-1.bin" in staged_files
-        assert "extra-1.bin (" not in rerun.output and "extra-2.bin (" in rerun.output, \
-            rerun.output[-3000:]
+        assert "extra-1.bin (" not in rerun.output and "extra-2.bin (" in rerun.output, rerun.output[-3000:]
     after = {e["path"] for e in node_manifest()["files"]}
     assert {"extra-1.bin", "extra-2.bin", SHARD} <= after
     assert ssh(NODE, f"ls -d {MODEL}.sglang-deploy-staging 2>/dev/null || true").strip() == ""

@@ -2,19 +2,27 @@
 gate waited, and a server port held by something the node cannot see."""
 
 import socket
-import time
 
 import pytest
 
 from sglang_deploy.node.lib import result
 
-from sglang_deploy.sandbox import REPO_ROOT, deploy, profile_dir, ssh, start_deploy, unit_start, wait_for_output, wipe, write_profile
+from .sandbox import (  # noqa: F401 (a fixture)
+    REPO_ROOT,
+    deploy,
+    profile_dir,
+    ssh,
+    start_deploy,
+    unit_start,
+    wait_for_output,
+    wipe,
+    write_profile,
+)
 
 pytestmark = pytest.mark.e2e
 
 NODE = {"node1": "sandbox"}
-LAST_GOOD = ("python3 /opt/sglang-deploy/node/lastgood.py show "
-             "--dir /var/lib/sglang-deploy/sglang/last-good")
+LAST_GOOD = "python3 /opt/sglang-deploy/node/lastgood.py show --dir /var/lib/sglang-deploy/sglang/last-good"
 
 
 @pytest.fixture(scope="module")
@@ -31,11 +39,15 @@ def last_good():
 
 def test_a_rerun_after_a_killed_deploy_records_what_serves(converged, profile_dir):
     assert last_good() == "sandbox"
-    slow = write_profile(profile_dir, "recovered", """
+    slow = write_profile(
+        profile_dir,
+        "recovered",
+        """
         extends: {profiles}/sandbox.yml
         env:
           SGLANG_STANDIN_LOAD_SECONDS: 15
-    """)
+    """,
+    )
     first = start_deploy({"node1": slow}, limit="node1")
     try:
         wait_for_output(first, "phase: loading weights", timeout=90)
@@ -53,11 +65,15 @@ def test_a_rerun_after_a_killed_deploy_records_what_serves(converged, profile_di
     again = deploy({"node1": slow}, limit="node1")
     assert again.returncode == 0 and again.changed == 0, again.output[-5000:]
     # A failing change now rolls back to the recovered configuration, not the older one.
-    crashing = write_profile(profile_dir, "crash", """
+    crashing = write_profile(
+        profile_dir,
+        "crash",
+        """
         extends: {profiles}/sandbox.yml
         env:
           SGLANG_STANDIN_FAIL: cuda-oom
-    """)
+    """,
+    )
     run = deploy({"node1": crashing}, limit="node1")
     assert run.returncode != 0
     assert "rolled back: serving recovered again" in run.output, run.output[-5000:]
@@ -72,11 +88,15 @@ def test_a_port_held_outside_the_node_fails_preflight_in_seconds(converged, prof
     port = 30001
     ssh("node1", "systemctl stop sglang.service")
     before = unit_start("node1")
-    changed = write_profile(profile_dir, "changed", """
+    changed = write_profile(
+        profile_dir,
+        "changed",
+        """
         extends: {profiles}/sandbox.yml
         env:
           NCCL_NTHREADS: 128
-    """)
+    """,
+    )
     with socket.socket() as held:
         held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         held.bind(("127.0.0.1", port))
@@ -84,8 +104,10 @@ def test_a_port_held_outside_the_node_fails_preflight_in_seconds(converged, prof
         run = deploy({"node1": changed}, limit="node1")
     assert run.returncode != 0
     assert "[node1] preflight failed" in run.output, run.output[-5000:]
-    assert (f"port {port} is listening but no process on this node owns it "
-            "(another network namespace or container?)") in run.output, run.output[-5000:]
+    assert (
+        f"port {port} is listening but no process on this node owns it "
+        "(another network namespace or container?)"
+    ) in run.output, run.output[-5000:]
     assert run.seconds < 60, f"took {run.seconds:.0f}s"
     print(f"preflight refused a foreign port holder: {run.seconds:.1f}s")
     assert unit_start("node1") == before, "the server was touched"

@@ -16,15 +16,25 @@ pytestmark = pytest.mark.e2e
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATE_FILE = Path(os.environ.get("SANDBOX_DIR") or REPO_ROOT / ".sandbox") / "state.json"
-SSH_OPTS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
-            "-o", "ConnectTimeout=5"]
+SSH_OPTS = [
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "LogLevel=ERROR",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "IdentitiesOnly=yes",
+    "-o",
+    "ConnectTimeout=5",
+]
 
 
 def load_state():
     if not STATE_FILE.is_file():
-        pytest.skip(f"no sandbox nodes: {STATE_FILE} is absent "
-                    "(run `python3 sandbox/sandbox.py up` first)")
+        pytest.skip(f"no sandbox nodes: {STATE_FILE} is absent (run `python3 sandbox/sandbox.py up` first)")
     state = json.loads(STATE_FILE.read_text())
     if not state.get("nodes"):
         pytest.skip(f"no sandbox nodes recorded in {STATE_FILE}")
@@ -46,17 +56,27 @@ def node(request):
 
 
 def ssh_argv(node, command):
-    return ["ssh", "-p", str(node["ssh_port"]), "-i", node["key"], *SSH_OPTS,
-            f"{node['ssh_user']}@{node['ssh_host']}", command]
+    return [
+        "ssh",
+        "-p",
+        str(node["ssh_port"]),
+        "-i",
+        node["key"],
+        *SSH_OPTS,
+        f"{node['ssh_user']}@{node['ssh_host']}",
+        command,
+    ]
 
 
 def sh(node, command, check=True):
     """Run a shell command on the node as root over real SSH; returns stdout, stripped."""
-    res = subprocess.run(ssh_argv(node, command), capture_output=True, text=True, timeout=120,
-                         stdin=subprocess.DEVNULL)
+    res = subprocess.run(
+        ssh_argv(node, command), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+    )
     if check and res.returncode != 0:
-        raise AssertionError(f"{command!r} on {node['name']} exited {res.returncode}:\n"
-                             f"{res.stdout}{res.stderr}")
+        raise AssertionError(
+            f"{command!r} on {node['name']} exited {res.returncode}:\n{res.stdout}{res.stderr}"
+        )
     return res.stdout.strip()
 
 
@@ -80,16 +100,19 @@ def test_tiny_model_is_staged(node):
 def test_venv_sitecustomize_is_shadowed_but_pth_runs(node):
     """Debian's sitecustomize shadows a venv's; a .pth in site-packages runs regardless."""
     venv = "/tmp/v"
-    site = sh(node, f"rm -rf {venv} && python3 -m venv {venv} && "
-                    f"{venv}/bin/python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))'")
+    site = sh(
+        node,
+        f"rm -rf {venv} && python3 -m venv {venv} && "
+        f"{venv}/bin/python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))'",
+    )
     assert site.startswith(venv)
-    sh(node, f"echo 'import os; os.environ[\"SANDBOX_VENV_SITECUSTOMIZE\"] = \"1\"' "
-             f"> {site}/sitecustomize.py")
-    sh(node, f"echo 'import os; os.environ[\"SANDBOX_PTH_RAN\"] = \"1\"' "
-             f"> {site}/sandbox_test.pth")
-    probe = ("import json, os, sitecustomize; print(json.dumps({'file': sitecustomize.__file__, "
-             "'venv_sc': os.environ.get('SANDBOX_VENV_SITECUSTOMIZE'), "
-             "'pth': os.environ.get('SANDBOX_PTH_RAN')}))")
+    sh(node, f'echo \'import os; os.environ["SANDBOX_VENV_SITECUSTOMIZE"] = "1"\' > {site}/sitecustomize.py')
+    sh(node, f'echo \'import os; os.environ["SANDBOX_PTH_RAN"] = "1"\' > {site}/sandbox_test.pth')
+    probe = (
+        "import json, os, sitecustomize; print(json.dumps({'file': sitecustomize.__file__, "
+        "'venv_sc': os.environ.get('SANDBOX_VENV_SITECUSTOMIZE'), "
+        "'pth': os.environ.get('SANDBOX_PTH_RAN')}))"
+    )
     seen = json.loads(sh(node, f"{venv}/bin/python -c {shlex.quote(probe)}"))
     sh(node, f"rm -rf {venv}")
     assert seen["file"] == "/usr/lib/python3.11/sitecustomize.py"
@@ -104,11 +127,19 @@ def test_same_named_units_on_two_nodes_do_not_race():
     state = load_state()
     if len(state["nodes"]) < 2:
         pytest.skip("needs two sandbox nodes")
-    loop = ("fails=0; for i in $(seq 1 40); do systemd-run --wait --quiet --collect "
-            "--unit=sandbox-race-probe true || fails=$((fails+1)); done; echo $fails")
-    procs = [subprocess.Popen(ssh_argv(dict(n, key=state["key"]), loop), text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL)
-             for n in state["nodes"][:2]]
+    loop = (
+        "fails=0; for i in $(seq 1 40); do systemd-run --wait --quiet --collect "
+        "--unit=sandbox-race-probe true || fails=$((fails+1)); done; echo $fails"
+    )
+    procs = [
+        subprocess.Popen(
+            ssh_argv(dict(n, key=state["key"]), loop),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        for n in state["nodes"][:2]
+    ]
     outputs = [p.communicate(timeout=120)[0] for p in procs]
     assert [out.strip().splitlines()[-1] for out in outputs] == ["0", "0"], outputs

@@ -15,7 +15,18 @@ import urllib.request
 
 import pytest
 
-from sglang_deploy.sandbox import REPO_ROOT, DeployRun, _deploy_command, deploy, nodes, profile_dir, ssh, unit_start, wipe, write_profile
+from .sandbox import (  # noqa: F401 (a fixture)
+    REPO_ROOT,
+    DeployRun,
+    _deploy_command,
+    deploy,
+    nodes,
+    profile_dir,
+    ssh,
+    unit_start,
+    wipe,
+    write_profile,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -64,8 +75,9 @@ def run_with_moved_port(profile, directory):
     command, env = _deploy_command({name: profile for name in MEMBERS}, None, GROUP, ())
     command[command.index("inventory/sandbox.py")] = str(inventory)
     started = time.monotonic()
-    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=600, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+    )
     return DeployRun(done.returncode, done.stdout + done.stderr, time.monotonic() - started)
 
 
@@ -121,12 +133,19 @@ def test_one_nccl_value_changed_restarts_the_group_as_one_rank_0_first(profile_d
     assert all(after[node] != before[node] for node in MEMBERS)
     said = lines_with(done.output, "group g1:")
     print("\n".join(lines_with(done.output, "group g1:", "ready in", "note:", "phase:")))
-    order = [line for line in said if "stopping rank 0 node1 first" in line or "group stopped" in line
-             or "starting every member" in line or "serves; followers" in line]
+    order = [
+        line
+        for line in said
+        if "stopping rank 0 node1 first" in line
+        or "group stopped" in line
+        or "starting every member" in line
+        or "serves; followers" in line
+    ]
     assert len(order) == 4, said
     assert "did not end on rank 0's shutdown" not in "\n".join(said)
-    stop = re.search(r"group stopped in ([\d.]+)s \(rank 0 ([\d.]+)s, followers ([\d.]+)s after it\)",
-                     done.output)
+    stop = re.search(
+        r"group stopped in ([\d.]+)s \(rank 0 ([\d.]+)s, followers ([\d.]+)s after it\)", done.output
+    )
     TIMINGS["coordinated stop"] = float(stop.group(1))
     TIMINGS["follower end after rank 0"] = float(stop.group(3))
     for node in MEMBERS:
@@ -134,10 +153,21 @@ def test_one_nccl_value_changed_restarts_the_group_as_one_rank_0_first(profile_d
 
 
 def test_make_verify_shows_each_members_rank_and_the_groups_verdict(profile_dir):
-    env = {**os.environ, **GROUP, "SGLANG_DEPLOY_SANDBOX_PROFILES":
-           ",".join(f"{node}={group_profile(profile_dir, buffsize='8388608')}" for node in MEMBERS)}
-    done = subprocess.run(["make", "-s", "verify", "LIMIT=node1,node2"], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        **GROUP,
+        "SGLANG_DEPLOY_SANDBOX_PROFILES": ",".join(
+            f"{node}={group_profile(profile_dir, buffsize='8388608')}" for node in MEMBERS
+        ),
+    }
+    done = subprocess.run(
+        ["make", "-s", "verify", "LIMIT=node1,node2"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     print(done.stdout[-3000:])
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
     rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("node")}
@@ -145,8 +175,11 @@ def test_make_verify_shows_each_members_rank_and_the_groups_verdict(profile_dir)
 
 
 def test_a_follower_that_fails_its_start_is_named_and_the_group_rolls_back(profile_dir):
-    failing = group_profile(profile_dir, buffsize="8388608",
-                            extra='  SGLANG_STANDIN_FAIL: cuda-oom\n  SGLANG_STANDIN_FAIL_RANK: "1"')
+    failing = group_profile(
+        profile_dir,
+        buffsize="8388608",
+        extra='  SGLANG_STANDIN_FAIL: cuda-oom\n  SGLANG_STANDIN_FAIL_RANK: "1"',
+    )
     done = run(failing)
     said = "\n".join(lines_with(done.output, "group g1", "node-rank 1"))
     print(said)
@@ -182,8 +215,10 @@ def test_a_change_that_moves_the_dist_init_port_is_probed_where_rank_0_listens_n
     TIMINGS["dist-init port moved (deploy)"] = done.seconds
     print("\n".join(lines_with(done.output, "Group preflight", "listens on port", "reach")))
     assert done.returncode == 0, done.output[-5000:]
-    assert ("group g1 node-rank 1 of 2: rank 0 node1 listens on port 31001 until the group restarts "
-            "onto 31002: reached on 31001") in done.output
+    assert (
+        "group g1 node-rank 1 of 2: rank 0 node1 listens on port 31001 until the group restarts "
+        "onto 31002: reached on 31001"
+    ) in done.output
     for node in MEMBERS:
         assert unit_start(node) != before[node]
         assert "--dist-init-addr 127.0.0.1:31002" in argv(node)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from sglang_deploy.sandbox import REPO_ROOT, ssh
+from .sandbox import REPO_ROOT, ssh
 
 pytestmark = pytest.mark.e2e
 
@@ -31,18 +31,28 @@ ENV_TEXT = 'NCCL_PROTO="LL"\nNCCL_P2P_LEVEL="SYS"\nSPACED="a b $c # d"\nSGLANG_S
 def plain_unit():
     wheel = next((REPO_ROOT / "build" / "wheels").glob("sglang-*.whl"))
     ssh(NODE, f"cat > /tmp/{wheel.name}", stdin=wheel.read_bytes())
-    ssh(NODE, f"test -x {VENV}/bin/python || python3 -m venv {VENV}; "
-              f"{VENV}/bin/pip install -q --no-index --force-reinstall /tmp/{wheel.name}")
+    ssh(
+        NODE,
+        f"test -x {VENV}/bin/python || python3 -m venv {VENV}; "
+        f"{VENV}/bin/pip install -q --no-index --force-reinstall /tmp/{wheel.name}",
+    )
     ssh(NODE, f"cat > /etc/systemd/system/{UNIT}", stdin=UNIT_TEXT)
     yield
-    ssh(NODE, f"systemctl stop {UNIT}; rm -f /etc/systemd/system/{UNIT} /etc/standin-plain.env; "
-              f"systemctl daemon-reload; systemctl reset-failed {UNIT}", check=False)
+    ssh(
+        NODE,
+        f"systemctl stop {UNIT}; rm -f /etc/systemd/system/{UNIT} /etc/standin-plain.env; "
+        f"systemctl daemon-reload; systemctl reset-failed {UNIT}",
+        check=False,
+    )
 
 
 def start(env_text=ENV_TEXT, shell_exports=""):
     ssh(NODE, "cat > /etc/standin-plain.env", stdin=env_text)
-    ssh(NODE, f"{shell_exports} systemctl daemon-reload; systemctl reset-failed {UNIT} 2>/dev/null; "
-              f"systemctl restart {UNIT}")
+    ssh(
+        NODE,
+        f"{shell_exports} systemctl daemon-reload; systemctl reset-failed {UNIT} 2>/dev/null; "
+        f"systemctl restart {UNIT}",
+    )
 
 
 def wait_for(predicate, timeout=20.0):
@@ -55,16 +65,23 @@ def wait_for(predicate, timeout=20.0):
 
 
 def healthy():
-    return ssh(NODE, f"curl -s -o /dev/null -w '%{{http_code}}' -m 2 http://127.0.0.1:{PORT}/health",
-               check=False) == "200"
+    return (
+        ssh(
+            NODE, f"curl -s -o /dev/null -w '%{{http_code}}' -m 2 http://127.0.0.1:{PORT}/health", check=False
+        )
+        == "200"
+    )
 
 
 def scheduler_environs():
     main = ssh(NODE, f"systemctl show -p MainPID --value {UNIT}").strip()
     pids = ssh(NODE, f"pgrep -P {main} -f '^sglang::scheduler'").split()
-    return {pid: dict(item.split("=", 1) for item in
-                      ssh(NODE, f"cat /proc/{pid}/environ").split("\0") if "=" in item)
-            for pid in pids}
+    return {
+        pid: dict(
+            item.split("=", 1) for item in ssh(NODE, f"cat /proc/{pid}/environ").split("\0") if "=" in item
+        )
+        for pid in pids
+    }
 
 
 def port_listening():
@@ -88,14 +105,17 @@ def test_variables_exported_in_the_ssh_shell_do_not_reach_them(plain_unit):
         assert "NCCL_ALGO" not in environ and "NCCL_NTHREADS" not in environ, pid
 
 
-@pytest.mark.parametrize("mode, journal_text, exits", [
-    ("crash-load", "Traceback (most recent call last)", True),
-    ("cuda-oom", "torch.OutOfMemoryError: CUDA out of memory", True),
-    ("nccl-error", "NCCL error", True),
-    ("warmup-fails", "Initialization failed. warmup error", True),
-    ("scheduler-dies-after-ready", "scheduler is dead", True),
-    ("hang", "Load weight begin", False),
-])
+@pytest.mark.parametrize(
+    "mode, journal_text, exits",
+    [
+        ("crash-load", "Traceback (most recent call last)", True),
+        ("cuda-oom", "torch.OutOfMemoryError: CUDA out of memory", True),
+        ("nccl-error", "NCCL error", True),
+        ("warmup-fails", "Initialization failed. warmup error", True),
+        ("scheduler-dies-after-ready", "scheduler is dead", True),
+        ("hang", "Load weight begin", False),
+    ],
+)
 def test_each_injected_failure_is_visible_from_outside(plain_unit, mode, journal_text, exits):
     start(ENV_TEXT + f'SGLANG_STANDIN_FAIL="{mode}"\nSGLANG_STANDIN_FAIL_AFTER_SECONDS="1"\n')
     state = lambda: ssh(NODE, f"systemctl show -p ActiveState,ExecMainStatus {UNIT}")  # noqa: E731
@@ -105,8 +125,11 @@ def test_each_injected_failure_is_visible_from_outside(plain_unit, mode, journal
     else:
         time.sleep(4)
         assert "ActiveState=active" in state()
-    journal = ssh(NODE, f"journalctl -u {UNIT} -o cat --no-pager "
-                        f"_SYSTEMD_INVOCATION_ID=$(systemctl show -p InvocationID --value {UNIT})")
+    journal = ssh(
+        NODE,
+        f"journalctl -u {UNIT} -o cat --no-pager "
+        f"_SYSTEMD_INVOCATION_ID=$(systemctl show -p InvocationID --value {UNIT})",
+    )
     assert journal_text in journal, journal[-2000:]
     assert not port_listening()
 
@@ -118,8 +141,11 @@ def test_stop_main_process_drains_and_systemctl_stop_ends_through_the_watchdog(p
     returns within about a second and leaves the unit failed."""
     show = lambda: ssh(NODE, f"systemctl show -p ActiveState,Result,ExecMainStatus {UNIT}")  # noqa: E731
     invocation = lambda: ssh(NODE, f"systemctl show -p InvocationID --value {UNIT}").strip()  # noqa: E731
-    journal = lambda run: ssh(NODE, f"journalctl -u {UNIT} -o cat --no-pager "  # noqa: E731
-                                    f"_SYSTEMD_INVOCATION_ID={run}")
+    journal = lambda run: ssh(
+        NODE,
+        f"journalctl -u {UNIT} -o cat --no-pager "  # noqa: E731
+        f"_SYSTEMD_INVOCATION_ID={run}",
+    )
     start()
     run = invocation()  # an inactive unit has none any more
     assert wait_for(healthy), journal(run)[-2000:]

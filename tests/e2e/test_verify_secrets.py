@@ -12,23 +12,32 @@ import time
 
 import pytest
 
-from sglang_deploy.sandbox import REPO_ROOT, deploy, ssh, wipe
+from .sandbox import REPO_ROOT, deploy, ssh, wipe
 
 pytestmark = pytest.mark.e2e
 
 NODE = "node1"
 TOKEN = "hf_" + secrets.token_hex(16)
 # Where the deploy keeps the env file, and the last known good copy of it (for rollback).
-SECRET_COPIES = {"/etc/sglang/sglang.env": "/etc/sglang",
-                 "/var/lib/sglang-deploy/sglang/last-good/env": "/var/lib/sglang-deploy/sglang/last-good"}
-VERBOSITIES = [["-q"], ["-v"], ["-vv"], ["-l", "--tb=long"], ["-vv", "-l", "--tb=long", "-rA"],
-               ["-q", "-rA", "--tb=short"]]
+SECRET_COPIES = {
+    "/etc/sglang/sglang.env": "/etc/sglang",
+    "/var/lib/sglang-deploy/sglang/last-good/env": "/var/lib/sglang-deploy/sglang/last-good",
+}
+VERBOSITIES = [
+    ["-q"],
+    ["-v"],
+    ["-vv"],
+    ["-l", "--tb=long"],
+    ["-vv", "-l", "--tb=long", "-rA"],
+    ["-q", "-rA", "--tb=short"],
+]
 
 
 def shown_parts(output, size=6):
     """Every piece of the token (``size`` characters or more) that ``output`` shows."""
-    return sorted({TOKEN[i:i + size] for i in range(len(TOKEN) - size + 1)
-                   if TOKEN[i:i + size] in output})
+    return sorted(
+        {TOKEN[i : i + size] for i in range(len(TOKEN) - size + 1) if TOKEN[i : i + size] in output}
+    )
 
 
 def operator_env(profile, token):
@@ -41,17 +50,38 @@ def operator_env(profile, token):
 
 def verify_tests(profile, args, token=TOKEN):
     """`pytest tests/host` as `make verify` runs it, with extra pytest arguments."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/host",
-                           "--inventory", "inventory/sandbox.py", "--limit", NODE, *args],
-                          cwd=REPO_ROOT, env=operator_env(profile, token), capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "tests/host",
+            "--inventory",
+            "inventory/sandbox.py",
+            "--limit",
+            NODE,
+            *args,
+        ],
+        cwd=REPO_ROOT,
+        env=operator_env(profile, token),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return done.returncode, done.stdout + done.stderr
 
 
 def make_verify(profile, token=TOKEN):
-    done = subprocess.run(["make", "verify", f"LIMIT={NODE}"], cwd=REPO_ROOT,
-                          env=operator_env(profile, token), capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        ["make", "verify", f"LIMIT={NODE}"],
+        cwd=REPO_ROOT,
+        env=operator_env(profile, token),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return done.returncode, done.stdout + done.stderr
 
 
@@ -74,8 +104,9 @@ def deployed():
 
 
 def test_every_copy_of_the_secret_on_the_node_is_root_only(deployed):
-    found = ssh(NODE, f"grep -rlsF {TOKEN} /etc /var /opt /run /tmp /root /home /srv /usr/local",
-                check=False).split()
+    found = ssh(
+        NODE, f"grep -rlsF {TOKEN} /etc /var /opt /run /tmp /root /home /srv /usr/local", check=False
+    ).split()
     assert sorted(found) == sorted(SECRET_COPIES)
     for path, directory in SECRET_COPIES.items():
         assert ssh(NODE, f"stat -c '%a %U %G' {path}").strip() == "600 root root", path
@@ -104,8 +135,11 @@ def test_verify_against_another_profile_fails_without_showing_the_secret(deploye
 
 
 def test_hand_edited_env_file_fails_without_showing_the_secret(deployed):
-    ssh(NODE, "sed -i 's/^NCCL_P2P_LEVEL=.*/NCCL_P2P_LEVEL=\"PHB\"/' /etc/sglang/sglang.env"
-              " && systemctl restart sglang.service")
+    ssh(
+        NODE,
+        "sed -i 's/^NCCL_P2P_LEVEL=.*/NCCL_P2P_LEVEL=\"PHB\"/' /etc/sglang/sglang.env"
+        " && systemctl restart sglang.service",
+    )
     deadline = time.monotonic() + 60
     while "2" != ssh(NODE, "pgrep -c -f '^sglang::scheduler'", check=False).strip():
         assert time.monotonic() < deadline, "the schedulers did not come back"

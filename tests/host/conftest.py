@@ -17,25 +17,25 @@ from dataclasses import dataclass
 import pytest
 import testinfra
 
-from sglang_deploy.verify.checks import REGISTRY
 from sglang_deploy.plan.fleet import is_router
 from sglang_deploy.plan.fleet_hosts import router_plan
-from sglang_deploy.verify.router_checks import ROUTER_REGISTRY
-from sglang_deploy.plan.hosts import inventory_hosts, testinfra_host
 from sglang_deploy.plan.host_plan import NodePlan, plan_for
+from sglang_deploy.plan.hosts import inventory_hosts, testinfra_host
 from sglang_deploy.plan.serving_group import profile_of, resolve_checked
-from sglang_deploy.verify.redact import Redactor
+from sglang_deploy.verify.checks import REGISTRY
 from sglang_deploy.verify.pytest_redaction import ReportRedaction
+from sglang_deploy.verify.redact import Redactor
+from sglang_deploy.verify.router_checks import ROUTER_REGISTRY
 
 # The session's secrets: every verified host's secret names and the operator's values of them.
 SECRETS = Redactor()
 
 
 def pytest_addoption(parser):
-    parser.addoption("--inventory", default="inventory/sandbox.py",
-                     help="pyinfra inventory file whose hosts are verified")
-    parser.addoption("--limit", default="",
-                     help="comma-separated host names to verify (default: all)")
+    parser.addoption(
+        "--inventory", default="inventory/sandbox.py", help="pyinfra inventory file whose hosts are verified"
+    )
+    parser.addoption("--limit", default="", help="comma-separated host names to verify (default: all)")
 
 
 def pytest_configure(config):
@@ -73,16 +73,18 @@ def pytest_generate_tests(metafunc):
         wanted = "router" in metafunc.fixturenames
         hosts = [(name, data) for name, data in in_limit if is_router(data) == wanted]
         if wanted:
-            hosts = [(name, router_plan(name, everything), data) for name, _ in hosts
-                     for data in [dict(everything)[name]]]
+            hosts = [
+                (name, router_plan(name, everything), data)
+                for name, _ in hosts
+                for data in [dict(everything)[name]]
+            ]
             metafunc.parametrize("router_spec", hosts, ids=[h[0] for h in hosts], scope="session")
         else:
             # Serving groups: each member's rank (the hosts verified and their groups' members).
             limit = set(filter(None, metafunc.config.getoption("limit").split(",")))
             members = resolve_checked(everything, profile_of, limited=limit or None, whole=False)
             hosts = [(name, data, members.get(name)) for name, data in hosts]
-            metafunc.parametrize("node_spec", hosts, ids=[name for name, _, _ in hosts],
-                                 scope="session")
+            metafunc.parametrize("node_spec", hosts, ids=[name for name, _, _ in hosts], scope="session")
     if "router_check" in metafunc.fixturenames:
         metafunc.parametrize("router_check", ROUTER_REGISTRY, ids=[c.id for c in ROUTER_REGISTRY])
     if "check" in metafunc.fixturenames:

@@ -9,8 +9,11 @@ from sglang_deploy.verify.verdict import FAILED, WARNING
 
 def test_check(node, check):
     found = check.run(node.host, node.plan)
-    failed = [c.line() for c in found
-              if c.state == FAILED or (c.state == WARNING and c.applies and check.warning_fails)]
+    failed = [
+        c.line()
+        for c in found
+        if c.state == FAILED or (c.state == WARNING and c.applies and check.warning_fails)
+    ]
     assert not failed, f"{node.name}: {'; '.join(failed)}"
     # Nothing to check here (not requested, nothing recorded yet, no tool to look with).
     idle = [c.line() for c in found if not c.applies or not c.checked]

@@ -20,6 +20,7 @@ def in_repo(monkeypatch):
 def last_good_record(tmp_path, monkeypatch):
     """Where lastgood.save remembers its directories: a test's own file, never the repo's."""
     from sglang_deploy.node import lastgood
+
     record = tmp_path / "last-good-dirs.json"
     monkeypatch.setattr(lastgood, "SAVED_DIRS", str(record))
     return record

@@ -1,5 +1,6 @@
 """bench/decode_check.py: its figures from a deploy's output lines and the computed duration of
 the decode check, on their own (the bench itself needs a sandbox node)."""
+
 import importlib.util
 import math
 import sys
@@ -22,12 +23,14 @@ def _load():
 
 bench = _load()
 
-LINES = [(100.0, "[node1] ready in 4.1s (phase times: loading 3.0s, warmup 1.0s)"),
-         (100.4, "[node1] workers: 2 processes carry the expected environment"),
-         (101.7, "[node1] decode check: 80.0 tok/s (min 79.9, max 80.1, TTFT 12 ms, 3 requests)"),
-         (101.8, "[node1] decode check: engine 0.5.23+sandbox: the sandbox stand-in decodes at ..."),
-         (102.1, "[node1] saved bench-decode-on as last known good"),
-         (102.5, "[node1] decode check: 80.0 tok/s")]
+LINES = [
+    (100.0, "[node1] ready in 4.1s (phase times: loading 3.0s, warmup 1.0s)"),
+    (100.4, "[node1] workers: 2 processes carry the expected environment"),
+    (101.7, "[node1] decode check: 80.0 tok/s (min 79.9, max 80.1, TTFT 12 ms, 3 requests)"),
+    (101.8, "[node1] decode check: engine 0.5.23+sandbox: the sandbox stand-in decodes at ..."),
+    (102.1, "[node1] saved bench-decode-on as last known good"),
+    (102.5, "[node1] decode check: 80.0 tok/s"),
+]
 
 
 def test_check_gap_runs_from_the_line_before_the_first_check_line():

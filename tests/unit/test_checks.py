@@ -7,14 +7,21 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from sglang_deploy.plan.host_plan import plan_for
 from sglang_deploy.verify import checks, summary
 from sglang_deploy.verify.verdict import FAILED, OK, WARNING
-from sglang_deploy.plan.host_plan import plan_for
 
 SECRET = "hf_" + secrets.token_hex(16)
-HOST_DATA = {"profile": "baseline", "sglang_deploy_dir": "/opt/d", "env_dir": "/etc/s",
-             "unit_dir": "/etc/systemd/system", "state_dir": "/var/lib/d",
-             "deploy_lock_wait_s": 1, "rollback": True, "repair": False}
+HOST_DATA = {
+    "profile": "baseline",
+    "sglang_deploy_dir": "/opt/d",
+    "env_dir": "/etc/s",
+    "unit_dir": "/etc/systemd/system",
+    "state_dir": "/var/lib/d",
+    "deploy_lock_wait_s": 1,
+    "rollback": True,
+    "repair": False,
+}
 
 
 @dataclass
@@ -37,6 +44,7 @@ class File:
 @dataclass
 class Node:
     """A testinfra-like host: files by path, command outputs by a word of the command."""
+
     files: dict = field(default_factory=dict)
     outputs: dict = field(default_factory=dict)
     listening: bool = True
@@ -63,18 +71,25 @@ def plan(monkeypatch):
 
 def deployed(plan, **changes):
     """A node as the deploy leaves it (files only), with ``changes`` to its files."""
-    files = {plan.env_dir: File(plan.env_dir, mode=0o700),
-             plan.env_path: File(plan.env_path, content_string=plan.env_text),
-             f"{plan.unit_dir}/{plan.unit}": File(f"{plan.unit_dir}/{plan.unit}", mode=0o644,
-                                                   content_string=plan.unit_text)}
+    files = {
+        plan.env_dir: File(plan.env_dir, mode=0o700),
+        plan.env_path: File(plan.env_path, content_string=plan.env_text),
+        f"{plan.unit_dir}/{plan.unit}": File(
+            f"{plan.unit_dir}/{plan.unit}", mode=0o644, content_string=plan.unit_text
+        ),
+    }
     return Node(files={**files, **changes}, outputs={"systemd-analyze": Result(0)})
 
 
 def test_every_registered_check_is_a_column_of_the_table():
     names = [entry.name for entry in checks.REGISTRY]
     assert len(set(names)) == len(names) and len({e.id for e in checks.REGISTRY}) == len(names)
-    report = {"host": "node1", "profile": "p", "last_passed_gate": "p",
-              "checks": [{"name": name, "state": FAILED, "detail": "x"} for name in names]}
+    report = {
+        "host": "node1",
+        "profile": "p",
+        "last_passed_gate": "p",
+        "checks": [{"name": name, "state": FAILED, "detail": "x"} for name in names],
+    }
     row = dict(zip(summary.COLUMNS, summary.row(report)))
     assert list(row)[:3] == ["host", "checked against", "last passed gate"]
     for entry in checks.REGISTRY:
@@ -86,9 +101,13 @@ def test_every_registered_check_is_a_column_of_the_table():
 def test_every_registered_check_runs_and_no_detail_carries_a_secret(plan):
     """A node whose every answer holds the secret: each check still gives a verdict, redacted."""
     leaky = Result(1, "", f"error: {SECRET}; HF_TOKEN={SECRET}")
-    node = Node(files={path: File(path, content_string=f"HF_TOKEN={SECRET}\n")
-                       for path in (plan.env_path, plan.env_dir)},
-                outputs={"": leaky}, listening=False)
+    node = Node(
+        files={
+            path: File(path, content_string=f"HF_TOKEN={SECRET}\n") for path in (plan.env_path, plan.env_dir)
+        },
+        outputs={"": leaky},
+        listening=False,
+    )
     found = checks.host_checks(node, plan)
     registered = [e.name for e in checks.REGISTRY]
     assert [c.name for c in found if c.name in registered] == registered
@@ -100,9 +119,16 @@ def test_env_file_check_asserts_modes_and_every_value(plan):
     assert checks.env_file(deployed(plan), plan).state == OK
     name = next(iter(plan.profile.hook_vars()))
     edited = plan.env_text.replace(f'{name}="', f'{name}="edited-')
-    found = checks.env_file(deployed(plan, **{
-        plan.env_dir: File(plan.env_dir, mode=0o755),
-        plan.env_path: File(plan.env_path, mode=0o644, content_string=edited)}), plan)
+    found = checks.env_file(
+        deployed(
+            plan,
+            **{
+                plan.env_dir: File(plan.env_dir, mode=0o755),
+                plan.env_path: File(plan.env_path, mode=0o644, content_string=edited),
+            },
+        ),
+        plan,
+    )
     assert found.state == FAILED
     assert f"{plan.env_dir} is 755 root, not 700 root" in found.detail
     assert f"{plan.env_path} is 644 root:root, not 600 root:root" in found.detail
@@ -147,8 +173,13 @@ def test_hook_check_asserts_site_dir_every_value_and_precedence(plan):
     env = plan.profile.hook_vars()
     name = next(iter(env))
     probe = lambda env: Result(0, json.dumps({"hook": f"{site}/sglang_deploy_env.py", "env": env}))  # noqa: E731
-    node = Node(outputs={f"env -i {name}=set-by-caller": probe({**env, name: "set-by-caller"}),
-                         "env -i": probe(env), "getsitepackages": Result(0, json.dumps([site]))})
+    node = Node(
+        outputs={
+            f"env -i {name}=set-by-caller": probe({**env, name: "set-by-caller"}),
+            "env -i": probe(env),
+            "getsitepackages": Result(0, json.dumps([site])),
+        }
+    )
     assert checks.hook(node, plan).state == OK
     node.outputs[f"env -i {name}=set-by-caller"] = probe(env)
     found = checks.hook(node, plan)
@@ -160,10 +191,14 @@ def test_hook_check_asserts_site_dir_every_value_and_precedence(plan):
 def test_last_good_asserts_its_env_copy_is_private_and_still_names_the_profile(plan):
     directory = plan.scripts.last_good_dir
     manifest = json.dumps({"profile": "baseline", "saved_at": "2026-11-30 19:00:00 UTC"})
-    node = Node(files={directory: File(directory, mode=0o700),
-                       directory.rsplit("/", 1)[0]: File(directory.rsplit("/", 1)[0], mode=0o755),
-                       f"{directory}/env": File(f"{directory}/env", mode=0o644)},
-                outputs={"manifest.json": Result(0, manifest)})
+    node = Node(
+        files={
+            directory: File(directory, mode=0o700),
+            directory.rsplit("/", 1)[0]: File(directory.rsplit("/", 1)[0], mode=0o755),
+            f"{directory}/env": File(f"{directory}/env", mode=0o644),
+        },
+        outputs={"manifest.json": Result(0, manifest)},
+    )
     found = checks.last_good(node, plan)
     assert found.state == FAILED and f"{directory}/env is 644 root:root, not 600 root:root" in found.detail
     assert checks.last_passed({"last good": {"state": found.state, "detail": found.detail}}) == "baseline"
@@ -178,8 +213,12 @@ def test_nothing_to_check_is_a_warning_that_does_not_apply(plan):
 
 def group_plans():
     from sglang_deploy.plan import serving_group
-    data = {**HOST_DATA, "serving_group": "g1",
-            "profile_overrides": {"server_args": {"tp-size": 8, "nnodes": 2}}}
+
+    data = {
+        **HOST_DATA,
+        "serving_group": "g1",
+        "profile_overrides": {"server_args": {"tp-size": 8, "nnodes": 2}},
+    }
     hosts = [("node1", {**data, "ssh_hostname": "10.0.0.1"}), ("node2", {**data, "ssh_hostname": "10.0.0.2"})]
     members = serving_group.resolve_checked(hosts, serving_group.profile_of)
     return {name: plan_for(data, operator_env={}, member=members[name]) for name, data in hosts}
@@ -204,7 +243,10 @@ def test_a_followers_dummy_health_is_its_serving_and_the_group_is_judged_at_rank
 def test_a_group_member_runs_its_share_of_the_schedulers_and_a_lone_host_has_no_group(plan):
     worker = {"pid": 7, "title": "sglang::scheduler_TP4", "ok": True, "error": None, "mismatches": []}
     report = json.dumps({"status": 0, "message": None, "workers": [worker] * 4})
-    assert checks.workers_env(Node(outputs={"workers.py": Result(0, report)}), group_plans()["node2"]).state == OK
+    assert (
+        checks.workers_env(Node(outputs={"workers.py": Result(0, report)}), group_plans()["node2"]).state
+        == OK
+    )
     alone = checks.serving_group(Node(), plan)
     assert (alone.state, alone.detail) == (OK, "serves alone (no serving_group)")
     assert checks._group_cell({"serving group": {"state": OK, "detail": alone.detail}}) == "-"

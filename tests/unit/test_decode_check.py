@@ -9,11 +9,12 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from test_node_cycle import _commands, _run, _step
 
-from sglang_deploy.report import outcome, throughput_log as throughput
 from sglang_deploy.node import cycle, decode_check
 from sglang_deploy.node.lib import decode_rate, result, status
-from test_node_cycle import _commands, _run, _step
+from sglang_deploy.report import outcome
+from sglang_deploy.report import throughput_log as throughput
 
 
 class _Streamer(BaseHTTPRequestHandler):
@@ -47,6 +48,7 @@ class _Streamer(BaseHTTPRequestHandler):
         def send(event):
             self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
             self.wfile.flush()
+
         send({"choices": [{"delta": {"role": "assistant", "content": ""}}]})
         start = time.perf_counter()
         for i in range(self.tokens):
@@ -76,6 +78,7 @@ def _url(port):
 
 
 # -- measuring --------------------------------------------------------------------------------
+
 
 def test_stream_once_times_the_decode_from_first_to_last_token(server):
     handler, port = server
@@ -112,20 +115,26 @@ def test_one_token_cannot_be_timed(server):
 
 def test_summary_is_median_min_max_and_median_ttft():
     found = decode_rate.summary([(11, 0.5, 0.1), (11, 0.25, 0.3), (21, 0.25, 0.2)])
-    assert found == {"requests": 3, "tokens": 43, "decode_tok_s": 40.0, "decode_tok_s_min": 20.0,
-                     "decode_tok_s_max": 80.0, "ttft_ms": 200.0}
+    assert found == {
+        "requests": 3,
+        "tokens": 43,
+        "decode_tok_s": 40.0,
+        "decode_tok_s_min": 20.0,
+        "decode_tok_s_max": 80.0,
+        "ttft_ms": 200.0,
+    }
     assert decode_rate.median([4, 1, 3, 2]) == 2.5
 
 
 def test_measure_warms_up_untimed_and_cycles_the_prompts(server):
     handler, port = server
-    found = decode_rate.measure(_url(port), "m", ["a", "b"], requests=3, warmup=1,
-                                max_tokens=11, timeout=10)
+    found = decode_rate.measure(_url(port), "m", ["a", "b"], requests=3, warmup=1, max_tokens=11, timeout=10)
     assert found["requests"] == 3 and found["tokens"] == 33
     assert [r["messages"][0]["content"] for r in handler.seen] == ["a", "a", "b", "a"]
 
 
 # -- verdict and history ----------------------------------------------------------------------
+
 
 def test_the_incident_is_a_27_percent_regression():
     change, reasons = decode_check.verdict(60.1, 82.4, max_regression_pct=10)
@@ -136,27 +145,48 @@ def test_the_incident_is_a_27_percent_regression():
 
 def test_the_floor_is_checked_with_or_without_a_baseline():
     assert decode_check.verdict(60.0, None, min_decode_tok_s=70) == (
-        None, ["60.0 tok/s is below min_decode_tok_s 70"])
+        None,
+        ["60.0 tok/s is below min_decode_tok_s 70"],
+    )
     assert decode_check.verdict(None, 82.0, min_decode_tok_s=70)[1] == [
-        "no figure is below min_decode_tok_s 70"]
+        "no figure is below min_decode_tok_s 70"
+    ]
     assert decode_check.verdict(60.0, 82.0) == (-26.8, [])  # no expectations: figures only
 
 
 def test_the_baseline_is_the_last_known_goods_latest_accepted_figure():
-    history = [{"profile": "base", "accepted": True, "decode_tok_s": 81.0, "time": "t1"},
-               {"profile": "base", "accepted": True, "decode_tok_s": 82.0, "time": "t2"},
-               {"profile": "base", "accepted": False, "decode_tok_s": 50.0, "time": "t3"},
-               {"profile": "eagle", "accepted": True, "decode_tok_s": 60.0, "time": "t4"}]
+    history = [
+        {"profile": "base", "accepted": True, "decode_tok_s": 81.0, "time": "t1"},
+        {"profile": "base", "accepted": True, "decode_tok_s": 82.0, "time": "t2"},
+        {"profile": "base", "accepted": False, "decode_tok_s": 50.0, "time": "t3"},
+        {"profile": "eagle", "accepted": True, "decode_tok_s": 60.0, "time": "t4"},
+    ]
     assert decode_check.baseline_of(history, "base")["time"] == "t2"
     assert decode_check.baseline_of(history, None) is None
     assert decode_check.baseline_of(history, "other") is None
 
 
 def _args(tmp_path, port, **over):
-    argv = ["--port", str(port), "--served-name", "m", "--profile", over.pop("profile", "eagle"),
-            "--history", str(tmp_path / "throughput.jsonl"), "--last-good-dir",
-            str(tmp_path / "last-good"), "--requests", "2", "--warmup", "0", "--max-tokens", "11",
-            "--timeout", "10"]
+    argv = [
+        "--port",
+        str(port),
+        "--served-name",
+        "m",
+        "--profile",
+        over.pop("profile", "eagle"),
+        "--history",
+        str(tmp_path / "throughput.jsonl"),
+        "--last-good-dir",
+        str(tmp_path / "last-good"),
+        "--requests",
+        "2",
+        "--warmup",
+        "0",
+        "--max-tokens",
+        "11",
+        "--timeout",
+        "10",
+    ]
     for key, value in over.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
     return argv
@@ -165,16 +195,20 @@ def _args(tmp_path, port, **over):
 def _last_good(tmp_path, profile, figure):
     (tmp_path / "last-good").mkdir()
     (tmp_path / "last-good" / "manifest.json").write_text(json.dumps({"profile": profile}))
-    decode_check.append(str(tmp_path / "throughput.jsonl"),
-                        {"profile": profile, "accepted": True, "decode_tok_s": figure, "time": "t0"})
+    decode_check.append(
+        str(tmp_path / "throughput.jsonl"),
+        {"profile": profile, "accepted": True, "decode_tok_s": figure, "time": "t0"},
+    )
 
 
 def test_the_restored_last_known_good_is_recorded_and_judged_against_nothing(tmp_path, server, capsys):
     handler, port = server
     handler.rate = 100.0
     _last_good(tmp_path, "base", 200.0)
-    got = decode_check.main(_args(tmp_path, port, max_regression_pct=10, min_decode_tok_s=150,
-                                  on_regression="rollback") + ["--restored", "--profile", "base"])
+    got = decode_check.main(
+        _args(tmp_path, port, max_regression_pct=10, min_decode_tok_s=150, on_regression="rollback")
+        + ["--restored", "--profile", "base"]
+    )
     out = capsys.readouterr().out.splitlines()
     entry = result.parse(out)["throughput"]
     assert got == status.READY and entry["profile"] == "base" and entry["restored"] is True
@@ -183,19 +217,30 @@ def test_the_restored_last_known_good_is_recorded_and_judged_against_nothing(tmp
 
 
 def test_the_controller_records_and_says_the_restored_servers_figure(tmp_path):
-    restored = {"profile": "base", "decode_tok_s": 82.0, "change_pct": -0.4, "restored": True,
-                "baseline": {"profile": "base", "decode_tok_s": 82.3, "time": "t0"}}
+    restored = {
+        "profile": "base",
+        "decode_tok_s": 82.0,
+        "change_pct": -0.4,
+        "restored": True,
+        "baseline": {"profile": "base", "decode_tok_s": 82.3, "time": "t0"},
+    }
     said = throughput.took_restored_note("node1", {"restored_throughput": restored}, reports=tmp_path)
     assert said == "decode check after the rollback: base serves at 82.0 tok/s (-0% vs baseline 82.3)"
     assert throughput.read(tmp_path / "node1.jsonl") == [dict(restored, host="node1")]
     assert throughput.took_restored_note("node1", {"outcome": "served"}, reports=tmp_path) is None
 
 
-@pytest.mark.parametrize("policy, code, accepted", [
-    ("warn", status.READY, True), ("fail", status.THROUGHPUT_REGRESSION, False),
-    ("rollback", status.THROUGHPUT_REGRESSION, False)])
-def test_check_records_and_judges_against_the_last_known_good(tmp_path, server, capsys, policy,
-                                                              code, accepted):
+@pytest.mark.parametrize(
+    "policy, code, accepted",
+    [
+        ("warn", status.READY, True),
+        ("fail", status.THROUGHPUT_REGRESSION, False),
+        ("rollback", status.THROUGHPUT_REGRESSION, False),
+    ],
+)
+def test_check_records_and_judges_against_the_last_known_good(
+    tmp_path, server, capsys, policy, code, accepted
+):
     handler, port = server
     handler.rate, handler.version = 100.0, "0.5.23+sandbox"
     _last_good(tmp_path, "base", 200.0)
@@ -225,8 +270,10 @@ def test_a_failed_measurement_fails_only_a_profile_with_expectations(tmp_path, s
     handler, port = server
     handler.error = "http"
     assert decode_check.main(_args(tmp_path, port)) == status.READY
-    assert decode_check.main(_args(tmp_path, port, min_decode_tok_s=10,
-                                   on_regression="fail")) == status.THROUGHPUT_REGRESSION
+    assert (
+        decode_check.main(_args(tmp_path, port, min_decode_tok_s=10, on_regression="fail"))
+        == status.THROUGHPUT_REGRESSION
+    )
     entries = decode_check.read_history(tmp_path / "throughput.jsonl")
     assert [e["decode_tok_s"] for e in entries] == [None, None]
     assert "HTTP 503" in entries[-1]["error"]
@@ -234,10 +281,16 @@ def test_a_failed_measurement_fails_only_a_profile_with_expectations(tmp_path, s
 
 # -- the restart cycle's policies -------------------------------------------------------------
 
+
 def _cycle(tmp_path, capsys, policy, code=status.THROUGHPUT_REGRESSION, rollback=True):
     commands = _commands(tmp_path)
-    commands["decode"] = _step(tmp_path, "decode", [(code, "decode regression: -27%" if code else None)],
-                               on_regression=policy, throughput={"decode_tok_s": 60.0})
+    commands["decode"] = _step(
+        tmp_path,
+        "decode",
+        [(code, "decode regression: -27%" if code else None)],
+        on_regression=policy,
+        throughput={"decode_tok_s": 60.0},
+    )
     got = cycle.cycle(commands, rollback)
     out = capsys.readouterr().out.splitlines()
     return got, result.parse(out), (tmp_path / "ran").read_text().split()
@@ -246,8 +299,18 @@ def _cycle(tmp_path, capsys, policy, code=status.THROUGHPUT_REGRESSION, rollback
 def test_a_regression_under_rollback_rolls_back(tmp_path, capsys):
     code, found, ran = _cycle(tmp_path, capsys, "rollback")
     # ... and the restored server is measured once more (decode_check.py --restored).
-    assert ran == ["preflight", "switch", "restart", "gate", "workers", "decode", "restore", "restart",
-                   "gate", "decode"]
+    assert ran == [
+        "preflight",
+        "switch",
+        "restart",
+        "gate",
+        "workers",
+        "decode",
+        "restore",
+        "restart",
+        "gate",
+        "decode",
+    ]
     assert found["outcome"] == "rolled_back" and found["profile"] == "previous"
     assert code == status.THROUGHPUT_REGRESSION and found["cause"] == "decode regression: -27%"
     assert found["throughput"] == {"decode_tok_s": 60.0} == found["restored_throughput"]
@@ -279,10 +342,14 @@ def test_without_a_decode_command_the_cycle_is_as_before(tmp_path, capsys):
 
 # -- the controller ---------------------------------------------------------------------------
 
-INCIDENT = {"profile": "eagle", "decode_tok_s": 60.1, "change_pct": -27.1,
-            "baseline": {"profile": "base", "decode_tok_s": 82.4, "time": "t0"},
-            "regression": ["-27% vs baseline 82.4 exceeds max_regression_pct 10"],
-            "on_regression": "rollback"}
+INCIDENT = {
+    "profile": "eagle",
+    "decode_tok_s": 60.1,
+    "change_pct": -27.1,
+    "baseline": {"profile": "base", "decode_tok_s": 82.4, "time": "t0"},
+    "regression": ["-27% vs baseline 82.4 exceeds max_regression_pct 10"],
+    "on_regression": "rollback",
+}
 
 
 def test_the_phrase_names_the_figure_and_its_change():
@@ -294,30 +361,45 @@ def test_the_phrase_names_the_figure_and_its_change():
 def test_took_note_records_on_the_controller_and_the_outcome_line_shows_it(tmp_path, monkeypatch):
     monkeypatch.setattr(throughput, "NOTES", {})
     text, level = throughput.took_note("node1", {"throughput": INCIDENT}, reports=tmp_path)
-    assert level == "error" and text.startswith("decode check: 60.1 tok/s (-27% vs baseline 82.4): regression")
+    assert level == "error" and text.startswith(
+        "decode check: 60.1 tok/s (-27% vs baseline 82.4): regression"
+    )
     assert throughput.read(tmp_path / "node1.jsonl") == [dict(INCIDENT, host="node1")]
     assert throughput.took_note("node1", {"outcome": "served"}, reports=tmp_path) is None
-    line = outcome.with_note(outcome.Outcome("node1", outcome.FAILED, "at 'Restart'"),
-                             throughput.NOTES["node1"]).line()
+    line = outcome.with_note(
+        outcome.Outcome("node1", outcome.FAILED, "at 'Restart'"), throughput.NOTES["node1"]
+    ).line()
     assert line == "sglang-deploy: node1: failed (at 'Restart'; 60.1 tok/s (-27% vs baseline 82.4))"
-    assert outcome.with_note(outcome.Outcome("n", outcome.UNCHANGED), None).line() == "sglang-deploy: n: unchanged"
+    assert (
+        outcome.with_note(outcome.Outcome("n", outcome.UNCHANGED), None).line()
+        == "sglang-deploy: n: unchanged"
+    )
 
 
 def test_the_controller_says_a_regressed_outcome_and_fails_the_deploy():
-    from sglang_deploy.operations.service import _say_outcome
     from test_node_cycle import _Host
+
+    from sglang_deploy.operations.service import _say_outcome
+
     host = _Host()
     assert _say_outcome(host, {"outcome": "regressed", "restored": False}) is False
-    assert host.said == ["on_regression: fail: the new configuration serves, but is not recorded "
-                         "as the last known good"]
+    assert host.said == [
+        "on_regression: fail: the new configuration serves, but is not recorded as the last known good"
+    ]
 
 
 # -- a server the deploy did not restart: the cycle from the gate ------------------------------
 
+
 def _running(tmp_path, capsys, policy, code=status.THROUGHPUT_REGRESSION):
     commands = _commands(tmp_path)
-    commands["decode"] = _step(tmp_path, "decode", [(code, "decode regression: -27%" if code else None)],
-                               on_regression=policy, throughput={"decode_tok_s": 60.0})
+    commands["decode"] = _step(
+        tmp_path,
+        "decode",
+        [(code, "decode regression: -27%" if code else None)],
+        on_regression=policy,
+        throughput={"decode_tok_s": 60.0},
+    )
     got = cycle.cycle(commands, rollback=True, running=True)
     return got, result.parse(capsys.readouterr().out.splitlines()), (tmp_path / "ran").read_text().split()
 
@@ -343,12 +425,16 @@ def test_a_regressed_configuration_found_serving_rolls_back_under_rollback(tmp_p
 
 def test_the_cycle_script_takes_running():
     from test_operations import PLAN
+
     argv = shlex.split(PLAN.scripts.cycle({"hook": "/site/h.py"}, running=True))
-    assert argv[-1] == "--running" and "--running" not in shlex.split(PLAN.scripts.cycle({"hook": "/site/h.py"}))
+    assert argv[-1] == "--running" and "--running" not in shlex.split(
+        PLAN.scripts.cycle({"hook": "/site/h.py"})
+    )
 
 
 class _ShellHost:
     """Runs nothing: answers each command line with the result line ``answer`` gives for it."""
+
     name = "node1"
 
     def __init__(self, answer):
@@ -356,6 +442,7 @@ class _ShellHost:
 
     def run_shell_command(self, command, print_output=False):
         from types import SimpleNamespace
+
         self.ran.append(str(command))
         line = self.answer(str(command))
         return line["status"] == 0, SimpleNamespace(stdout_lines=[json.dumps(line)], stderr_lines=[])
@@ -368,6 +455,7 @@ class _ShellHost:
 
     def get_fact(self, fact, **_):  # the interpreter's site directory, for the hook's paths
         from test_operations import STARTUP
+
         return STARTUP
 
 
@@ -375,17 +463,25 @@ def _answer(command):
     if " compare " in command:  # lastgood.py compare: the serving configuration is not the record
         return {"status": 0, "last_good": "incident-baseline", "differs": ["env"], "not_running": None}
     if "cycle.py" in command:
-        return {"status": status.THROUGHPUT_REGRESSION, "outcome": "regressed", "restored": False,
-                "steps": [], "cause": "decode regression: -27%"}
+        return {
+            "status": status.THROUGHPUT_REGRESSION,
+            "outcome": "regressed",
+            "restored": False,
+            "steps": [],
+            "cause": "decode regression: -27%",
+        }
     return {"status": 0}
 
 
 @pytest.mark.parametrize("path", ["found serving", "started"])
 def test_the_serving_step_records_nothing_before_a_decode_check(path, monkeypatch, tmp_path):
-    from sglang_deploy.operations import service
     from test_operations import PLAN
+
+    from sglang_deploy.operations import service
+
     monkeypatch.setattr(throughput, "REPORTS", tmp_path)
     from pyinfra.context import ctx_host
+
     host = _ShellHost(_answer)
     step = service._start_and_record if path == "started" else service._last_good_is_what_serves
     with ctx_host.use(host):

@@ -1,4 +1,5 @@
 """drift.py run by a real venv's interpreter against real wheels built and installed with pip."""
+
 import hashlib
 import json
 import re
@@ -23,8 +24,14 @@ def find_python(version):
     candidates = sorted(Path.home().glob(".pyenv/versions/%s.*/bin/python%s" % (version, version)))
     candidates.append(shutil.which("python" + version))
     for candidate in filter(None, candidates):
-        probe = subprocess.run([str(candidate), "-c", "import sys; assert sys.version_info[:2] == (%s)"
-                                % version.replace(".", ", ")], capture_output=True)
+        probe = subprocess.run(
+            [
+                str(candidate),
+                "-c",
+                "import sys; assert sys.version_info[:2] == (%s)" % version.replace(".", ", "),
+            ],
+            capture_output=True,
+        )
         if probe.returncode == 0:
             return str(candidate)
     return None
@@ -48,23 +55,45 @@ def build_wheel(root, name, version, files, packages):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     (src / "setup.py").write_text(SETUP.format(name=name, version=version, packages=packages))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                    str(src), "-w", str(root / "dist")], check=True, cwd=root)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            str(src),
+            "-w",
+            str(root / "dist"),
+        ],
+        check=True,
+        cwd=root,
+    )
     return next((root / "dist").glob(name.replace("-", "_") + "-*.whl"))
 
 
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory):
     root = tmp_path_factory.mktemp("wheels")
-    main = build_wheel(root, "tinypkg", "1.2.3", {
-        "tinypkg/__init__.py": 'VERSION = "1.2.3"\n',
-        "tinypkg/core.py": "def main():\n    return 0\n",
-        "tinypkg/sub/__init__.py": "",
-        "tinypkg/sub/data.txt": "data\n",
-    }, ["tinypkg", "tinypkg.sub"])
+    main = build_wheel(
+        root,
+        "tinypkg",
+        "1.2.3",
+        {
+            "tinypkg/__init__.py": 'VERSION = "1.2.3"\n',
+            "tinypkg/core.py": "def main():\n    return 0\n",
+            "tinypkg/sub/__init__.py": "",
+            "tinypkg/sub/data.txt": "data\n",
+        },
+        ["tinypkg", "tinypkg.sub"],
+    )
     # A second distribution installing into the first one's package directory (a plugin / namespace).
-    plugin = build_wheel(root, "tinypkg-plugins", "0.1", {"tinypkg/plugins/extra.py": "X = 1\n"},
-                         ["tinypkg.plugins"])
+    plugin = build_wheel(
+        root, "tinypkg-plugins", "0.1", {"tinypkg/plugins/extra.py": "X = 1\n"}, ["tinypkg.plugins"]
+    )
     return [main, plugin]
 
 
@@ -72,10 +101,19 @@ def make_venv(root, wheels, python=sys.executable):
     venv = root / "venv"
     subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True)
     vpy = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(vpy), "install", "-q", "--no-index", "--no-deps"]
-                   + [str(w) for w in wheels], check=True)
-    site = Path(subprocess.run([str(vpy), "-c", "import tinypkg, os; print(os.path.dirname(tinypkg.__path__[0]))"],
-                               check=True, capture_output=True, text=True).stdout.strip())
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(vpy), "install", "-q", "--no-index", "--no-deps"]
+        + [str(w) for w in wheels],
+        check=True,
+    )
+    site = Path(
+        subprocess.run(
+            [str(vpy), "-c", "import tinypkg, os; print(os.path.dirname(tinypkg.__path__[0]))"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     return vpy, site
 
 
@@ -170,7 +208,10 @@ def test_pins(venv):
     assert report["distributions"]["tinypkg"]["version_mismatch"] is None
     rc, report = run_json(vpy, "tinypkg-plugins", "--pins", "TinyPkg==1.2.4")
     assert rc == drift.DRIFT
-    assert report["distributions"]["TinyPkg"]["version_mismatch"] == {"expected": "1.2.4", "installed": "1.2.3"}
+    assert report["distributions"]["TinyPkg"]["version_mismatch"] == {
+        "expected": "1.2.4",
+        "installed": "1.2.3",
+    }
     assert report["distributions"]["tinypkg-plugins"]["version_mismatch"] is None  # not pinned
 
 
@@ -216,8 +257,11 @@ def test_manifest(venv):
     rc, report = run_json(vpy, "--manifest", "tinypkg-plugins", "tinypkg")
     assert rc == drift.CLEAN
     record = site / "tinypkg-1.2.3.dist-info" / "RECORD"
-    assert report["manifest"][0] == {"name": "tinypkg", "version": "1.2.3",
-                                     "record_sha256": hashlib.sha256(record.read_bytes()).hexdigest()}
+    assert report["manifest"][0] == {
+        "name": "tinypkg",
+        "version": "1.2.3",
+        "record_sha256": hashlib.sha256(record.read_bytes()).hexdigest(),
+    }
     assert [m["name"] for m in report["manifest"]] == ["tinypkg", "tinypkg-plugins"]
     # --manifest prints JSON with or without --json, and --all lists every distribution of the venv
     rc, out = run(vpy, "--manifest", "--all")
@@ -255,29 +299,48 @@ def test_other_interpreters(tmp_path, wheels, version):
     assert rc == drift.DRIFT
     r = report["distributions"]["tinypkg"]
     assert (r["modified"], r["missing"], r["unexpected"], r["version_mismatch"]) == (
-        ["tinypkg/core.py"], ["tinypkg/sub/data.txt"], ["tinypkg/stray.py"], None)
+        ["tinypkg/core.py"],
+        ["tinypkg/sub/data.txt"],
+        ["tinypkg/stray.py"],
+        None,
+    )
     assert report["python"] == str(vpy)
 
 
 def test_the_uploaded_scripts_run_on_their_own(tmp_path, pristine):
     """drift.py and the modules it was split into travel together: run from a directory holding
     only what the deploy uploads, as the node runs them."""
-    plan = plan_for({"profile": "sandbox", "profile_overrides": {"engine": {"find_links": []}},
-                     "sglang_deploy_dir": "/opt/sd", "env_dir": "/etc/sglang",
-                     "unit_dir": "/etc/systemd/system", "state_dir": "/var/lib/sd",
-                     "run_dir": "/run/sd", "deploy_lock_wait_s": 1, "rollback": False, "repair": False})
+    plan = plan_for(
+        {
+            "profile": "sandbox",
+            "profile_overrides": {"engine": {"find_links": []}},
+            "sglang_deploy_dir": "/opt/sd",
+            "env_dir": "/etc/sglang",
+            "unit_dir": "/etc/systemd/system",
+            "state_dir": "/var/lib/sd",
+            "run_dir": "/run/sd",
+            "deploy_lock_wait_s": 1,
+            "rollback": False,
+            "repair": False,
+        }
+    )
     node = tmp_path / "node"
     node.mkdir()
     (node / "lib").mkdir()
     for local, remote in plan.node_scripts:
         assert remote.startswith("/opt/sd/node/")
-        shutil.copy(local, node / remote[len("/opt/sd/node/"):])
+        shutil.copy(local, node / remote[len("/opt/sd/node/") :])
     vpy, _site = pristine
-    proc = subprocess.run([str(vpy), str(node / "drift.py"), "--json", "tinypkg"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(vpy), str(node / "drift.py"), "--json", "tinypkg"], capture_output=True, text=True
+    )
     assert proc.returncode == status.READY, proc.stderr
     assert json.loads(proc.stdout)["distributions"]["tinypkg"]["files_checked"] >= 6
-    proc = subprocess.run([str(vpy), str(node / "drift.py"), "--manifest", "TinyPkg_Plugins", "nope"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(vpy), str(node / "drift.py"), "--manifest", "TinyPkg_Plugins", "nope"],
+        capture_output=True,
+        text=True,
+    )
     report = json.loads(proc.stdout)
     assert proc.returncode == status.NOT_INSTALLED == report["status"], proc.stderr
     assert [e["name"] for e in report["manifest"]] == ["tinypkg-plugins"]
@@ -292,7 +355,9 @@ def test_controller_reads_the_node_versions_with_the_node_names(pristine):
     out = subprocess.run([str(vpy), "-c", installed.VERSIONS_PY], capture_output=True, text=True, check=True)
     assert fact.process(out.stdout.splitlines()) == {"tinypkg": "1.2.3", "tinypkg-plugins": "0.1"}
     assert fact.process(['{"Foo__Bar..Baz": "1", "A-_-b": "2"}']) == {"foo-bar-baz": "1", "a-b": "2"}
-    assert {installed.canonical(n) for n in ("Foo__Bar..Baz", "foo.bar-baz", "FOO-BAR_BAZ")} == {"foo-bar-baz"}
+    assert {installed.canonical(n) for n in ("Foo__Bar..Baz", "foo.bar-baz", "FOO-BAR_BAZ")} == {
+        "foo-bar-baz"
+    }
 
 
 def test_drift_names_its_exit_statuses_from_status_only():

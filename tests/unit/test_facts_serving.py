@@ -1,5 +1,6 @@
 """The Serving probe run as the node runs it, against a server whose /ping and /health differ
 (SGLang 0.5.23 while its /health generation is stuck: /ping 200, /health 503)."""
+
 import json
 import subprocess
 import threading
@@ -39,7 +40,11 @@ def port():
 @pytest.mark.parametrize("path, ready", [("/ping", True), ("/health", False)])
 def test_the_probe_asks_the_health_path_it_is_given(port, path, ready):
     fact = Serving()
-    out = subprocess.run(["bash", "-c", fact.command(port=port, served_name="tiny", health_path=path)],
-                         capture_output=True, text=True, check=True).stdout.splitlines()
+    out = subprocess.run(
+        ["bash", "-c", fact.command(port=port, served_name="tiny", health_path=path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     found = fact.process(out)
     assert found == {"health": 200 if ready else 503, "models": ["tiny"], "ready": ready}

@@ -7,11 +7,19 @@ import shlex
 import pytest
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.plan.fleet import Rollout, batches, check_ports, is_router, render_router_unit, rolling_settings, router_settings
-from sglang_deploy.plan.fleet_hosts import router_plan, rotation_for
-from sglang_deploy.plan.hosts import deploy_defaults, gpu_hosts, gpu_routers, sandbox_hosts, sandbox_routers
 from sglang_deploy.node.lib.routers import parse_workers
 from sglang_deploy.node.rotation import in_flight
+from sglang_deploy.plan.fleet import (
+    Rollout,
+    batches,
+    check_ports,
+    is_router,
+    render_router_unit,
+    rolling_settings,
+    router_settings,
+)
+from sglang_deploy.plan.fleet_hosts import rotation_for, router_plan
+from sglang_deploy.plan.hosts import deploy_defaults, gpu_hosts, gpu_routers, sandbox_hosts, sandbox_routers
 from sglang_deploy.report.outcome import Outcome, with_rollout_notes
 
 DEFAULTS = deploy_defaults()
@@ -50,8 +58,13 @@ def test_rolling_defaults_and_bad_values():
     rolling = rolling_settings(DEFAULTS)
     assert (rolling.batch, rolling.max_failures, rolling.without_routers) == (1, 0, False)
     assert rolling_settings({**DEFAULTS, "rolling_batch": "2"}).batch == 2
-    for key, value in [("rolling_batch", 0), ("rolling_batch", "two"), ("rolling_max_failures", -1),
-                       ("rolling_drain_timeout_s", 0), ("rolling_without_routers", "maybe")]:
+    for key, value in [
+        ("rolling_batch", 0),
+        ("rolling_batch", "two"),
+        ("rolling_max_failures", -1),
+        ("rolling_drain_timeout_s", 0),
+        ("rolling_without_routers", "maybe"),
+    ]:
         with pytest.raises(DeployError, match=key):
             rolling_settings({**DEFAULTS, key: value})
 
@@ -67,8 +80,10 @@ def test_router_pins_must_name_sglang_router_exactly():
 
 
 def test_router_port_clashes_fail_before_anything_runs():
-    hosts = [("n1", node_data(ssh_hostname="10.0.0.5", profile_overrides={"service": {"port": 30000}})),
-             ("r1", router_data())]
+    hosts = [
+        ("n1", node_data(ssh_hostname="10.0.0.5", profile_overrides={"service": {"port": 30000}})),
+        ("r1", router_data()),
+    ]
     with pytest.raises(DeployError, match="r1: router_port 30000 clashes with n1's server port on 10.0.0.5"):
         router_plan("r1", hosts)
     with pytest.raises(DeployError, match="is its SSH port"):
@@ -84,8 +99,11 @@ def test_router_port_clashes_fail_before_anything_runs():
 
 
 def test_router_unit_lists_every_serving_node():
-    hosts = [("n2", node_data(ssh_hostname="10.0.0.12")), ("n1", node_data()),
-             ("r1", router_data(router_policy="cache_aware", router_extra_args=["--retry-max-retries", "3"]))]
+    hosts = [
+        ("n2", node_data(ssh_hostname="10.0.0.12")),
+        ("n1", node_data()),
+        ("r1", router_data(router_policy="cache_aware", router_extra_args=["--retry-max-retries", "3"])),
+    ]
     plan = router_plan("r1", hosts)
     assert plan.worker_urls == ["http://10.0.0.11:30000", "http://10.0.0.12:30000"]
     exec_start = next(line for line in plan.unit_text.splitlines() if line.startswith("ExecStart="))
@@ -95,7 +113,8 @@ def test_router_unit_lists_every_serving_node():
         "--health-check-endpoint /health "
         "--health-check-interval-secs 2 --health-check-timeout-secs 5 --health-failure-threshold 3 "
         "--health-success-threshold 1 --retry-max-retries 3 "
-        "--worker-urls http://10.0.0.11:30000 http://10.0.0.12:30000")
+        "--worker-urls http://10.0.0.11:30000 http://10.0.0.12:30000"
+    )
     assert "sglang-router==0.3.2" in plan.unit_text
     # The same inventory in another order renders the same unit: no spurious restart.
     assert router_plan("r1", list(reversed(hosts))).unit_text == plan.unit_text
@@ -104,12 +123,13 @@ def test_router_unit_lists_every_serving_node():
 
 def test_a_serving_groups_followers_are_no_router_workers():
     # A follower's /health answers 200 whatever the group does: the router must only know rank 0.
-    hosts = [("n1", node_data()),
-             ("g0", node_data(ssh_hostname="10.0.0.21", serving_group="big")),
-             ("g1", node_data(ssh_hostname="10.0.0.22", serving_group="big")),
-             ("r1", router_data())]
-    assert router_plan("r1", hosts).worker_urls == ["http://10.0.0.11:30000",
-                                                    "http://10.0.0.21:30000"]
+    hosts = [
+        ("n1", node_data()),
+        ("g0", node_data(ssh_hostname="10.0.0.21", serving_group="big")),
+        ("g1", node_data(ssh_hostname="10.0.0.22", serving_group="big")),
+        ("r1", router_data()),
+    ]
+    assert router_plan("r1", hosts).worker_urls == ["http://10.0.0.11:30000", "http://10.0.0.21:30000"]
 
 
 def test_render_router_unit_without_workers():
@@ -143,13 +163,19 @@ def test_is_router():
 
 
 def test_parse_workers():
-    answer = json.dumps({"workers": [
-        {"id": "u1", "url": "http://127.0.0.1:30001/", "is_healthy": True, "load": 2},
-        {"id": "u2", "url": "http://127.0.0.1:30002", "is_healthy": False, "load": 0}],
-        "total": 2})
+    answer = json.dumps(
+        {
+            "workers": [
+                {"id": "u1", "url": "http://127.0.0.1:30001/", "is_healthy": True, "load": 2},
+                {"id": "u2", "url": "http://127.0.0.1:30002", "is_healthy": False, "load": 0},
+            ],
+            "total": 2,
+        }
+    )
     assert parse_workers(answer) == {
         "http://127.0.0.1:30001": {"id": "u1", "healthy": True, "load": 2},
-        "http://127.0.0.1:30002": {"id": "u2", "healthy": False, "load": 0}}
+        "http://127.0.0.1:30002": {"id": "u2", "healthy": False, "load": 0},
+    }
     for bad in ('{"total": 0}', '{"workers": [{"id": "x"}]}'):
         with pytest.raises(ValueError):
             parse_workers(bad)
@@ -161,23 +187,37 @@ def test_in_flight_from_get_load():
 
 
 def test_outcome_lines_say_what_each_node_serves():
-    lines = with_rollout_notes([Outcome("n1", "failed", "at 'Restart'"), Outcome("n2", "deployed")],
-                               notes={"n1": "rolled back: serves sandbox"})
+    lines = with_rollout_notes(
+        [Outcome("n1", "failed", "at 'Restart'"), Outcome("n2", "deployed")],
+        notes={"n1": "rolled back: serves sandbox"},
+    )
     assert lines[0].line() == "sglang-deploy: n1: failed (at 'Restart'; rolled back: serves sandbox)"
     assert lines[1].line() == "sglang-deploy: n2: deployed"
 
 
 def test_hosts_file_routers_and_fleet_settings(tmp_path):
     path = tmp_path / "hosts.yml"
-    path.write_text("defaults: {ssh_user: root, profile: sandbox}\n"
-                    "hosts: {gpu1: {ssh_hostname: 10.0.0.11}}\n"
-                    "routers: {rt1: {ssh_hostname: 10.0.0.5, router_policy: cache_aware}}\n"
-                    "fleet: {rolling_batch: 2}\n")
-    assert gpu_hosts(path) == [("gpu1", {"ssh_user": "root", "profile": "sandbox",
-                                         "ssh_hostname": "10.0.0.11", "rolling_batch": 2})]
-    assert gpu_routers(path) == [("rt1", {"ssh_user": "root", "ssh_hostname": "10.0.0.5",
-                                          "router_policy": "cache_aware", "rolling_batch": 2,
-                                          "role": "router"})]
+    path.write_text(
+        "defaults: {ssh_user: root, profile: sandbox}\n"
+        "hosts: {gpu1: {ssh_hostname: 10.0.0.11}}\n"
+        "routers: {rt1: {ssh_hostname: 10.0.0.5, router_policy: cache_aware}}\n"
+        "fleet: {rolling_batch: 2}\n"
+    )
+    assert gpu_hosts(path) == [
+        ("gpu1", {"ssh_user": "root", "profile": "sandbox", "ssh_hostname": "10.0.0.11", "rolling_batch": 2})
+    ]
+    assert gpu_routers(path) == [
+        (
+            "rt1",
+            {
+                "ssh_user": "root",
+                "ssh_hostname": "10.0.0.5",
+                "router_policy": "cache_aware",
+                "rolling_batch": 2,
+                "role": "router",
+            },
+        )
+    ]
     path.write_text("hosts: {gpu1: {}}\nfleet: {profile: x}\n")
     with pytest.raises(DeployError, match="fleet: profile"):
         gpu_hosts(path)
@@ -186,10 +226,18 @@ def test_hosts_file_routers_and_fleet_settings(tmp_path):
 def test_sandbox_router_nodes_form_the_routers_group(tmp_path):
     state = tmp_path / "state.json"
     node = {"ssh_host": "127.0.0.1", "ssh_user": "root"}
-    state.write_text(json.dumps({"key": "/k", "nodes": [
-        dict(node, name="node1", ssh_port=2201, server_port=30001, role="node"),
-        dict(node, name="node2", ssh_port=2202, server_port=30002, role="router")]}))
+    state.write_text(
+        json.dumps(
+            {
+                "key": "/k",
+                "nodes": [
+                    dict(node, name="node1", ssh_port=2201, server_port=30001, role="node"),
+                    dict(node, name="node2", ssh_port=2202, server_port=30002, role="router"),
+                ],
+            }
+        )
+    )
     assert [name for name, _ in sandbox_hosts(state)] == ["node1"]
-    (name, data), = sandbox_routers(state)
+    ((name, data),) = sandbox_routers(state)
     assert name == "node2" and data["role"] == "router" and data["router_port"] == 30002
     assert data["router_find_links"] == "build/router-wheels"

@@ -7,10 +7,10 @@ import json
 import pytest
 from pyinfra.api.command import StringCommand
 
-from sglang_deploy.report import throughput_log as throughput
+from sglang_deploy.operations import rollout as fleet_ops
 from sglang_deploy.plan.fleet import Rolling
 from sglang_deploy.plan.fleet_hosts import Rotation
-from sglang_deploy.operations import rollout as fleet_ops
+from sglang_deploy.report import throughput_log as throughput
 
 
 class Output:
@@ -44,9 +44,12 @@ class Scripts:
         return "python3 lastgood.py restore"
 
 
-ROTATION = Rotation("http://10.0.0.11:30000", 30000, ["http://10.0.0.5:30000"],
-                    Rolling(batch=1, max_failures=0, drain_timeout_s=60, healthy_timeout_s=60,
-                            without_routers=False))
+ROTATION = Rotation(
+    "http://10.0.0.11:30000",
+    30000,
+    ["http://10.0.0.5:30000"],
+    Rolling(batch=1, max_failures=0, drain_timeout_s=60, healthy_timeout_s=60, without_routers=False),
+)
 
 
 def line(**fields):
@@ -68,28 +71,45 @@ def restored(text):
 
 
 def test_first_failure_stops_the_rollout_and_later_nodes_keep_their_configuration():
-    ok = FakeHost("n1", lambda c: (True, Output([line(outcome="served",
-                                                       rotation={"routers": ["r"], "out_s": 9.0})])))
+    ok = FakeHost(
+        "n1", lambda c: (True, Output([line(outcome="served", rotation={"routers": ["r"], "out_s": 9.0})]))
+    )
     assert rotate(ok) is True
     assert "rotation.py" in ok.commands[0] and "--cycle" in ok.commands[0]
-    bad = FakeHost("n2", lambda c: (False, Output([line(status=3, outcome="rolled_back",
-                                                        cause="scheduler died", profile="sandbox",
-                                                        restored=True)])))
+    bad = FakeHost(
+        "n2",
+        lambda c: (
+            False,
+            Output(
+                [
+                    line(
+                        status=3,
+                        outcome="rolled_back",
+                        cause="scheduler died",
+                        profile="sandbox",
+                        restored=True,
+                    )
+                ]
+            ),
+        ),
+    )
     assert rotate(bad) is False
     later = FakeHost("n3", restored)
     assert rotate(later) is False
     assert later.commands == ["python3 lastgood.py restore"], "n3 must not be restarted"
-    assert any("rollout stopped at n2 (scheduler died); restarted before it: n1" in m
-               for m in later.logged)
+    assert any("rollout stopped at n2 (scheduler died); restarted before it: n1" in m for m in later.logged)
     notes = fleet_ops.ROLLOUT["run"].notes
-    assert notes == {"n1": "serves rolled, back in rotation",
-                     "n2": "rolled back: serves sandbox",
-                     "n3": "not restarted: serves sandbox"}
+    assert notes == {
+        "n1": "serves rolled, back in rotation",
+        "n2": "rolled back: serves sandbox",
+        "n3": "not restarted: serves sandbox",
+    }
 
 
 def test_unreachable_node_mid_rollout_stops_it_naming_the_node():
     def drop(command):
         raise OSError("Socket is closed")
+
     gone = FakeHost("n1", drop)
     assert rotate(gone) is False
     assert any("n1 became unreachable mid-rollout" in m for m in gone.logged)
@@ -99,9 +119,22 @@ def test_unreachable_node_mid_rollout_stops_it_naming_the_node():
 
 
 def test_router_refusal_restarts_nothing_later():
-    refused = FakeHost("n1", lambda c: (False, Output([line(
-        status=11, outcome="router_unreachable", restored=True,
-        cause="router http://10.0.0.5:30000: unreachable: nothing was taken out of rotation")])))
+    refused = FakeHost(
+        "n1",
+        lambda c: (
+            False,
+            Output(
+                [
+                    line(
+                        status=11,
+                        outcome="router_unreachable",
+                        restored=True,
+                        cause="router http://10.0.0.5:30000: unreachable: nothing was taken out of rotation",
+                    )
+                ]
+            ),
+        ),
+    )
     assert rotate(refused) is False
     assert any("nothing was taken out of rotation" in m for m in refused.logged)
     later = FakeHost("n2", restored)
@@ -112,16 +145,37 @@ def test_router_refusal_restarts_nothing_later():
 def test_a_rotated_restart_says_and_records_its_decode_check(tmp_path, monkeypatch):
     monkeypatch.setattr(throughput, "REPORTS", tmp_path)
     monkeypatch.setattr(throughput, "NOTES", {})
-    slower = {"profile": "rolled", "decode_tok_s": 60.1, "change_pct": -27.1,
-              "baseline": {"profile": "sandbox", "decode_tok_s": 82.4, "time": "t0"},
-              "regression": ["-27% vs baseline 82.4 exceeds max_regression_pct 10"],
-              "on_regression": "rollback"}
-    regressed = FakeHost("n1", lambda c: (False, Output([line(
-        status=18, outcome="rolled_back", cause="decode regressed", profile="sandbox",
-        restored=True, throughput=slower, rotation={"routers": ["r"], "out_s": 9.0})])))
+    slower = {
+        "profile": "rolled",
+        "decode_tok_s": 60.1,
+        "change_pct": -27.1,
+        "baseline": {"profile": "sandbox", "decode_tok_s": 82.4, "time": "t0"},
+        "regression": ["-27% vs baseline 82.4 exceeds max_regression_pct 10"],
+        "on_regression": "rollback",
+    }
+    regressed = FakeHost(
+        "n1",
+        lambda c: (
+            False,
+            Output(
+                [
+                    line(
+                        status=18,
+                        outcome="rolled_back",
+                        cause="decode regressed",
+                        profile="sandbox",
+                        restored=True,
+                        throughput=slower,
+                        rotation={"routers": ["r"], "out_s": 9.0},
+                    )
+                ]
+            ),
+        ),
+    )
     assert rotate(regressed) is False
-    assert any(m.startswith("decode check: 60.1 tok/s (-27% vs baseline 82.4): regression")
-               for m in regressed.logged), regressed.logged
+    assert any(
+        m.startswith("decode check: 60.1 tok/s (-27% vs baseline 82.4): regression") for m in regressed.logged
+    ), regressed.logged
     assert throughput.read(tmp_path / "n1.jsonl") == [dict(slower, host="n1")]
     assert fleet_ops.ROLLOUT["run"].notes == {"n1": "rolled back: serves sandbox"}
 
@@ -130,8 +184,12 @@ def test_without_routers_a_served_node_needs_no_note_and_a_rolled_back_one_says_
     alone = Rotation("http://10.0.0.11:30000", 30000, [], ROTATION.rolling)
     ok = FakeHost("n1", lambda c: (True, Output([line(outcome="served")])))
     assert fleet_ops._rotate(None, ok, Scripts(), "/venv/bin/python", alone, "rolled", True)
-    bad = FakeHost("n2", lambda c: (False, Output([line(status=3, outcome="rolled_back",
-                                                        cause="oom", profile="sandbox",
-                                                        restored=True)])))
+    bad = FakeHost(
+        "n2",
+        lambda c: (
+            False,
+            Output([line(status=3, outcome="rolled_back", cause="oom", profile="sandbox", restored=True)]),
+        ),
+    )
     assert not fleet_ops._rotate(None, bad, Scripts(), "/venv/bin/python", alone, "rolled", True)
     assert fleet_ops.ROLLOUT["run"].notes == {"n2": "rolled back: serves sandbox"}

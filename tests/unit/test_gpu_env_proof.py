@@ -1,5 +1,6 @@
 """bench/gpu_env_proof.py: the whole proof run in its --simulated mode (no GPU, no NCCL: the
 stand-in prints NCCL's lines from its own environment), and the verdict logic on its own."""
+
 import importlib.util
 import json
 import os
@@ -9,15 +10,21 @@ from pathlib import Path
 
 import pytest
 
+from sglang_deploy.node.lib import status
 from sglang_deploy.verify import nccl_confirm
 from sglang_deploy.verify.gpu_health import ComputeApp
-from sglang_deploy.node.lib import status
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "gpu_env_proof.py"
 SIX = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_NTHREADS")
-TUNING = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16",
-          "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
+TUNING = {
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_MAX_NCHANNELS": "16",
+    "NCCL_BUFFSIZE": "16777216",
+    "NCCL_NTHREADS": "512",
+}
 
 
 def _load():
@@ -34,8 +41,14 @@ proof = _load()
 def simulated(tmp_path_factory):
     keep = tmp_path_factory.mktemp("proof")
     env = dict(os.environ, **TUNING)  # exported in the calling shell: must not matter
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--simulated", "--keep", str(keep)], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--simulated", "--keep", str(keep)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=240,
+    )
     print(proc.stdout)
     return proc, keep
 
@@ -43,7 +56,7 @@ def simulated(tmp_path_factory):
 def section(out, title):
     start = out.index("== %s" % title)
     end = out.find("\n== ", start + 1)
-    return out[start:end if end > 0 else len(out)]
+    return out[start : end if end > 0 else len(out)]
 
 
 def test_simulated_run_passes_and_says_it_is_simulated(simulated):
@@ -59,14 +72,24 @@ def test_simulated_run_passes_and_says_it_is_simulated(simulated):
 
 def test_positive_run_checks_every_link_of_the_chain(simulated):
     out = section(simulated[0].stdout, "positive")
-    for check in ("env file (our renderer, read back with systemd's rules)", "readiness gate (gate.py --pid --log)",
-                  "worker environment (/proc/<pid>/environ)", "nothing inherited from the calling shell",
-                  "NCCL confirmation", "SIGTERM stop"):
+    for check in (
+        "env file (our renderer, read back with systemd's rules)",
+        "readiness gate (gate.py --pid --log)",
+        "worker environment (/proc/<pid>/environ)",
+        "nothing inherited from the calling shell",
+        "NCCL confirmation",
+        "SIGTERM stop",
+    ):
         assert "[PASS] " + check in out, check
     assert "[SKIP] GPU memory held by the workers: not checked (simulated: no GPU)" in out
     assert "[SKIP] NCCL behaviour (channels <= NCCL_MAX_NCHANNELS): not checked (simulated" in out
-    assert "confirmed NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, NCCL_NTHREADS, NCCL_P2P_LEVEL; rank pid = scheduler pid" in out
-    assert "NCCL_PROTO: not logged (needs ≥2 ranks)" in out and "NCCL_ALGO: not logged (needs ≥2 ranks)" in out
+    assert (
+        "confirmed NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, NCCL_NTHREADS, NCCL_P2P_LEVEL; rank pid = scheduler pid"
+        in out
+    )
+    assert (
+        "NCCL_PROTO: not logged (needs ≥2 ranks)" in out and "NCCL_ALGO: not logged (needs ≥2 ranks)" in out
+    )
     assert "set by environment to 16777216." in out
 
 
@@ -76,8 +99,10 @@ def test_negative_control_fails_for_the_missing_variables(simulated):
     server_env = [line for line in out.splitlines() if "server environment:" in line][0]
     assert not any(var in server_env for var in SIX)
     assert "[FAILED AS EXPECTED] worker environment (/proc/<pid>/environ): WORKER_ENV_MISMATCH" in out
-    assert "[FAILED AS EXPECTED] NCCL confirmation: verification failed: NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, " \
-           "NCCL_NTHREADS, NCCL_P2P_LEVEL not logged by NCCL" in out
+    assert (
+        "[FAILED AS EXPECTED] NCCL confirmation: verification failed: NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, "
+        "NCCL_NTHREADS, NCCL_P2P_LEVEL not logged by NCCL" in out
+    )
     assert "[PASS] nothing inherited from the calling shell" in out
     assert not any(var + " set by environment" in out for var in SIX)
 
@@ -97,8 +122,12 @@ def test_server_environment_is_the_env_file_and_the_units_basics(monkeypatch):
     monkeypatch.setenv("CANARY_FROM_THE_SHELL", "1")
     monkeypatch.setenv("NCCL_PROTO", "Simple")
     env = proof.server_environment({"NCCL_ALGO": "Ring", "PYTHONUNBUFFERED": "0"})
-    assert env == {"PATH": proof.SYSTEMD_PATH, "PYTHONPATH": str(REPO / "engine-standin"),
-                   "PYTHONUNBUFFERED": "0", "NCCL_ALGO": "Ring"}  # the env file wins, as in systemd
+    assert env == {
+        "PATH": proof.SYSTEMD_PATH,
+        "PYTHONPATH": str(REPO / "engine-standin"),
+        "PYTHONUNBUFFERED": "0",
+        "NCCL_ALGO": "Ring",
+    }  # the env file wins, as in systemd
     assert proof.server_environment({}, {"LD_LIBRARY_PATH": "/x"})["LD_LIBRARY_PATH"] == "/x"
 
 
@@ -113,7 +142,10 @@ def test_inherited_extras():
     server = {"PATH": "/bin", "NCCL_DEBUG": "INFO"}
     worker = dict(server, NCCL_CUMEM_ENABLE="0", SGLANG_RUN_ID="x", LC_CTYPE="C.UTF-8")
     assert proof.inherited_extras(worker, server) == []
-    assert proof.inherited_extras(dict(worker, HOME="/root", NCCL_PROTO="LL"), server) == ["HOME", "NCCL_PROTO"]
+    assert proof.inherited_extras(dict(worker, HOME="/root", NCCL_PROTO="LL"), server) == [
+        "HOME",
+        "NCCL_PROTO",
+    ]
     assert proof.inherited_extras(dict(worker, LC_CTYPE="de_DE.UTF-8"), server) == ["LC_CTYPE"]
     assert proof.inherited_extras(worker, dict(server, LANG="en_US.UTF-8")) == ["LC_CTYPE"]
 
@@ -122,7 +154,9 @@ def nccl_lines(pid, values, host="vm", version=True):
     head = "%s:%d:%d [0] NCCL INFO " % (host, pid, pid)
     lines = [head + "NCCL version 2.28.9+cuda13.0"] if version else []
     for var, value in values.items():
-        lines.append(head + "%s set by environment to %s%s" % (var, value, "" if var == "NCCL_P2P_LEVEL" else "."))
+        lines.append(
+            head + "%s set by environment to %s%s" % (var, value, "" if var == "NCCL_P2P_LEVEL" else ".")
+        )
     return lines
 
 
@@ -138,7 +172,8 @@ def test_positive_nccl_verdict():
     result = proof.check_nccl_positive(nccl_confirm.confirm(nccl_lines(77, no_nthreads), TUNING, 1), [77], 1)
     assert not result.ok and "NCCL_NTHREADS" in result.detail
     wrong = proof.check_nccl_positive(
-        nccl_confirm.confirm(nccl_lines(77, dict(ONE_RANK, NCCL_BUFFSIZE="4194304")), TUNING, 1), [77], 1)
+        nccl_confirm.confirm(nccl_lines(77, dict(ONE_RANK, NCCL_BUFFSIZE="4194304")), TUNING, 1), [77], 1
+    )
     assert not wrong.ok and "wrong value" in wrong.detail
 
 
@@ -146,17 +181,33 @@ def test_negative_nccl_verdict_needs_the_right_reason():
     quiet = nccl_lines(77, {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"})
     good = proof.check_nccl_negative(nccl_confirm.confirm(quiet, TUNING, 1), TUNING, 1)
     assert good.ok and "not logged by NCCL" in good.detail and "NCCL_CUMEM_ENABLE" in good.detail
-    leaked = proof.check_nccl_negative(nccl_confirm.confirm(quiet + nccl_lines(77, {"NCCL_NTHREADS": "512"}, version=False),
-                                                            TUNING, 1), TUNING, 1)
+    leaked = proof.check_nccl_negative(
+        nccl_confirm.confirm(quiet + nccl_lines(77, {"NCCL_NTHREADS": "512"}, version=False), TUNING, 1),
+        TUNING,
+        1,
+    )
     assert not leaked.ok and "NCCL reports NCCL_NTHREADS" in leaked.detail
     silent = proof.check_nccl_negative(nccl_confirm.confirm([], TUNING, 1), TUNING, 1)
     assert not silent.ok and "0 ranks logged" in silent.detail
 
 
 def worker_report(code, mismatches):
-    return {"status": code, "status_name": status.name(code), "expected": dict(TUNING), "message": None,
-            "workers": [{"pid": 5, "title": "sglang::scheduler", "checked": 6, "ok": not mismatches,
-                         "error": None, "mismatches": mismatches}]}
+    return {
+        "status": code,
+        "status_name": status.name(code),
+        "expected": dict(TUNING),
+        "message": None,
+        "workers": [
+            {
+                "pid": 5,
+                "title": "sglang::scheduler",
+                "checked": 6,
+                "ok": not mismatches,
+                "error": None,
+                "mismatches": mismatches,
+            }
+        ],
+    }
 
 
 def test_workers_negative_verdict():
@@ -287,12 +338,16 @@ def _two_rank_lines(drop=None):
 def test_two_ranks_must_confirm_all_six_on_every_rank():
     ok = proof.check_nccl_positive(nccl_confirm.confirm(_two_rank_lines(), TUNING, 2), [1354, 1355], 2)
     assert ok.ok, ok.detail
-    assert "2 rank(s); confirmed NCCL_ALGO, NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, NCCL_NTHREADS, NCCL_P2P_LEVEL, " \
-           "NCCL_PROTO" in ok.detail
+    assert (
+        "2 rank(s); confirmed NCCL_ALGO, NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, NCCL_NTHREADS, NCCL_P2P_LEVEL, "
+        "NCCL_PROTO" in ok.detail
+    )
     # With two ranks a rank that does not log NCCL_PROTO lacks it: that fails.
     missing = proof.check_nccl_positive(
-        nccl_confirm.confirm(_two_rank_lines(drop=(1355, "NCCL_PROTO")), TUNING, 2), [1354, 1355], 2)
+        nccl_confirm.confirm(_two_rank_lines(drop=(1355, "NCCL_PROTO")), TUNING, 2), [1354, 1355], 2
+    )
     assert not missing.ok and "NCCL_PROTO" in missing.detail
     one_rank_only = proof.check_nccl_positive(
-        nccl_confirm.confirm(_two_rank_lines()[:7], TUNING, 2), [1354, 1355], 2)
+        nccl_confirm.confirm(_two_rank_lines()[:7], TUNING, 2), [1354, 1355], 2
+    )
     assert not one_rank_only.ok and "1 ranks logged, expected 2" in one_rank_only.detail

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy.facts.gpu import GpuPersistence, acs_unit_text
-from sglang_deploy.node.lib import gpu_settings
 from sglang_deploy.node import preflight
+from sglang_deploy.node.lib import gpu_settings
 
 CAPTURED = Path(__file__).parent / "captured"
 H200 = (CAPTURED / "query_gpu_settings_h200.csv").read_text()
@@ -14,8 +14,15 @@ H200 = (CAPTURED / "query_gpu_settings_h200.csv").read_text()
 
 def test_parse_captured_query_with_and_without_header():
     gpus = gpu_settings.parse(H200)
-    assert gpus == [{"index": "0", "name": "NVIDIA H200", "driver_version": "580.159.04",
-                     "persistence_mode": "Enabled", "pci.bus_id": "00000000:00:06.0"}]
+    assert gpus == [
+        {
+            "index": "0",
+            "name": "NVIDIA H200",
+            "driver_version": "580.159.04",
+            "persistence_mode": "Enabled",
+            "pci.bus_id": "00000000:00:06.0",
+        }
+    ]
     noheader = "\n".join(H200.splitlines()[3:])
     assert gpu_settings.parse(noheader) == gpus
 
@@ -25,16 +32,18 @@ def test_parse_refuses_another_shape():
         gpu_settings.parse("0, NVIDIA H200, 143771, 580.159.04")
 
 
-@pytest.mark.parametrize("min_driver,model,expected", [
-    ("550.54.15", "H200", []),
-    ("580.159.04", "h200", []),
-    ("580.159.5", None, ["NVIDIA driver 580.159.04, 580.159.5 or newer needed"]),
-    ("590", None, ["NVIDIA driver 580.159.04, 590 or newer needed"]),
-    (None, "H100", ["GPU model NVIDIA H200, H100 wanted"]),
-])
+@pytest.mark.parametrize(
+    "min_driver,model,expected",
+    [
+        ("550.54.15", "H200", []),
+        ("580.159.04", "h200", []),
+        ("580.159.5", None, ["NVIDIA driver 580.159.04, 580.159.5 or newer needed"]),
+        ("590", None, ["NVIDIA driver 580.159.04, 590 or newer needed"]),
+        (None, "H100", ["GPU model NVIDIA H200, H100 wanted"]),
+    ],
+)
 def test_driver_and_model(min_driver, model, expected):
-    assert gpu_settings.problems(gpu_settings.parse(H200), min_driver=min_driver,
-                                 model=model) == expected
+    assert gpu_settings.problems(gpu_settings.parse(H200), min_driver=min_driver, model=model) == expected
 
 
 def test_count_and_persistence():
@@ -62,8 +71,9 @@ def test_preflight_check_reads_the_real_query(tmp_path):
 def test_persistence_fact():
     fact = GpuPersistence()
     assert fact.process(["no-nvidia-driver"]) is None
-    found = fact.process(["LoadState=not-found", "UnitFileState=", "ActiveState=inactive",
-                          *H200.splitlines()[2:]])
+    found = fact.process(
+        ["LoadState=not-found", "UnitFileState=", "ActiveState=inactive", *H200.splitlines()[2:]]
+    )
     assert found["unit"]["LoadState"] == "not-found"
     assert found["gpus"][0]["persistence_mode"] == "Enabled"
 
@@ -79,8 +89,11 @@ def test_profile_gpu_settings_reach_preflight_command_line():
     from sglang_deploy.plan.host_plan import plan_for
     from sglang_deploy.plan.hosts import deploy_defaults
 
-    data = {**deploy_defaults(), "profile": "baseline",
-            "profile_overrides": {"gpu": {"min_driver": "550.54.15", "model": "H200"}}}
+    data = {
+        **deploy_defaults(),
+        "profile": "baseline",
+        "profile_overrides": {"gpu": {"min_driver": "550.54.15", "model": "H200"}},
+    }
     command = plan_for(data, operator_env={}).scripts.preflight()
     assert "--min-driver 550.54.15 --gpu-model H200" in command
     plain = plan_for({**deploy_defaults(), "profile": "baseline"}, operator_env={})
@@ -100,4 +113,7 @@ def test_profile_refuses_a_driver_that_is_no_version():
         load_profile("sandbox", overrides={"gpu": {"min_driver": "latest"}})
     profile = load_profile("sandbox")
     assert (profile.gpu.min_driver, profile.gpu.persistence_mode, profile.pcie.disable_acs) == (
-        None, True, False)
+        None,
+        True,
+        False,
+    )

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 from pyinfra.connectors.util import CommandOutput, OutputLine
 
-from sglang_deploy.plan import serving_group
 from sglang_deploy.node import dist_reach
 from sglang_deploy.operations import group
+from sglang_deploy.plan import serving_group
 
 SCRIPTS = str(Path(dist_reach.__file__).parent)
 
@@ -30,7 +30,8 @@ class Follower:
         done = subprocess.run(str(command), shell=True, capture_output=True, text=True, timeout=30)
         return done.returncode == 0, CommandOutput(
             [OutputLine("stdout", line) for line in done.stdout.splitlines()]
-            + [OutputLine("stderr", line) for line in done.stderr.splitlines()])
+            + [OutputLine("stderr", line) for line in done.stderr.splitlines()]
+        )
 
     def log(self, text, log_func=None):
         self.logs.append(text)
@@ -71,10 +72,26 @@ def rank0_listens():
 
 
 def reach(leader, port):
-    hosts = [("node1", {"profile": "baseline", "serving_group": "g1", "ssh_hostname": "127.0.0.1",
-                        "profile_overrides": {"server_args": {"tp-size": 2, "nnodes": 2}}}),
-             ("node2", {"profile": "baseline", "serving_group": "g1", "ssh_hostname": "127.0.0.2",
-                        "profile_overrides": {"server_args": {"tp-size": 2, "nnodes": 2}}})]
+    hosts = [
+        (
+            "node1",
+            {
+                "profile": "baseline",
+                "serving_group": "g1",
+                "ssh_hostname": "127.0.0.1",
+                "profile_overrides": {"server_args": {"tp-size": 2, "nnodes": 2}},
+            },
+        ),
+        (
+            "node2",
+            {
+                "profile": "baseline",
+                "serving_group": "g1",
+                "ssh_hostname": "127.0.0.2",
+                "profile_overrides": {"server_args": {"tp-size": 2, "nnodes": 2}},
+            },
+        ),
+    ]
     member = serving_group.resolve_checked(hosts, serving_group.profile_of)["node2"]
     follower = Follower()
     state = SimpleNamespace(inventory=SimpleNamespace(get_host={"node1": leader, "node2": follower}.get))
@@ -83,29 +100,45 @@ def reach(leader, port):
 
 
 def argv(port):
-    return ["python3", "-m", "sglang.launch_server", "--nnodes", "2", "--node-rank", "0",
-            "--dist-init-addr", f"127.0.0.1:{port}"]
+    return [
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "0",
+        "--dist-init-addr",
+        f"127.0.0.1:{port}",
+    ]
 
 
 def test_a_change_that_moves_the_port_is_probed_where_rank_0_listens_now(rank0_listens):
     new = free_port()
     ok, said = reach(Leader("active", argv(rank0_listens)), new)
     assert ok, said
-    assert (f"group g1 node-rank 1 of 2: rank 0 node1 listens on port {rank0_listens} until the group "
-            f"restarts onto {new}: reached on {rank0_listens}") in said
+    assert (
+        f"group g1 node-rank 1 of 2: rank 0 node1 listens on port {rank0_listens} until the group "
+        f"restarts onto {new}: reached on {rank0_listens}"
+    ) in said
 
 
 def test_a_moved_port_whose_host_is_unreachable_fails():
     now, new = free_port(), free_port()
     ok, said = reach(Leader("active", argv(now)), new)
     assert not ok
-    assert f"cannot reach 127.0.0.1:{now} (rank 0's dist-init port until the restart moves it to {new})" in said
+    assert (
+        f"cannot reach 127.0.0.1:{now} (rank 0's dist-init port until the restart moves it to {new})" in said
+    )
 
 
 def test_rank_0_running_on_the_planned_port_that_cannot_be_reached_fails():
     port = free_port()
     ok, said = reach(Leader("active", argv(port)), port)
-    assert not ok and f"group preflight failed: node-rank 1 cannot reach 127.0.0.1:{port}: connection refused" in said
+    assert (
+        not ok
+        and f"group preflight failed: node-rank 1 cannot reach 127.0.0.1:{port}: connection refused" in said
+    )
 
 
 def test_rank_0_not_running_is_skipped_with_a_note():
@@ -115,6 +148,14 @@ def test_rank_0_not_running_is_skipped_with_a_note():
 
 def test_rank_0_serving_alone_is_skipped_with_a_note():
     # Two serving nodes becoming one group: rank 0 runs, but without a dist-init port yet.
-    ok, said = reach(Leader("active", ["python3", "-m", "sglang.launch_server", "--port", "30001"]), free_port())
-    assert ok and ("rank 0 node1 serves alone (no --dist-init-addr): its dist-init port is checked "
-                   "once the group starts (skipped)") in said
+    ok, said = reach(
+        Leader("active", ["python3", "-m", "sglang.launch_server", "--port", "30001"]), free_port()
+    )
+    assert (
+        ok
+        and (
+            "rank 0 node1 serves alone (no --dist-init-addr): its dist-init port is checked "
+            "once the group starts (skipped)"
+        )
+        in said
+    )

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 import gevent
 import pytest
 
+from sglang_deploy.operations import group_restart as group_cycle
 from sglang_deploy.plan import serving_group
-from sglang_deploy.plan.hosts import deploy_defaults
 from sglang_deploy.plan.fleet import rolling_settings
 from sglang_deploy.plan.fleet_hosts import Rotation
-from sglang_deploy.operations import group_restart as group_cycle
+from sglang_deploy.plan.hosts import deploy_defaults
 
 LOG = []
 
@@ -62,18 +62,39 @@ def make_group(monkeypatch):
     LOG.clear()
 
     def make(follower_script=healthy, failed=(), rotation=None):
-        hosts = [("node1", {"profile": "baseline", "serving_group": "g1", "ssh_hostname": "10.0.0.1",
-                            "profile_overrides": {"server_args": {"tp-size": 2, "nnodes": 2}}}),
-                 ("node2", {"profile": "baseline", "serving_group": "g1", "ssh_hostname": "10.0.0.2",
-                            "profile_overrides": {"server_args": {"tp-size": 2, "nnodes": 2}}})]
+        hosts = [
+            (
+                "node1",
+                {
+                    "profile": "baseline",
+                    "serving_group": "g1",
+                    "ssh_hostname": "10.0.0.1",
+                    "profile_overrides": {"server_args": {"tp-size": 2, "nnodes": 2}},
+                },
+            ),
+            (
+                "node2",
+                {
+                    "profile": "baseline",
+                    "serving_group": "g1",
+                    "ssh_hostname": "10.0.0.2",
+                    "profile_overrides": {"server_args": {"tp-size": 2, "nnodes": 2}},
+                },
+            ),
+        ]
         members = serving_group.resolve_checked(hosts, serving_group.profile_of)
         fakes = {"node1": FakeHost("node1", healthy), "node2": FakeHost("node2", follower_script)}
         from sglang_deploy.plan.host_plan import plan_for
-        plans = {name: plan_for({**deploy_defaults(), **data}, operator_env={}, member=members[name])
-                 for name, data in hosts}
-        state = SimpleNamespace(inventory=SimpleNamespace(get_host=fakes.get),
-                                failed_hosts={fakes[name] for name in failed})
+
+        plans = {
+            name: plan_for({**deploy_defaults(), **data}, operator_env={}, member=members[name])
+            for name, data in hosts
+        }
+        state = SimpleNamespace(
+            inventory=SimpleNamespace(get_host=fakes.get), failed_hosts={fakes[name] for name in failed}
+        )
         return group_cycle.Group(state, members["node1"], plans, stop_wait_s=5, rotation=rotation)
+
     return make
 
 
@@ -121,8 +142,9 @@ def test_members_whose_engine_venvs_differ_stop_nothing(make_group):
     members.plans[0].venv = "/opt/sglang/venvs/sglang-0.5.23-aaa"
     members.plans[1].venv = "/opt/sglang/venvs/sglang-0.5.23-bbb"
     ok, text = members.cycle()
-    assert not ok and text.startswith("members would run different engine venvs: "
-                                      "node1 sglang-0.5.23-aaa, node2 sglang-0.5.23-bbb")
+    assert not ok and text.startswith(
+        "members would run different engine venvs: node1 sglang-0.5.23-aaa, node2 sglang-0.5.23-bbb"
+    )
     assert not [entry for entry in LOG if "restart.py" in entry[1] or "preflight.py" in entry[1]]
 
 
@@ -143,14 +165,19 @@ def test_a_follower_that_never_joins_is_named_when_rank_0s_gate_gives_up(make_gr
     members.hosts[0].script = rank0
     ok, text = members.cycle(rollback=False)
     assert not ok
-    assert text.startswith("node2 (node-rank 1) never joined rank 0: rank 0 is waiting for its "
-                           "followers: node-rank 1 has not joined (node-rank 1: not started); "
-                           "rank 0 node1 failed its gate: timeout")
+    assert text.startswith(
+        "node2 (node-rank 1) never joined rank 0: rank 0 is waiting for its "
+        "followers: node-rank 1 has not joined (node-rank 1: not started); "
+        "rank 0 node1 failed its gate: timeout"
+    )
 
 
-ROTATION = Rotation(worker_url="http://10.0.0.1:30000", local_port=30000,
-                    router_urls=["http://10.0.0.9:30000"],
-                    rolling=rolling_settings(deploy_defaults()))
+ROTATION = Rotation(
+    worker_url="http://10.0.0.1:30000",
+    local_port=30000,
+    router_urls=["http://10.0.0.9:30000"],
+    rolling=rolling_settings(deploy_defaults()),
+)
 
 
 def test_behind_a_router_rank_0_leaves_rotation_before_the_stop_and_rejoins_once_it_serves(make_group):
@@ -163,7 +190,10 @@ def test_behind_a_router_rank_0_leaves_rotation_before_the_stop_and_rejoins_once
     members.hosts[0].script = rank0
     ok, text = members.cycle()
     assert (ok, text) == (True, "serving (baseline)")
-    out, back = commands("node1", "rotation.py", "--only out"), commands("node1", "rotation.py", "--only back")
+    out, back = (
+        commands("node1", "rotation.py", "--only out"),
+        commands("node1", "rotation.py", "--only back"),
+    )
     assert len(out) == len(back) == 1 and "--router http://10.0.0.9:30000" in LOG[out[0]][1]
     assert commands("node1", "preflight.py")[0] < out[0] < commands("node1", "restart.py", "--no-start")[0]
     assert commands("node1", "lastgood.py save")[0] < back[0]
@@ -173,19 +203,29 @@ def test_behind_a_router_rank_0_leaves_rotation_before_the_stop_and_rejoins_once
 def test_a_router_that_does_not_answer_stops_nothing(make_group):
     def rank0(host, text):
         if "--only out" in text:
-            return False, result(11, outcome="router_unreachable",
-                                 cause="router http://10.0.0.9:30000: unreachable: nothing was taken out of rotation")
+            return False, result(
+                11,
+                outcome="router_unreachable",
+                cause="router http://10.0.0.9:30000: unreachable: nothing was taken out of rotation",
+            )
         return healthy(host, text)
 
     members = make_group(rotation=ROTATION)
     members.hosts[0].script = rank0
     ok, text = members.cycle()
-    assert not ok and "unreachable: nothing was taken out of rotation" in text and text.endswith("nothing was stopped")
+    assert (
+        not ok
+        and "unreachable: nothing was taken out of rotation" in text
+        and text.endswith("nothing was stopped")
+    )
     assert not [entry for entry in LOG if "restart.py" in entry[1] or "systemctl start" in entry[1]]
     assert commands("node1", "lastgood.py restore") and commands("node2", "lastgood.py restore")
 
 
 def test_without_routers_nothing_rotates(make_group):
-    members = make_group(rotation=Rotation(worker_url="http://10.0.0.1:30000", local_port=30000,
-                                           router_urls=[], rolling=ROTATION.rolling))
+    members = make_group(
+        rotation=Rotation(
+            worker_url="http://10.0.0.1:30000", local_port=30000, router_urls=[], rolling=ROTATION.rolling
+        )
+    )
     assert members.cycle()[0] and not [entry for entry in LOG if "rotation.py" in entry[1]]

@@ -6,16 +6,18 @@ from types import SimpleNamespace
 import gevent
 import pytest
 
+from sglang_deploy.operations import group
+from sglang_deploy.operations import rollout as fleet
 from sglang_deploy.plan.fleet import rolling_settings
 from sglang_deploy.plan.fleet_hosts import Rotation
 from sglang_deploy.plan.hosts import deploy_defaults
-from sglang_deploy.operations import rollout as fleet, group
 
 EVENTS = []
 
 
 class FakeGroup:
     """Records when its cycle runs; the group named in ``failing`` fails it."""
+
     failing = ()
 
     def __init__(self, state, member, plans, stop_wait_s, rotation=None):
@@ -52,11 +54,21 @@ def leads(monkeypatch):
         FakeGroup.failing = failing
         data = {**deploy_defaults(), "rolling_batch": batch}
         rotation = Rotation("http://10.0.0.1:30000", 30000, ["http://10.0.0.9:30000"], rolling_settings(data))
-        jobs = [gevent.spawn(group._lead, SimpleNamespace(), Leader(f"rank0-of-{name}"),
-                             SimpleNamespace(group=name, label=lambda: name), True, 5.0, rotation=rotation)
-                for name in names]
+        jobs = [
+            gevent.spawn(
+                group._lead,
+                SimpleNamespace(),
+                Leader(f"rank0-of-{name}"),
+                SimpleNamespace(group=name, label=lambda: name),
+                True,
+                5.0,
+                rotation=rotation,
+            )
+            for name in names
+        ]
         gevent.joinall(jobs)
         return [job.get() for job in jobs]
+
     return run
 
 

@@ -32,13 +32,21 @@ class FakeHub:
 
     def model_info(self, repo, revision=None, files_metadata=False, token=None):
         if revision != COMMIT:
-            raise RevisionNotFoundError(f"404 Client Error. Revision Not Found for url: "
-                                        f"https://huggingface.co/api/models/{repo}/revision/"
-                                        f"{revision} (token {token})")
-        siblings = [SimpleNamespace(rfilename=name, size=len(data),
-                                    lfs=SimpleNamespace(sha256=hashlib.sha256(data).hexdigest())
-                                    if name.endswith(".safetensors") else None)
-                    for name, data in self.files.items()]
+            raise RevisionNotFoundError(
+                f"404 Client Error. Revision Not Found for url: "
+                f"https://huggingface.co/api/models/{repo}/revision/"
+                f"{revision} (token {token})"
+            )
+        siblings = [
+            SimpleNamespace(
+                rfilename=name,
+                size=len(data),
+                lfs=SimpleNamespace(sha256=hashlib.sha256(data).hexdigest())
+                if name.endswith(".safetensors")
+                else None,
+            )
+            for name, data in self.files.items()
+        ]
         return SimpleNamespace(sha=COMMIT, siblings=siblings)
 
     def snapshot_download(self, repo, revision=None, local_dir=None, token=None):
@@ -81,7 +89,9 @@ def test_a_full_disk_is_named_before_any_download(tmp_path, monkeypatch):
     monkeypatch.setattr(model_stage, "free_bytes", lambda path: 1000)
     code, cause, _ = hf_stage.stage(hub, REPO, COMMIT, live)
     assert code == status.NO_SPACE and hub.downloads == []
-    assert cause.startswith("needs 0.00 GB, 0.00 GB free on ") and cause.endswith(":" + str(tmp_path / "models"))
+    assert cause.startswith("needs 0.00 GB, 0.00 GB free on ") and cause.endswith(
+        ":" + str(tmp_path / "models")
+    )
 
 
 def test_a_download_that_does_not_match_the_hub_is_not_swapped_in(tmp_path):
@@ -94,7 +104,7 @@ def test_a_download_that_does_not_match_the_hub_is_not_swapped_in(tmp_path):
     assert sorted(os.listdir(live)) == ["config.json"]
 
 
-FAKE_MODULE = '''
+FAKE_MODULE = """
 class RevisionNotFoundError(Exception):
     pass
 class HfApi:
@@ -104,23 +114,37 @@ class HfApi:
                                     % (repo, revision, token))
 def snapshot_download(*args, **kwargs):
     raise AssertionError("downloaded")
-'''
+"""
 
 
 def test_the_script_answers_with_the_hub_and_removes_the_token_file(tmp_path):
     import subprocess
     import sys
+
     from sglang_deploy.node.lib import result
+
     fake = tmp_path / "fake" / "huggingface_hub"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text(FAKE_MODULE)
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     done = subprocess.run(
-        [sys.executable, str(os.path.join(os.path.dirname(hf_stage.__file__), "hf_stage.py")),
-         "--repo", REPO, "--revision", "e" * 40, "--dir", str(tmp_path / "m"),
-         "--token-file", str(token_file)],
-        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(fake.parent)})
+        [
+            sys.executable,
+            str(os.path.join(os.path.dirname(hf_stage.__file__), "hf_stage.py")),
+            "--repo",
+            REPO,
+            "--revision",
+            "e" * 40,
+            "--dir",
+            str(tmp_path / "m"),
+            "--token-file",
+            str(token_file),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(fake.parent)},
+    )
     found = result.parse(done.stdout.splitlines())
     assert done.returncode == found["status"] == status.HUB_ERROR
     assert found["cause"].startswith("the hub answered: RevisionNotFoundError: 404 Client Error.")

@@ -12,19 +12,29 @@ from sglang_deploy.plan.hosts import REPO_ROOT, gpu_hosts, sandbox_hosts
 
 def test_example_hosts_file_is_valid_and_layers_defaults():
     hosts = dict(gpu_hosts(REPO_ROOT / "inventory" / "hosts.example.yml"))
-    assert hosts["gpu-node-01"] == {"ssh_user": "root", "ssh_key": "~/.ssh/id_ed25519",
-                                    "profile": "baseline", "ssh_hostname": "10.20.0.11"}
+    assert hosts["gpu-node-01"] == {
+        "ssh_user": "root",
+        "ssh_key": "~/.ssh/id_ed25519",
+        "profile": "baseline",
+        "ssh_hostname": "10.20.0.11",
+    }
     assert hosts["gpu-node-02"]["profile"] == "eagle3-2step"
     assert hosts["gpu-node-03"]["profile_overrides"] == {"service": {"port": 30010}}
 
 
-@pytest.mark.parametrize("text, message", [
-    ("hosts: [unclosed", "not valid YAML"),
-    ("hosts:\n  a:\n    ssh_prot: 22\n", "hosts.a.ssh_prot: Extra inputs are not permitted"),
-    ("hosts:\n  a:\n    ssh_port: 70000\n", "hosts.a.ssh_port: Input should be less than or equal to 65535"),
-    ("defaults: {}\n", "hosts: Field required"),
-    ("hosts: {}\n", "no hosts listed under 'hosts:'"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("hosts: [unclosed", "not valid YAML"),
+        ("hosts:\n  a:\n    ssh_prot: 22\n", "hosts.a.ssh_prot: Extra inputs are not permitted"),
+        (
+            "hosts:\n  a:\n    ssh_port: 70000\n",
+            "hosts.a.ssh_port: Input should be less than or equal to 65535",
+        ),
+        ("defaults: {}\n", "hosts: Field required"),
+        ("hosts: {}\n", "no hosts listed under 'hosts:'"),
+    ],
+)
 def test_bad_hosts_files_say_what_is_wrong(tmp_path, text, message):
     path = tmp_path / "hosts.yml"
     path.write_text(text)
@@ -34,9 +44,13 @@ def test_bad_hosts_files_say_what_is_wrong(tmp_path, text, message):
 
 
 def test_missing_hosts_file_is_one_line_and_exit_1(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "pyinfra", "-y", "inventory/gpu.py", "deploy.py"],
-                          cwd=REPO_ROOT, capture_output=True, text=True,
-                          env={"SGLANG_DEPLOY_HOSTS": str(tmp_path / "none.yml"), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", "inventory/gpu.py", "deploy.py"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env={"SGLANG_DEPLOY_HOSTS": str(tmp_path / "none.yml"), "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 1
     assert f"sglang-deploy: hosts file {tmp_path / 'none.yml'} not found" in done.stderr
     assert "Traceback" not in done.stdout + done.stderr
@@ -44,9 +58,29 @@ def test_missing_hosts_file_is_one_line_and_exit_1(tmp_path):
 
 def test_sandbox_state_gives_each_node_its_port_and_chosen_profile(tmp_path, monkeypatch):
     state = tmp_path / "state.json"
-    state.write_text(json.dumps({"key": "/k", "nodes": [
-        {"name": "node1", "ssh_host": "127.0.0.1", "ssh_port": 2201, "ssh_user": "root", "server_port": 30001},
-        {"name": "node2", "ssh_host": "127.0.0.1", "ssh_port": 2202, "ssh_user": "root", "server_port": 30002}]}))
+    state.write_text(
+        json.dumps(
+            {
+                "key": "/k",
+                "nodes": [
+                    {
+                        "name": "node1",
+                        "ssh_host": "127.0.0.1",
+                        "ssh_port": 2201,
+                        "ssh_user": "root",
+                        "server_port": 30001,
+                    },
+                    {
+                        "name": "node2",
+                        "ssh_host": "127.0.0.1",
+                        "ssh_port": 2202,
+                        "ssh_user": "root",
+                        "server_port": 30002,
+                    },
+                ],
+            }
+        )
+    )
     monkeypatch.setenv("SGLANG_DEPLOY_SANDBOX_PROFILES", "node2=sandbox-eagle3")
     hosts = dict(sandbox_hosts(state))
     assert hosts["node1"]["profile"] == "sandbox"

@@ -14,8 +14,11 @@ from sglang_deploy.profile import lint
 from sglang_deploy.profile.schema import PROFILES_DIR, schema_json
 
 SCHEMA_FILE = PROFILES_DIR.parent / "schema" / "profile.schema.json"
-CLEAN = {"description": "d", "engine": {"packages": ["sglang==0.5.23"]},
-         "model": {"path": "/models/m", "served_name": "m"}}
+CLEAN = {
+    "description": "d",
+    "engine": {"packages": ["sglang==0.5.23"]},
+    "model": {"path": "/models/m", "served_name": "m"},
+}
 
 
 def cli(*argv):
@@ -35,6 +38,7 @@ def profile_file(tmp_path, name, env):
 
 # -- Profiles --------------------------------------------------------------------------------
 
+
 def test_every_shipped_profile_by_default(in_repo):
     status, lines = cli()
     names = sorted(p.name for p in PROFILES_DIR.glob("*.yml"))
@@ -48,8 +52,7 @@ def test_baseline_lines(in_repo):
     status, lines = cli("baseline")
     assert status == 0
     assert lines == [
-        "profiles/baseline.yml: warning: NCCL_MAX_NCHANNELS: deprecated since NCCL 2.17: "
-        "use NCCL_MAX_CTAS",
+        "profiles/baseline.yml: warning: NCCL_MAX_NCHANNELS: deprecated since NCCL 2.17: use NCCL_MAX_CTAS",
         "profiles/baseline.yml: warning: NCCL_BUFFSIZE: has no effect with NCCL_PROTO=LL: it "
         "sizes only the Simple protocol's buffer (LL uses NCCL_LL_BUFFSIZE)",
         "profiles/baseline.yml: warning: NCCL_PROTO, NCCL_ALGO, NCCL_P2P_LEVEL, "
@@ -63,8 +66,10 @@ def test_baseline_lines(in_repo):
 def test_names_and_paths_mix(in_repo):
     status, lines = cli("sandbox", "profiles/eagle3-2step.yml")
     assert status == 0
-    assert {line.split(":")[0] for line in lines[:-1]} == {"profiles/sandbox.yml",
-                                                           "profiles/eagle3-2step.yml"}
+    assert {line.split(":")[0] for line in lines[:-1]} == {
+        "profiles/sandbox.yml",
+        "profiles/eagle3-2step.yml",
+    }
     assert lines[-1] == "2 profiles checked: 0 errors, 6 warnings"
 
 
@@ -75,8 +80,10 @@ def test_strict_fails_on_warnings(tmp_path):
     assert cli("--strict", clean)[0] == 0
     status, lines = cli(warn)
     assert status == 0 and lines[-1] == "1 profile checked: 0 errors, 2 warnings"
-    assert lines[0] == (f"{warn}: warning: NCCL_BUFFSIZE: 4000000 is not a power of two "
-                        f"(NCCL recommends powers of two; default 4194304)")
+    assert lines[0] == (
+        f"{warn}: warning: NCCL_BUFFSIZE: 4000000 is not a power of two "
+        f"(NCCL recommends powers of two; default 4194304)"
+    )
     assert cli("--strict", warn)[0] == 1
 
 
@@ -100,7 +107,8 @@ def test_profiles_that_do_not_load_are_errors(in_repo):
     assert status == 1
     assert lines[:2] == [
         "tests/unit/bad_profiles/tab.yml:4: tab character (indent YAML with spaces)",
-        "no profile named 'basline' in profiles (did you mean 'baseline'?)"]
+        "no profile named 'basline' in profiles (did you mean 'baseline'?)",
+    ]
     assert lines[-1] == "3 profiles checked: 2 errors, 3 warnings"
 
 
@@ -113,20 +121,24 @@ def test_every_bad_profile_in_the_corpus_fails(in_repo):
 
 
 def test_runs_as_a_module(in_repo):
-    result = subprocess.run([sys.executable, "-m", "sglang_deploy.profile.lint", "--strict", "sandbox"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "sglang_deploy.profile.lint", "--strict", "sandbox"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1, result.stderr
     assert result.stdout.splitlines()[-1] == "1 profile checked: 0 errors, 3 warnings"
 
 
 # -- JSON Schema -----------------------------------------------------------------------------
 
+
 def test_schema_is_printed():
     status, lines = cli("--schema")
     assert status == 0
     assert "\n".join(lines) == schema_json()
-    assert json.loads("\n".join(lines))["properties"]["extends"] == {"type": "string",
-                                                                     "title": "Extends"}
+    assert json.loads("\n".join(lines))["properties"]["extends"] == {"type": "string", "title": "Extends"}
 
 
 def test_committed_schema_is_current():

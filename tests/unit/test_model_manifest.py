@@ -2,7 +2,6 @@
 preflight's refusal of a directory that does not match it."""
 
 import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -27,12 +26,17 @@ def test_build_lists_every_file_with_size_and_sha256(tmp_path):
     model = make_model(tmp_path)
     built = model_manifest.build(str(model), workers=2)
     assert built["files"] == [
-        {"path": "config.json", "size": 24,
-         "sha256": hashlib.sha256(b'{"model_type": "llama"}\n').hexdigest()},
-        {"path": "model-00001.safetensors", "size": 5000,
-         "sha256": hashlib.sha256(b"\x01" * 5000).hexdigest()},
-        {"path": os.path.join("sub", "extra.bin"), "size": 3,
-         "sha256": hashlib.sha256(b"abc").hexdigest()},
+        {
+            "path": "config.json",
+            "size": 24,
+            "sha256": hashlib.sha256(b'{"model_type": "llama"}\n').hexdigest(),
+        },
+        {
+            "path": "model-00001.safetensors",
+            "size": 5000,
+            "sha256": hashlib.sha256(b"\x01" * 5000).hexdigest(),
+        },
+        {"path": os.path.join("sub", "extra.bin"), "size": 3, "sha256": hashlib.sha256(b"abc").hexdigest()},
     ]
     assert model_manifest.total_size(built) == 5027
 
@@ -61,17 +65,21 @@ def test_compare_names_truncated_missing_and_altered_files(tmp_path):
     (model / "config.json").unlink()
     (model / "sub" / "extra.bin").write_bytes(b"xyz")  # same size, other bytes
     shallow = model_manifest.compare(built, str(model))
-    assert shallow == ["config.json: missing",
-                       "model-00001.safetensors: 100 bytes, the manifest says 5000 "
-                       "(truncated or partial?)"]
+    assert shallow == [
+        "config.json: missing",
+        "model-00001.safetensors: 100 bytes, the manifest says 5000 (truncated or partial?)",
+    ]
     deep = model_manifest.compare(built, str(model), deep=True)
     assert deep[:2] == shallow and deep[2].startswith(os.path.join("sub", "extra.bin") + ": sha256")
 
 
 def run_check(model, *args):
     # As on the node: the script run by path, its siblings importable, standard library only.
-    done = subprocess.run([sys.executable, "-S", str(NODE_DIR / "model_manifest.py"), "check",
-                           "--dir", str(model), *args], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-S", str(NODE_DIR / "model_manifest.py"), "check", "--dir", str(model), *args],
+        capture_output=True,
+        text=True,
+    )
     return done.returncode, result.parse(done.stdout.splitlines()), done.stdout
 
 
@@ -106,11 +114,15 @@ def test_check_script_without_manifest_has_nothing_to_compare(tmp_path):
 def test_preflight_refuses_a_model_that_does_not_match_its_manifest(tmp_path):
     model = make_model(tmp_path)
     assert preflight.check_model_dir("model path", str(model)) == (
-        "ok", f"model path {model} has a config.json")
+        "ok",
+        f"model path {model} has a config.json",
+    )
     model_manifest.write(str(model), model_manifest.build(str(model)))
     assert preflight.check_model_dir("model path", str(model))[0] == "ok"
     (model / "model-00001.safetensors").write_bytes(b"\x01" * 4096)
     verdict, text = preflight.check_model_dir("draft model path", str(model))
     assert verdict == "failed"
-    assert text.startswith(f"draft model path {model} does not match its manifest: "
-                           "model-00001.safetensors: 4096 bytes, the manifest says 5000")
+    assert text.startswith(
+        f"draft model path {model} does not match its manifest: "
+        "model-00001.safetensors: 4096 bytes, the manifest says 5000"
+    )

@@ -71,8 +71,9 @@ def test_finish_refuses_an_incomplete_copy_and_leaves_the_live_model(tmp_path):
     before = model_manifest.read(str(live))
     start_staging(live, manifest_of(tmp_path, V2))
     model_stage.seed(str(live))
-    write_files(tmp_path / "models" / "m.sglang-deploy-staging",
-                {"shard-2": b"c" * 1500, ".upload-1": b"half"})
+    write_files(
+        tmp_path / "models" / "m.sglang-deploy-staging", {"shard-2": b"c" * 1500, ".upload-1": b"half"}
+    )
     problems = model_stage.finish(str(live))
     assert problems == ["shard-2: 1500 bytes, the manifest says 2000 (truncated or partial?)"]
     assert model_manifest.read(str(live)) == before and (live / "shard-2").read_bytes() == V1["shard-2"]

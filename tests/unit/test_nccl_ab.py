@@ -1,8 +1,8 @@
 """The A/B all-reduce sweep's pure parts (env arms, statistics, verdicts, result JSON), its guard
 rails, and the controller's report files; no GPU, no torch."""
+
 import datetime
 import json
-import os
 import runpy
 import stat
 import subprocess
@@ -10,18 +10,24 @@ import sys
 
 import pytest
 
-from sglang_deploy.report import nccl_ab_runner as controller
-from sglang_deploy.plan.hosts import REPO_ROOT
-from sglang_deploy.node.lib import allreduce_stats
 from sglang_deploy.node import nccl_ab
+from sglang_deploy.node.lib import allreduce_stats
 from sglang_deploy.node.lib import result as node_result
 from sglang_deploy.plan.host_plan import plan_for
-from sglang_deploy.profile.schema import load_profile
+from sglang_deploy.plan.hosts import REPO_ROOT
 from sglang_deploy.plan.render import render_env_file
+from sglang_deploy.profile.schema import load_profile
+from sglang_deploy.report import nccl_ab_runner as controller
 
 SCRIPT = REPO_ROOT / "sglang_deploy" / "node" / "nccl_ab.py"
-INCIDENT = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16",
-            "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
+INCIDENT = {
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_MAX_NCHANNELS": "16",
+    "NCCL_BUFFSIZE": "16777216",
+    "NCCL_NTHREADS": "512",
+}
 # Per-size medians (us) of the 2 x H200 capture in shared/reference (allreduce-ab-h200x2-nvlink).
 CAPTURE_A = {4096: 49.0, 65536: 41.2, 262144: 39.2, 1048576: 44.1, 16777216: 75.4, 67108864: 247.1}
 CAPTURE_B = {4096: 45.9, 65536: 35.6, 262144: 28.5, 1048576: 47.1, 16777216: 171.4, 67108864: 866.0}
@@ -29,9 +35,16 @@ CAPTURE_B = {4096: 45.9, 65536: 35.6, 262144: 28.5, 1048576: 47.1, 16777216: 171
 
 def test_module_imports_without_torch():
     # The node script's pure parts must load where the engine has no torch (sandbox, CI).
-    out = subprocess.run([sys.executable, "-c", "import sys; sys.modules['torch'] = None; "
-                          "sys.path.insert(0, %r); import nccl_ab; print(nccl_ab.DEFAULT_SIZES[0])" % str(SCRIPT.parent)],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.modules['torch'] = None; "
+            "sys.path.insert(0, %r); import nccl_ab; print(nccl_ab.DEFAULT_SIZES[0])" % str(SCRIPT.parent),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "4096"
 
@@ -39,7 +52,11 @@ def test_module_imports_without_torch():
 def test_reads_the_env_file_our_renderer_writes():
     text = render_env_file(load_profile("baseline"), {})
     assert nccl_ab.parse_env_file(text) == INCIDENT
-    assert nccl_ab.parse_env_file('# c\n\nA="x y"\nB=\'q\'\nC=plain\n') == {"A": "x y", "B": "q", "C": "plain"}
+    assert nccl_ab.parse_env_file("# c\n\nA=\"x y\"\nB='q'\nC=plain\n") == {
+        "A": "x y",
+        "B": "q",
+        "C": "plain",
+    }
 
 
 def test_arms_differ_only_in_the_env_files_tuning():
@@ -72,14 +89,19 @@ def test_rounds_interleave_the_arms():
 
 
 def test_parse_worker_output_takes_the_last_result_line():
-    text = "NCCL WARN x\n{\"other\": 1}\n{\"times_us\": {\"4096\": 30.5, \"65536\": 31}}\nbye\n"
+    text = 'NCCL WARN x\n{"other": 1}\n{"times_us": {"4096": 30.5, "65536": 31}}\nbye\n'
     assert nccl_ab.parse_worker_output(text) == {"times_us": {4096: 30.5, 65536: 31.0}}
     assert nccl_ab.parse_worker_output("Traceback\n{broken") is None
 
 
 def test_sizes_parse():
     assert [nccl_ab.parse_size(s) for s in ("4096", "4K", "64KB", "16M", "1MiB")] == [
-        4096, 4096, 65536, 16 << 20, 1 << 20]
+        4096,
+        4096,
+        65536,
+        16 << 20,
+        1 << 20,
+    ]
     assert nccl_ab.size_label(65536) == "64 KB" and nccl_ab.size_label(16 << 20) == "16 MB"
 
 
@@ -106,15 +128,19 @@ def test_verdict_on_the_reference_capture():
     cmp = nccl_ab.compare(stats, "b", "a")
     assert cmp[262144]["ratio"] == pytest.approx(28.5 / 39.2)
     line = nccl_ab.verdict("NCCL_PROTO=LL", cmp)
-    assert line == ("NCCL_PROTO=LL: +38% at 256 KB (faster), \u221271% at 64 MB (slower); "
-                    "faster at 4 KB, 64 KB, 256 KB; slower at 1 MB, 16 MB, 64 MB")
+    assert line == (
+        "NCCL_PROTO=LL: +38% at 256 KB (faster), \u221271% at 64 MB (slower); "
+        "faster at 4 KB, 64 KB, 256 KB; slower at 1 MB, 16 MB, 64 MB"
+    )
     assert allreduce_stats.overall_cause(cmp) == "mixed"
 
 
 def test_small_differences_and_noisy_rounds_are_no_effect():
     # 3% is below MIN_EFFECT; 20% is below the 40% spread between the rounds of arm a
-    stats = _stats([{4096: 30.0, 65536: 25.0}, {4096: 30.0, 65536: 35.0}],
-                   [{4096: 30.9, 65536: 36.0}, {4096: 30.9, 65536: 36.0}])
+    stats = _stats(
+        [{4096: 30.0, 65536: 25.0}, {4096: 30.0, 65536: 35.0}],
+        [{4096: 30.9, 65536: 36.0}, {4096: 30.9, 65536: 36.0}],
+    )
     cmp = nccl_ab.compare(stats, "b", "a")
     assert not any(c["significant"] for c in cmp.values())
     assert nccl_ab.verdict("all", cmp) == "all: no effect beyond noise at any size (4 KB\u201364 KB)"
@@ -122,12 +148,20 @@ def test_small_differences_and_noisy_rounds_are_no_effect():
 
 
 def test_report_has_rows_overall_and_per_variable_verdicts():
-    rounds = {"a": [CAPTURE_A] * 2, "b": [CAPTURE_B] * 2,
-              "b-NCCL_PROTO": [CAPTURE_A] * 2,   # without PROTO: as fast as the defaults
-              "b-NCCL_BUFFSIZE": [CAPTURE_B] * 2}  # without BUFFSIZE: no change (LL ignores it)
+    rounds = {
+        "a": [CAPTURE_A] * 2,
+        "b": [CAPTURE_B] * 2,
+        "b-NCCL_PROTO": [CAPTURE_A] * 2,  # without PROTO: as fast as the defaults
+        "b-NCCL_BUFFSIZE": [CAPTURE_B] * 2,
+    }  # without BUFFSIZE: no change (LL ignores it)
     stats = nccl_ab.summarize(rounds, 2)
-    details = nccl_ab.build_report(stats, 2, {"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "16777216"},
-                                   {"host": "gpu1", "rounds": 2}, ["b-NCCL_PROTO", "b-NCCL_BUFFSIZE"])
+    details = nccl_ab.build_report(
+        stats,
+        2,
+        {"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "16777216"},
+        {"host": "gpu1", "rounds": 2},
+        ["b-NCCL_PROTO", "b-NCCL_BUFFSIZE"],
+    )
     assert [r["bytes"] for r in details["rows"]] == sorted(CAPTURE_A)
     row = details["rows"][-1]
     assert row["ratio_b_a"] == pytest.approx(866.0 / 247.1, abs=1e-3)
@@ -144,7 +178,7 @@ def test_report_has_rows_overall_and_per_variable_verdicts():
 
 def _fake_python(tmp_path, stderr="ModuleNotFoundError: No module named 'torch'"):
     fake = tmp_path / "python"
-    fake.write_text("#!/bin/sh\necho \"%s\" >&2\nexit 1\n" % stderr)
+    fake.write_text('#!/bin/sh\necho "%s" >&2\nexit 1\n' % stderr)
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     return fake
 
@@ -153,9 +187,21 @@ def test_no_gpu_says_so_and_measures_nothing(tmp_path):
     env_file = tmp_path / "sglang.env"
     env_file.write_text(render_env_file(load_profile("baseline"), {}))
     env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}  # no nvidia-smi on PATH
-    done = subprocess.run([sys.executable, str(SCRIPT), "--env-file", str(env_file), "--python",
-                           str(_fake_python(tmp_path)), "--unit", "sglang.service"],
-                          capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--env-file",
+            str(env_file),
+            "--python",
+            str(_fake_python(tmp_path)),
+            "--unit",
+            "sglang.service",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert done.returncode == nccl_ab.EXIT[nccl_ab.NO_GPU] == 15
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["status"] == "no-gpu"
@@ -169,7 +215,9 @@ def gpu_node(monkeypatch):
     """A node with 2 GPUs and an active unit; systemctl and the measurement recorded."""
     calls = []
     monkeypatch.setattr(nccl_ab, "gpu_count", lambda: 2)
-    monkeypatch.setattr(nccl_ab, "torch_probe", lambda python, env: (2, "torch 2.11.0, CUDA 13.0, NCCL 2.28.9"))
+    monkeypatch.setattr(
+        nccl_ab, "torch_probe", lambda python, env: (2, "torch 2.11.0, CUDA 13.0, NCCL 2.28.9")
+    )
     monkeypatch.setattr(nccl_ab, "unit_active", lambda unit: True)
 
     def run(argv, *a, **kw):
@@ -195,7 +243,9 @@ def test_refuses_while_the_server_holds_the_gpus(gpu_node, capsys):
 def test_stop_server_stops_it_loudly_then_measures(gpu_node, capsys, tmp_path):
     env_file = tmp_path / "sglang.env"
     env_file.write_text(render_env_file(load_profile("baseline"), {}))
-    code = nccl_ab.main(["--unit", "sglang.service", "--stop-server", "--nprocs", "2", "--env-file", str(env_file)])
+    code = nccl_ab.main(
+        ["--unit", "sglang.service", "--stop-server", "--nprocs", "2", "--env-file", str(env_file)]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert gpu_node[0] == ["systemctl", "stop", "sglang.service"]
@@ -214,9 +264,13 @@ def test_more_ranks_than_gpus_fails(gpu_node, capsys):
 
 # -- controller ---------------------------------------------------------------------------------
 
+
 def _plan(profile="baseline"):
-    data = {k: v for k, v in runpy.run_path(str(REPO_ROOT / "group_data" / "all.py")).items()
-            if not k.startswith("_")}
+    data = {
+        k: v
+        for k, v in runpy.run_path(str(REPO_ROOT / "group_data" / "all.py")).items()
+        if not k.startswith("_")
+    }
     data.update(profile=profile, ssh_hostname="gpu1")
     return plan_for(data)
 
@@ -224,8 +278,16 @@ def _plan(profile="baseline"):
 def test_controller_runs_the_node_script_with_the_plans_files():
     plan = _plan()
     args = controller.node_args("gpu1", plan, ablate=True, stop_server=True, rounds=5)
-    assert args[:8] == ["--env-file", plan.env_path, "--python", plan.profile.engine.venv + "/bin/python",
-                        "--nprocs", "8", "--unit", plan.unit]
+    assert args[:8] == [
+        "--env-file",
+        plan.env_path,
+        "--python",
+        plan.profile.engine.venv + "/bin/python",
+        "--nprocs",
+        "8",
+        "--unit",
+        plan.unit,
+    ]
     assert args[-4:] == ["--ablate", "--stop-server", "--rounds", "5"]
     cmd = plan.scripts.nccl_ab(*args)  # from the scripts directory every deploy fills
     assert cmd.startswith(f"python3 {plan.scripts.directory}/nccl_ab.py --env-file ")
@@ -248,14 +310,19 @@ def test_controller_writes_json_and_table(tmp_path):
 
 
 def test_controller_reports_a_node_without_gpu(tmp_path):
-    result = node_result.parse(['{"status": "no-gpu", "cause": "no GPU: nvidia-smi not found", '
-                                      '"details": {"host": "node1"}}'])
+    result = node_result.parse(
+        ['{"status": "no-gpu", "cause": "no GPU: nvidia-smi not found", "details": {"host": "node1"}}']
+    )
     controller.write_reports("node1", result, tmp_path)
     assert (tmp_path / "node1" / "latest.txt").read_text() == "node1: no-gpu: no GPU: nvidia-smi not found\n"
 
 
 def test_exit_statuses_are_the_ones_status_py_defines():
     from sglang_deploy.node.lib import status
-    assert nccl_ab.EXIT == {nccl_ab.MEASURED: status.READY, nccl_ab.NO_GPU: status.NO_GPU,
-                            nccl_ab.SERVER_RUNNING: status.GPUS_BUSY,
-                            nccl_ab.FAILED: status.MEASUREMENT_FAILED}
+
+    assert nccl_ab.EXIT == {
+        nccl_ab.MEASURED: status.READY,
+        nccl_ab.NO_GPU: status.NO_GPU,
+        nccl_ab.SERVER_RUNNING: status.GPUS_BUSY,
+        nccl_ab.FAILED: status.MEASUREMENT_FAILED,
+    }

@@ -1,12 +1,19 @@
 """NCCL confirmation on real NCCL 2.28.9 lines (H200, one rank) and a two-rank journal."""
+
 from pathlib import Path
 
 from sglang_deploy.verify import nccl_confirm as nc
 
 CAPTURED = Path(__file__).parent / "captured"
 
-TUNED = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16",
-         "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
+TUNED = {
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_MAX_NCHANNELS": "16",
+    "NCCL_BUFFSIZE": "16777216",
+    "NCCL_NTHREADS": "512",
+}
 
 
 def captured_lines(name):
@@ -31,15 +38,23 @@ def test_real_one_rank_lines_from_the_reference():
     lines = captured_lines("nccl_2.28.9_one_rank.log")
     [rank] = nc.parse(lines)
     assert (rank.host, rank.pid, rank.devices) == ("vm", 446, ["0"])
-    assert rank.values == {"NCCL_P2P_LEVEL": ["SYS"], "NCCL_MAX_NCHANNELS": ["16"],
-                           "NCCL_BUFFSIZE": ["16777216"], "NCCL_NTHREADS": ["512"]}
+    assert rank.values == {
+        "NCCL_P2P_LEVEL": ["SYS"],
+        "NCCL_MAX_NCHANNELS": ["16"],
+        "NCCL_BUFFSIZE": ["16777216"],
+        "NCCL_NTHREADS": ["512"],
+    }
     report = nc.confirm(lines, TUNED, ranks_expected=1)
     assert report.ok, report.lines()
     assert report.single_rank
     assert states(report) == {
-        "NCCL_PROTO": "not logged (needs ≥2 ranks)", "NCCL_ALGO": "not logged (needs ≥2 ranks)",
-        "NCCL_P2P_LEVEL": "confirmed", "NCCL_MAX_NCHANNELS": "confirmed", "NCCL_BUFFSIZE": "confirmed",
-        "NCCL_NTHREADS": "confirmed"}
+        "NCCL_PROTO": "not logged (needs ≥2 ranks)",
+        "NCCL_ALGO": "not logged (needs ≥2 ranks)",
+        "NCCL_P2P_LEVEL": "confirmed",
+        "NCCL_MAX_NCHANNELS": "confirmed",
+        "NCCL_BUFFSIZE": "confirmed",
+        "NCCL_NTHREADS": "confirmed",
+    }
     assert report.lines()[0] == "NCCL confirmation: 1 rank (expected 1), ok"
     assert "    NCCL_PROTO: not logged (needs ≥2 ranks)" in report.lines()
 
@@ -92,8 +107,13 @@ def test_two_rank_journal_wrong_values_and_a_missing_variable():
     assert report.ranks[0].ok
     assert set(states(report, 0).values()) == {"confirmed"}  # PROTO/ALGO are logged with 2 ranks
     assert states(report, 1) == {
-        "NCCL_PROTO": "confirmed", "NCCL_ALGO": "wrong value", "NCCL_P2P_LEVEL": "confirmed",
-        "NCCL_MAX_NCHANNELS": "confirmed", "NCCL_BUFFSIZE": "wrong value", "NCCL_NTHREADS": "not logged"}
+        "NCCL_PROTO": "confirmed",
+        "NCCL_ALGO": "wrong value",
+        "NCCL_P2P_LEVEL": "confirmed",
+        "NCCL_MAX_NCHANNELS": "confirmed",
+        "NCCL_BUFFSIZE": "wrong value",
+        "NCCL_NTHREADS": "not logged",
+    }
     assert report.failures == [
         "node1:447 [1] NCCL_ALGO: wrong value (seen Tree, expected Ring)",
         "node1:447 [1] NCCL_BUFFSIZE: wrong value (seen 4194304, expected 16777216)",
@@ -111,9 +131,18 @@ def test_as_dict():
     assert d["ok"] is False and d["ranks_expected"] == 2 and d["single_rank"] is False
     rank1 = d["ranks"][1]
     assert (rank1["host"], rank1["pid"], rank1["devices"], rank1["nranks"], rank1["ok"]) == (
-        "node1", 447, ["1"], 2, False)
-    assert rank1["vars"]["NCCL_BUFFSIZE"] == {"expected": "16777216", "state": "wrong value", "seen": ["4194304"],
-                                              "failure": True}
+        "node1",
+        447,
+        ["1"],
+        2,
+        False,
+    )
+    assert rank1["vars"]["NCCL_BUFFSIZE"] == {
+        "expected": "16777216",
+        "state": "wrong value",
+        "seen": ["4194304"],
+        "failure": True,
+    }
 
 
 def test_missing_rank_and_infers_two_ranks_without_ranks_expected():
@@ -132,15 +161,20 @@ def test_a_variable_never_logged_fails_and_unknown_ones_are_not_required():
     assert "NCCL_LL_BUFFSIZE is never logged by any rank" in report.problems
     assert states(report, 0)["NCCL_LL_BUFFSIZE"] == "not logged"
     assert states(report, 0)["NCCL_DEBUG"] == "not logged (NCCL is not known to log it)"
-    assert not any(v.failure for v in report.ranks[0].vars if v.var in ("NCCL_DEBUG", "CUDA_DEVICE_MAX_CONNECTIONS"))
+    assert not any(
+        v.failure for v in report.ranks[0].vars if v.var in ("NCCL_DEBUG", "CUDA_DEVICE_MAX_CONNECTIONS")
+    )
     # a variable outside nccl_vars.LOGGED becomes required once any rank logs it
     lines = JOURNAL.splitlines() + [
-        "Nov 29 10:00:12 node1 sglang[446]: node1:446:446 [0] NCCL INFO NCCL_CUMEM_ENABLE set by environment to 0."]
+        "Nov 29 10:00:12 node1 sglang[446]: node1:446:446 [0] NCCL INFO NCCL_CUMEM_ENABLE set by environment to 0."
+    ]
     report = nc.confirm(lines, {"NCCL_CUMEM_ENABLE": "0"}, ranks_expected=2)
     assert states(report, 0) == {"NCCL_CUMEM_ENABLE": "confirmed"}
     assert states(report, 1) == {"NCCL_CUMEM_ENABLE": "not logged"} and not report.ok
     # ... and also_required makes one required up front
-    report = nc.confirm(JOURNAL.splitlines(), {"NCCL_CUMEM_ENABLE": "0"}, 2, also_required=["NCCL_CUMEM_ENABLE"])
+    report = nc.confirm(
+        JOURNAL.splitlines(), {"NCCL_CUMEM_ENABLE": "0"}, 2, also_required=["NCCL_CUMEM_ENABLE"]
+    )
     assert "NCCL_CUMEM_ENABLE is never logged by any rank" in report.problems
 
 
@@ -158,8 +192,14 @@ def test_integer_values_compare_as_integers():
 
 
 def test_timestamps_that_look_like_host_pid_tid_are_not_ranks():
-    lines = ["Nov 29 10:00:01 [0] something else",
-             "2026-11-29T10:00:01 node-1.example:12:13 [3] NCCL INFO NCCL_P2P_LEVEL set by environment to PXB"]
+    lines = [
+        "Nov 29 10:00:01 [0] something else",
+        "2026-11-29T10:00:01 node-1.example:12:13 [3] NCCL INFO NCCL_P2P_LEVEL set by environment to PXB",
+    ]
     [rank] = nc.parse(lines)
-    assert (rank.host, rank.pid, rank.devices, rank.values) == ("node-1.example", 12, ["3"],
-                                                                {"NCCL_P2P_LEVEL": ["PXB"]})
+    assert (rank.host, rank.pid, rank.devices, rank.values) == (
+        "node-1.example",
+        12,
+        ["3"],
+        {"NCCL_P2P_LEVEL": ["PXB"]},
+    )

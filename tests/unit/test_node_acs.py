@@ -19,8 +19,10 @@ def test_no_bridges_on_the_sandbox_vm():
 
 
 def test_no_bridges_logs_and_succeeds(capsys):
-    code = acs.disable((CAPTURED / "lspci_Dn_vm_no_bridges.txt").read_text(),
-                       setpci=lambda *a: (_ for _ in ()).throw(AssertionError("no setpci")))
+    code = acs.disable(
+        (CAPTURED / "lspci_Dn_vm_no_bridges.txt").read_text(),
+        setpci=lambda *a: (_ for _ in ()).throw(AssertionError("no setpci")),
+    )
     out = capsys.readouterr().out.splitlines()
     assert code == status.READY
     assert out[0] == "no PCI bridges: nothing to clear"

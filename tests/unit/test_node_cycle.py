@@ -15,13 +15,17 @@ def _step(tmp_path, name, outcomes, **details):
     result line; its n-th run exits with the n-th of ``outcomes`` ((code, cause); the last
     repeats)."""
     log = tmp_path / "ran"
-    lines = [json.dumps(dict(details, status=code, result=status.name(code), cause=cause))
-             for code, cause in outcomes]
-    code_py = (f"import json, os; log = {str(log)!r}; "
-               f"n = open(log).read().split().count({name!r}) if os.path.exists(log) else 0; "
-               f"open(log, 'a').write({name!r} + '\\n'); print('[   0.1s] {name} progress'); "
-               f"line = {lines!r}[min(n, {len(lines) - 1})]; print(line); "
-               f"raise SystemExit(json.loads(line)['status'])")
+    lines = [
+        json.dumps(dict(details, status=code, result=status.name(code), cause=cause))
+        for code, cause in outcomes
+    ]
+    code_py = (
+        f"import json, os; log = {str(log)!r}; "
+        f"n = open(log).read().split().count({name!r}) if os.path.exists(log) else 0; "
+        f"open(log, 'a').write({name!r} + '\\n'); print('[   0.1s] {name} progress'); "
+        f"line = {lines!r}[min(n, {len(lines) - 1})]; print(line); "
+        f"raise SystemExit(json.loads(line)['status'])"
+    )
     return f"{shlex.quote(sys.executable)} -c {shlex.quote(code_py)}"
 
 
@@ -58,7 +62,9 @@ def test_a_failed_preflight_stops_nothing_and_puts_the_files_back(tmp_path, caps
 
 
 def test_a_failed_gate_rolls_back_to_the_last_known_good(tmp_path, capsys):
-    code, found, ran, progress = _run(tmp_path, capsys, gate=[(status.FAILED_START, "cuda-oom: CUDA out of memory"), (0, None)])
+    code, found, ran, progress = _run(
+        tmp_path, capsys, gate=[(status.FAILED_START, "cuda-oom: CUDA out of memory"), (0, None)]
+    )
     assert code == status.FAILED_START and found["outcome"] == "rolled_back"
     assert found["profile"] == "previous" and found["cause"] == "cuda-oom: CUDA out of memory"
     assert ran == ["preflight", "switch", "restart", "gate", "restore", "restart", "gate"]
@@ -67,17 +73,25 @@ def test_a_failed_gate_rolls_back_to_the_last_known_good(tmp_path, capsys):
 
 
 def test_without_rollback_the_node_is_left_as_it_is(tmp_path, capsys):
-    code, found, ran, _ = _run(tmp_path, capsys, rollback=False, workers=[(status.WORKER_ENV_MISMATCH, "NCCL_ALGO is missing")])
+    code, found, ran, _ = _run(
+        tmp_path, capsys, rollback=False, workers=[(status.WORKER_ENV_MISMATCH, "NCCL_ALGO is missing")]
+    )
     assert code == status.WORKER_ENV_MISMATCH and found["outcome"] == "failed" and found["restored"] is False
     assert ran == ["preflight", "switch", "restart", "gate", "workers"]
 
 
 def test_nothing_to_roll_back_to(tmp_path, capsys):
-    code, found, ran, _ = _run(tmp_path, capsys, gate=[(status.TIMEOUT, "timeout: last phase: loading")],
-                               restore=[(status.NO_LAST_GOOD, "nothing to roll back to")])
+    code, found, ran, _ = _run(
+        tmp_path,
+        capsys,
+        gate=[(status.TIMEOUT, "timeout: last phase: loading")],
+        restore=[(status.NO_LAST_GOOD, "nothing to roll back to")],
+    )
     assert found["outcome"] == "rollback_failed" and found["restored"] is False
     assert [(s["step"], s["cause"]) for s in found["steps"] if s["status"]] == [
-        ("readiness gate", "timeout: last phase: loading"), ("rollback", "nothing to roll back to")]
+        ("readiness gate", "timeout: last phase: loading"),
+        ("rollback", "nothing to roll back to"),
+    ]
 
 
 def test_a_step_that_dies_without_a_result_line_is_named_by_its_last_words(tmp_path, capsys):
@@ -106,15 +120,22 @@ def test_a_rollback_that_fails_its_gate_too(tmp_path, capsys):
 
 def test_node_scripts_hand_the_cycle_their_own_command_lines():
     from test_operations import PLAN
+
     scripts = PLAN.scripts
     command = scripts.cycle({"hook": "/site/sglang_deploy_env.py"}, rollback=False)
     argv = shlex.split(command)
     assert argv[:2] == ["python3", f"{scripts.directory}/cycle.py"] and argv[-1] == "--no-rollback"
     steps = json.loads(argv[argv.index("--steps-json") + 1])
-    assert steps == {"preflight": scripts.preflight(f"{scripts.venv}/bin/python"),
-                     "switch": scripts.switch(), "restart": scripts.restart(), "gate": scripts.gate(), "workers": scripts.workers(),
-                     "save": scripts.save_last_good({"hook": "/site/sglang_deploy_env.py"}),
-                     "restore": scripts.restore_last_good(), "decode": scripts.decode_check()}
+    assert steps == {
+        "preflight": scripts.preflight(f"{scripts.venv}/bin/python"),
+        "switch": scripts.switch(),
+        "restart": scripts.restart(),
+        "gate": scripts.gate(),
+        "workers": scripts.workers(),
+        "save": scripts.save_last_good({"hook": "/site/sglang_deploy_env.py"}),
+        "restore": scripts.restore_last_good(),
+        "decode": scripts.decode_check(),
+    }
 
 
 class _Host:
@@ -125,16 +146,32 @@ class _Host:
         self.said.append(message)
 
 
-@pytest.mark.parametrize("found, said, served", [
-    ({"outcome": "served", "steps": []}, [], True),
-    ({"outcome": "preflight_failed", "restored": True}, ["nothing was stopped: the running server is untouched"], False),
-    ({"outcome": "preflight_failed", "restored": False}, [], False),
-    ({"outcome": "failed", "restored": False}, ["rollback disabled: the node is left as it is"], False),
-    ({"outcome": "rolled_back", "restored": True, "profile": "node1"}, ["rolled back: serving node1 again"], False),
-    ({"outcome": "rollback_failed", "restored": True, "profile": "node1"}, ["rollback to node1 failed too"], False),
-])
+@pytest.mark.parametrize(
+    "found, said, served",
+    [
+        ({"outcome": "served", "steps": []}, [], True),
+        (
+            {"outcome": "preflight_failed", "restored": True},
+            ["nothing was stopped: the running server is untouched"],
+            False,
+        ),
+        ({"outcome": "preflight_failed", "restored": False}, [], False),
+        ({"outcome": "failed", "restored": False}, ["rollback disabled: the node is left as it is"], False),
+        (
+            {"outcome": "rolled_back", "restored": True, "profile": "node1"},
+            ["rolled back: serving node1 again"],
+            False,
+        ),
+        (
+            {"outcome": "rollback_failed", "restored": True, "profile": "node1"},
+            ["rollback to node1 failed too"],
+            False,
+        ),
+    ],
+)
 def test_the_controller_says_the_outcome_in_the_operators_words(found, said, served):
     from sglang_deploy.operations.service import _say_outcome
+
     host = _Host()
     assert _say_outcome(host, found) is served
     assert host.said == said

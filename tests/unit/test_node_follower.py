@@ -1,5 +1,6 @@
 """follower.py: a follower's stop (ended on rank 0's shutdown, or killed after the bound) and the
 cause of a follower's death, against a fake systemctl (conftest.py) and journalctl."""
+
 import sys
 import threading
 import time
@@ -21,13 +22,19 @@ for line in ["[2026-12-01 03:00:00 TP1] Init parallel begin.",
 @pytest.fixture
 def fakes(fake_systemctl):
     """The unit running (or as given) and a journal that says why it died: follower.py's args."""
+
     def install(**unit):
-        fake_systemctl.unit(**dict({"ActiveState": "active", "SubState": "running", "MainPID": "4242",
-                                    "ControlGroup": ""}, **unit))
+        fake_systemctl.unit(
+            **dict(
+                {"ActiveState": "active", "SubState": "running", "MainPID": "4242", "ControlGroup": ""},
+                **unit,
+            )
+        )
         journalctl = fake_systemctl.dir / "journalctl"
         journalctl.write_text(f"#!{sys.executable}\n{FAKE_JOURNALCTL}")
         journalctl.chmod(0o755)
         return ["--systemctl", str(fake_systemctl.path), "--journalctl", str(journalctl)]
+
     return install
 
 
@@ -66,8 +73,9 @@ def test_an_auto_restart_pending_counts_as_ended_and_is_cancelled(fakes, fake_sy
 
 
 def test_the_cause_of_a_followers_death_comes_from_its_journal(fakes, capsys):
-    args = fakes(ActiveState="failed", SubState="failed", ExecMainCode="1", ExecMainStatus="1",
-                 InvocationID="abc")
+    args = fakes(
+        ActiveState="failed", SubState="failed", ExecMainCode="1", ExecMainStatus="1", InvocationID="abc"
+    )
     assert follower.main(args + ["cause", "--unit", "sglang.service"]) == status.READY
     found = result.parse(capsys.readouterr().out.splitlines())
     assert found["key"] == "cuda-oom"
@@ -75,20 +83,31 @@ def test_the_cause_of_a_followers_death_comes_from_its_journal(fakes, capsys):
     assert "failed/failed, main process exited with status 1" in found["cause"]
 
 
-@pytest.mark.parametrize("argv, alone", [
-    (["python3", "-m", "sglang.launch_server", "--port", "30001"], True),
-    (["python3", "-m", "sglang.launch_server", "--nnodes", "2", "--node-rank", "1"], False),
-    (["python3", "-m", "sglang.launch_server", "--node-rank=1"], False),
-])
-def test_a_member_that_serves_alone_is_stopped_at_once(fakes, fake_systemctl, capsys, monkeypatch, argv, alone):
+@pytest.mark.parametrize(
+    "argv, alone",
+    [
+        (["python3", "-m", "sglang.launch_server", "--port", "30001"], True),
+        (["python3", "-m", "sglang.launch_server", "--nnodes", "2", "--node-rank", "1"], False),
+        (["python3", "-m", "sglang.launch_server", "--node-rank=1"], False),
+    ],
+)
+def test_a_member_that_serves_alone_is_stopped_at_once(
+    fakes, fake_systemctl, capsys, monkeypatch, argv, alone
+):
     # Two serving nodes becoming a group: the future follower runs as a server of its own, so
     # nothing rank 0 does ends it; waiting for that would only end in a kill.
     import subprocess
+
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", *argv[3:]])
     try:
         args = fakes(MainPID=str(child.pid), ControlGroup="/system.slice/sglang.service")
-        monkeypatch.setattr(follower.procs, "cgroup_pids", lambda path: [child.pid] if not fake_systemctl.calls()
-                            or fake_systemctl.calls()[-1] != "stop" else [])
+        monkeypatch.setattr(
+            follower.procs,
+            "cgroup_pids",
+            lambda path: [child.pid]
+            if not fake_systemctl.calls() or fake_systemctl.calls()[-1] != "stop"
+            else [],
+        )
         monkeypatch.setattr(follower.procs, "read_cmdline", lambda pid, *_: argv)
         monkeypatch.setattr(follower.procs, "cgroup_dir", lambda group: "/sys/fs/cgroup" + group)
         started = time.monotonic()

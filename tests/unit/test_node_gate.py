@@ -1,6 +1,7 @@
 """The readiness gate against fake systemctl/journalctl executables and a local HTTP server
 that behaves like SGLang 0.5.23 (port closed, then /v1/models listing with /health and /ping
 503 at once; once up, /ping 200 at once and /health 200 after its 1 s generation check)."""
+
 import http.server
 import json
 import os
@@ -13,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.plan.host_plan import node_script_files
-
 from sglang_deploy.node.lib import http_probe, result, status, watch
+from sglang_deploy.plan.host_plan import node_script_files
 from sglang_deploy.plan.script_commands import gate_timings
 from sglang_deploy.profile.schema import Readiness
 
@@ -26,9 +26,18 @@ def gate_argv(target, port=1, served="x", timeout=20, json_path=None, extra=()):
     """gate.py's command line for ``target`` (``--unit ...`` or ``--pid ... --log ...``), with
     the timings as the controller passes them (the profile's readiness defaults, ``timeout``
     apart), then the test's ``extra`` arguments (argparse: the last one given wins)."""
-    argv = [sys.executable, str(NODE / "gate.py"), *target, "--port", str(port), "--served-name", served,
-            *(str(arg) for arg in gate_timings(Readiness(timeout_s=timeout)))]
+    argv = [
+        sys.executable,
+        str(NODE / "gate.py"),
+        *target,
+        "--port",
+        str(port),
+        "--served-name",
+        served,
+        *(str(arg) for arg in gate_timings(Readiness(timeout_s=timeout))),
+    ]
     return argv + (["--json", str(json_path)] if json_path else []) + list(extra)
+
 
 FAKE_SYSTEMCTL = """\
 import json, os, sys
@@ -89,11 +98,19 @@ class FakeNode:
         self.ready_time = None
         self.server = None
         self.main = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-        self.state = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running",
-                      "Result": "success", "MainPID": self.main.pid, "ExecMainStatus": 0,
-                      "ExecMainCode": 0, "NRestarts": 0, "InvocationID": "0a1b2c3d4e5f",
-                      "ExecMainStartTimestampMonotonic": int(time.monotonic() * 1e6),
-                      "ControlGroup": "/system.slice/sglang.service"}
+        self.state = {
+            "LoadState": "loaded",
+            "ActiveState": "active",
+            "SubState": "running",
+            "Result": "success",
+            "MainPID": self.main.pid,
+            "ExecMainStatus": 0,
+            "ExecMainCode": 0,
+            "NRestarts": 0,
+            "InvocationID": "0a1b2c3d4e5f",
+            "ExecMainStartTimestampMonotonic": int(time.monotonic() * 1e6),
+            "ControlGroup": "/system.slice/sglang.service",
+        }
         self.set_state()
 
     def set_state(self, **changes):
@@ -115,8 +132,19 @@ class FakeNode:
             def do_GET(self):
                 if self.path == "/v1/models":
                     code = 200
-                    body = json.dumps({"object": "list", "data": [
-                        {"id": node.served, "object": "model", "owned_by": "sglang", "root": node.served}]})
+                    body = json.dumps(
+                        {
+                            "object": "list",
+                            "data": [
+                                {
+                                    "id": node.served,
+                                    "object": "model",
+                                    "owned_by": "sglang",
+                                    "root": node.served,
+                                }
+                            ],
+                        }
+                    )
                 elif self.path == "/health":
                     if node.health == 200:
                         time.sleep(node.health_delay)
@@ -125,7 +153,10 @@ class FakeNode:
                     code, body = node.health, ""
                 else:
                     code, body = 404, ""
-                node.log('[2026-11-29 10:00:09] INFO:     127.0.0.1:51234 - "GET %s HTTP/1.1" %d' % (self.path, code))
+                node.log(
+                    '[2026-11-29 10:00:09] INFO:     127.0.0.1:51234 - "GET %s HTTP/1.1" %d'
+                    % (self.path, code)
+                )
                 data = body.encode()
                 self.send_response(code)
                 self.send_header("Content-Length", str(len(data)))
@@ -151,9 +182,17 @@ class FakeNode:
 
     def gate(self, *extra, timeout=20):
         """Start gate.py as a script (as on the node); returns the Popen."""
-        argv = gate_argv(["--unit", "sglang.service", "--systemctl", self.systemctl, "--journalctl", self.journalctl],
-                         self.port, "kimi-k2.5", timeout, self.dir / "gate.json", extra)
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+        argv = gate_argv(
+            ["--unit", "sglang.service", "--systemctl", self.systemctl, "--journalctl", self.journalctl],
+            self.port,
+            "kimi-k2.5",
+            timeout,
+            self.dir / "gate.json",
+            extra,
+        )
+        return subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True
+        )
 
     def summary(self):
         return json.loads((self.dir / "gate.json").read_text())
@@ -177,14 +216,18 @@ def test_ready_path_reports_phases_and_is_quick_after_readiness(node):
     time.sleep(0.5)
     node.log("[2026-11-29 10:00:02 TP0] Load weight begin. avail mem=78.50 GB")
     time.sleep(0.8)
-    node.log("[2026-11-29 10:00:40 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, "
-             "avail mem=21.07 GB, mem usage=57.43 GB.",
-             "[2026-11-29 10:00:41 TP0] Capture cuda graph begin. This can take up to several minutes. "
-             "avail mem=15.30 GB")
+    node.log(
+        "[2026-11-29 10:00:40 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, "
+        "avail mem=21.07 GB, mem usage=57.43 GB.",
+        "[2026-11-29 10:00:41 TP0] Capture cuda graph begin. This can take up to several minutes. "
+        "avail mem=15.30 GB",
+    )
     time.sleep(0.8)
     node.open_port()  # warmup: /v1/models lists the model, /health 503
-    node.log("[2026-11-29 10:01:10] INFO:     Application startup complete.",
-             "[2026-11-29 10:01:10] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)")
+    node.log(
+        "[2026-11-29 10:01:10] INFO:     Application startup complete.",
+        "[2026-11-29 10:01:10] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)",
+    )
     time.sleep(0.4)
     node.log('[2026-11-29 10:01:11] INFO:     127.0.0.1:40532 - "GET /get_model_info HTTP/1.1" 200 OK')
     time.sleep(1.0)
@@ -281,14 +324,22 @@ def test_dying_unit_fails_fast_with_classified_cause(node):
     proc = node.gate()
     node.log("[2026-11-29 10:00:02 TP0] Load weight begin. avail mem=78.50 GB")
     time.sleep(1.0)
-    node.log("[2026-11-29 10:00:30 TP3] Scheduler hit an exception: Traceback (most recent call last):",
-             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total "
-             "capacity of 94.97 GiB of which 1.12 GiB is free.",
-             "[2026-11-29 10:00:31] Received sigquit from a child process. It usually means the child failed.")
+    node.log(
+        "[2026-11-29 10:00:30 TP3] Scheduler hit an exception: Traceback (most recent call last):",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total "
+        "capacity of 94.97 GiB of which 1.12 GiB is free.",
+        "[2026-11-29 10:00:31] Received sigquit from a child process. It usually means the child failed.",
+    )
     node.main.kill()
     died = time.monotonic()
-    node.set_state(ActiveState="failed", SubState="failed", Result="exit-code", MainPID=0,
-                   ExecMainCode=2, ExecMainStatus=9)
+    node.set_state(
+        ActiveState="failed",
+        SubState="failed",
+        Result="exit-code",
+        MainPID=0,
+        ExecMainCode=2,
+        ExecMainStatus=9,
+    )
     rc, out = finish(proc)
     detect = time.monotonic() - died
     print("failure detected in %.2f s" % detect)
@@ -306,8 +357,10 @@ def test_dying_unit_fails_fast_with_classified_cause(node):
 def test_systemd_restart_counts_as_death(node):
     proc = node.gate()
     time.sleep(0.8)
-    node.log("[2026-11-29 10:00:02 TP0] Load weight begin. avail mem=78.50 GB",
-             "sglang.service: Main process exited, code=exited, status=1/FAILURE")
+    node.log(
+        "[2026-11-29 10:00:02 TP0] Load weight begin. avail mem=78.50 GB",
+        "sglang.service: Main process exited, code=exited, status=1/FAILURE",
+    )
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         node.set_state(MainPID=other.pid, NRestarts=1, InvocationID="ffff0000")
@@ -320,9 +373,11 @@ def test_systemd_restart_counts_as_death(node):
 
 
 def test_already_failed_unit_reports_bad_argument(node):
-    node.log("usage: launch_server.py [-h] --model-path MODEL_PATH [--tp-size TP_SIZE]",
-             "launch_server.py: error: unrecognized arguments: --speculative-num-step 3",
-             "sglang.service: Main process exited, code=exited, status=2/INVALIDARGUMENT")
+    node.log(
+        "usage: launch_server.py [-h] --model-path MODEL_PATH [--tp-size TP_SIZE]",
+        "launch_server.py: error: unrecognized arguments: --speculative-num-step 3",
+        "sglang.service: Main process exited, code=exited, status=2/INVALIDARGUMENT",
+    )
     node.set_state(ActiveState="failed", SubState="failed", MainPID=0, ExecMainCode=1, ExecMainStatus=2)
     start = time.monotonic()
     rc, out = finish(node.gate())
@@ -352,12 +407,22 @@ def test_hang_detected_outside_long_phases_despite_probe_traffic(node):
 
 def test_unit_problem_rules():
     base = {"unit": "u", "MainPID": os.getpid(), "InvocationID": "a", "NRestarts": "0"}
-    ok = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "MainPID": str(os.getpid()),
-          "InvocationID": "a", "NRestarts": "0"}
+    ok = {
+        "LoadState": "loaded",
+        "ActiveState": "active",
+        "SubState": "running",
+        "MainPID": str(os.getpid()),
+        "InvocationID": "a",
+        "NRestarts": "0",
+    }
     assert watch.unit_problem(ok, base) is None
     assert watch.unit_problem(dict(ok, ActiveState="activating", SubState="start"), base) is None
-    assert "auto-restart" in watch.unit_problem(dict(ok, ActiveState="activating", SubState="auto-restart"), base)
-    assert "deactivating" in watch.unit_problem(dict(ok, ActiveState="deactivating", SubState="stop-sigterm"), base)
+    assert "auto-restart" in watch.unit_problem(
+        dict(ok, ActiveState="activating", SubState="auto-restart"), base
+    )
+    assert "deactivating" in watch.unit_problem(
+        dict(ok, ActiveState="deactivating", SubState="stop-sigterm"), base
+    )
     assert "restarted" in watch.unit_problem(dict(ok, NRestarts="1"), base)
     assert "restarted" in watch.unit_problem(dict(ok, InvocationID="b"), base)
     assert "changed" in watch.unit_problem(dict(ok, MainPID="1"), base)
@@ -375,14 +440,30 @@ def test_probe_host_mapping():
 def test_runs_from_the_uploaded_layout_like_on_the_node(tmp_path):
     flat = tmp_path / "node"
     for local, remote in node_script_files("/opt/sd"):
-        (flat / remote[len("/opt/sd/node/"):]).parent.mkdir(parents=True, exist_ok=True)
-        (flat / remote[len("/opt/sd/node/"):]).write_text(local.read_text())
-    for script in ("gate.py", "restart.py", "workers.py", "lib/status.py", "lib/sglang_log.py", "lib/systemd.py",
-                   "lib/procs.py"):
-        proc = subprocess.run([sys.executable, str(flat / script), "--help"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, universal_newlines=True, cwd=str(tmp_path))
+        (flat / remote[len("/opt/sd/node/") :]).parent.mkdir(parents=True, exist_ok=True)
+        (flat / remote[len("/opt/sd/node/") :]).write_text(local.read_text())
+    for script in (
+        "gate.py",
+        "restart.py",
+        "workers.py",
+        "lib/status.py",
+        "lib/sglang_log.py",
+        "lib/systemd.py",
+        "lib/procs.py",
+    ):
+        proc = subprocess.run(
+            [sys.executable, str(flat / script), "--help"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(tmp_path),
+        )
         assert proc.returncode == 0, proc.stderr
         assert "usage:" in proc.stdout
-    proc = subprocess.run([sys.executable, str(flat / "gate.py"), "--unit", "u"], stderr=subprocess.PIPE,
-                          stdout=subprocess.PIPE, universal_newlines=True)
+    proc = subprocess.run(
+        [sys.executable, str(flat / "gate.py"), "--unit", "u"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.returncode == status.USAGE

@@ -1,6 +1,7 @@
 """The readiness gate's --pid/--log mode: a plain process and its log file stand in for a systemd
 unit and its journal (no systemctl/journalctl involved), with the same phases, causes and
 readiness rules as test_node_gate checks for units."""
+
 import os
 import signal
 import subprocess
@@ -8,9 +9,9 @@ import sys
 import time
 
 import pytest
+from test_node_gate import FakeNode, finish, gate_argv
 
 from sglang_deploy.node.lib import result, status, watch
-from test_node_gate import FakeNode, finish, gate_argv
 
 MISSING_TOOL = "/nonexistent/never-called"
 
@@ -35,10 +36,26 @@ class ProcessNode(FakeNode):
             f.write(text)
 
     def gate(self, *extra, timeout=20, pid=None):
-        argv = gate_argv(["--pid", str(pid or self.main.pid), "--log", str(self.logfile),
-                          "--systemctl", MISSING_TOOL, "--journalctl", MISSING_TOOL],
-                         self.port, "kimi-k2.5", timeout, self.dir / "gate.json", extra)
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+        argv = gate_argv(
+            [
+                "--pid",
+                str(pid or self.main.pid),
+                "--log",
+                str(self.logfile),
+                "--systemctl",
+                MISSING_TOOL,
+                "--journalctl",
+                MISSING_TOOL,
+            ],
+            self.port,
+            "kimi-k2.5",
+            timeout,
+            self.dir / "gate.json",
+            extra,
+        )
+        return subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True
+        )
 
 
 @pytest.fixture
@@ -50,13 +67,17 @@ def node(tmp_path):
 
 def test_ready_path_from_the_log_file(node):
     proc = node.gate("--progress-every", "0.5")
-    node.log("[2026-11-29 10:00:01] server_args=ServerArgs(model_path='/models/tiny', tp_size=1)",
-             "host:123:123 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to SYS")
+    node.log(
+        "[2026-11-29 10:00:01] server_args=ServerArgs(model_path='/models/tiny', tp_size=1)",
+        "host:123:123 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to SYS",
+    )
     time.sleep(0.5)
     node.log("[2026-11-29 10:00:02] Load weight begin. avail mem=78.50 GB")
     time.sleep(0.6)
-    node.log("[2026-11-29 10:00:41] Capture target decode CUDA graph begin. backend=full, "
-             "num_tokens_per_req=1, avail mem=15.30 GB")
+    node.log(
+        "[2026-11-29 10:00:41] Capture target decode CUDA graph begin. backend=full, "
+        "num_tokens_per_req=1, avail mem=15.30 GB"
+    )
     time.sleep(0.6)
     node.open_port()
     node.log("[2026-11-29 10:01:10] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)")
@@ -85,11 +106,15 @@ def test_process_exit_fails_fast_with_cause_and_exit_status(tmp_path):
     node = ProcessNode(tmp_path, [sys.executable, "-c", "import sys, time; time.sleep(1.0); sys.exit(1)"])
     try:
         proc = node.gate()
-        node.log("[2026-11-29 10:00:02] Load weight begin. avail mem=78.50 GB",
-                 "[2026-11-29 10:00:30] Scheduler hit an exception: Traceback (most recent call last):",
-                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.")
+        node.log(
+            "[2026-11-29 10:00:02] Load weight begin. avail mem=78.50 GB",
+            "[2026-11-29 10:00:30] Scheduler hit an exception: Traceback (most recent call last):",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        )
         # the last line has no newline yet; the process dies: it is read all the same
-        node.write("[2026-11-29 10:00:31] Received sigquit from a child process. It usually means the child failed.")
+        node.write(
+            "[2026-11-29 10:00:31] Received sigquit from a child process. It usually means the child failed."
+        )
         time.sleep(1.2)  # the process is now a zombie: this test (its parent) has not reaped it
         died = time.monotonic()
         rc, out = finish(proc)
@@ -114,8 +139,10 @@ def test_killed_process_reports_the_signal(node):
     os.kill(node.main.pid, signal.SIGKILL)
     rc, out = finish(proc)
     assert rc == status.FAILED_START, out
-    assert ("killed: unrecognised cause, see the journal lines below (process %d is gone "
-            "(main process killed by signal 9))" % node.main.pid) in out
+    assert (
+        "killed: unrecognised cause, see the journal lines below (process %d is gone "
+        "(main process killed by signal 9))" % node.main.pid
+    ) in out
     assert node.summary()["cause"] == "killed"
 
 
@@ -182,29 +209,41 @@ def test_show_in_systemctl_terms_for_a_live_process():
     assert 0 < started <= time.monotonic()
 
 
-@pytest.mark.parametrize("wait_status, code, exit_status", [
-    (0, "1", "0"), (1 << 8, "1", "1"), (2 << 8, "1", "2"), (9, "2", "9"), (15, "2", "15"), (0x80 | 6, "3", "6"),
-])
+@pytest.mark.parametrize(
+    "wait_status, code, exit_status",
+    [
+        (0, "1", "0"),
+        (1 << 8, "1", "1"),
+        (2 << 8, "1", "2"),
+        (9, "2", "9"),
+        (15, "2", "15"),
+        (0x80 | 6, "3", "6"),
+    ],
+)
 def test_exit_props_from_wait_status(wait_status, code, exit_status):
     assert watch.exit_props(wait_status) == {"ExecMainCode": code, "ExecMainStatus": exit_status}
 
 
 def test_exit_code_field_of_proc_stat():
     head = "4242 (sglang::sched) uler) Z 1 " + " ".join(["0"] * 46)  # fields 5..50
-    assert watch.parse_exit_code(head + " 0 256") == 256            # field 52
-    assert watch.parse_exit_code(head) is None                      # an old kernel: no field 52
+    assert watch.parse_exit_code(head + " 0 256") == 256  # field 52
+    assert watch.parse_exit_code(head) is None  # an old kernel: no field 52
     assert watch.exit_props(None) == {"ExecMainCode": "0", "ExecMainStatus": "0"}
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--pid", "1"], "--pid needs --log"),
-    (["--pid", "1", "--unit", "u", "--log", "x"], "not allowed with argument"),
-    (["--unit", "u", "--log", "x"], "--log goes with --pid"),
-    (["--pid", "1", "--log", "x", "--since-cursor", "c"], "with --pid the whole --log is read"),
-    ([], "one of the arguments --unit --pid is required"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--pid", "1"], "--pid needs --log"),
+        (["--pid", "1", "--unit", "u", "--log", "x"], "not allowed with argument"),
+        (["--unit", "u", "--log", "x"], "--log goes with --pid"),
+        (["--pid", "1", "--log", "x", "--since-cursor", "c"], "with --pid the whole --log is read"),
+        ([], "one of the arguments --unit --pid is required"),
+    ],
+)
 def test_usage_errors(argv, message):
-    proc = subprocess.run(gate_argv(argv, timeout=1), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True)
+    proc = subprocess.run(
+        gate_argv(argv, timeout=1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert proc.returncode == status.USAGE
     assert message in proc.stderr

@@ -13,9 +13,14 @@ from sglang_deploy.node.lib import result, status
 
 
 def show(started_wall, now, monotonic, **extra):
-    props = {"Id": "sglang.service", "ActiveState": "active", "SubState": "running", "MainPID": "42",
-             "NeedDaemonReload": "no",
-             "ExecMainStartTimestampMonotonic": str(int((monotonic - (now - started_wall)) * 1e6))}
+    props = {
+        "Id": "sglang.service",
+        "ActiveState": "active",
+        "SubState": "running",
+        "MainPID": "42",
+        "NeedDaemonReload": "no",
+        "ExecMainStartTimestampMonotonic": str(int((monotonic - (now - started_wall)) * 1e6)),
+    }
     props.update(extra)
     return props
 
@@ -24,21 +29,29 @@ NOW, MONO = 1_800_000_000.0, 5000.0
 
 
 def test_a_server_started_after_its_files_runs_them():
-    assert lastgood.not_running(show(NOW - 60, NOW, MONO), {"env": NOW - 120, "sglang": NOW - 600},
-                                now=NOW, monotonic=MONO) is None
+    assert (
+        lastgood.not_running(
+            show(NOW - 60, NOW, MONO), {"env": NOW - 120, "sglang": NOW - 600}, now=NOW, monotonic=MONO
+        )
+        is None
+    )
 
 
 def test_files_written_after_the_start_are_not_what_runs():
-    why = lastgood.not_running(show(NOW - 60, NOW, MONO), {"env": NOW - 30, "unit": NOW - 120},
-                               now=NOW, monotonic=MONO)
+    why = lastgood.not_running(
+        show(NOW - 60, NOW, MONO), {"env": NOW - 30, "unit": NOW - 120}, now=NOW, monotonic=MONO
+    )
     assert why == "the server started before env changed: it does not run the installed configuration"
 
 
-@pytest.mark.parametrize("extra, reason", [
-    ({"ActiveState": "failed", "SubState": "failed", "MainPID": "0"}, "sglang.service is failed/failed"),
-    ({"ActiveState": "activating", "SubState": "start"}, "is activating/start, not running"),
-    ({"NeedDaemonReload": "yes"}, "daemon-reload pending"),
-])
+@pytest.mark.parametrize(
+    "extra, reason",
+    [
+        ({"ActiveState": "failed", "SubState": "failed", "MainPID": "0"}, "sglang.service is failed/failed"),
+        ({"ActiveState": "activating", "SubState": "start"}, "is activating/start, not running"),
+        ({"NeedDaemonReload": "yes"}, "daemon-reload pending"),
+    ],
+)
 def test_a_unit_not_running_its_installed_files(extra, reason):
     assert reason in lastgood.not_running(show(NOW - 60, NOW, MONO, **extra), {}, now=NOW, monotonic=MONO)
 
@@ -56,13 +69,25 @@ def node(tmp_path, monkeypatch):
     state = {"started": time.time() + 5}  # by default the server started after everything
 
     def unit_show(name, props=None, **kwargs):
-        return {"Id": name, "ActiveState": "active", "SubState": "running", "MainPID": "42",
-                "NeedDaemonReload": "no",
-                "ExecMainStartTimestampMonotonic": str(int((time.monotonic() - (time.time() - state["started"])) * 1e6))}
+        return {
+            "Id": name,
+            "ActiveState": "active",
+            "SubState": "running",
+            "MainPID": "42",
+            "NeedDaemonReload": "no",
+            "ExecMainStartTimestampMonotonic": str(
+                int((time.monotonic() - (time.time() - state["started"])) * 1e6)
+            ),
+        }
 
     monkeypatch.setattr(lastgood.systemd, "unit_show", unit_show)
-    return {"venv": str(venv), "files": {"env": str(env), "unit": str(unit)}, "dir": str(tmp_path / "lg"),
-            "state": state, "env": env}
+    return {
+        "venv": str(venv),
+        "files": {"env": str(env), "unit": str(unit)},
+        "dir": str(tmp_path / "lg"),
+        "state": state,
+        "env": env,
+    }
 
 
 def save(node, profile, unit="sglang.service"):

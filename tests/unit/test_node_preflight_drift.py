@@ -1,10 +1,26 @@
 """Preflight's drift check names both ways out: repair, or the profile's engine.allow_drift."""
+
 from sglang_deploy.node import preflight
 from sglang_deploy.node.lib import status
 
-DRIFTED = {"status": status.DRIFT, "seconds": 0.1, "python": "3.11", "missing_distributions": [], "distributions": {"sglang": {
-    "version": "0.5.23", "record": True, "files_checked": 10, "skipped": 0, "unreadable": [],
-    "modified": ["sglang/srt/managers/scheduler.py"], "missing": [], "unexpected": []}}}
+DRIFTED = {
+    "status": status.DRIFT,
+    "seconds": 0.1,
+    "python": "3.11",
+    "missing_distributions": [],
+    "distributions": {
+        "sglang": {
+            "version": "0.5.23",
+            "record": True,
+            "files_checked": 10,
+            "skipped": 0,
+            "unreadable": [],
+            "modified": ["sglang/srt/managers/scheduler.py"],
+            "missing": [],
+            "unexpected": [],
+        }
+    },
+}
 
 
 def test_a_refusal_names_repair_and_allow_drift(monkeypatch):

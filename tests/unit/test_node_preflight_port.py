@@ -1,4 +1,5 @@
 """Preflight's port check: free, ours, someone else's (named), or nobody's we can see."""
+
 import os
 import socket
 
@@ -26,8 +27,13 @@ def test_a_port_held_by_another_process_names_it(monkeypatch):
 
 def test_a_port_listening_with_no_owner_on_this_node_fails(monkeypatch):
     # What a node sharing the host's network sees when a host process (or a container) listens.
-    monkeypatch.setattr(preflight.procs, "listening",
-                        lambda port: [{"addr": "127.0.0.1", "port": port, "state": "0A", "inode": 4000000000}])
+    monkeypatch.setattr(
+        preflight.procs,
+        "listening",
+        lambda port: [{"addr": "127.0.0.1", "port": port, "state": "0A", "inode": 4000000000}],
+    )
     assert preflight.check_port(30001, "sglang.service") == (
-        "failed", "port 30001 is listening but no process on this node owns it "
-                  "(another network namespace or container?)")
+        "failed",
+        "port 30001 is listening but no process on this node owns it "
+        "(another network namespace or container?)",
+    )

@@ -1,4 +1,5 @@
 """/proc and cgroup readers: parsers on captured text, readers on real processes."""
+
 import os
 import socket
 import subprocess
@@ -65,14 +66,20 @@ def test_descendants_from_a_map():
 
 def test_cmdline_and_environ_parsers():
     assert procs.parse_cmdline(b"sglang::scheduler_TP0\x00\x00\x00") == ["sglang::scheduler_TP0"]
-    assert procs.parse_cmdline(b"python3\x00-m\x00sglang.launch_server\x00") == ["python3", "-m", "sglang.launch_server"]
+    assert procs.parse_cmdline(b"python3\x00-m\x00sglang.launch_server\x00") == [
+        "python3",
+        "-m",
+        "sglang.launch_server",
+    ]
     assert procs.parse_environ(b"A=1\x00B=x=y\x00EMPTY=\x00junk\x00") == {"A": "1", "B": "x=y", "EMPTY": ""}
 
 
 def test_real_process_tree_and_alive():
-    code = ("import subprocess, sys, time; "
-            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
-            "print(c.pid, flush=True); time.sleep(30)")
+    code = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
+        "print(c.pid, flush=True); time.sleep(30)"
+    )
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, universal_newlines=True)
     try:
         child = int(parent.stdout.readline())
@@ -104,4 +111,6 @@ def test_cgroup_dir_and_recursive_pids(tmp_path):
     v1 = tmp_path / "v1"
     (v1 / "systemd" / "system.slice" / "x.service").mkdir(parents=True)
     (v1 / "systemd" / "system.slice" / "x.service" / "cgroup.procs").write_text("7\n")
-    assert procs.cgroup_dir("/system.slice/x.service", root=str(v1)).endswith("/systemd/system.slice/x.service")
+    assert procs.cgroup_dir("/system.slice/x.service", root=str(v1)).endswith(
+        "/systemd/system.slice/x.service"
+    )

@@ -1,5 +1,6 @@
 """restart.py: nvidia-smi parsing on captured output, and the stop/wait/start sequence against a
 fake systemctl and a real process tree that listens on the port."""
+
 import fcntl
 import os
 import signal
@@ -10,8 +11,8 @@ import time
 
 import pytest
 
-from sglang_deploy.node.lib import compute_apps, result, status
 from sglang_deploy.node import restart
+from sglang_deploy.node.lib import compute_apps, result, status
 
 # Captured on an H200 (driver 580.159.04) with two processes holding memory.
 SMI_NOUNITS = "478, 4614\n477, 2566\n"
@@ -23,7 +24,10 @@ def test_parse_compute_apps_captured_formats():
     for text in (SMI_NOUNITS, SMI_UNITS, SMI_HEADER):
         assert compute_apps.parse_compute_apps(text) == [(478, 4614), (477, 2566)]
     assert compute_apps.parse_compute_apps("") == []  # no compute apps: empty output, status 0
-    assert compute_apps.parse_compute_apps("1234, [N/A]\n1235, [Insufficient Permissions]\n") == [(1234, None), (1235, None)]
+    assert compute_apps.parse_compute_apps("1234, [N/A]\n1235, [Insufficient Permissions]\n") == [
+        (1234, None),
+        (1235, None),
+    ]
     assert compute_apps.parse_compute_apps("No devices were found\n") == []
 
 
@@ -52,17 +56,28 @@ class Node:
         self.dir = fake_systemctl.dir
         self.port = free_port()
         self.fake_systemctl = fake_systemctl
-        self.launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(self.port), "1" if ignore_term else "0"],
-                                         stdout=subprocess.PIPE, universal_newlines=True, start_new_session=True)
+        self.launcher = subprocess.Popen(
+            [sys.executable, "-c", LAUNCHER, str(self.port), "1" if ignore_term else "0"],
+            stdout=subprocess.PIPE,
+            universal_newlines=True,
+            start_new_session=True,
+        )
         self.kids = [int(p) for p in self.launcher.stdout.readline().split()]
         if ignore_term:  # wait until the child really ignores SIGTERM
             deadline = time.time() + 10
             while not self.ignores_term(self.kids[1]) and time.time() < deadline:
                 time.sleep(0.02)
-        self.state = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running",
-                      "MainPID": self.launcher.pid, "ProcessGroup": self.launcher.pid, "ControlGroup": "",
-                      "InvocationID": "oldinv",
-                      "ExecMainCode": 0, "ExecMainStatus": 0}
+        self.state = {
+            "LoadState": "loaded",
+            "ActiveState": "active",
+            "SubState": "running",
+            "MainPID": self.launcher.pid,
+            "ProcessGroup": self.launcher.pid,
+            "ControlGroup": "",
+            "InvocationID": "oldinv",
+            "ExecMainCode": 0,
+            "ExecMainStatus": 0,
+        }
         self.write()
         self.reaper = None
 
@@ -88,12 +103,22 @@ class Node:
     def run(self, *extra, smi=None):
         # reap the launcher when it dies, as systemd would
         import threading
+
         self.reaper = threading.Thread(target=self.launcher.wait, daemon=True)
         self.reaper.start()
         # --stop-timeout is required (NodeScripts passes the profile's); a test's own comes last and wins
-        argv = ["--unit", "sglang.service", "--port", str(self.port), "--stop-timeout", "120",
-                "--systemctl", str(self.fake_systemctl.path),
-                "--nvidia-smi", smi or str(self.dir / "no-nvidia-smi")] + list(extra)
+        argv = [
+            "--unit",
+            "sglang.service",
+            "--port",
+            str(self.port),
+            "--stop-timeout",
+            "120",
+            "--systemctl",
+            str(self.fake_systemctl.path),
+            "--nvidia-smi",
+            smi or str(self.dir / "no-nvidia-smi"),
+        ] + list(extra)
         return restart.main(argv)
 
     def close(self):
@@ -116,8 +141,13 @@ def test_stop_wait_start(node, capsys):
     assert node.run() == status.READY
     out = "\n".join(result.progress(capsys.readouterr().out.splitlines()))
     assert "stopping sglang.service: active/running, main pid %d, 3 processes" % node.launcher.pid in out
-    for text in ("systemctl stop returned: inactive/dead", "old processes gone", "port %d free" % node.port,
-                 "nvidia-smi not found", "started sglang.service: main pid 4242, invocation newinv"):
+    for text in (
+        "systemctl stop returned: inactive/dead",
+        "old processes gone",
+        "port %d free" % node.port,
+        "nvidia-smi not found",
+        "started sglang.service: main pid 4242, invocation newinv",
+    ):
         assert text in out
     assert all(line.startswith("[") and "s] " in line for line in out.splitlines())
     assert [verb for verb in node.fake_systemctl.calls() if verb != "show"] == ["stop", "start"]
@@ -135,7 +165,9 @@ def test_no_start_and_gpu_released(node, capsys):
 
 def test_failing_nvidia_smi_skips_the_gpu_check(node, tmp_path, capsys):
     smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'\nexit 9\n")
+    smi.write_text(
+        "#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'\nexit 9\n"
+    )
     smi.chmod(0o755)
     assert node.run("--no-start", smi=str(smi)) == status.READY
     assert "nvidia-smi failed: GPU memory check skipped" in capsys.readouterr().out
@@ -151,7 +183,8 @@ def test_gpu_memory_still_held_is_stop_timeout(node, capsys):
     assert out[-1].endswith("stop timeout: still there: GPU memory held by pid %d (70120 MiB)" % node.kids[0])
     found = result.parse(printed)
     assert found["result"] == "STOP_TIMEOUT" and found["cause"] == (
-        "stop timeout: still there: GPU memory held by pid %d (70120 MiB)" % node.kids[0])
+        "stop timeout: still there: GPU memory held by pid %d (70120 MiB)" % node.kids[0]
+    )
 
 
 def test_surviving_process_is_named(fake_systemctl, capsys):
@@ -201,8 +234,11 @@ def test_a_port_held_by_another_process_fails_fast_naming_it(node, capsys):
 def test_a_port_no_process_here_owns_fails_fast(node, capsys, monkeypatch):
     # As from inside a container sharing the host's network: the socket is listed, its owner
     # is not among this node's processes.
-    monkeypatch.setattr(restart.procs, "listening",
-                        lambda port: [{"addr": "127.0.0.1", "port": port, "state": "0A", "inode": 4000000000}])
+    monkeypatch.setattr(
+        restart.procs,
+        "listening",
+        lambda port: [{"addr": "127.0.0.1", "port": port, "state": "0A", "inode": 4000000000}],
+    )
     node.launcher.kill()
     node.launcher.wait()
     node.write(ActiveState="failed", SubState="failed", MainPID=0)
@@ -211,7 +247,8 @@ def test_a_port_no_process_here_owns_fails_fast(node, capsys, monkeypatch):
     assert time.monotonic() - started < 5
     assert result.progress(capsys.readouterr().out.splitlines())[-1].endswith(
         "failed: port %d is listening but no process on this node owns it "
-        "(another network namespace or container?)" % node.port)
+        "(another network namespace or container?)" % node.port
+    )
 
 
 def test_start_failure(node, capsys):

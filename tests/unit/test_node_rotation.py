@@ -9,16 +9,17 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
-from sglang_deploy.node.lib import result, status
-from sglang_deploy.node import rotation
 from test_node_routers import FakeRouter, router  # noqa: F401 (fixture)
+
+from sglang_deploy.node import rotation
+from sglang_deploy.node.lib import result, status
 
 WORKER = "http://10.0.0.11:30000"
 
 
 class FakeServer(BaseHTTPRequestHandler):
     """The node's own server: /ping, and /get_load counting down the requests in flight."""
+
     in_flight = [0]
     loads_seen = 0
 
@@ -50,14 +51,27 @@ def server():
 def _command(tmp_path, name, line):
     """A command that notes it ran (and whether the router listed the worker then) and prints
     ``line`` as its result."""
-    code = (f"import json, sys; open({str(tmp_path / 'ran')!r}, 'a').write({name!r} + '\\n'); "
-            f"line = {json.dumps(line)!r}; print(line); sys.exit(json.loads(line)['status'])")
+    code = (
+        f"import json, sys; open({str(tmp_path / 'ran')!r}, 'a').write({name!r} + '\\n'); "
+        f"line = {json.dumps(line)!r}; print(line); sys.exit(json.loads(line)['status'])"
+    )
     return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
 
 
 def _args(router_url, port, *extra):
-    return ["--worker-url", WORKER, "--local-port", str(port), "--router", router_url,
-            "--drain-timeout", "5", "--healthy-timeout", "5", *extra]
+    return [
+        "--worker-url",
+        WORKER,
+        "--local-port",
+        str(port),
+        "--router",
+        router_url,
+        "--drain-timeout",
+        "5",
+        "--healthy-timeout",
+        "5",
+        *extra,
+    ]
 
 
 def _ran(tmp_path):
@@ -71,8 +85,9 @@ def _found(capsys):
 
 def test_a_serving_node_is_taken_out_drained_restarted_and_put_back(router, server, tmp_path, capsys):  # noqa: F811
     cycle = _command(tmp_path, "cycle", {"status": 0, "outcome": "served", "steps": []})
-    code = rotation.main(_args(router, server, "--cycle", cycle,
-                               "--restore", _command(tmp_path, "restore", {"status": 0})))
+    code = rotation.main(
+        _args(router, server, "--cycle", cycle, "--restore", _command(tmp_path, "restore", {"status": 0}))
+    )
     found = _found(capsys)
     assert code == status.READY and found["outcome"] == "served" and _ran(tmp_path) == ["cycle"]
     assert found["rotation"]["drained"] and FakeServer.loads_seen >= 3  # waited for 2, 1, 0
@@ -80,8 +95,16 @@ def test_a_serving_node_is_taken_out_drained_restarted_and_put_back(router, serv
 
 
 def test_an_unreachable_router_takes_nothing_out_and_puts_the_files_back(server, tmp_path, capsys):
-    code = rotation.main(_args("http://127.0.0.1:9", server, "--cycle", _command(tmp_path, "cycle", {"status": 0}),
-                               "--restore", _command(tmp_path, "restore", {"status": 0})))
+    code = rotation.main(
+        _args(
+            "http://127.0.0.1:9",
+            server,
+            "--cycle",
+            _command(tmp_path, "cycle", {"status": 0}),
+            "--restore",
+            _command(tmp_path, "restore", {"status": 0}),
+        )
+    )
     found = _found(capsys)
     assert code == status.PREFLIGHT_FAILED and found["outcome"] == "router_unreachable"
     assert _ran(tmp_path) == ["restore"] and found["restored"] is True
@@ -113,8 +136,20 @@ def test_a_node_that_does_not_serve_is_in_no_rotation(router, tmp_path, capsys):
 
 
 def test_back_only_names_a_router_that_does_not_take_it_back(server, capsys):
-    code = rotation.main(["--worker-url", WORKER, "--local-port", str(server), "--router",
-                          "http://127.0.0.1:9", "--healthy-timeout", "1", "--only", "back"])
+    code = rotation.main(
+        [
+            "--worker-url",
+            WORKER,
+            "--local-port",
+            str(server),
+            "--router",
+            "http://127.0.0.1:9",
+            "--healthy-timeout",
+            "1",
+            "--only",
+            "back",
+        ]
+    )
     found = _found(capsys)
     assert code == status.TIMEOUT and "http://127.0.0.1:9" in found["cause"]
 

@@ -50,8 +50,10 @@ class FakeRouter(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def router():
-    FakeRouter.workers = {"http://10.0.0.11:30000": {"id": "a", "is_healthy": True},
-                          "http://10.0.0.12:30000": {"id": "b", "is_healthy": False}}
+    FakeRouter.workers = {
+        "http://10.0.0.11:30000": {"id": "a", "is_healthy": True},
+        "http://10.0.0.12:30000": {"id": "b", "is_healthy": False},
+    }
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeRouter)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -78,11 +80,36 @@ def test_unreachable_router_is_named():
 
 
 def test_router_gate_names_unhealthy_and_missing_workers(router, capsys):
-    code = router_gate.main(["--url", router, "--timeout", "0", "--worker", "http://10.0.0.11:30000",
-                             "--worker", "http://10.0.0.12:30000", "--worker", "http://10.0.0.13:30000"])
+    code = router_gate.main(
+        [
+            "--url",
+            router,
+            "--timeout",
+            "0",
+            "--worker",
+            "http://10.0.0.11:30000",
+            "--worker",
+            "http://10.0.0.12:30000",
+            "--worker",
+            "http://10.0.0.13:30000",
+        ]
+    )
     found = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 4
     assert "http://10.0.0.12:30000 unhealthy, http://10.0.0.13:30000 not listed" in found["cause"]
     FakeRouter.workers["http://10.0.0.12:30000"]["is_healthy"] = True
-    assert router_gate.main(["--url", router, "--timeout", "0",
-                             "--worker", "http://10.0.0.11:30000", "--worker", "http://10.0.0.12:30000"]) == 0
+    assert (
+        router_gate.main(
+            [
+                "--url",
+                router,
+                "--timeout",
+                "0",
+                "--worker",
+                "http://10.0.0.11:30000",
+                "--worker",
+                "http://10.0.0.12:30000",
+            ]
+        )
+        == 0
+    )

@@ -1,5 +1,6 @@
 """workers.py on a real process tree titled like SGLang's (launcher -> schedulers, detokenizer,
 resource_tracker), with environments that differ per worker."""
+
 import json
 import os
 import subprocess
@@ -8,8 +9,8 @@ import time
 
 import pytest
 
-from sglang_deploy.node.lib import result, status
 from sglang_deploy.node import workers
+from sglang_deploy.node.lib import result, status
 
 EXPECT = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"}
 
@@ -33,7 +34,9 @@ time.sleep(60)
 
 @pytest.fixture
 def tree():
-    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, universal_newlines=True)
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, universal_newlines=True
+    )
     pids = json.loads(launcher.stdout.readline())
     time.sleep(0.2)  # let the children exec
     yield launcher.pid, pids
@@ -48,22 +51,35 @@ def tree():
 
 def test_report_lines_and_status(tree, capsys):
     main_pid, (tp0, tp1, detok, tracker) = tree
-    rc = workers.main(["--unit", "sglang.service", "--pid", str(main_pid), "--expect-json", json.dumps(EXPECT)])
+    rc = workers.main(
+        ["--unit", "sglang.service", "--pid", str(main_pid), "--expect-json", json.dumps(EXPECT)]
+    )
     printed = capsys.readouterr().out.splitlines()
     out = result.progress(printed)
     assert rc == status.WORKER_ENV_MISMATCH
     assert result.parse(printed)["cause"].endswith("NCCL_ALGO is missing")
     assert out[0] == "pid %d sglang::scheduler_TP0 -c import time; time.sleep(60): 3/3 variables ok" % tp0
     head = "pid %d sglang::scheduler_TP1 -c import time; time.sleep(60):" % tp1
-    assert out[1:] == [head + " 1/3 variables ok",
-                       head + " NCCL_ALGO is missing",
-                       head + " NCCL_PROTO is 'Simple', expected 'LL'"]
+    assert out[1:] == [
+        head + " 1/3 variables ok",
+        head + " NCCL_ALGO is missing",
+        head + " NCCL_PROTO is 'Simple', expected 'LL'",
+    ]
 
 
 def test_json_report(tree, capsys):
     main_pid, (tp0, tp1, detok, tracker) = tree
-    rc = workers.main(["--unit", "sglang.service", "--pid", str(main_pid), "--json",
-                       "--expect-json", json.dumps({"NCCL_P2P_LEVEL": "SYS"})])
+    rc = workers.main(
+        [
+            "--unit",
+            "sglang.service",
+            "--pid",
+            str(main_pid),
+            "--json",
+            "--expect-json",
+            json.dumps({"NCCL_P2P_LEVEL": "SYS"}),
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert rc == status.READY and report["status_name"] == "READY"
     assert [w["pid"] for w in report["workers"]] == [tp0, tp1]
@@ -72,11 +88,17 @@ def test_json_report(tree, capsys):
 
 def test_other_match_prefix_and_no_workers(tree, capsys):
     main_pid, (_, _, detok, _) = tree
-    assert workers.main(["--unit", "u", "--pid", str(main_pid), "--match", "sglang::detokenizer",
-                         "--expect-json", "{}"]) == status.READY
+    assert (
+        workers.main(
+            ["--unit", "u", "--pid", str(main_pid), "--match", "sglang::detokenizer", "--expect-json", "{}"]
+        )
+        == status.READY
+    )
     assert capsys.readouterr().out.startswith("pid %d sglang::detokenizer" % detok)
-    assert workers.main(["--unit", "u", "--pid", str(main_pid), "--match", "vllm::", "--expect-json", "{}"]) \
+    assert (
+        workers.main(["--unit", "u", "--pid", str(main_pid), "--match", "vllm::", "--expect-json", "{}"])
         == status.NO_WORKERS
+    )
     assert "no process under main pid" in capsys.readouterr().out
 
 
@@ -98,8 +120,21 @@ def test_main_pid_from_systemctl_and_unit_not_running(tree, tmp_path, capsys):
 def test_runs_as_a_script(tree):
     main_pid, _ = tree
     script = os.path.join(os.path.dirname(workers.__file__), "workers.py")
-    proc = subprocess.run([sys.executable, script, "--unit", "u", "--pid", str(main_pid), "--json",
-                           "--expect-json", json.dumps(EXPECT)], stdout=subprocess.PIPE, universal_newlines=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            script,
+            "--unit",
+            "u",
+            "--pid",
+            str(main_pid),
+            "--json",
+            "--expect-json",
+            json.dumps(EXPECT),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.returncode == status.WORKER_ENV_MISMATCH
     assert json.loads(proc.stdout)["status_name"] == "WORKER_ENV_MISMATCH"
 

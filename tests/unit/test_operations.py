@@ -1,22 +1,29 @@
 """Operations case by case: what each yields for a given node state (facts faked), and that it
 calls host.noop when there is nothing to do."""
 
-
 import hashlib
 
 import pytest
 from pyinfra.api import FunctionCommand
 from pyinfra.api.command import FileUploadCommand
-
 from pyinfra.context import ctx_host
 
 from sglang_deploy import operations
+from sglang_deploy.facts.engine_venvs import EngineVenvs
+from sglang_deploy.facts.serving import (
+    EngineDrift,
+    FileDigests,
+    InstalledDistributions,
+    InterpreterStartup,
+    LastGood,
+    Serving,
+    UnitState,
+    WorkerEnvironment,
+)
+from sglang_deploy.node.lib import status
 from sglang_deploy.operations import files as files_ops
 from sglang_deploy.operations import service
-from sglang_deploy.facts.serving import EngineDrift, FileDigests, InstalledDistributions, InterpreterStartup, LastGood, Serving, UnitState, WorkerEnvironment
-from sglang_deploy.node.lib import status
 from sglang_deploy.plan.host_plan import plan_for
-from sglang_deploy.facts.engine_venvs import EngineVenvs
 
 
 def on_node(content, mode):
@@ -56,16 +63,25 @@ def run(monkeypatch):
         with ctx_host.use(fake):
             commands = list(op._inner(*args, **kwargs))
         return [str(c) if isinstance(c, str) else c for c in commands], fake.noops
+
     return run
 
 
 # No find_links: unit tests do not need the stand-in wheel built.
-PLAN = plan_for({"profile": "sandbox", "profile_overrides": {"engine": {"find_links": []}},
-                 "sglang_deploy_dir": "/opt/sd",
-                 "env_dir": "/etc/sglang", "unit_dir": "/etc/systemd/system",
-                 "state_dir": "/var/lib/sd", "run_dir": "/run/sglang-deploy",
-                 "deploy_lock_wait_s": 1, "rollback": True,
-                 "repair": False})
+PLAN = plan_for(
+    {
+        "profile": "sandbox",
+        "profile_overrides": {"engine": {"find_links": []}},
+        "sglang_deploy_dir": "/opt/sd",
+        "env_dir": "/etc/sglang",
+        "unit_dir": "/etc/systemd/system",
+        "state_dir": "/var/lib/sd",
+        "run_dir": "/run/sglang-deploy",
+        "deploy_lock_wait_s": 1,
+        "rollback": True,
+        "repair": False,
+    }
+)
 PINS = ["sglang==0.5.23+sandbox"]
 
 
@@ -76,26 +92,39 @@ LINK = "/opt/sglang/venv"
 
 
 def venvs_fact(live=None, pending=None, built=True):
-    return {"venvs": [{"name": V.rsplit("/", 1)[1], "built_at": 1.0 if built else None}],
-            "live": live, "pending": pending, "last_good": None}
+    return {
+        "venvs": [{"name": V.rsplit("/", 1)[1], "built_at": 1.0 if built else None}],
+        "live": live,
+        "pending": pending,
+        "last_good": None,
+    }
 
 
 def test_engine_with_its_venv_built_and_live_is_a_noop(run):
-    facts = {InstalledDistributions: {"sglang": "0.5.23+sandbox"},
-             EngineVenvs: venvs_fact(live=V.rsplit("/", 1)[1])}
+    facts = {
+        InstalledDistributions: {"sglang": "0.5.23+sandbox"},
+        EngineVenvs: venvs_fact(live=V.rsplit("/", 1)[1]),
+    }
     commands, noops = run(operations.engine, facts, V, LINK, "python3", PINS, "/opt/sd/node")
     assert commands == [] and noops == [f"{LINK} -> {V} holds sglang==0.5.23+sandbox"]
 
 
 def test_a_new_pin_set_is_built_beside_the_live_venv_and_staged_for_the_restart(run):
-    facts = {EngineVenvs: {"venvs": [{"name": "old", "built_at": 1.0}], "live": "old",
-                           "pending": None, "last_good": "old"}}
-    commands, _ = run(operations.engine, facts, V, LINK, "python3", PINS, "/opt/sd/node",
-                      wheels_dir="/w")
+    facts = {
+        EngineVenvs: {
+            "venvs": [{"name": "old", "built_at": 1.0}],
+            "live": "old",
+            "pending": None,
+            "last_good": "old",
+        }
+    }
+    commands, _ = run(operations.engine, facts, V, LINK, "python3", PINS, "/opt/sd/node", wheels_dir="/w")
     assert commands[0] == f"rm -rf {V} && mkdir -p /opt/sglang/venvs"
     assert commands[1] == f"python3 -m venv --copies {V}"
-    assert commands[3] == (f"{V}/bin/pip install --no-input --disable-pip-version-check "
-                           "--no-index --find-links /w sglang==0.5.23+sandbox")
+    assert commands[3] == (
+        f"{V}/bin/pip install --no-input --disable-pip-version-check "
+        "--no-index --find-links /w sglang==0.5.23+sandbox"
+    )
     assert commands[4] == f"python3 /opt/sd/node/venvs.py mark --venv {V}"
     # The live venv and the unit's link are not touched: only the link for the restart.
     assert commands[5:] == [f"ln -sfn {V} {LINK}.next"]
@@ -103,8 +132,7 @@ def test_a_new_pin_set_is_built_beside_the_live_venv_and_staged_for_the_restart(
 
 
 def test_a_built_venv_that_is_not_live_is_staged_again_without_a_rebuild(run):
-    facts = {InstalledDistributions: {"sglang": "0.5.23+sandbox"},
-             EngineVenvs: venvs_fact(live="other")}
+    facts = {InstalledDistributions: {"sglang": "0.5.23+sandbox"}, EngineVenvs: venvs_fact(live="other")}
     commands, _ = run(operations.engine, facts, V, LINK, "python3", PINS, "/opt/sd/node")
     assert commands == [f"ln -sfn {V} {LINK}.next"]
 
@@ -122,77 +150,106 @@ def test_an_unfinished_build_is_built_again(run):
 
 
 def test_a_tool_venv_is_created_with_its_pins_when_missing(run):
-    commands, _ = run(operations.tool_venv, {InstalledDistributions: None}, "/opt/hf/venv",
-                      "python3", ["huggingface_hub==0.36.0"], wheels_dir="/w")
-    assert commands == ["rm -rf /opt/hf/venv && mkdir -p /opt/hf",
-                        "python3 -m venv /opt/hf/venv",
-                        "/opt/hf/venv/bin/pip install --no-input --disable-pip-version-check "
-                        "--no-index --find-links /w huggingface_hub==0.36.0"]
+    commands, _ = run(
+        operations.tool_venv,
+        {InstalledDistributions: None},
+        "/opt/hf/venv",
+        "python3",
+        ["huggingface_hub==0.36.0"],
+        wheels_dir="/w",
+    )
+    assert commands == [
+        "rm -rf /opt/hf/venv && mkdir -p /opt/hf",
+        "python3 -m venv /opt/hf/venv",
+        "/opt/hf/venv/bin/pip install --no-input --disable-pip-version-check "
+        "--no-index --find-links /w huggingface_hub==0.36.0",
+    ]
 
 
 def test_a_tool_venv_holding_its_pins_is_a_noop_and_a_differing_pin_is_reinstalled(run):
     held = {InstalledDistributions: {"sglang-router": "0.3.2", "aiohttp": "3.14.5"}}
-    commands, noops = run(operations.tool_venv, held, "/opt/r/venv", "python3",
-                          ["sglang-router==0.3.2"])
+    commands, noops = run(operations.tool_venv, held, "/opt/r/venv", "python3", ["sglang-router==0.3.2"])
     assert commands == [] and noops == ["/opt/r/venv holds sglang-router==0.3.2"]
-    commands, _ = run(operations.tool_venv, held, "/opt/r/venv", "python3",
-                      ["sglang-router==0.3.3"])
-    assert commands == ["/opt/r/venv/bin/pip install --no-input --disable-pip-version-check "
-                        "sglang-router==0.3.3"]
+    commands, _ = run(operations.tool_venv, held, "/opt/r/venv", "python3", ["sglang-router==0.3.3"])
+    assert commands == [
+        "/opt/r/venv/bin/pip install --no-input --disable-pip-version-check sglang-router==0.3.3"
+    ]
 
 
 def test_engine_installs_only_the_differing_pins(run):
     installed = {"sglang": "0.5.22", "torch": "2.13.0"}
     facts = {InstalledDistributions: installed, EngineVenvs: venvs_fact(live=V.rsplit("/", 1)[1])}
-    commands, _ = run(operations.engine, facts, V, LINK, "python3",
-                      ["sglang==0.5.23", "torch==2.13.0"], "/opt/sd/node")
+    commands, _ = run(
+        operations.engine, facts, V, LINK, "python3", ["sglang==0.5.23", "torch==2.13.0"], "/opt/sd/node"
+    )
     assert commands == [f"{V}/bin/pip install --no-input --disable-pip-version-check sglang==0.5.23"]
 
 
 def test_engine_repair_reinstalls_drifted_and_removes_strays_in_its_own_venv(run):
-    drift = {"distributions": {"sglang": {"version": "0.5.23", "modified": ["sglang/a.py"],
-                                          "missing": [], "unexpected": ["sglang/stray.py"]}}}
-    facts = {InstalledDistributions: {"sglang": "0.5.23"}, EngineDrift: drift,
-             EngineVenvs: venvs_fact(live=V.rsplit("/", 1)[1]),
-             InterpreterStartup: {"purelib": "/v/lib/site", "site_dirs": ["/v/lib/site"]}}
-    commands, _ = run(operations.engine, facts, V, LINK, "python3", ["sglang==0.5.23"],
-                      "/opt/sd/node", repair=("/opt/sd/node", ["sglang"]))
+    drift = {
+        "distributions": {
+            "sglang": {
+                "version": "0.5.23",
+                "modified": ["sglang/a.py"],
+                "missing": [],
+                "unexpected": ["sglang/stray.py"],
+            }
+        }
+    }
+    facts = {
+        InstalledDistributions: {"sglang": "0.5.23"},
+        EngineDrift: drift,
+        EngineVenvs: venvs_fact(live=V.rsplit("/", 1)[1]),
+        InterpreterStartup: {"purelib": "/v/lib/site", "site_dirs": ["/v/lib/site"]},
+    }
+    commands, _ = run(
+        operations.engine,
+        facts,
+        V,
+        LINK,
+        "python3",
+        ["sglang==0.5.23"],
+        "/opt/sd/node",
+        repair=("/opt/sd/node", ["sglang"]),
+    )
     assert commands == [
         f"{V}/bin/pip install --no-input --disable-pip-version-check --force-reinstall --no-deps "
         "sglang==0.5.23",
-        "cd /v/lib/site && rm -f -- sglang/stray.py"]
+        "cd /v/lib/site && rm -f -- sglang/stray.py",
+    ]
 
 
 # -- files -----------------------------------------------------------------------------------
 
+
 def test_secret_file_unchanged_is_a_noop(run):
-    content = "A=\"1\"\n"
-    import hashlib
+    content = 'A="1"\n'
     facts = {FileDigests: on_node(content, "600")}
     commands, noops = run(operations.secret_file, facts, "/etc/sglang/s.env", content)
     assert commands == [] and noops == ["/etc/sglang/s.env is up to date"]
 
 
 def test_secret_file_with_wrong_mode_is_fixed_without_upload(run):
-    content = "A=\"1\"\n"
-    import hashlib
+    content = 'A="1"\n'
     facts = {FileDigests: on_node(content, "644")}
     commands, _ = run(operations.secret_file, facts, "/etc/sglang/s.env", content)
     assert commands == ["chown root:root /etc/sglang/s.env && chmod 0600 /etc/sglang/s.env"]
 
 
 def test_secret_file_changed_uploads_through_its_own_private_directory(run):
-    commands, _ = run(operations.secret_file, {FileDigests: on_node("old", "600")}, "/etc/sglang/s.env", "A=\"2\"\n")
+    commands, _ = run(
+        operations.secret_file, {FileDigests: on_node("old", "600")}, "/etc/sglang/s.env", 'A="2"\n'
+    )
     upload, chmod = commands
     assert isinstance(upload, FileUploadCommand) and upload.dest == "/etc/sglang/s.env"
     assert chmod == "chown root:root /etc/sglang/s.env && chmod 0600 /etc/sglang/s.env"
 
 
 def test_unit_unchanged_is_a_noop_and_changed_is_verified_before_install(run):
-    import hashlib
     text = "[Service]\n"
-    commands, noops = run(operations.unit_file, {FileDigests: on_node(text, "644")},
-                          "sglang.service", text, PLAN.run_dir)
+    commands, noops = run(
+        operations.unit_file, {FileDigests: on_node(text, "644")}, "sglang.service", text, PLAN.run_dir
+    )
     assert commands == [] and noops
     commands, _ = run(operations.unit_file, {FileDigests: {}}, "sglang.service", text, PLAN.run_dir)
     assert [c for c in commands if isinstance(c, str)] == [
@@ -200,7 +257,8 @@ def test_unit_unchanged_is_a_noop_and_changed_is_verified_before_install(run):
         "systemd-analyze verify /run/sglang-deploy/sglang.service",
         "install -m 0644 -o root -g root /run/sglang-deploy/sglang.service "
         "/etc/systemd/system/sglang.service",
-        "systemctl daemon-reload"]
+        "systemctl daemon-reload",
+    ]
 
 
 def test_pth_directory_is_the_one_the_interpreter_processes():
@@ -236,21 +294,29 @@ def test_active_but_not_ready_is_gated_not_restarted(run):
     assert [c.function for c in commands] == [service._gate_and_record]
 
 
-STARTUP = {"purelib": "/opt/sglang/venv/lib/python3.11/site-packages",
-           "site_dirs": ["/opt/sglang/venv/lib/python3.11/site-packages"]}
+STARTUP = {
+    "purelib": "/opt/sglang/venv/lib/python3.11/site-packages",
+    "site_dirs": ["/opt/sglang/venv/lib/python3.11/site-packages"],
+}
 
 
 def test_serving_the_last_known_good_is_left_alone(run):
-    facts = {**SERVING_FACTS, InterpreterStartup: STARTUP,
-             LastGood: {"last_good": "sandbox", "differs": [], "not_running": None}}
+    facts = {
+        **SERVING_FACTS,
+        InterpreterStartup: STARTUP,
+        LastGood: {"last_good": "sandbox", "differs": [], "not_running": None},
+    }
     commands, noops = run(operations.serving, facts, PLAN.scripts, "/opt/sglang/venv/bin/python")
     assert commands == [] and len(noops) == 1
 
 
 def test_serving_a_configuration_not_recorded_as_last_good_records_it(run):
     # A deploy killed while its gate waited: the new configuration serves, the record is older.
-    facts = {**SERVING_FACTS, InterpreterStartup: STARTUP,
-             LastGood: {"last_good": "sandbox-old", "differs": ["env"], "not_running": None}}
+    facts = {
+        **SERVING_FACTS,
+        InterpreterStartup: STARTUP,
+        LastGood: {"last_good": "sandbox-old", "differs": ["env"], "not_running": None},
+    }
     commands, noops = run(operations.serving, facts, PLAN.scripts, "/opt/sglang/venv/bin/python")
     assert [c.function for c in commands] == [service._last_good_is_what_serves]
     assert noops == []
@@ -271,38 +337,54 @@ def test_workers_without_the_profile_env_fail_the_check(run):
 
 def test_node_scripts_command_lines():
     scripts = PLAN.scripts
-    assert scripts.gate() == ("python3 /opt/sd/node/gate.py --unit sglang.service --port 30000 "
-                              "--served-name tiny-standin --timeout 120 --interval 0.25 "
-                              "--progress-every 10.0 --hang-after 300.0 --fired-up-grace 15.0 "
-                              "--json /run/sglang-deploy/sglang.service.gate.json")
-    assert scripts.restart() == ("python3 /opt/sd/node/restart.py --unit sglang.service "
-                                 "--port 30000 --stop-timeout 150")
+    assert scripts.gate() == (
+        "python3 /opt/sd/node/gate.py --unit sglang.service --port 30000 "
+        "--served-name tiny-standin --timeout 120 --interval 0.25 "
+        "--progress-every 10.0 --hang-after 300.0 --fired-up-grace 15.0 "
+        "--json /run/sglang-deploy/sglang.service.gate.json"
+    )
+    assert scripts.restart() == (
+        "python3 /opt/sd/node/restart.py --unit sglang.service --port 30000 --stop-timeout 150"
+    )
     assert scripts.gpus_needed() == 2
     assert "--drift sglang" in scripts.preflight("/opt/sglang/venv/bin/python")
     assert "--no-argv" in scripts.preflight(argv_check=False)
-    assert scripts.restore_last_good() == ("python3 /opt/sd/node/lastgood.py restore "
-                                           "--dir /var/lib/sd/sglang/last-good")
+    assert scripts.restore_last_good() == (
+        "python3 /opt/sd/node/lastgood.py restore --dir /var/lib/sd/sglang/last-good"
+    )
 
 
 def test_manifests_diff_by_version_and_record():
     from sglang_deploy.report import manifest
 
-    a = {"distributions": [{"name": "sglang", "version": "0.5.23", "record_sha256": "x"},
-                           {"name": "torch", "version": "2.13.0", "record_sha256": "t"}]}
-    b = {"distributions": [{"name": "sglang", "version": "0.5.23", "record_sha256": "y"},
-                           {"name": "torch", "version": "2.14.1", "record_sha256": "t"},
-                           {"name": "sgl-kernel", "version": "0.3.0", "record_sha256": "k"}]}
-    assert manifest.diff(a, b) == ["sgl-kernel: only in B",
-                                   "sglang 0.5.23: different RECORD (a different build)",
-                                   "torch: 2.13.0 vs 2.14.1"]
+    a = {
+        "distributions": [
+            {"name": "sglang", "version": "0.5.23", "record_sha256": "x"},
+            {"name": "torch", "version": "2.13.0", "record_sha256": "t"},
+        ]
+    }
+    b = {
+        "distributions": [
+            {"name": "sglang", "version": "0.5.23", "record_sha256": "y"},
+            {"name": "torch", "version": "2.14.1", "record_sha256": "t"},
+            {"name": "sgl-kernel", "version": "0.3.0", "record_sha256": "k"},
+        ]
+    }
+    assert manifest.diff(a, b) == [
+        "sgl-kernel: only in B",
+        "sglang 0.5.23: different RECORD (a different build)",
+        "torch: 2.13.0 vs 2.14.1",
+    ]
     assert manifest.diff(a, a) == []
 
 
 def test_manifest_record_writes_a_dated_file_and_latest(tmp_path):
     from sglang_deploy.report import manifest
 
-    found = {"manifest": [{"name": "sglang", "version": "0.5.23", "record_sha256": "x"}],
-             "missing_distributions": []}
+    found = {
+        "manifest": [{"name": "sglang", "version": "0.5.23", "record_sha256": "x"}],
+        "missing_distributions": [],
+    }
     path = manifest.record("node1", "sandbox", found, directory=tmp_path)
     assert path.parent == tmp_path / "node1"
     assert (tmp_path / "node1" / "latest.json").read_text() == path.read_text()
@@ -316,7 +398,10 @@ def test_startup_hook_up_to_date_is_a_noop_from_one_fact(run):
 
     def digests(paths):
         asked.append(paths)
-        texts = {"/v/lib/site/sglang_deploy_env.py": "MODULE", "/v/lib/site/sglang_deploy_env.pth": "import x\n"}
+        texts = {
+            "/v/lib/site/sglang_deploy_env.py": "MODULE",
+            "/v/lib/site/sglang_deploy_env.pth": "import x\n",
+        }
         return {path: on_node(texts[path], "644")([path])[path] for path in paths}
 
     facts = {InterpreterStartup: HOOK_STARTUP, FileDigests: digests}

@@ -7,16 +7,23 @@ from pyinfra.context import ctx_host
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File
 
-from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.facts.gpu import GpuPersistence
+from sglang_deploy.facts.os_release import OsRelease
+from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.operations.gpu_node import persistence_mode, unit_absent, unit_active
 from sglang_deploy.operations.prerequisites import os_prerequisites
-from sglang_deploy.facts.os_release import OsRelease
 
 DEBIAN = {"ID": "debian", "PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)"}
 PACKAGES = ["python3", "python3-venv", "pciutils", "rsync", "iproute2"]
-H200_ON = [{"index": "0", "name": "NVIDIA H200", "driver_version": "580.159.04",
-            "persistence_mode": "Enabled", "pci.bus_id": "00000000:00:06.0"}]
+H200_ON = [
+    {
+        "index": "0",
+        "name": "NVIDIA H200",
+        "driver_version": "580.159.04",
+        "persistence_mode": "Enabled",
+        "pci.bus_id": "00000000:00:06.0",
+    }
+]
 
 
 class FakeHost:
@@ -44,12 +51,16 @@ def run():
         with ctx_host.use(fake):
             commands = list(op._inner(*args, **kwargs))
         return [c if isinstance(c, FunctionCommand) else str(c) for c in commands], fake
+
     return run
 
 
 def test_unsupported_os_fails_before_reading_packages(run):
-    commands, fake = run(os_prerequisites, {OsRelease: {"ID": "fedora", "PRETTY_NAME": "Fedora Linux 40"},
-                                            DebPackages: None}, PACKAGES)
+    commands, fake = run(
+        os_prerequisites,
+        {OsRelease: {"ID": "fedora", "PRETTY_NAME": "Fedora Linux 40"}, DebPackages: None},
+        PACKAGES,
+    )
     assert len(commands) == 1 and isinstance(commands[0], FunctionCommand)
     assert commands[0].args[0].startswith("unsupported OS: Fedora Linux 40")
     assert fake.noops == []
@@ -78,8 +89,10 @@ def test_persistence_without_a_driver_is_skipped(run):
 def test_persistence_enables_and_starts_the_driver_daemon(run):
     unit = {"LoadState": "loaded", "UnitFileState": "disabled", "ActiveState": "inactive"}
     commands, _ = run(persistence_mode, {GpuPersistence: {"unit": unit, "gpus": H200_ON}})
-    assert commands == ["systemctl enable nvidia-persistenced.service",
-                        "systemctl start nvidia-persistenced.service"]
+    assert commands == [
+        "systemctl enable nvidia-persistenced.service",
+        "systemctl start nvidia-persistenced.service",
+    ]
     unit = {"LoadState": "loaded", "UnitFileState": "enabled", "ActiveState": "active"}
     commands, fake = run(persistence_mode, {GpuPersistence: {"unit": unit, "gpus": H200_ON}})
     assert commands == [] and fake.noops
@@ -87,26 +100,33 @@ def test_persistence_enables_and_starts_the_driver_daemon(run):
 
 def test_persistence_without_the_daemon_uses_nvidia_smi(run):
     off = [dict(H200_ON[0], persistence_mode="Disabled")]
-    commands, fake = run(persistence_mode, {GpuPersistence: {"unit": {"LoadState": "not-found"},
-                                                             "gpus": off}})
+    commands, fake = run(
+        persistence_mode, {GpuPersistence: {"unit": {"LoadState": "not-found"}, "gpus": off}}
+    )
     assert commands == ["nvidia-smi -pm 1"] and "reboot" in fake.logs[0]
-    commands, fake = run(persistence_mode, {GpuPersistence: {"unit": {"LoadState": "not-found"},
-                                                             "gpus": H200_ON}})
+    commands, fake = run(
+        persistence_mode, {GpuPersistence: {"unit": {"LoadState": "not-found"}, "gpus": H200_ON}}
+    )
     assert commands == [] and fake.noops == ["persistence mode: on for every GPU"]
 
 
 def test_acs_unit_enabled_and_run_once(run):
-    commands, _ = run(unit_active, {UnitState: {"UnitFileState": "disabled",
-                                                "ActiveState": "inactive"}}, "x.service")
+    commands, _ = run(
+        unit_active, {UnitState: {"UnitFileState": "disabled", "ActiveState": "inactive"}}, "x.service"
+    )
     assert commands == ["systemctl enable x.service", "systemctl start x.service"]
-    commands, fake = run(unit_active, {UnitState: {"UnitFileState": "enabled",
-                                                   "ActiveState": "active"}}, "x.service")
+    commands, fake = run(
+        unit_active, {UnitState: {"UnitFileState": "enabled", "ActiveState": "active"}}, "x.service"
+    )
     assert commands == [] and fake.noops == ["x.service enabled and active"]
 
 
 def test_acs_unit_removed_when_turned_off(run):
     commands, _ = run(unit_absent, {File: {"mode": 644}}, "x.service")
-    assert commands == ["systemctl disable --now x.service", "rm -f /etc/systemd/system/x.service",
-                        "systemctl daemon-reload"]
+    assert commands == [
+        "systemctl disable --now x.service",
+        "rm -f /etc/systemd/system/x.service",
+        "systemctl daemon-reload",
+    ]
     commands, fake = run(unit_absent, {File: None}, "x.service")
     assert commands == [] and fake.noops == ["x.service not installed"]

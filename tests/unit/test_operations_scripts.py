@@ -1,12 +1,13 @@
 """The on-node scripts operation case by case: one digest fact, uploads of what differs only."""
+
 import hashlib
 
 import pytest
 from pyinfra.api.command import FileUploadCommand
 from pyinfra.context import ctx_host
 
-from sglang_deploy.operations import script_upload as scripts
 from sglang_deploy.facts.serving import FileDigests
+from sglang_deploy.operations import script_upload as scripts
 
 
 class FakeHost:
@@ -76,7 +77,9 @@ def test_a_wrong_mode_is_fixed_without_an_upload(files):
 
 def test_the_fact_parses_mode_digest_and_path():
     fact = FileDigests()
-    assert "sha256sum" in fact.command(["/opt/sd/node/a b.py"]) and "'/opt/sd/node/a b.py'" in fact.command(["/opt/sd/node/a b.py"])
+    assert "sha256sum" in fact.command(["/opt/sd/node/a b.py"]) and "'/opt/sd/node/a b.py'" in fact.command(
+        ["/opt/sd/node/a b.py"]
+    )
     assert fact.process(["755 root abc /opt/sd/node/a b.py"]) == {"/opt/sd/node/a b.py": entry("755", "abc")}
 
 
@@ -88,12 +91,17 @@ def test_no_file_on_the_node_reads_as_an_empty_mapping():
 def test_the_fact_command_runs_in_a_real_shell(tmp_path):
     import os
     import subprocess
+
     present = tmp_path / "with space.py"
     present.write_text("x = 1\n")
     os.chmod(present, 0o640)
     fact = FileDigests()
-    out = subprocess.run(["sh", "-c", fact.command([str(present), str(tmp_path / "missing.py")])],
-                         capture_output=True, text=True, check=True).stdout.splitlines()
+    out = subprocess.run(
+        ["sh", "-c", fact.command([str(present), str(tmp_path / "missing.py")])],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     found = fact.process(out)
     assert list(found) == [str(present)]
     assert found[str(present)]["mode"] == "640"

@@ -39,7 +39,7 @@ def test_no_os_release_is_unsupported():
 def test_fact_parses_quotes_comments_and_empty_output():
     fact = OsRelease()
     assert "/etc/os-release" in fact.command()
-    parsed = fact.process(["# comment", "", *DEBIAN_12.splitlines(), "BROKEN=\"unbalanced"])
+    parsed = fact.process(["# comment", "", *DEBIAN_12.splitlines(), 'BROKEN="unbalanced'])
     assert parsed["ID"] == "debian" and parsed["PRETTY_NAME"] == "Debian GNU/Linux 12 (bookworm)"
     assert parsed["BROKEN"] == "unbalanced"
     assert fact.default() == {}
@@ -48,5 +48,7 @@ def test_fact_parses_quotes_comments_and_empty_output():
 def test_missing_packages_keep_order_and_skip_installed():
     installed = {"python3": ["3.11.2-1+b1"], "rsync": ["3.2.7-1"]}
     assert missing_packages(["python3", "python3-venv", "pciutils", "rsync"], installed) == [
-        "python3-venv", "pciutils"]
+        "python3-venv",
+        "pciutils",
+    ]
     assert missing_packages(["python3", "rsync"], installed) == []

@@ -6,7 +6,19 @@ from types import SimpleNamespace
 from pyinfra.api.state import StateStage
 
 from sglang_deploy.cli import EXIT_DEPLOY_ERROR, EXIT_UNREACHABLE
-from sglang_deploy.report.outcome import DEPLOYED, FAILED, NOT_RUN, UNCHANGED, UNREACHABLE, WOULD_CHANGE, Outcome, OutcomeRecorder, exit_status, host_outcome, report_lines
+from sglang_deploy.report.outcome import (
+    DEPLOYED,
+    FAILED,
+    NOT_RUN,
+    UNCHANGED,
+    UNREACHABLE,
+    WOULD_CHANGE,
+    Outcome,
+    OutcomeRecorder,
+    exit_status,
+    host_outcome,
+    report_lines,
+)
 
 
 def ran(name, **kwargs):
@@ -17,9 +29,12 @@ def test_each_outcome_and_why():
     assert ran("n1", changed_ops=5) == Outcome("n1", DEPLOYED, "5 operations changed")
     assert ran("n1") == Outcome("n1", UNCHANGED)
     assert ran("n1", failed_at="'Preflight'").line() == (
-        "sglang-deploy: n1: failed (at 'Preflight'; its cause is above)")
-    assert ran("n2", unreachable="Could not connect (Connection refused)", prepared_ops=0).line() \
+        "sglang-deploy: n1: failed (at 'Preflight'; its cause is above)"
+    )
+    assert (
+        ran("n2", unreachable="Could not connect (Connection refused)", prepared_ops=0).line()
         == "sglang-deploy: n2: unreachable (Could not connect (Connection refused))"
+    )
     assert ran("n1", prepared_ops=0).state == NOT_RUN
     assert ran("n1", executed=False, changed_ops=1) == Outcome("n1", WOULD_CHANGE, "1 operation")
     assert ran("n1", executed=False).state == UNCHANGED
@@ -38,10 +53,12 @@ def test_exit_status_says_what_happened():
 
 def test_report_ends_with_the_exit_status():
     lines = report_lines([ran("node1", changed_ops=2), ran("node2", unreachable="refused")])
-    assert lines == ["sglang-deploy: node1: deployed (2 operations changed)",
-                     "sglang-deploy: node2: unreachable (refused)",
-                     f"sglang-deploy: exit status {EXIT_UNREACHABLE}: no host failed, but at "
-                     "least one could not be reached"]
+    assert lines == [
+        "sglang-deploy: node1: deployed (2 operations changed)",
+        "sglang-deploy: node2: unreachable (refused)",
+        f"sglang-deploy: exit status {EXIT_UNREACHABLE}: no host failed, but at "
+        "least one could not be reached",
+    ]
 
 
 class Meta:
@@ -65,13 +82,26 @@ class Host:
 
 def fake_state(stage):
     node1, node2 = Host("node1"), Host("node2")
-    ops = {node1: {"a": SimpleNamespace(operation_meta=Meta(True)),
-                   "b": SimpleNamespace(operation_meta=Meta(False))}}
-    return SimpleNamespace(
-        inventory=[node1, node2], is_host_in_limit=lambda host: True, current_stage=stage,
-        failed_hosts={node2}, activated_hosts={node1}, ops=ops,
-        meta={node1: SimpleNamespace(ops_change=1)},
-        op_meta={"a": SimpleNamespace(names={"Serving"})}), node1, node2
+    ops = {
+        node1: {
+            "a": SimpleNamespace(operation_meta=Meta(True)),
+            "b": SimpleNamespace(operation_meta=Meta(False)),
+        }
+    }
+    return (
+        SimpleNamespace(
+            inventory=[node1, node2],
+            is_host_in_limit=lambda host: True,
+            current_stage=stage,
+            failed_hosts={node2},
+            activated_hosts={node1},
+            ops=ops,
+            meta={node1: SimpleNamespace(ops_change=1)},
+            op_meta={"a": SimpleNamespace(names={"Serving"})},
+        ),
+        node1,
+        node2,
+    )
 
 
 def test_recorder_reads_a_run_with_one_host_unreachable():
@@ -84,7 +114,8 @@ def test_recorder_reads_a_run_with_one_host_unreachable():
     logger.error("[node2] a later error")
     assert recorder.outcomes(state) == [
         Outcome("node1", DEPLOYED, "1 operation changed"),
-        Outcome("node2", UNREACHABLE, "Could not connect (Connection refused)")]
+        Outcome("node2", UNREACHABLE, "Could not connect (Connection refused)"),
+    ]
 
 
 def test_recorder_names_the_failed_operation_after_its_last_retry():
@@ -95,8 +126,7 @@ def test_recorder_names_the_failed_operation_after_its_last_retry():
     recorder.operation_host_error(state, node1, "a", retry_count=0, max_retries=1)
     assert recorder.failed_at == {}
     recorder.operation_host_error(state, node1, "a", retry_count=1, max_retries=1)
-    assert recorder.outcomes(state)[0] == Outcome("node1", FAILED,
-                                                  "at 'Serving'; its cause is above")
+    assert recorder.outcomes(state)[0] == Outcome("node1", FAILED, "at 'Serving'; its cause is above")
 
 
 def test_a_dry_run_says_what_would_change():
@@ -114,8 +144,9 @@ def test_a_run_stopped_by_an_internal_error_is_a_failure_not_unchanged():
     state.ops[node1] = {"a": SimpleNamespace(operation_meta=Meta(False, complete=False))}
     state.failed_hosts, state.activated_hosts = set(), {node1, node2}
     found = OutcomeRecorder().outcomes(state)
-    assert found[0] == Outcome("node1", FAILED,
-                               "the run stopped before 'Serving' completed; its cause is above")
+    assert found[0] == Outcome(
+        "node1", FAILED, "the run stopped before 'Serving' completed; its cause is above"
+    )
     assert exit_status(found) == EXIT_DEPLOY_ERROR
 
 
@@ -129,6 +160,7 @@ def test_a_run_that_stopped_on_an_exception_in_the_deploy_file_ran_nothing_anywh
     logger.addHandler(recorder.aborted)
     logger.warning("--> \x1b[31;1mAn exception occurred in: deploy.py\x1b[0m:\n")
     found = recorder.outcomes(state)
-    assert found[0] == Outcome("node1", NOT_RUN, "nothing ran: the run stopped: An exception "
-                                                 "occurred in: deploy.py; see above")
+    assert found[0] == Outcome(
+        "node1", NOT_RUN, "nothing ran: the run stopped: An exception occurred in: deploy.py; see above"
+    )
     assert exit_status(found) == EXIT_DEPLOY_ERROR

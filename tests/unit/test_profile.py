@@ -11,14 +11,39 @@ from sglang_deploy.profile.schema import PROFILES_DIR, Profile, load_profile, sc
 
 BAD = Path(__file__).resolve().parent / "bad_profiles"
 EXPECTED = yaml.safe_load((BAD / "expected.yml").read_text())
-BASELINE_ENV = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
-                "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
-BASELINE_ARGV = ["--model-path", "/models/Kimi-K2.5-INT4", "--served-model-name", "kimi-k2.5",
-                 "--host", "0.0.0.0", "--port", "30000",
-                 "--tp-size", "8", "--trust-remote-code", "--mem-fraction-static", "0.85",
-                 "--context-length", "131072", "--cuda-graph-max-bs-decode", "32", "--enable-metrics"]
-MINIMAL = {"description": "d", "engine": {"packages": ["sglang==0.5.23"]},
-           "model": {"path": "/models/m", "served_name": "m"}}
+BASELINE_ENV = {
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_MAX_NCHANNELS": "16",
+    "NCCL_BUFFSIZE": "16777216",
+    "NCCL_NTHREADS": "512",
+}
+BASELINE_ARGV = [
+    "--model-path",
+    "/models/Kimi-K2.5-INT4",
+    "--served-model-name",
+    "kimi-k2.5",
+    "--host",
+    "0.0.0.0",
+    "--port",
+    "30000",
+    "--tp-size",
+    "8",
+    "--trust-remote-code",
+    "--mem-fraction-static",
+    "0.85",
+    "--context-length",
+    "131072",
+    "--cuda-graph-max-bs-decode",
+    "32",
+    "--enable-metrics",
+]
+MINIMAL = {
+    "description": "d",
+    "engine": {"packages": ["sglang==0.5.23"]},
+    "model": {"path": "/models/m", "served_name": "m"},
+}
 
 
 def write(directory: Path, name: str, text: str) -> Path:
@@ -28,6 +53,7 @@ def write(directory: Path, name: str, text: str) -> Path:
 
 
 # -- Shipped profiles ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["baseline", "eagle3-2step", "eagle3-3step", "sandbox"])
 def test_shipped_profiles_load(name):
@@ -62,28 +88,49 @@ def test_argv_baseline():
 
 def test_argv_eagle3_2step():
     assert load_profile("eagle3-2step").argv() == BASELINE_ARGV + [
-        "--speculative-algorithm", "EAGLE3",
-        "--speculative-draft-model-path", "/models/Kimi-K2.5-EAGLE3",
-        "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", "3"]
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        "/models/Kimi-K2.5-EAGLE3",
+        "--speculative-num-steps",
+        "2",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "3",
+    ]
 
 
 def test_argv_value_kinds():
-    profile = Profile.model_validate({**MINIMAL, "server_args": {
-        "on": True, "off": False, "unset": None, "many": [1, "b", 0.5], "text": "a b", "f": 0.85}})
+    profile = Profile.model_validate(
+        {
+            **MINIMAL,
+            "server_args": {
+                "on": True,
+                "off": False,
+                "unset": None,
+                "many": [1, "b", 0.5],
+                "text": "a b",
+                "f": 0.85,
+            },
+        }
+    )
     assert profile.argv()[8:] == ["--on", "--many", "1", "b", "0.5", "--text", "a b", "--f", "0.85"]
 
 
-@pytest.mark.parametrize("server_args, sizes", [
-    ({}, (1, 1, 1, 1)),
-    ({"tp-size": 8}, (8, 1, 1, 8)),
-    ({"tensor-parallel-size": 4}, (4, 1, 1, 4)),
-    ({"tp-size": "2", "tensor-parallel-size": 4}, (2, 1, 1, 2)),  # quoted in YAML; first wins
-    ({"tp-size": None, "tensor-parallel-size": 4}, (4, 1, 1, 4)),
-    ({"tp-size": 4, "pp-size": 2}, (4, 2, 1, 8)),
-    ({"tensor-parallel-size": 8, "pipeline-parallel-size": 2, "nnodes": 2}, (8, 2, 2, 8)),
-    ({"tp-size": 8, "nnodes": 4}, (8, 1, 4, 2)),
-])
+@pytest.mark.parametrize(
+    "server_args, sizes",
+    [
+        ({}, (1, 1, 1, 1)),
+        ({"tp-size": 8}, (8, 1, 1, 8)),
+        ({"tensor-parallel-size": 4}, (4, 1, 1, 4)),
+        ({"tp-size": "2", "tensor-parallel-size": 4}, (2, 1, 1, 2)),  # quoted in YAML; first wins
+        ({"tp-size": None, "tensor-parallel-size": 4}, (4, 1, 1, 4)),
+        ({"tp-size": 4, "pp-size": 2}, (4, 2, 1, 8)),
+        ({"tensor-parallel-size": 8, "pipeline-parallel-size": 2, "nnodes": 2}, (8, 2, 2, 8)),
+        ({"tp-size": 8, "nnodes": 4}, (8, 1, 4, 2)),
+    ],
+)
 def test_parallel_sizes_understand_aliases(server_args, sizes):
     profile = Profile.model_validate({**MINIMAL, "server_args": server_args})
     assert (profile.tp_size, profile.pp_size, profile.nnodes, profile.gpus_per_node) == sizes
@@ -100,12 +147,20 @@ def test_sandbox_replaces_lists_and_keeps_inherited_keys():
     assert profile.engine.find_links == ["build/wheels"]
     assert profile.engine.venv == "/opt/sglang/venv"
     assert profile.server_args["tp-size"] == 2 and profile.server_args["enable-metrics"] is True
-    assert profile.env == {**BASELINE_ENV, "SGLANG_STANDIN_LOAD_SECONDS": "3",
-                           "SGLANG_STANDIN_WARMUP_SECONDS": "1",
-                           "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
+    assert profile.env == {
+        **BASELINE_ENV,
+        "SGLANG_STANDIN_LOAD_SECONDS": "3",
+        "SGLANG_STANDIN_WARMUP_SECONDS": "1",
+        "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,ENV",
+    }
     assert profile.engine.drift_check == ["sglang"]
     assert load_profile("eagle3-3step").engine.drift_check == [
-        "sglang", "sgl-kernel", "flashinfer-python", "torch"]
+        "sglang",
+        "sgl-kernel",
+        "flashinfer-python",
+        "torch",
+    ]
     assert profile.readiness.timeout_s == 120 and profile.readiness.poll_interval_s == 0.25
 
 
@@ -123,10 +178,17 @@ def test_defaults_live_in_the_model():
 
 # -- Overrides (host data) -------------------------------------------------------------------
 
+
 def test_overrides_deep_merge():
-    profile = load_profile("sandbox", overrides={
-        "service": {"port": 30001}, "env": {"EXTRA": 7}, "server_args": {"tp-size": 1},
-        "engine": {"packages": ["sglang==0.5.24"]}})
+    profile = load_profile(
+        "sandbox",
+        overrides={
+            "service": {"port": 30001},
+            "env": {"EXTRA": 7},
+            "server_args": {"tp-size": 1},
+            "engine": {"packages": ["sglang==0.5.24"]},
+        },
+    )
     assert profile.service.port == 30001
     assert (profile.service.name, profile.service.host) == ("sglang", "0.0.0.0")
     assert profile.env == {**load_profile("sandbox").env, "EXTRA": "7"}
@@ -139,8 +201,9 @@ def test_overrides_deep_merge():
 def test_override_errors_name_host_data(in_repo):
     with pytest.raises(ProfileError) as err:
         load_profile("sandbox", overrides={"service": {"port": 0}})
-    assert str(err.value) == ("profile_overrides: service.port: "
-                              "Input should be greater than or equal to 1 (got 0)")
+    assert str(err.value) == (
+        "profile_overrides: service.port: Input should be greater than or equal to 1 (got 0)"
+    )
 
 
 def test_overrides_must_be_a_mapping():
@@ -150,6 +213,7 @@ def test_overrides_must_be_a_mapping():
 
 
 # -- Resolving names and paths ---------------------------------------------------------------
+
 
 def test_extends_looks_next_to_the_file_first(tmp_path):
     write(tmp_path, "baseline.yml", yaml.safe_dump({**MINIMAL, "description": "local"}))
@@ -184,7 +248,10 @@ def test_errors_in_a_parent_name_the_parent(in_repo):
     with pytest.raises(ProfileError) as err:
         load_profile("tests/unit/bad_profiles/inherits-bad-port.yml")
     assert (err.value.file, err.value.key, err.value.line) == (
-        "tests/unit/bad_profiles/bad-parent.yml", "service.port", 9)
+        "tests/unit/bad_profiles/bad-parent.yml",
+        "service.port",
+        9,
+    )
 
 
 def test_a_child_value_hides_the_parents_location(tmp_path, in_repo):
@@ -196,6 +263,7 @@ def test_a_child_value_hides_the_parents_location(tmp_path, in_repo):
 
 
 # -- The corpus of bad profiles --------------------------------------------------------------
+
 
 def test_corpus_is_complete():
     assert len(EXPECTED) >= 12
@@ -209,35 +277,48 @@ def test_bad_profile(name, in_repo):
     assert str(err.value) == EXPECTED[name]
 
 
-@pytest.mark.parametrize("server_args, message", [
-    ({"tp_size": 8}, "'tp_size' is not a flag name (lower-case letters, digits and dashes, "
-                     "e.g. 'tp-size')"),
-    ({"model-path": "/x"}, "comes from model.path; remove it from server_args"),
-    ({"served-model-name": "x"}, "comes from model.served_name; remove it from server_args"),
-    ({"host": "::"}, "comes from service.host; remove it from server_args"),
-    ({"x": []}, "must be a string, a number, true/false/null or a non-empty list"),
-    ({"x": {"a": 1}}, "must be a string, a number, true/false/null or a non-empty list"),
-])
+@pytest.mark.parametrize(
+    "server_args, message",
+    [
+        (
+            {"tp_size": 8},
+            "'tp_size' is not a flag name (lower-case letters, digits and dashes, e.g. 'tp-size')",
+        ),
+        ({"model-path": "/x"}, "comes from model.path; remove it from server_args"),
+        ({"served-model-name": "x"}, "comes from model.served_name; remove it from server_args"),
+        ({"host": "::"}, "comes from service.host; remove it from server_args"),
+        ({"x": []}, "must be a string, a number, true/false/null or a non-empty list"),
+        ({"x": {"a": 1}}, "must be a string, a number, true/false/null or a non-empty list"),
+    ],
+)
 def test_bad_server_args(server_args, message):
     with pytest.raises(ProfileError, match="^profile_overrides: server_args") as err:
         load_profile("baseline", overrides={"server_args": server_args})
     assert message in str(err.value)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"service": {"name": "sglang@x"}}, "service.name: 'sglang@x' is not a systemd unit name"),
-    ({"service": {"user": "bad user"}}, "service.user: 'bad user' is not a user name or UID"),
-    ({"engine": {"venv": "relative/venv"}}, "engine.venv: 'relative/venv' is not an absolute path"),
-    ({"engine": {"venv": "/opt/sglang venv"}}, "engine.venv: '/opt/sglang venv' is not an absolute"),
-    ({"engine": {"packages": []}}, "engine.packages: List should have at least 1 item"),
-    ({"engine": {"packages": ["sglang==0.5.*"]}}, "is not an exact pin"),
-    ({"model": {"path": "moonshotai/Kimi-K2"}}, "model.path: 'moonshotai/Kimi-K2' is not an absolute path"),
-    ({"description": "two\nlines"}, "description: must be one line"),
-    ({"description": "ends in \\"}, "description: must not end with a backslash"),
-    ({"secrets": {"T": {"from_env": "T", "requird": True}}},
-     "secrets.T.requird: unknown key (did you mean 'required'?)"),
-    ({"readiness": {"poll_interval_s": 0}}, "readiness.poll_interval_s: Input should be greater than 0"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"service": {"name": "sglang@x"}}, "service.name: 'sglang@x' is not a systemd unit name"),
+        ({"service": {"user": "bad user"}}, "service.user: 'bad user' is not a user name or UID"),
+        ({"engine": {"venv": "relative/venv"}}, "engine.venv: 'relative/venv' is not an absolute path"),
+        ({"engine": {"venv": "/opt/sglang venv"}}, "engine.venv: '/opt/sglang venv' is not an absolute"),
+        ({"engine": {"packages": []}}, "engine.packages: List should have at least 1 item"),
+        ({"engine": {"packages": ["sglang==0.5.*"]}}, "is not an exact pin"),
+        (
+            {"model": {"path": "moonshotai/Kimi-K2"}},
+            "model.path: 'moonshotai/Kimi-K2' is not an absolute path",
+        ),
+        ({"description": "two\nlines"}, "description: must be one line"),
+        ({"description": "ends in \\"}, "description: must not end with a backslash"),
+        (
+            {"secrets": {"T": {"from_env": "T", "requird": True}}},
+            "secrets.T.requird: unknown key (did you mean 'required'?)",
+        ),
+        ({"readiness": {"poll_interval_s": 0}}, "readiness.poll_interval_s: Input should be greater than 0"),
+    ],
+)
 def test_bad_values(overrides, message):
     with pytest.raises(ProfileError) as err:
         load_profile("baseline", overrides=overrides)
@@ -245,8 +326,12 @@ def test_bad_values(overrides, message):
 
 
 def test_pins_allow_extras_and_local_versions():
-    profile = load_profile("baseline", overrides={"engine": {"packages": [
-        "sglang[all]==0.5.23", "sgl-kernel==0.3.16.post3", "torch==2.8.0+cu128"]}})
+    profile = load_profile(
+        "baseline",
+        overrides={
+            "engine": {"packages": ["sglang[all]==0.5.23", "sgl-kernel==0.3.16.post3", "torch==2.8.0+cu128"]}
+        },
+    )
     assert profile.engine.packages[0] == "sglang[all]==0.5.23"
 
 
@@ -257,16 +342,27 @@ def test_env_numbers_become_strings():
 
 # -- Secrets ---------------------------------------------------------------------------------
 
+
 def secret_profile():
-    return Profile.model_validate({**MINIMAL, "env": {"A": "1"}, "secrets": {
-        "HF_TOKEN": {"from_env": "OPERATOR_HF"},
-        "API_KEY": {"from_env": "OPERATOR_KEY", "required": True}}})
+    return Profile.model_validate(
+        {
+            **MINIMAL,
+            "env": {"A": "1"},
+            "secrets": {
+                "HF_TOKEN": {"from_env": "OPERATOR_HF"},
+                "API_KEY": {"from_env": "OPERATOR_KEY", "required": True},
+            },
+        }
+    )
 
 
 def test_secrets_resolve_from_the_operator_environment():
     profile = secret_profile()
     assert profile.env_file_vars({"OPERATOR_HF": "hf_x", "OPERATOR_KEY": "k"}) == {
-        "A": "1", "HF_TOKEN": "hf_x", "API_KEY": "k"}
+        "A": "1",
+        "HF_TOKEN": "hf_x",
+        "API_KEY": "k",
+    }
     assert profile.env_file_vars({"OPERATOR_KEY": "k"}) == {"A": "1", "API_KEY": "k"}
 
 
@@ -289,6 +385,7 @@ def test_secrets_never_reach_env_or_the_hook(monkeypatch):
 
 
 # -- Schema ----------------------------------------------------------------------------------
+
 
 def test_schema_json_describes_the_file_format():
     schema = json.loads(schema_json())

@@ -45,10 +45,10 @@ BUILD_TIMEOUT_S = 1200
 
 # -- The real SGLang, in its own venv --------------------------------------------------------
 
+
 def venv_dir() -> Path:
     configured = os.environ.get("SGLANG_REAL_VENV")
-    return Path(configured) if configured else (
-        Path.home() / ".cache" / "sglang-deploy" / "real-sglang-venv")
+    return Path(configured) if configured else (Path.home() / ".cache" / "sglang-deploy" / "real-sglang-venv")
 
 
 def marker_name() -> str:
@@ -62,8 +62,10 @@ def base_python() -> str:
         return sys.executable
     found = shutil.which("python3.11")
     if not found:
-        pytest.fail("the real-SGLang venv needs Python 3.11 (sglang 0.5.23 and torch 2.13.0 "
-                    "wheels are cp311); none found")
+        pytest.fail(
+            "the real-SGLang venv needs Python 3.11 (sglang 0.5.23 and torch 2.13.0 "
+            "wheels are cp311); none found"
+        )
     return found
 
 
@@ -75,15 +77,27 @@ def build_venv(venv: Path) -> None:
         subprocess.run([base_python(), "-m", "venv", str(venv)], **run)
         # --no-deps: SGLang's declared dependencies pull CUDA builds; the requirements file is
         # the complete, pinned set its import chain needs.
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                        "--disable-pip-version-check", "--no-deps", "-r", str(REQUIREMENTS)],
-                       **run)
-        subprocess.run([str(venv / "bin" / "python"), "-c",
-                        "from sglang.srt.server_args import prepare_server_args"],
-                       **run, cwd="/")
+        subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "-r",
+                str(REQUIREMENTS),
+            ],
+            **run,
+        )
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "from sglang.srt.server_args import prepare_server_args"],
+            **run,
+            cwd="/",
+        )
     except subprocess.CalledProcessError as exc:
-        pytest.fail(f"building the real-SGLang venv at {venv} failed: {exc.cmd}\n"
-                    f"{exc.stdout}\n{exc.stderr}")
+        pytest.fail(f"building the real-SGLang venv at {venv} failed: {exc.cmd}\n{exc.stdout}\n{exc.stderr}")
 
 
 @pytest.fixture(scope="session")
@@ -101,8 +115,7 @@ def real_python() -> str:
 
 
 def clean_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTHON", "SGLANG", "VIRTUAL_ENV"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "SGLANG", "VIRTUAL_ENV"))}
     return {**env, **extra}
 
 
@@ -142,8 +155,14 @@ json.dump({"module": module.__file__, "version": version, "results": results},
 def ask(python: str, cases: list, tmp: Path, env: dict) -> dict:
     request, answer = tmp / "cases.json", tmp / "answer.json"
     request.write_text(json.dumps(cases))
-    result = subprocess.run([python, "-c", PROBE, str(request), str(answer)], env=env, cwd=tmp,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [python, "-c", PROBE, str(request), str(answer)],
+        env=env,
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(answer.read_text())
 
@@ -151,8 +170,12 @@ def ask(python: str, cases: list, tmp: Path, env: dict) -> dict:
 def expected_fields(name: str) -> dict:
     """The ServerArgs fields a profile's argv sets, with the values the profile means."""
     profile = load_profile(name)
-    fields = {"model_path": profile.model.path, "served_model_name": profile.model.served_name,
-              "host": profile.service.host, "port": profile.service.port}
+    fields = {
+        "model_path": profile.model.path,
+        "served_model_name": profile.model.served_name,
+        "host": profile.service.host,
+        "port": profile.service.port,
+    }
     for flag, value in profile.server_args.items():
         if value is not None and value is not False:
             fields[flag.replace("-", "_")] = value
@@ -165,22 +188,35 @@ def typo(argv: list) -> list:
 
 # Argv lists both parsers must judge alike: every shipped profile, a typo, the aliases the
 # profiles may use, a flag 0.5.23 no longer has, values of the wrong type.
-BASE = ["--model-path", "/models/m", "--served-model-name", "m", "--host", "0.0.0.0",
-        "--port", "30000"]
+BASE = ["--model-path", "/models/m", "--served-model-name", "m", "--host", "0.0.0.0", "--port", "30000"]
 PARITY = {
     **{f"profile-{name}": lambda name=name: load_profile(name).argv() for name in SHIPPED},
     "typo-tp-sizee": lambda: typo(load_profile("baseline").argv()),
-    "aliases": lambda: ["--model", "/models/m", "--tensor-parallel-size", "2",
-                        "--speculative-draft-model", "/models/d", "--speculative-algorithm",
-                        "EAGLE3", "--nccl-init-addr", "10.0.0.1:5000", "--nnodes", "2",
-                        "--node-rank", "1", "--watchdog-timeout", "600"],
+    "aliases": lambda: [
+        "--model",
+        "/models/m",
+        "--tensor-parallel-size",
+        "2",
+        "--speculative-draft-model",
+        "/models/d",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--nccl-init-addr",
+        "10.0.0.1:5000",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--watchdog-timeout",
+        "600",
+    ],
     # 0.5.23 split it into --cuda-graph-max-bs-decode and -prefill: an ambiguous prefix now
     "old-cuda-graph-max-bs": lambda: BASE + ["--cuda-graph-max-bs", "32"],
     "cuda-graph-max-bs-decode": lambda: BASE + ["--cuda-graph-max-bs-decode", "32"],
     "context-length-suffix": lambda: BASE + ["--context-length", "128k"],
     # a follower's argv without --dist-init-addr parses (0.5.23 never asks for it)
-    "multinode-without-dist-init-addr": lambda: BASE + ["--nnodes", "2", "--node-rank", "1",
-                                                        "--tp-size", "2"],
+    "multinode-without-dist-init-addr": lambda: BASE
+    + ["--nnodes", "2", "--node-rank", "1", "--tp-size", "2"],
     "dist-timeout": lambda: BASE + ["--dist-timeout", "30"],
     "bad-int": lambda: BASE + ["--tp-size", "eight"],
     "bad-float": lambda: BASE + ["--mem-fraction-static", "most"],
@@ -202,29 +238,29 @@ def parity_case(case: str) -> dict:
 @pytest.fixture(scope="module")
 def real_answers(real_python, tmp_path_factory):
     """The real parser's verdict on every shipped profile's argv and every parity case."""
-    cases = [{"argv": load_profile(name).argv(), "fields": list(expected_fields(name))}
-             for name in SHIPPED]
+    cases = [{"argv": load_profile(name).argv(), "fields": list(expected_fields(name))} for name in SHIPPED]
     cases += [parity_case(case) for case in PARITY]
     answer = ask(real_python, cases, tmp_path_factory.mktemp("real"), clean_env())
     assert answer["version"] == SGLANG_VERSION
     assert Path(answer["module"]).resolve().is_relative_to(venv_dir().resolve())
     results = answer["results"]
     n = len(SHIPPED)
-    return {"profile": dict(zip(SHIPPED, results[:n])),
-            "parity": dict(zip(PARITY, results[n:]))}
+    return {"profile": dict(zip(SHIPPED, results[:n])), "parity": dict(zip(PARITY, results[n:]))}
 
 
 @pytest.fixture(scope="module")
 def standin_answers(tmp_path_factory):
     assert (STANDIN / "sglang" / "srt" / "server_args.py").is_file(), "engine-standin/ missing"
     cases = [parity_case(case) for case in PARITY]
-    answer = ask(sys.executable, cases, tmp_path_factory.mktemp("standin"),
-                 clean_env(PYTHONPATH=str(STANDIN)))
+    answer = ask(
+        sys.executable, cases, tmp_path_factory.mktemp("standin"), clean_env(PYTHONPATH=str(STANDIN))
+    )
     assert Path(answer["module"]).is_relative_to(STANDIN)
     return dict(zip(PARITY, answer["results"]))
 
 
 # -- The shipped profiles, by SGLang's own parser --------------------------------------------
+
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_real_sglang_accepts_profile_argv(real_answers, name):
@@ -239,23 +275,31 @@ def test_real_sglang_rejects_a_misspelled_flag(real_python, tmp_path):
     """The command the unit runs, with `--tp-sizee 8`: SGLang exits 2 before doing anything
     else."""
     argv = typo(load_profile("baseline").argv())
-    result = subprocess.run([real_python, "-m", "sglang.launch_server", *argv], env=clean_env(),
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [real_python, "-m", "sglang.launch_server", *argv],
+        env=clean_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 2, result.stderr[-2000:]
-    assert result.stderr.splitlines()[-1] == (
-        "sglang serve: error: unrecognized arguments: --tp-sizee 8")
+    assert result.stderr.splitlines()[-1] == ("sglang serve: error: unrecognized arguments: --tp-sizee 8")
 
 
 def test_real_sglang_has_no_cuda_graph_max_bs_any_more(real_answers):
     """0.5.23 split it into -decode and -prefill; the old spelling stops SGLang at start."""
     old = real_answers["parity"]["old-cuda-graph-max-bs"]
     assert old["exit"] == 2
-    assert old["error"] == ("sglang serve: error: ambiguous option: --cuda-graph-max-bs could "
-                            "match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill")
+    assert old["error"] == (
+        "sglang serve: error: ambiguous option: --cuda-graph-max-bs could "
+        "match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"
+    )
     assert real_answers["parity"]["cuda-graph-max-bs-decode"]["exit"] == 0
 
 
 # -- The stand-in judges argv like SGLang ----------------------------------------------------
+
 
 @pytest.mark.parametrize("case", list(PARITY))
 def test_standin_parser_agrees_with_real_sglang(real_answers, standin_answers, case):
@@ -267,7 +311,8 @@ def test_standin_parser_agrees_with_real_sglang(real_answers, standin_answers, c
 def test_standin_rejects_a_misspelled_flag(standin_answers):
     assert standin_answers["typo-tp-sizee"]["exit"] == 2
     assert standin_answers["typo-tp-sizee"]["error"] == (
-        "sglang serve: error: unrecognized arguments: --tp-sizee 8")
+        "sglang serve: error: unrecognized arguments: --tp-sizee 8"
+    )
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -277,31 +322,51 @@ def test_standin_accepts_profile_argv(standin_answers, name):
 
 # -- The option list the lint checks flag names against --------------------------------------
 
+
 def test_committed_option_list_is_the_real_parsers(real_python, tmp_path):
     """After an engine upgrade: `make engine-options` writes the new version's list."""
-    result = subprocess.run([real_python, str(engine_flags.FLAGS_SCRIPT)], env=clean_env(),
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [real_python, str(engine_flags.FLAGS_SCRIPT)],
+        env=clean_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == engine_flags.options_file(SGLANG_VERSION).read_text()
 
 
 def test_real_sglang_runs_an_abbreviated_flag_as_the_full_one(real_python, tmp_path):
     """Why the exact check exists: SGLang itself accepts `--speculative-num-step 2`."""
-    answer = ask(real_python, [{"argv": BASE + ["--speculative-num-step", "2"],
-                                "fields": ["speculative_num_steps"]}], tmp_path, clean_env())
-    assert answer["results"][0] == {"exit": 0, "error": "",
-                                    "fields": {"speculative_num_steps": 2}}
+    answer = ask(
+        real_python,
+        [{"argv": BASE + ["--speculative-num-step", "2"], "fields": ["speculative_num_steps"]}],
+        tmp_path,
+        clean_env(),
+    )
+    assert answer["results"][0] == {"exit": 0, "error": "", "fields": {"speculative_num_steps": 2}}
 
 
 def test_preflight_refuses_the_abbreviation_with_the_real_parser(real_python, tmp_path):
     """preflight.py's argv check, run by the real engine's interpreter as on a node."""
     node_dir = engine_flags.FLAGS_SCRIPT.parent
-    code = ("import json, sys; sys.path.insert(0, %r); import preflight; "
-            "print(json.dumps(preflight.check_argv(json.loads(sys.argv[1]))))" % str(node_dir))
+    code = (
+        "import json, sys; sys.path.insert(0, %r); import preflight; "
+        "print(json.dumps(preflight.check_argv(json.loads(sys.argv[1]))))" % str(node_dir)
+    )
     argv = BASE + ["--speculative-num-step", "2"]
-    result = subprocess.run([real_python, "-c", code, json.dumps(argv)], env=clean_env(),
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [real_python, "-c", code, json.dumps(argv)],
+        env=clean_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1]) == [
-        "failed", "--speculative-num-step is not a flag of the engine (argparse would take it "
-        "as an abbreviation of --speculative-num-steps): did you mean --speculative-num-steps?"]
+        "failed",
+        "--speculative-num-step is not a flag of the engine (argparse would take it "
+        "as an abbreviation of --speculative-num-steps): did you mean --speculative-num-steps?",
+    ]

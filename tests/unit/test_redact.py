@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.verify import checks, summary
 from sglang_deploy.profile.schema import load_profile
+from sglang_deploy.verify import checks, summary
 from sglang_deploy.verify.redact import MASK, Redactor
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -28,15 +28,18 @@ def test_known_values_are_masked_as_printed_plain_repr_and_json():
     assert redact.text(f"x {SECRET} y") == f"x {MASK} y"
 
 
-@pytest.mark.parametrize("shown", [
-    'HF_TOKEN="{v}"',                                   # env file line
-    "HF_TOKEN={v}",                                     # environ entry, shell line
-    "['PATH=/bin', 'HF_TOKEN={v}']",                    # a list of env file lines
-    "b'PATH=/bin\\x00HF_TOKEN={v}\\x00LANG=C'",          # raw /proc/<pid>/environ
-    "_stdout=b'A=\"1\"\\nHF_TOKEN=\"{v}\"\\n'",         # testinfra's debug log of a cat
-    "{{'HF_TOKEN': '{v}', 'A': '1'}}",                  # a dict's repr
-    '{{"HF_TOKEN": "{v}"}}',                            # JSON
-])
+@pytest.mark.parametrize(
+    "shown",
+    [
+        'HF_TOKEN="{v}"',  # env file line
+        "HF_TOKEN={v}",  # environ entry, shell line
+        "['PATH=/bin', 'HF_TOKEN={v}']",  # a list of env file lines
+        "b'PATH=/bin\\x00HF_TOKEN={v}\\x00LANG=C'",  # raw /proc/<pid>/environ
+        '_stdout=b\'A="1"\\nHF_TOKEN="{v}"\\n\'',  # testinfra's debug log of a cat
+        "{{'HF_TOKEN': '{v}', 'A': '1'}}",  # a dict's repr
+        '{{"HF_TOKEN": "{v}"}}',  # JSON
+    ],
+)
 def test_unknown_values_are_masked_by_the_secret_name(shown):
     """A node can hold a value the operator running verify never exported."""
     text = Redactor(names=["HF_TOKEN"]).text(shown.format(v=SECRET))
@@ -47,7 +50,10 @@ def test_unknown_values_are_masked_by_the_secret_name(shown):
 def test_mapping_masks_by_name_and_value():
     redact = Redactor(names=["HF_TOKEN"], values=[SECRET])
     assert redact.mapping({"HF_TOKEN": "other", "A": f"x{SECRET}", "B": "1"}) == {
-        "HF_TOKEN": MASK, "A": f"x{MASK}", "B": "1"}
+        "HF_TOKEN": MASK,
+        "A": f"x{MASK}",
+        "B": "1",
+    }
 
 
 def test_profile_secrets_and_operator_values():
@@ -58,7 +64,7 @@ def test_profile_secrets_and_operator_values():
 
 # -- The report plugin, on real pytest runs -----------------------------------------------------
 
-FAILING_TESTS = '''
+FAILING_TESTS = """
 import logging, os
 from dataclasses import dataclass
 import pytest
@@ -109,9 +115,9 @@ def broken():
 
 def test_setup_error(broken):
     pass
-'''
+"""
 
-CONFTEST = '''
+CONFTEST = """
 from sglang_deploy.verify.redact import Redactor
 from sglang_deploy.verify.pytest_redaction import ReportRedaction
 
@@ -121,16 +127,25 @@ def pytest_configure(config):
 
 def pytest_addoption(parser):
     parser.addoption("--no-redact", dest="redact", action="store_false")
-'''
+"""
 
-VERBOSITIES = [["-q"], ["-v"], ["-vv"], ["-l", "--tb=long"], ["-vv", "-l", "--tb=long", "-rA"],
-               ["-q", "-rA", "--tb=short"], ["--tb=line"], ["--tb=native", "-l"]]
+VERBOSITIES = [
+    ["-q"],
+    ["-v"],
+    ["-vv"],
+    ["-l", "--tb=long"],
+    ["-vv", "-l", "--tb=long", "-rA"],
+    ["-q", "-rA", "--tb=short"],
+    ["--tb=line"],
+    ["--tb=native", "-l"],
+]
 
 
 def shown_parts(output, secret=SECRET, size=6):
     """Every piece of ``secret`` (``size`` characters or more) that ``output`` shows."""
-    return sorted({secret[i:i + size] for i in range(len(secret) - size + 1)
-                   if secret[i:i + size] in output})
+    return sorted(
+        {secret[i : i + size] for i in range(len(secret) - size + 1) if secret[i : i + size] in output}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -141,9 +156,16 @@ def failing_suite(tmp_path_factory):
 
     def run(*args):
         env = {**os.environ, "TOKEN_UNDER_TEST": SECRET, "PYTHONPATH": str(REPO_ROOT)}
-        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-                              cwd=directory, env=env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+            cwd=directory,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         return done.returncode, done.stdout + done.stderr
+
     return run
 
 
@@ -169,6 +191,7 @@ def test_short_summary_keeps_the_failure_line(failing_suite):
 
 # -- Checks and the summary ---------------------------------------------------------------------
 
+
 @dataclass
 class Result:
     rc: int
@@ -190,22 +213,43 @@ def test_a_check_detail_never_carries_a_secret(monkeypatch):
     """The gate's cause text (journal lines) is node output: a server that logs the token."""
     monkeypatch.setenv("HF_TOKEN", SECRET)
     from sglang_deploy.plan.host_plan import plan_for
-    plan = plan_for({"profile": "baseline", "sglang_deploy_dir": "/opt/d", "env_dir": "/etc/s",
-                     "unit_dir": "/etc/systemd/system", "state_dir": "/var/lib/d",
-                     "deploy_lock_wait_s": 1, "rollback": True, "repair": False})
-    report = {"status": 3, "status_name": "FAILED", "cause_text": f"Traceback: bad token {SECRET}; "
-              f"env HF_TOKEN=hf_value_never_exported"}
+
+    plan = plan_for(
+        {
+            "profile": "baseline",
+            "sglang_deploy_dir": "/opt/d",
+            "env_dir": "/etc/s",
+            "unit_dir": "/etc/systemd/system",
+            "state_dir": "/var/lib/d",
+            "deploy_lock_wait_s": 1,
+            "rollback": True,
+            "repair": False,
+        }
+    )
+    report = {
+        "status": 3,
+        "status_name": "FAILED",
+        "cause_text": f"Traceback: bad token {SECRET}; env HF_TOKEN=hf_value_never_exported",
+    }
     found = checks.last_start(NodeWithOutput(json.dumps(report)), plan)
     assert SECRET not in found.detail and "hf_value_never_exported" not in found.detail
     assert found.detail.startswith("FAILED: Traceback: bad token ***")
 
 
 def test_summary_row_says_which_profile_was_checked_and_which_last_passed():
-    report = {"host": "node1", "profile": "sandbox-eagle3", "checks": [
-        {"name": "serving", "state": "failed", "detail": ""},
-        {"name": "last good", "state": "warning",
-         "detail": "sandbox (passed the gate at 2026-11-30 19:00:00 UTC; verified against "
-                   "sandbox-eagle3: rolled back?)"}]}
+    report = {
+        "host": "node1",
+        "profile": "sandbox-eagle3",
+        "checks": [
+            {"name": "serving", "state": "failed", "detail": ""},
+            {
+                "name": "last good",
+                "state": "warning",
+                "detail": "sandbox (passed the gate at 2026-11-30 19:00:00 UTC; verified against "
+                "sandbox-eagle3: rolled back?)",
+            },
+        ],
+    }
     report["last_passed_gate"] = summary.last_passed(report)
     row = summary.row(report)
     assert dict(zip(summary.COLUMNS, row))["checked against"] == "sandbox-eagle3"
@@ -213,13 +257,23 @@ def test_summary_row_says_which_profile_was_checked_and_which_last_passed():
 
 
 def test_make_verify_prints_the_summary_when_an_assertion_failed_and_still_fails():
-    done = subprocess.run(["make", "-s", "verify", "PYTEST=false", "PYTHON=echo summary-ran"],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["make", "-s", "verify", "PYTEST=false", "PYTHON=echo summary-ran"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "summary-ran -m sglang_deploy.verify.summary" in done.stdout, done.stdout + done.stderr
     assert done.returncode != 0
 
 
 def test_make_verify_fails_when_only_the_summary_failed():
-    done = subprocess.run(["make", "-s", "verify", "PYTEST=true", "PYTHON=false"],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["make", "-s", "verify", "PYTEST=true", "PYTHON=false"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0

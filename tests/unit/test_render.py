@@ -10,21 +10,66 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.plan.envfile import parse_env_file  # systemd's EnvironmentFile= rules
 from sglang_deploy.errors import DeployError
+from sglang_deploy.plan.envfile import parse_env_file  # systemd's EnvironmentFile= rules
+from sglang_deploy.plan.render import (
+    HOOK_MODULE,
+    exec_start,
+    render_env_file,
+    render_hook_module,
+    render_hook_pth,
+    render_unit,
+    systemd_env_quote,
+    systemd_exec_quote,
+    templates_dir,
+)
 from sglang_deploy.profile.schema import load_profile
-from sglang_deploy.plan.render import HOOK_MODULE, exec_start, render_env_file, render_hook_module, render_hook_pth, render_unit, systemd_env_quote, systemd_exec_quote, templates_dir
 
-NASTY = ["plain", "two words", "  padded  ", 'say "hi"', "it's", "$HOME", "${HOME}", "$$",
-         "# not a comment", "a#b", "; semi", "back\\slash", "trailing\\", "\\n literal",
-         "`date`", "tab\there", "100%", "%h", "ünïcødé", "", "=", "a=b", "'single'",
-         "$(rm -rf /)", "\\\"", "\x1b[0m"]
+NASTY = [
+    "plain",
+    "two words",
+    "  padded  ",
+    'say "hi"',
+    "it's",
+    "$HOME",
+    "${HOME}",
+    "$$",
+    "# not a comment",
+    "a#b",
+    "; semi",
+    "back\\slash",
+    "trailing\\",
+    "\\n literal",
+    "`date`",
+    "tab\there",
+    "100%",
+    "%h",
+    "ünïcødé",
+    "",
+    "=",
+    "a=b",
+    "'single'",
+    "$(rm -rf /)",
+    '\\"',
+    "\x1b[0m",
+]
 
 
 # -- Parsers written from systemd's documented rules (independent of the quoting code) --------
 
-C_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
-             "\\": "\\", '"': '"', "'": "'", "s": " "}
+C_ESCAPES = {
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    '"': '"',
+    "'": "'",
+    "s": " ",
+}
 
 
 def parse_exec_line(line: str) -> list:
@@ -42,7 +87,7 @@ def parse_exec_line(line: str) -> list:
             if c == "\\":
                 nxt, bare = line[i + 1], False
                 if nxt == "x":
-                    word += chr(int(line[i + 2:i + 4], 16))
+                    word += chr(int(line[i + 2 : i + 4], 16))
                     i += 4
                 else:
                     word += C_ESCAPES[nxt]
@@ -65,7 +110,7 @@ def _unspecify(word: str) -> str:
     out, i = "", 0
     while i < len(word):
         if word[i] in "%$":
-            assert word[i + 1:i + 2] == word[i], f"unescaped {word[i]!r} in {word!r}"
+            assert word[i + 1 : i + 2] == word[i], f"unescaped {word[i]!r} in {word!r}"
             i += 1
         out += word[i]
         i += 1
@@ -74,17 +119,21 @@ def _unspecify(word: str) -> str:
 
 # -- EnvironmentFile= quoting ----------------------------------------------------------------
 
-@pytest.mark.parametrize("value, quoted", [
-    ("LL", '"LL"'),
-    ("a b", '"a b"'),
-    ('say "hi"', r'"say \"hi\""'),
-    ("$HOME", r'"\$HOME"'),
-    ("back\\slash", r'"back\\slash"'),
-    ("`date`", r'"\`date\`"'),
-    ("# x ; y", '"# x ; y"'),
-    ("it's", '"it\'s"'),
-    ("", '""'),
-])
+
+@pytest.mark.parametrize(
+    "value, quoted",
+    [
+        ("LL", '"LL"'),
+        ("a b", '"a b"'),
+        ('say "hi"', r'"say \"hi\""'),
+        ("$HOME", r'"\$HOME"'),
+        ("back\\slash", r'"back\\slash"'),
+        ("`date`", r'"\`date\`"'),
+        ("# x ; y", '"# x ; y"'),
+        ("it's", '"it\'s"'),
+        ("", '""'),
+    ],
+)
 def test_env_quote_golden(value, quoted):
     assert systemd_env_quote(value) == quoted
 
@@ -115,7 +164,8 @@ def test_env_file_golden():
         "# Rendered by sglang-deploy from profile baseline. Do not edit by hand.\n"
         "# systemd EnvironmentFile of sglang.service; mode 0600: it may hold secrets.\n"
         'NCCL_ALGO="Ring"\nNCCL_BUFFSIZE="16777216"\nNCCL_MAX_NCHANNELS="16"\n'
-        'NCCL_NTHREADS="512"\nNCCL_P2P_LEVEL="SYS"\nNCCL_PROTO="LL"\nHF_TOKEN="hf_\\$abc"\n')
+        'NCCL_NTHREADS="512"\nNCCL_P2P_LEVEL="SYS"\nNCCL_PROTO="LL"\nHF_TOKEN="hf_\\$abc"\n'
+    )
 
 
 def _profile_file(tmp_path, name, env, secrets):
@@ -157,22 +207,26 @@ def test_env_file_optional_secret_left_out():
 
 # -- ExecStart= quoting ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("arg, quoted", [
-    ("--tp-size", "--tp-size"),
-    ("/models/Kimi-K2.5-INT4", "/models/Kimi-K2.5-INT4"),
-    ("0.0.0.0", "0.0.0.0"),
-    ("$(rm -rf /)", '"$$(rm -rf /)"'),
-    ("$HOME", '"$$HOME"'),
-    ("100%", "100%%"),
-    ("a b", '"a b"'),
-    ('say "hi"', '"say \\"hi\\""'),
-    ("C:\\x", '"C:\\\\x"'),
-    (";", '";"'),
-    ("", '""'),
-    ("tab\there", '"tab\\x09here"'),
-    ("line\nbreak", '"line\\x0abreak"'),
-    ("it's", '"it\'s"'),
-])
+
+@pytest.mark.parametrize(
+    "arg, quoted",
+    [
+        ("--tp-size", "--tp-size"),
+        ("/models/Kimi-K2.5-INT4", "/models/Kimi-K2.5-INT4"),
+        ("0.0.0.0", "0.0.0.0"),
+        ("$(rm -rf /)", '"$$(rm -rf /)"'),
+        ("$HOME", '"$$HOME"'),
+        ("100%", "100%%"),
+        ("a b", '"a b"'),
+        ('say "hi"', '"say \\"hi\\""'),
+        ("C:\\x", '"C:\\\\x"'),
+        (";", '";"'),
+        ("", '""'),
+        ("tab\there", '"tab\\x09here"'),
+        ("line\nbreak", '"line\\x0abreak"'),
+        ("it's", '"it\'s"'),
+    ],
+)
 def test_exec_quote_golden(arg, quoted):
     assert systemd_exec_quote(arg) == quoted
 
@@ -188,13 +242,25 @@ def test_exec_quote_refuses_nul():
 
 
 def test_exec_start_is_one_literal_argv():
-    profile = load_profile("eagle3-2step", overrides={"server_args": {
-        "chat-template": "$(rm -rf /)", "json-model-override-args": '{"a": "b c"}',
-        "api-key": "100% ; `x`", "lora-paths": ["a b", "c"]}})
+    profile = load_profile(
+        "eagle3-2step",
+        overrides={
+            "server_args": {
+                "chat-template": "$(rm -rf /)",
+                "json-model-override-args": '{"a": "b c"}',
+                "api-key": "100% ; `x`",
+                "lora-paths": ["a b", "c"],
+            }
+        },
+    )
     line = exec_start(profile)
     assert '--chat-template "$$(rm -rf /)"' in line
     assert parse_exec_line(line) == [
-        "/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", *profile.argv()]
+        "/opt/sglang/venv/bin/python",
+        "-m",
+        "sglang.launch_server",
+        *profile.argv(),
+    ]
 
 
 # -- The unit --------------------------------------------------------------------------------
@@ -237,12 +303,21 @@ def test_unit_golden_sandbox():
 
 
 def test_unit_follows_service_settings():
-    profile = load_profile("sandbox", overrides={
-        "description": "50% of the GPUs", "service": {"name": "sglang-b", "port": 30001,
-                                                     "user": "sglang", "restart": "always"}})
+    profile = load_profile(
+        "sandbox",
+        overrides={
+            "description": "50% of the GPUs",
+            "service": {"name": "sglang-b", "port": 30001, "user": "sglang", "restart": "always"},
+        },
+    )
     unit = render_unit(profile, env_dir="/run/sglang")
-    for line in ["Description=SGLang sandbox: 50%% of the GPUs", "User=sglang", "Restart=always",
-                 "EnvironmentFile=/run/sglang/sglang-b.env", "SyslogIdentifier=sglang-b"]:
+    for line in [
+        "Description=SGLang sandbox: 50%% of the GPUs",
+        "User=sglang",
+        "Restart=always",
+        "EnvironmentFile=/run/sglang/sglang-b.env",
+        "SyslogIdentifier=sglang-b",
+    ]:
         assert line + "\n" in unit
     assert " --port 30001 " in unit
 
@@ -256,13 +331,19 @@ def test_unit_refuses_an_odd_env_dir():
 def test_unit_passes_systemd_analyze_verify(tmp_path):
     (tmp_path / "venv" / "bin").mkdir(parents=True)  # ExecStart's binary must exist for verify
     (tmp_path / "venv" / "bin" / "python").symlink_to(shutil.which("python3") or sys.executable)
-    profile = load_profile("eagle3-3step", overrides={
-        "engine": {"venv": str(tmp_path / "venv")}, "description": "100% \\ 'quoted' \"too\"",
-        "server_args": {"chat-template": "$(rm -rf /) ; `x` %h", "empty": "", "list": ["a b", ";"]}})
+    profile = load_profile(
+        "eagle3-3step",
+        overrides={
+            "engine": {"venv": str(tmp_path / "venv")},
+            "description": "100% \\ 'quoted' \"too\"",
+            "server_args": {"chat-template": "$(rm -rf /) ; `x` %h", "empty": "", "list": ["a b", ";"]},
+        },
+    )
     unit = tmp_path / "sglang-verify.service"
     unit.write_text(render_unit(profile))
-    result = subprocess.run(["systemd-analyze", "verify", unit.name], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["systemd-analyze", "verify", unit.name], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert "sglang-verify" not in result.stderr, result.stderr  # no warning about our unit
 
@@ -274,14 +355,23 @@ SHOW = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {sort
 
 
 def hook_profile():
-    return load_profile("sandbox", overrides={"env": HOOK_ENV, "secrets": {
-        "HF_TOKEN": {"from_env": "HF_TOKEN", "required": False}}})
+    return load_profile(
+        "sandbox",
+        overrides={"env": HOOK_ENV, "secrets": {"HF_TOKEN": {"from_env": "HF_TOKEN", "required": False}}},
+    )
 
 
 def run_python(python, code, extra_env, **kw):
     env = {k: v for k, v in os.environ.items() if k not in HOOK_ENV and not k.startswith("PYTHON")}
-    result = subprocess.run([python, "-c", code], env={**env, **extra_env}, capture_output=True,
-                            text=True, timeout=60, check=True, **kw)
+    result = subprocess.run(
+        [python, "-c", code],
+        env={**env, **extra_env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        **kw,
+    )
     return json.loads(result.stdout)
 
 
@@ -304,22 +394,25 @@ def test_hook_pth_runs_in_a_venv_at_start_up(tmp_path):
     base = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
     subprocess.run([base, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
     python = str(tmp_path / "venv" / "bin" / "python")
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     (Path(site) / f"{HOOK_MODULE}.py").write_text(render_hook_module(hook_profile()))
     (Path(site) / f"{HOOK_MODULE}.pth").write_text(render_hook_pth(hook_profile()))
-    seen = run_python(python, SHOW, {"PRESET": "from-process"},
-                      cwd=tmp_path)
+    seen = run_python(python, SHOW, {"PRESET": "from-process"}, cwd=tmp_path)
     assert seen == {**HOOK_ENV, "PRESET": "from-process"}
 
 
 def test_hook_pth_golden():
     assert render_hook_pth(load_profile("sandbox")) == (
         "# Rendered by sglang-deploy from profile sandbox: runs the start-up hook.\n"
-        "import sglang_deploy_env\n")
+        "import sglang_deploy_env\n"
+    )
 
 
 def test_templates_dir_holds_the_four_templates():
     names = {p.name for p in templates_dir().iterdir()}
-    assert names >= {"sglang.service.j2", "sglang.env.j2", "sglang_env_hook.py.j2",
-                     "sglang_env_hook.pth.j2"}
+    assert names >= {"sglang.service.j2", "sglang.env.j2", "sglang_env_hook.py.j2", "sglang_env_hook.pth.j2"}

@@ -16,10 +16,15 @@ _spec.loader.exec_module(sandbox)
 def test_node_record_ports_and_paths(tmp_path):
     rec = sandbox.node_record(3, tmp_path, pid=42)
     assert rec == {
-        "name": "node3", "ssh_host": "127.0.0.1", "ssh_port": 2203, "ssh_user": "root",
-        "server_port": 30003, "pid": 42,
+        "name": "node3",
+        "ssh_host": "127.0.0.1",
+        "ssh_port": 2203,
+        "ssh_user": "root",
+        "server_port": 30003,
+        "pid": 42,
         "rootfs": str(tmp_path.resolve() / "nodes/node3/rootfs"),
-        "console_log": str(tmp_path.resolve() / "nodes/node3/console.log"), "bare": False,
+        "console_log": str(tmp_path.resolve() / "nodes/node3/console.log"),
+        "bare": False,
     }
 
 
@@ -68,7 +73,11 @@ def test_merge_nodes_replaces_by_name_and_keeps_others(tmp_path):
     new = [sandbox.node_record(2, tmp_path, pid=99), sandbox.node_record(4, tmp_path, pid=4)]
     merged = sandbox.merge_nodes(old, new)
     assert [(n["name"], n["pid"]) for n in merged] == [
-        ("node1", 1), ("node2", 99), ("node3", 3), ("node4", 4)]
+        ("node1", 1),
+        ("node2", 99),
+        ("node3", 3),
+        ("node4", 4),
+    ]
 
 
 PROC_NET_TCP = """\
@@ -109,8 +118,7 @@ def test_is_node_nspawn_checks_program_machine_and_rootfs(tmp_path):
 
 
 def test_is_node_nspawn_accepts_long_options(tmp_path):
-    proc = fake_proc(tmp_path, 10, ["/usr/bin/systemd-nspawn", "--machine=node1",
-                                    "--directory=/r", "-b"])
+    proc = fake_proc(tmp_path, 10, ["/usr/bin/systemd-nspawn", "--machine=node1", "--directory=/r", "-b"])
     assert sandbox.is_node_nspawn(10, "node1", "/r", proc)
 
 
@@ -136,10 +144,12 @@ def test_container_inits_finds_orphaned_container_by_root_dir(tmp_path):
     roots = {name: tmp_path / name / "rootfs" for name in ("node1", "node2")}
     for root in roots.values():
         root.mkdir(parents=True)
-    for pid, nspid, root in [(20, "20\t1", roots["node1"]),    # node1's init
-                             (21, "21\t33", roots["node1"]),   # a process inside node1
-                             (22, "22\t1", roots["node2"]),    # another container's init
-                             (23, "23", tmp_path)]:            # a host process
+    for pid, nspid, root in [
+        (20, "20\t1", roots["node1"]),  # node1's init
+        (21, "21\t33", roots["node1"]),  # a process inside node1
+        (22, "22\t1", roots["node2"]),  # another container's init
+        (23, "23", tmp_path),
+    ]:  # a host process
         fake_proc(proc, pid, ["x"], nspid=nspid)
         (proc / str(pid) / "root").symlink_to(root)
     assert sandbox.container_inits(roots["node1"], proc) == [20]
@@ -165,13 +175,16 @@ HYBRID_SELF = "9:name=systemd:/\n4:memory:/process_api/abc\n1:cpu:/\n0::/\n"
 
 def test_tracking_cgroups_hybrid_host():
     assert sandbox.tracking_cgroups("leaf", HYBRID_MOUNTS, HYBRID_SELF) == [
-        "/sys/fs/cgroup/unified/leaf", "/sys/fs/cgroup/systemd/leaf"]
+        "/sys/fs/cgroup/unified/leaf",
+        "/sys/fs/cgroup/systemd/leaf",
+    ]
 
 
 def test_tracking_cgroups_unified_host_under_own_cgroup():
     mounts = "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid 0 0\n"
     assert sandbox.tracking_cgroups("leaf", mounts, "0::/user.slice/x.scope\n") == [
-        "/sys/fs/cgroup/user.slice/x.scope/leaf"]
+        "/sys/fs/cgroup/user.slice/x.scope/leaf"
+    ]
 
 
 def test_cgroup_leaf_is_per_node_directory(tmp_path):
@@ -206,8 +219,9 @@ def test_missing_tools_map_to_their_packages():
 def test_non_apt_host_is_told_exactly_what_to_install(tmp_path, monkeypatch):
     (tmp_path / "os-release").write_text(FEDORA_40)
     monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(sandbox.shutil, "which",
-                        lambda tool: None if tool in ("systemd-nspawn", "debootstrap") else "/x")
+    monkeypatch.setattr(
+        sandbox.shutil, "which", lambda tool: None if tool in ("systemd-nspawn", "debootstrap") else "/x"
+    )
     release = sandbox.os_release(tmp_path / "os-release")
     monkeypatch.setattr(sandbox, "os_release", lambda path=None: release)
     with pytest.raises(sandbox.SandboxError) as err:
@@ -221,8 +235,11 @@ def test_apt_host_installs_what_is_missing_and_says_so(monkeypatch, capsys):
     installed = set()
     monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)
     monkeypatch.setattr(sandbox, "os_release", lambda path=None: {"ID": "debian"})
-    monkeypatch.setattr(sandbox.shutil, "which", lambda tool: (
-        "/x" if tool not in ("systemd-nspawn", "debootstrap") or tool in installed else None))
+    monkeypatch.setattr(
+        sandbox.shutil,
+        "which",
+        lambda tool: ("/x" if tool not in ("systemd-nspawn", "debootstrap") or tool in installed else None),
+    )
     calls = []
 
     def fake_run(argv, **kwargs):

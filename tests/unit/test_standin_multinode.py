@@ -17,17 +17,16 @@ import time
 from pathlib import Path
 
 import pytest
+from test_standin_server import Standin, cmdline, free_port, standins  # noqa: F401 (fixture)
 
 from sglang_deploy.node import group_join
 from sglang_deploy.node.lib import sglang_log
-from test_standin_server import Standin, cmdline, free_port, standins  # noqa: F401 (fixture)
 
 FAST = {"SGLANG_STANDIN_LOAD_SECONDS": "0.4", "SGLANG_STANDIN_WARMUP_SECONDS": "0.2"}
 
 
 def node_args(rank, dist_port, nnodes=2):
-    return ["--nnodes", str(nnodes), "--node-rank", str(rank),
-            "--dist-init-addr", f"127.0.0.1:{dist_port}"]
+    return ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", f"127.0.0.1:{dist_port}"]
 
 
 def status_of(s, path="/health"):
@@ -75,8 +74,12 @@ def test_rank0_waits_for_the_follower_with_its_port_closed(group):
     found = group_join.assess(rank0.log().splitlines(), nnodes=2, tp_size=4)
     assert (found["state"], found["missing"]) == ("waiting", [1])
 
-    follower = group["follower"] = Standin(group["workdir"], node_args(1, group["dist_port"]), tp=4,
-                                           env=dict(FAST, STANDIN_TEST_MARKER="follower-unit-env"))
+    follower = group["follower"] = Standin(
+        group["workdir"],
+        node_args(1, group["dist_port"]),
+        tp=4,
+        env=dict(FAST, STANDIN_TEST_MARKER="follower-unit-env"),
+    )
     assert rank0.wait_log("TP0] Load weight begin", timeout=15)
     assert follower.wait_log("TP3] Load weight begin", timeout=5)
     # The follower's dummy /health turns 200 before rank 0 serves: it proves nothing about the group.
@@ -96,8 +99,11 @@ def test_follower_serves_only_the_dummy_health_endpoints(group):
     assert set(schedulers) == {"sglang::scheduler_TP2", "sglang::scheduler_TP3"}
     assert "sglang::detokenizer" not in {cmdline(pid) for pid in follower.descendants()}
     for pid in schedulers.values():
-        environ = dict(item.split("=", 1) for item in
-                       Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in item)
+        environ = dict(
+            item.split("=", 1)
+            for item in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+            if "=" in item
+        )
         assert environ["STANDIN_TEST_MARKER"] == "follower-unit-env"
         assert (environ["NCCL_CUMEM_ENABLE"], environ["CUDA_DEVICE_MAX_CONNECTIONS"]) == ("0", "8")
     log = follower.log()
@@ -109,8 +115,10 @@ def test_follower_serves_only_the_dummy_health_endpoints(group):
 def test_sigterm_to_the_follower_is_ignored(group):
     follower = group["follower"]
     follower.proc.send_signal(signal.SIGTERM)
-    assert follower.wait_log("SIGTERM received on node_rank 1; waiting for the rank-0 ShutdownReq "
-                             "broadcast to stop the schedulers.")
+    assert follower.wait_log(
+        "SIGTERM received on node_rank 1; waiting for the rank-0 ShutdownReq "
+        "broadcast to stop the schedulers."
+    )
     time.sleep(1.0)
     assert follower.proc.poll() is None and follower.request("GET", "/health")[0] == 200
 
@@ -181,7 +189,6 @@ def test_follower_whose_port_is_taken_still_joins_without_a_health_endpoint(node
         assert follower.proc.poll() is None
 
 
-
 def test_follower_that_never_joins_fails_rank0_after_the_timeout(nodes):
     rank0 = nodes(0, free_port(), env={"SGLANG_STANDIN_DIST_TIMEOUT_SECONDS": "1"})
     assert rank0.wait_log("TP0] Init parallel begin.")
@@ -190,8 +197,9 @@ def test_follower_that_never_joins_fails_rank0_after_the_timeout(nodes):
     assert 1.5 < time.monotonic() - started < 4.0  # torch waits the timeout + 1 s
     log = rank0.log()
     assert "Scheduler hit an exception: Traceback" in log
-    assert ("torch.distributed.DistStoreError: Timed out after 2 seconds waiting for clients. "
-            "1/2 clients joined.") in log
+    assert (
+        "torch.distributed.DistStoreError: Timed out after 2 seconds waiting for clients. 1/2 clients joined."
+    ) in log
     assert "Received sigquit from a child process. It usually means the child failed." in log
     assert "Load weight begin" not in log and not rank0.leftovers()
     found = group_join.assess(log.splitlines(), nnodes=2, tp_size=2)
@@ -208,8 +216,11 @@ def test_without_dist_init_addr_the_nodes_never_meet(tmp_path):
     try:
         assert rank0.wait_exit(timeout=10) == 1 and follower.wait_exit(timeout=10) == 1
         assert "1/2 clients joined." in rank0.log()
-        assert re.search(r"DistNetworkError: The client socket has timed out after 1000ms while "
-                         r"trying to connect to \(0\.0\.0\.0, \d+\)\.", follower.log())
+        assert re.search(
+            r"DistNetworkError: The client socket has timed out after 1000ms while "
+            r"trying to connect to \(0\.0\.0\.0, \d+\)\.",
+            follower.log(),
+        )
     finally:
         rank0.kill()
         follower.kill()
@@ -219,11 +230,15 @@ def test_follower_without_rank0_fails_after_the_timeout(nodes):
     dist_port = free_port()
     follower = nodes(1, dist_port, env={"SGLANG_STANDIN_DIST_TIMEOUT_SECONDS": "1"})
     assert follower.wait_exit(timeout=10) == 1
-    assert ("torch.distributed.DistNetworkError: The client socket has timed out after 1000ms while "
-            f"trying to connect to (127.0.0.1, {dist_port}).") in follower.log()
+    assert (
+        "torch.distributed.DistNetworkError: The client socket has timed out after 1000ms while "
+        f"trying to connect to (127.0.0.1, {dist_port})."
+    ) in follower.log()
     assert not follower.port_open()
-    assert group_join.follower_evidence(follower.log().splitlines(), 1, 1) == \
-        f"unreachable: 127.0.0.1:{dist_port}"
+    assert (
+        group_join.follower_evidence(follower.log().splitlines(), 1, 1)
+        == f"unreachable: 127.0.0.1:{dist_port}"
+    )
 
 
 def test_failure_injected_on_rank1_is_reported_by_rank0(nodes):
@@ -236,8 +251,11 @@ def test_failure_injected_on_rank1_is_reported_by_rank0(nodes):
     assert rank0.wait_exit(timeout=15) == 1
     log = rank0.log()
     assert "SafetensorError" not in log
-    assert re.search(r"RuntimeError: \[\S+gloo/transport/tcp/pair\.cc:553\] Connection closed by peer "
-                     r"\[127\.0\.0\.1\]:\d+\. This is typically caused by a remote worker crashing\.", log)
+    assert re.search(
+        r"RuntimeError: \[\S+gloo/transport/tcp/pair\.cc:553\] Connection closed by peer "
+        r"\[127\.0\.0\.1\]:\d+\. This is typically caused by a remote worker crashing\.",
+        log,
+    )
     assert "Rank 0 scheduler died during initialization (exit code: 1)" in log
     assert not rank0.port_open() and not rank0.leftovers()
     found = group_join.assess(log.splitlines(), 2, 2, follower_hosts={1: "127.0.0.1"})
@@ -246,16 +264,21 @@ def test_failure_injected_on_rank1_is_reported_by_rank0(nodes):
 
 
 def test_follower_scheduler_dying_after_ready_fails_rank0(nodes):
-    env = {"SGLANG_STANDIN_FAIL": "scheduler-dies-after-ready", "SGLANG_STANDIN_FAIL_RANK": "1",
-           "SGLANG_STANDIN_FAIL_AFTER_SECONDS": "0.5"}
+    env = {
+        "SGLANG_STANDIN_FAIL": "scheduler-dies-after-ready",
+        "SGLANG_STANDIN_FAIL_RANK": "1",
+        "SGLANG_STANDIN_FAIL_AFTER_SECONDS": "0.5",
+    }
     dist_port = free_port()
     rank0, follower = nodes(0, dist_port, env=env), nodes(1, dist_port, env=env)
     assert rank0.wait_exit(timeout=20) == 1
     assert "Connection closed by peer" in rank0.log()
     # The wording says whether the warmup's first request had come (running-phase handler).
-    assert re.search(r"SIGQUIT received\. signum=None, frame=None\. It usually means one child failed\."
-                     r"|Received sigquit from a child process\. It usually means the child failed\.",
-                     rank0.log())
+    assert re.search(
+        r"SIGQUIT received\. signum=None, frame=None\. It usually means one child failed\."
+        r"|Received sigquit from a child process\. It usually means the child failed\.",
+        rank0.log(),
+    )
     # 0.5.23's follower logs its scheduler's end and returns: exit 0 even for a SIGKILL.
     assert follower.wait_exit(timeout=10) == 0
     assert re.search(r"Scheduler or DataParallelController \d+ terminated with -9", follower.log())

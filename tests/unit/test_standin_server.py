@@ -21,12 +21,27 @@ from pathlib import Path
 import pytest
 
 STANDIN = Path(__file__).resolve().parents[2] / "engine-standin"
-TINY_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-               "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-               "num_key_value_heads": 4, "max_position_embeddings": 512, "vocab_size": 1000,
-               "torch_dtype": "float16"}
-NCCL_TUNING = {"NCCL_DEBUG": "INFO", "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
-               "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
+TINY_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 512,
+    "vocab_size": 1000,
+    "torch_dtype": "float16",
+}
+NCCL_TUNING = {
+    "NCCL_DEBUG": "INFO",
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_MAX_NCHANNELS": "16",
+    "NCCL_BUFFSIZE": "16777216",
+    "NCCL_NTHREADS": "512",
+}
 
 
 def free_port():
@@ -41,7 +56,7 @@ def proc_state(pid):
         data = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
-    return data[data.rfind(b")") + 2:][:1].decode()
+    return data[data.rfind(b")") + 2 :][:1].decode()
 
 
 def alive(pid):
@@ -56,7 +71,7 @@ def children_of(pid):
                 data = Path(f"/proc/{entry}/stat").read_bytes()
             except OSError:
                 continue
-            if int(data[data.rfind(b")") + 2:].split()[1]) == pid:
+            if int(data[data.rfind(b")") + 2 :].split()[1]) == pid:
                 out.append(int(entry))
     return out
 
@@ -78,18 +93,39 @@ class Standin:
             model_path = Path(workdir) / "tiny-standin"
             model_path.mkdir(exist_ok=True)
             (model_path / "config.json").write_text(json.dumps(TINY_CONFIG))
-        base = {k: v for k, v in os.environ.items()
-                if not k.startswith(("NCCL_", "SGLANG_STANDIN_", "CUDA_DEVICE_MAX"))}
-        base.update({"PYTHONPATH": str(STANDIN), "SGLANG_STANDIN_LOAD_SECONDS": "0.4",
-                     "SGLANG_STANDIN_WARMUP_SECONDS": "0.3", "SGLANG_STANDIN_FAIL_AFTER_SECONDS": "0.2"})
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("NCCL_", "SGLANG_STANDIN_", "CUDA_DEVICE_MAX"))
+        }
+        base.update(
+            {
+                "PYTHONPATH": str(STANDIN),
+                "SGLANG_STANDIN_LOAD_SECONDS": "0.4",
+                "SGLANG_STANDIN_WARMUP_SECONDS": "0.3",
+                "SGLANG_STANDIN_FAIL_AFTER_SECONDS": "0.2",
+            }
+        )
         base.update(env or {})
-        argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_path),
-                "--served-model-name", "tiny-standin", "--port", str(self.port), "--tp-size", str(tp),
-                *extra_args]
+        argv = [
+            sys.executable,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            str(model_path),
+            "--served-model-name",
+            "tiny-standin",
+            "--port",
+            str(self.port),
+            "--tp-size",
+            str(tp),
+            *extra_args,
+        ]
         self.seen = set()
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=base,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, env=base, start_new_session=True
+            )
 
     @property
     def pid(self):
@@ -128,8 +164,12 @@ class Standin:
     def request(self, method, path, body=None, timeout=10):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
-            conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                         headers={"Content-Type": "application/json"})
+            conn.request(
+                method,
+                path,
+                body=json.dumps(body) if body is not None else None,
+                headers={"Content-Type": "application/json"},
+            )
             resp = conn.getresponse()
             data = resp.read()
             return resp.status, data
@@ -183,8 +223,13 @@ def standins(tmp_path):
 # ====================================================================== a healthy server
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    env = dict(NCCL_TUNING, SGLANG_STANDIN_LOAD_SECONDS="1.0", SGLANG_STANDIN_WARMUP_SECONDS="1.0",
-               SGLANG_STANDIN_TOKENS_PER_SECOND="40", STANDIN_TEST_MARKER="from-the-unit-env")
+    env = dict(
+        NCCL_TUNING,
+        SGLANG_STANDIN_LOAD_SECONDS="1.0",
+        SGLANG_STANDIN_WARMUP_SECONDS="1.0",
+        SGLANG_STANDIN_TOKENS_PER_SECOND="40",
+        STANDIN_TEST_MARKER="from-the-unit-env",
+    )
     s = Standin(tmp_path_factory.mktemp("standin"), ["--enable-metrics"], env=env)
     yield s
     s.kill()
@@ -214,15 +259,24 @@ def test_models_listed_during_warmup_while_health_is_503(server):
 def test_health_200_after_warmup_and_phase_order(server):
     assert server.wait_for(lambda: server.request("GET", "/health")[0] == 200, timeout=10, interval=0.1)
     log = server.log()
-    order = ["] server_args={'model_path': ", "TP0] Init parallel begin.", "TP0] Init parallel ends. elapsed=",
-             "TP0] Load weight begin. avail mem=", "TP0] Load weight end. elapsed=",
-             "TP0] KV Cache is allocated. dtype: torch.float16, #tokens:", "TP0] Memory pool end. avail mem=",
-             "TP0] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=",
-             "TP0] Capture target decode CUDA graph end. bs=[", "TP0] max_total_num_tokens=",
-             f"INFO:     Started server process [{server.pid}]",
-             f"INFO:     Uvicorn running on http://127.0.0.1:{server.port} (Press CTRL+C to quit)",
-             '"GET /model_info HTTP/1.1" 200 OK', '"POST /generate HTTP/1.1" 200 OK',
-             '"POST /freeze_gc HTTP/1.1" 200 OK', "] The server is fired up and ready to roll!"]
+    order = [
+        "] server_args={'model_path': ",
+        "TP0] Init parallel begin.",
+        "TP0] Init parallel ends. elapsed=",
+        "TP0] Load weight begin. avail mem=",
+        "TP0] Load weight end. elapsed=",
+        "TP0] KV Cache is allocated. dtype: torch.float16, #tokens:",
+        "TP0] Memory pool end. avail mem=",
+        "TP0] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=",
+        "TP0] Capture target decode CUDA graph end. bs=[",
+        "TP0] max_total_num_tokens=",
+        f"INFO:     Started server process [{server.pid}]",
+        f"INFO:     Uvicorn running on http://127.0.0.1:{server.port} (Press CTRL+C to quit)",
+        '"GET /model_info HTTP/1.1" 200 OK',
+        '"POST /generate HTTP/1.1" 200 OK',
+        '"POST /freeze_gc HTTP/1.1" 200 OK',
+        "] The server is fired up and ready to roll!",
+    ]
     positions = [log.find(text) for text in order]
     assert -1 not in positions, [t for t, p in zip(order, positions) if p == -1]
     assert positions == sorted(positions)
@@ -251,8 +305,9 @@ def test_once_up_health_generates_a_token_and_takes_a_second_while_ping_is_a_fla
 
 
 def test_health_without_generation_when_disabled(standins):
-    s = standins(env={"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false",
-                      "SGLANG_STANDIN_WARMUP_SECONDS": "0.1"})
+    s = standins(
+        env={"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false", "SGLANG_STANDIN_WARMUP_SECONDS": "0.1"}
+    )
     assert s.wait_log("fired up")
     status, took = timed(s, "/health")
     assert status == 200 and took < 0.3, took
@@ -267,8 +322,11 @@ def test_schedulers_are_titled_spawn_children_with_the_parents_environment(serve
     for title in ("sglang::scheduler_TP0", "sglang::scheduler_TP1"):
         pid = titles[title]
         assert Path(f"/proc/{pid}/comm").read_text().strip() == "sglang::schedul"
-        environ = dict(item.split("=", 1) for item in
-                       Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in item)
+        environ = dict(
+            item.split("=", 1)
+            for item in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+            if "=" in item
+        )
         assert environ["STANDIN_TEST_MARKER"] == "from-the-unit-env"
         assert environ["NCCL_PROTO"] == "LL" and environ["NCCL_BUFFSIZE"] == "16777216"
         # Set by the launcher in its os.environ after it started: only an exec'd (spawned)
@@ -283,9 +341,14 @@ def test_each_scheduler_prints_ncclS_confirmation_lines(server):
     for rank in (0, 1):
         pid = titles[f"sglang::scheduler_TP{rank}"]
         head = rf"^[^\s:]+:{pid}:\d+ \[{rank}\] NCCL INFO "
-        for name, value in [("NCCL_P2P_LEVEL", "SYS"), ("NCCL_MAX_NCHANNELS", "16."),
-                            ("NCCL_BUFFSIZE", "16777216."), ("NCCL_NTHREADS", "512."),
-                            ("NCCL_PROTO", "LL"), ("NCCL_ALGO", "Ring")]:
+        for name, value in [
+            ("NCCL_P2P_LEVEL", "SYS"),
+            ("NCCL_MAX_NCHANNELS", "16."),
+            ("NCCL_BUFFSIZE", "16777216."),
+            ("NCCL_NTHREADS", "512."),
+            ("NCCL_PROTO", "LL"),
+            ("NCCL_ALGO", "Ring"),
+        ]:
             assert re.search(head + re.escape(f"{name} set by environment to {value}") + "$", log, re.M), name
 
 
@@ -308,12 +371,14 @@ def test_info_endpoints(server):
 
 
 def test_native_generate_and_openai_completion(server):
-    status, data = server.request("POST", "/generate",
-                                  {"text": "Hello there", "sampling_params": {"max_new_tokens": 4}})
+    status, data = server.request(
+        "POST", "/generate", {"text": "Hello there", "sampling_params": {"max_new_tokens": 4}}
+    )
     body = json.loads(data)
     assert status == 200 and body["meta_info"]["completion_tokens"] == 4 and body["text"]
-    status, data = server.request("POST", "/v1/completions",
-                                  {"model": "tiny-standin", "prompt": "Hi", "max_tokens": 3})
+    status, data = server.request(
+        "POST", "/v1/completions", {"model": "tiny-standin", "prompt": "Hi", "max_tokens": 3}
+    )
     body = json.loads(data)
     assert status == 200 and body["usage"]["completion_tokens"] == 3
     assert body["choices"][0]["finish_reason"] == "length"
@@ -321,10 +386,20 @@ def test_native_generate_and_openai_completion(server):
 
 def test_streaming_chat_completion_runs_at_the_configured_rate(server):
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    conn.request("POST", "/v1/chat/completions", body=json.dumps({
-        "model": "tiny-standin", "messages": [{"role": "user", "content": "Count."}],
-        "max_tokens": 24, "stream": True, "stream_options": {"include_usage": True}}),
-        headers={"Content-Type": "application/json"})
+    conn.request(
+        "POST",
+        "/v1/chat/completions",
+        body=json.dumps(
+            {
+                "model": "tiny-standin",
+                "messages": [{"role": "user", "content": "Count."}],
+                "max_tokens": 24,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+        ),
+        headers={"Content-Type": "application/json"},
+    )
     resp = conn.getresponse()
     assert resp.status == 200 and resp.getheader("content-type").startswith("text/event-stream")
     stamps, events, done = [], [], False
@@ -386,15 +461,23 @@ def test_hang_keeps_the_port_closed_and_goes_quiet(standins):
 
 
 def test_scheduler_dying_after_ready_takes_the_tree_down(standins):
-    s = standins(env={"SGLANG_STANDIN_FAIL": "scheduler-dies-after-ready",
-                      "SGLANG_STANDIN_FAIL_AFTER_SECONDS": "2.5", "SGLANG_STANDIN_WARMUP_SECONDS": "0.1"})
+    s = standins(
+        env={
+            "SGLANG_STANDIN_FAIL": "scheduler-dies-after-ready",
+            "SGLANG_STANDIN_FAIL_AFTER_SECONDS": "2.5",
+            "SGLANG_STANDIN_WARMUP_SECONDS": "0.1",
+        }
+    )
     assert s.wait_log("The server is fired up and ready to roll!")
     rc = s.wait_exit()
     log = s.log()
     assert rc == 1
     assert "Rank 1 scheduler is dead. Please check if there are relevant logs." in log
-    assert re.search(r"Subprocess scheduler_1 \(pid=\d+\) crashed with exit code -9\. "
-                     r"Triggering SIGQUIT for cleanup\.\.\.", log)
+    assert re.search(
+        r"Subprocess scheduler_1 \(pid=\d+\) crashed with exit code -9\. "
+        r"Triggering SIGQUIT for cleanup\.\.\.",
+        log,
+    )
     assert "SIGQUIT received. signum=None, frame=None. It usually means one child failed." in log
     assert not s.port_open() and not s.leftovers()
 
@@ -439,16 +522,20 @@ def test_unknown_flag_exits_2_with_argparses_message(standins):
 def test_pre_0_5_23_cuda_graph_flag_is_ambiguous(standins):
     s = standins(["--cuda-graph-max-bs", "32"])
     assert s.wait_exit() == 2
-    assert ("sglang serve: error: ambiguous option: --cuda-graph-max-bs could match "
-            "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill") in s.log()
+    assert (
+        "sglang serve: error: ambiguous option: --cuda-graph-max-bs could match "
+        "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"
+    ) in s.log()
 
 
 def test_context_length_beyond_the_models_is_refused(standins):
     s = standins(["--context-length", "4096"])
     assert s.wait_exit() == 1
     log = s.log()
-    assert ("ValueError: Warning: User-specified context_length (4096) is greater than the derived "
-            "context_length (512).") in log
+    assert (
+        "ValueError: Warning: User-specified context_length (4096) is greater than the derived "
+        "context_length (512)."
+    ) in log
     assert "set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in log
     assert "TP0" not in log
 
@@ -485,8 +572,11 @@ def sleep_until(moment):
 def stream(s, max_new_tokens):
     """A streaming /generate whose first token is out; (connection, response)."""
     conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
-    conn.request("POST", "/generate", body=json.dumps(
-        {"text": "x", "sampling_params": {"max_new_tokens": max_new_tokens}, "stream": True}))
+    conn.request(
+        "POST",
+        "/generate",
+        body=json.dumps({"text": "x", "sampling_params": {"max_new_tokens": max_new_tokens}, "stream": True}),
+    )
     resp = conn.getresponse()
     assert resp.readline().startswith(b"data: ")
     return conn, resp
@@ -508,8 +598,9 @@ def test_sigterm_to_the_launcher_drains_on_sglangs_5s_clock_then_stops_cleanly(s
     conn, resp = stream(s, int(2.5 * rate))  # ends about 2 s after the SIGTERM
     sleep_until(sent)
     s.proc.send_signal(signal.SIGTERM)  # the launcher only (systemctl kill --kill-who=main)
-    assert s.wait_log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...",
-                      timeout=1)
+    assert s.wait_log(
+        "SIGTERM received. signum=None frame=None. Draining requests and shutting down...", timeout=1
+    )
     # gracefully_exit: the health endpoints say 503 at once; the port stays open and serves.
     for path in ("/health", "/ping", "/ready"):
         status, took = timed(s, path)
@@ -522,16 +613,23 @@ def test_sigterm_to_the_launcher_drains_on_sglangs_5s_clock_then_stops_cleanly(s
     assert resp.read().rstrip().endswith(b"data: [DONE]")  # the running request finishes
     conn.close()
     assert s.port_open() and s.proc.poll() is None
-    last = seen_at(s, "Gracefully exiting... Remaining number of requests 0. Remaining requests "
-                      "remaining_rids=[].", timeout=7)
+    last = seen_at(
+        s,
+        "Gracefully exiting... Remaining number of requests 0. Remaining requests remaining_rids=[].",
+        timeout=7,
+    )
     assert abs(last - (sent + 6.0)) < 0.35, last - sent
     assert s.proc.wait(timeout=5) == 0
     assert time.monotonic() - last < 0.8
     log = s.log()
-    order = ["Gracefully exiting... Remaining number of requests 0.",
-             f"kill_process_tree called: parent_pid={s.pid}, include_parent=False, pid={s.pid}",
-             "INFO:     Shutting down", "INFO:     Waiting for application shutdown.",
-             "INFO:     Application shutdown complete.", f"INFO:     Finished server process [{s.pid}]"]
+    order = [
+        "Gracefully exiting... Remaining number of requests 0.",
+        f"kill_process_tree called: parent_pid={s.pid}, include_parent=False, pid={s.pid}",
+        "INFO:     Shutting down",
+        "INFO:     Waiting for application shutdown.",
+        "INFO:     Application shutdown complete.",
+        f"INFO:     Finished server process [{s.pid}]",
+    ]
     positions = [log.index(line) for line in order]
     assert positions == sorted(positions)
     assert "crashed" not in log and not s.port_open()
@@ -554,8 +652,11 @@ def test_systemctl_stop_kills_the_schedulers_and_the_watchdog_fails_the_launcher
     assert took < 1.4, took  # the watchdog's next look, within 1 s
     log = s.log()
     assert "SIGTERM received. signum=None frame=None. Draining requests and shutting down..." in log
-    assert re.search(r"Subprocess scheduler_0 \(pid=\d+\) crashed with exit code -15\. "
-                     r"Triggering SIGQUIT for cleanup\.\.\.", log)
+    assert re.search(
+        r"Subprocess scheduler_0 \(pid=\d+\) crashed with exit code -15\. "
+        r"Triggering SIGQUIT for cleanup\.\.\.",
+        log,
+    )
     assert "SIGQUIT received. signum=None, frame=None. It usually means one child failed." in log
     assert f"kill_process_tree called: parent_pid={s.pid}, include_parent=True, pid={s.pid}" in log
     assert "Gracefully exiting" not in log and "Finished server process" not in log
@@ -592,6 +693,7 @@ def test_sigterm_while_loading_kills_the_launcher_at_once(standins):
 def test_real_nccl_without_torch_fails_clearly(standins):
     try:
         import torch  # noqa: F401
+
         pytest.skip("torch is installed here")
     except ImportError:
         pass

@@ -25,14 +25,42 @@ def test_version_marks_the_sandbox_build():
 
 # ---------------------------------------------------------------------- server args
 PROFILE_ARGV = [
-    "--model-path", "/models/Kimi-K2.5-INT4", "--served-model-name", "kimi-k2.5",
-    "--host", "0.0.0.0", "--port", "30000", "--tp-size", "8", "--trust-remote-code",
-    "--mem-fraction-static", "0.85", "--context-length", "131072", "--cuda-graph-max-bs-decode", "32",
-    "--enable-metrics", "--speculative-algorithm", "EAGLE3",
-    "--speculative-draft-model-path", "/models/Kimi-K2.5-EAGLE3", "--speculative-num-steps", "2",
-    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3",
-    "--nnodes", "1", "--node-rank", "0", "--dist-init-addr", "10.0.0.1:5000",
-    "--watchdog-timeout", "600",
+    "--model-path",
+    "/models/Kimi-K2.5-INT4",
+    "--served-model-name",
+    "kimi-k2.5",
+    "--host",
+    "0.0.0.0",
+    "--port",
+    "30000",
+    "--tp-size",
+    "8",
+    "--trust-remote-code",
+    "--mem-fraction-static",
+    "0.85",
+    "--context-length",
+    "131072",
+    "--cuda-graph-max-bs-decode",
+    "32",
+    "--enable-metrics",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "/models/Kimi-K2.5-EAGLE3",
+    "--speculative-num-steps",
+    "2",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "3",
+    "--nnodes",
+    "1",
+    "--node-rank",
+    "0",
+    "--dist-init-addr",
+    "10.0.0.1:5000",
+    "--watchdog-timeout",
+    "600",
 ]
 
 
@@ -56,8 +84,7 @@ def test_defaults_match_sglang():
 
 
 def test_aliases():
-    args = prepare_server_args(["--model", "/m", "--tensor-parallel-size", "4",
-                                "--nccl-init-addr", "h:1"])
+    args = prepare_server_args(["--model", "/m", "--tensor-parallel-size", "4", "--nccl-init-addr", "h:1"])
     assert (args.model_path, args.tp_size, args.dist_init_addr) == ("/m", 4, "h:1")
 
 
@@ -67,19 +94,28 @@ def test_context_length_accepts_sglang_suffixes():
     assert human_readable_int("32Ki") == 32768
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--model-path", "/m", "--bogus-flag"], "sglang serve: error: unrecognized arguments: --bogus-flag"),
-    (["--model-path", "/m", "--tp-size", "two"],
-     "argument --tp-size/--tensor-parallel-size: invalid int value: 'two'"),
-    # SGLang 0.5.23 split the flag in two; argparse's prefix matching then refuses the old one.
-    (["--model-path", "/m", "--cuda-graph-max-bs", "32"],
-     "sglang serve: error: ambiguous option: --cuda-graph-max-bs could match "
-     "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"),
-    (["--model-path", "/m", "--mem-fraction-static", "most"],
-     "argument --mem-fraction-static: invalid float value: 'most'"),
-    (["--model-path", "/m", "--trust-remote-code", "true"], "unrecognized arguments: true"),
-    (["--tp-size", "2"], "the following arguments are required: --model-path"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model-path", "/m", "--bogus-flag"], "sglang serve: error: unrecognized arguments: --bogus-flag"),
+        (
+            ["--model-path", "/m", "--tp-size", "two"],
+            "argument --tp-size/--tensor-parallel-size: invalid int value: 'two'",
+        ),
+        # SGLang 0.5.23 split the flag in two; argparse's prefix matching then refuses the old one.
+        (
+            ["--model-path", "/m", "--cuda-graph-max-bs", "32"],
+            "sglang serve: error: ambiguous option: --cuda-graph-max-bs could match "
+            "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill",
+        ),
+        (
+            ["--model-path", "/m", "--mem-fraction-static", "most"],
+            "argument --mem-fraction-static: invalid float value: 'most'",
+        ),
+        (["--model-path", "/m", "--trust-remote-code", "true"], "unrecognized arguments: true"),
+        (["--tp-size", "2"], "the following arguments are required: --model-path"),
+    ],
+)
 def test_rejected_argv_exits_2_with_argparse_message(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         prepare_server_args(argv)
@@ -106,8 +142,13 @@ def test_knob_defaults_follow_the_architecture_table():
 def test_multinode_knobs_default_to_every_node_and_torchs_nccl_timeout():
     k = knobs_mod.from_environ({"SGLANG_STANDIN_FAIL": "hang"})
     assert (k.fail_rank, k.dist_timeout_seconds) == (None, 600.0)
-    k = knobs_mod.from_environ({"SGLANG_STANDIN_FAIL": "hang", "SGLANG_STANDIN_FAIL_RANK": "1",
-                                "SGLANG_STANDIN_DIST_TIMEOUT_SECONDS": "2.5"})
+    k = knobs_mod.from_environ(
+        {
+            "SGLANG_STANDIN_FAIL": "hang",
+            "SGLANG_STANDIN_FAIL_RANK": "1",
+            "SGLANG_STANDIN_DIST_TIMEOUT_SECONDS": "2.5",
+        }
+    )
     assert (k.fail_rank, k.dist_timeout_seconds) == (1, 2.5)
 
 
@@ -122,21 +163,25 @@ def test_multinode_argv_is_checked_as_0_5_23_checks_it():
 
 
 def test_knobs_parse():
-    k = knobs_mod.from_environ({"SGLANG_STANDIN_LOAD_SECONDS": "0.5", "SGLANG_STANDIN_FAIL": "hang",
-                                "SGLANG_STANDIN_REAL_NCCL": "1"})
+    k = knobs_mod.from_environ(
+        {"SGLANG_STANDIN_LOAD_SECONDS": "0.5", "SGLANG_STANDIN_FAIL": "hang", "SGLANG_STANDIN_REAL_NCCL": "1"}
+    )
     assert (k.load_seconds, k.fail, k.real_nccl) == (0.5, "hang", True)
 
 
-@pytest.mark.parametrize("env", [
-    {"SGLANG_STANDIN_FAIL": "explode"},
-    {"SGLANG_STANDIN_LOAD_SECONDS": "soon"},
-    {"SGLANG_STANDIN_TOKENS_PER_SECOND": "0"},
-    {"SGLANG_STANDIN_WARMUP_SECONDS": "-1"},
-    {"SGLANG_STANDIN_REAL_NCCL": "maybe"},
-    {"SGLANG_STANDIN_FAIL_RANK": "one", "SGLANG_STANDIN_FAIL": "crash-load"},
-    {"SGLANG_STANDIN_FAIL_RANK": "1"},  # a rank for no failure
-    {"SGLANG_STANDIN_DIST_TIMEOUT_SECONDS": "0"},
-])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SGLANG_STANDIN_FAIL": "explode"},
+        {"SGLANG_STANDIN_LOAD_SECONDS": "soon"},
+        {"SGLANG_STANDIN_TOKENS_PER_SECOND": "0"},
+        {"SGLANG_STANDIN_WARMUP_SECONDS": "-1"},
+        {"SGLANG_STANDIN_REAL_NCCL": "maybe"},
+        {"SGLANG_STANDIN_FAIL_RANK": "one", "SGLANG_STANDIN_FAIL": "crash-load"},
+        {"SGLANG_STANDIN_FAIL_RANK": "1"},  # a rank for no failure
+        {"SGLANG_STANDIN_DIST_TIMEOUT_SECONDS": "0"},
+    ],
+)
 def test_bad_knobs_are_errors(env):
     with pytest.raises(knobs_mod.KnobError) as exc:
         knobs_mod.from_environ(env)
@@ -144,19 +189,38 @@ def test_bad_knobs_are_errors(env):
 
 
 # ---------------------------------------------------------------------- NCCL lines
-TUNED = {"NCCL_DEBUG": "INFO", "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
-         "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
+TUNED = {
+    "NCCL_DEBUG": "INFO",
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_MAX_NCHANNELS": "16",
+    "NCCL_BUFFSIZE": "16777216",
+    "NCCL_NTHREADS": "512",
+}
 LINE = re.compile(r"^[^\s:]+:(\d+):(\d+) \[(\d+)\] NCCL INFO (\w+) set by environment to (.*)$")
 
 
 def test_nccl_lines_have_nccls_exact_format():
     lines = nccl_info.confirmation_lines(TUNED, cuda_dev=3, world_size=2)
     parsed = {LINE.match(line).group(4): LINE.match(line) for line in lines}
-    assert list(parsed) == ["NCCL_P2P_LEVEL", "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE",
-                            "NCCL_NTHREADS", "NCCL_PROTO", "NCCL_ALGO"]
+    assert list(parsed) == [
+        "NCCL_P2P_LEVEL",
+        "NCCL_MAX_NCHANNELS",
+        "NCCL_BUFFSIZE",
+        "NCCL_NTHREADS",
+        "NCCL_PROTO",
+        "NCCL_ALGO",
+    ]
     values = {name: m.group(5) for name, m in parsed.items()}
-    assert values == {"NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16.", "NCCL_BUFFSIZE": "16777216.",
-                      "NCCL_NTHREADS": "512.", "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
+    assert values == {
+        "NCCL_P2P_LEVEL": "SYS",
+        "NCCL_MAX_NCHANNELS": "16.",
+        "NCCL_BUFFSIZE": "16777216.",
+        "NCCL_NTHREADS": "512.",
+        "NCCL_PROTO": "LL",
+        "NCCL_ALGO": "Ring",
+    }
     m = parsed["NCCL_PROTO"]
     assert (int(m.group(1)), m.group(3)) == (os.getpid(), "3")
 
@@ -198,8 +262,11 @@ def test_context_length_from_config(tmp_path, monkeypatch):
     assert hf_transformers_utils.derive_context_length(config, None) == 512
     assert hf_transformers_utils.derive_context_length(config, 256) == 256
     # Longer than the model's own: SGLang 0.5.23 refuses it unless explicitly allowed.
-    with pytest.raises(ValueError, match=r"User-specified context_length \(4096\) is greater than "
-                                         r"the derived context_length \(512\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"User-specified context_length \(4096\) is greater than "
+        r"the derived context_length \(512\)",
+    ):
         hf_transformers_utils.derive_context_length(config, 4096)
     monkeypatch.setenv("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "1")
     assert hf_transformers_utils.derive_context_length(config, 4096) == 4096

@@ -30,13 +30,16 @@ class LocalHost:
             self.shown += done.stdout.splitlines() + done.stderr.splitlines()
         return done.returncode == 0, CommandOutput(
             [OutputLine("stdout", line) for line in done.stdout.splitlines()]
-            + [OutputLine("stderr", line) for line in done.stderr.splitlines()])
+            + [OutputLine("stderr", line) for line in done.stderr.splitlines()]
+        )
 
 
 def _script(code, *details):
     """A command line of a script that prints a progress line and ends with emit(code)."""
-    text = (f"import sys; sys.path.insert(0, {NODE!r}); from lib import result; print('working'); "
-            f"sys.exit(result.emit({code}, {'no' if code else None!r}, **dict({list(details)!r})))")
+    text = (
+        f"import sys; sys.path.insert(0, {NODE!r}); from lib import result; print('working'); "
+        f"sys.exit(result.emit({code}, {'no' if code else None!r}, **dict({list(details)!r})))"
+    )
     return f"{shlex.quote(sys.executable)} -c {shlex.quote(text)}"
 
 

@@ -3,15 +3,25 @@
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 
-from sglang_deploy.report import throughput_log as throughput, throughput_report
+from sglang_deploy.report import throughput_log as throughput
+from sglang_deploy.report import throughput_report
 
 
 def _check(profile, figure, when, change=None, regression=(), version="0.5.23+sandbox"):
-    return {"profile": profile, "time": when, "engine_version": version, "decode_tok_s": figure,
-            "decode_tok_s_min": figure - 0.5, "decode_tok_s_max": figure + 0.4, "ttft_ms": 25.0,
-            "requests": 3, "change_pct": change, "regression": list(regression),
-            "on_regression": "rollback",
-            "baseline": {"profile": "base", "decode_tok_s": 82.4, "time": "t"} if change else None}
+    return {
+        "profile": profile,
+        "time": when,
+        "engine_version": version,
+        "decode_tok_s": figure,
+        "decode_tok_s_min": figure - 0.5,
+        "decode_tok_s_max": figure + 0.4,
+        "ttft_ms": 25.0,
+        "requests": 3,
+        "change_pct": change,
+        "regression": list(regression),
+        "on_regression": "rollback",
+        "baseline": {"profile": "base", "decode_tok_s": 82.4, "time": "t"} if change else None,
+    }
 
 
 class _Table(HTMLParser):
@@ -47,13 +57,23 @@ class _Table(HTMLParser):
 def test_the_page_holds_the_latest_figures_and_a_plot_per_node_and_profile(tmp_path):
     reports = tmp_path / "reports"
     throughput.record("node1", _check("base", 82.4, "2026-11-30T22:00:00Z"), reports / "throughput")
-    throughput.record("node1", _check("base", 82.1, "2026-11-30T22:05:00Z", change=-0.4),
-                      reports / "throughput")
-    throughput.record("node1", _check("eagle", 60.1, "2026-11-30T22:10:00Z", change=-27.1,
-                                      regression=["-27% vs baseline 82.4 exceeds max_regression_pct 10"]),
-                      reports / "throughput")
-    throughput.record("node2", {"profile": "eagle", "decode_tok_s": None, "error": "HTTP 503"},
-                      reports / "throughput")
+    throughput.record(
+        "node1", _check("base", 82.1, "2026-11-30T22:05:00Z", change=-0.4), reports / "throughput"
+    )
+    throughput.record(
+        "node1",
+        _check(
+            "eagle",
+            60.1,
+            "2026-11-30T22:10:00Z",
+            change=-27.1,
+            regression=["-27% vs baseline 82.4 exceeds max_regression_pct 10"],
+        ),
+        reports / "throughput",
+    )
+    throughput.record(
+        "node2", {"profile": "eagle", "decode_tok_s": None, "error": "HTTP 503"}, reports / "throughput"
+    )
     index = throughput_report.write(reports)
     text = index.read_text()
     table = _Table()

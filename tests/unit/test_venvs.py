@@ -7,8 +7,8 @@ import os
 import pytest
 
 from sglang_deploy.node import lastgood, preflight
-from sglang_deploy.node.lib import result, status
 from sglang_deploy.node import venvs as node_venvs
+from sglang_deploy.node.lib import result, status
 from sglang_deploy.plan.venv_names import installable_wheels, venv_name, venvs_to_remove, wheel_identity
 
 PINS = ["sglang==0.5.24+sandbox"]
@@ -17,6 +17,7 @@ W24 = "sglang-0.5.24+sandbox-py3-none-any.whl"
 
 
 # -- the venv's name -------------------------------------------------------------------------
+
 
 def test_the_name_is_readable_and_stable():
     name = venv_name(PINS, {W24: "a" * 64}, "3.11.2")
@@ -33,13 +34,17 @@ def test_pins_wheels_and_python_each_name_another_venv():
 
 
 def test_pin_order_and_spelling_do_not_matter():
-    assert (venv_name(["torch==2.9.1", "Sglang==0.5.24"], {}, "3.11.2")[len("torch-2.9.1"):]
-            == venv_name(["sglang==0.5.24", "torch==2.9.1"], {}, "3.11.2")[len("sglang-0.5.24"):])
+    assert (
+        venv_name(["torch==2.9.1", "Sglang==0.5.24"], {}, "3.11.2")[len("torch-2.9.1") :]
+        == venv_name(["sglang==0.5.24", "torch==2.9.1"], {}, "3.11.2")[len("sglang-0.5.24") :]
+    )
 
 
 def test_a_wheel_of_another_version_of_a_pinned_distribution_is_not_part_of_it():
     assert installable_wheels(PINS, {W23: "x", W24: "y", "dep-1.0-py3-none-any.whl": "z"}) == {
-        W24: "y", "dep-1.0-py3-none-any.whl": "z"}
+        W24: "y",
+        "dep-1.0-py3-none-any.whl": "z",
+    }
     assert venv_name(PINS, {W24: "y"}, "3.11.2") == venv_name(PINS, {W23: "x", W24: "y"}, "3.11.2")
 
 
@@ -50,6 +55,7 @@ def test_wheel_file_names_are_read_as_pep_427():
 
 
 # -- which old venvs go ----------------------------------------------------------------------
+
 
 def _v(name, at):
     return {"name": name, "built_at": at}
@@ -75,6 +81,7 @@ def test_nothing_goes_within_k():
 
 
 # -- on the node: switch, list ---------------------------------------------------------------
+
 
 def _venv(directory, name, finished=True):
     venv = directory / name
@@ -119,13 +126,13 @@ def test_a_directory_from_before_venvs_is_moved_aside(tmp_path, capsys):
 
 # -- rollback: the link back, no install -----------------------------------------------------
 
+
 def test_restore_points_the_link_at_the_last_good_venv_without_pip(tmp_path, capsys, monkeypatch):
     good, bad = _venv(tmp_path, "good"), _venv(tmp_path, "bad")
     link = str(tmp_path / "venv")
     os.symlink(bad, link)
     os.symlink(bad, link + node_venvs.PENDING)
-    manifest = {"venv": link, "venv_target": good, "engine": {"sglang": "0.5.23"},
-                "wheels_dir": "/nowhere"}
+    manifest = {"venv": link, "venv_target": good, "engine": {"sglang": "0.5.23"}, "wheels_dir": "/nowhere"}
     monkeypatch.setattr(lastgood.subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a}"))
     assert lastgood.restore_venv(manifest) is True
     assert os.readlink(link) == good and not os.path.lexists(link + node_venvs.PENDING)
@@ -148,11 +155,16 @@ def test_a_manifest_from_before_venvs_reinstalls_as_before(tmp_path):
 def test_differences_name_a_switched_venv(tmp_path):
     env = tmp_path / "env"
     env.write_text("A=1\n")
-    manifest = {"profile": "p", "venv_target": "/v/old", "engine": {"sglang": "1"},
-                "files": {"env": {"path": str(env), "sha256": lastgood.sha256(str(env))}}}
+    manifest = {
+        "profile": "p",
+        "venv_target": "/v/old",
+        "engine": {"sglang": "1"},
+        "files": {"env": {"path": str(env), "sha256": lastgood.sha256(str(env))}},
+    }
     assert lastgood.differences(manifest, "p", {"env": str(env)}, {"sglang": "1"}, "/v/old") == []
     assert lastgood.differences(manifest, "p", {"env": str(env)}, {"sglang": "1"}, "/v/new") == [
-        "engine venv old -> new"]
+        "engine venv old -> new"
+    ]
 
 
 def test_a_server_started_before_the_switch_does_not_run_what_is_installed():
@@ -163,12 +175,13 @@ def test_a_server_started_before_the_switch_does_not_run_what_is_installed():
 
 # -- preflight: room for a new venv ----------------------------------------------------------
 
+
 def test_no_room_for_a_new_venv_names_needed_free_and_the_host(tmp_path, monkeypatch):
     live = _venv(tmp_path / "venvs", "live")
     link = str(tmp_path / "venv")
     os.symlink(live, link)
     monkeypatch.setattr(preflight.socket, "gethostname", lambda: "node7")
-    verdict, text = preflight.check_new_venv(str(tmp_path / "venvs" / "new"), link, 10 ** 6)
+    verdict, text = preflight.check_new_venv(str(tmp_path / "venvs" / "new"), link, 10**6)
     assert verdict == "failed" and "not enough disk" in text and "node7" in text
     assert "GiB needed for the new engine venv new" in text and "free" in text
     assert "the running server is untouched" in text

@@ -4,7 +4,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -36,8 +35,12 @@ def write_zip(path, entries, date_time, mode):
             archive.writestr(info, data)
 
 
-ENTRIES = [("pkg/__init__.py", b"x = 1\n"), ("pkg-1.0.dist-info/RECORD", b"r\n"),
-           ("pkg-1.0.dist-info/METADATA", b"m\n"), ("pkg/a.py", b"a = 2\n")]
+ENTRIES = [
+    ("pkg/__init__.py", b"x = 1\n"),
+    ("pkg-1.0.dist-info/RECORD", b"r\n"),
+    ("pkg-1.0.dist-info/METADATA", b"m\n"),
+    ("pkg/a.py", b"a = 2\n"),
+]
 
 
 def test_normalised_zips_of_the_same_files_are_the_same_bytes(tmp_path):
@@ -50,9 +53,12 @@ def test_normalised_zips_of_the_same_files_are_the_same_bytes(tmp_path):
     assert sha1(one) == sha1(other)
     with zipfile.ZipFile(one) as archive:
         infos = archive.infolist()
-        assert [i.filename for i in infos] == ["pkg/__init__.py", "pkg/a.py",
-                                               "pkg-1.0.dist-info/METADATA",
-                                               "pkg-1.0.dist-info/RECORD"]
+        assert [i.filename for i in infos] == [
+            "pkg/__init__.py",
+            "pkg/a.py",
+            "pkg-1.0.dist-info/METADATA",
+            "pkg-1.0.dist-info/RECORD",
+        ]
         assert {i.date_time for i in infos} == {FIXED_TIME}
         assert {i.external_attr >> 16 for i in infos} == {0o100644}
         assert {name: archive.read(name) for name, _ in ENTRIES} == dict(ENTRIES)
@@ -67,9 +73,14 @@ def test_normalised_wheel_keeps_an_executable_bit(tmp_path):
 
 
 def _make_wheels(umask):
-    return subprocess.run(["make", "-s", "wheels", f"WHEELS={WHEELS}"], cwd=REPO, check=True,
-                          capture_output=True, text=True,
-                          preexec_fn=lambda: os.umask(umask))
+    return subprocess.run(
+        ["make", "-s", "wheels", f"WHEELS={WHEELS}"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: os.umask(umask),
+    )
 
 
 WHEELS = "build/test-reproducible-wheels"
@@ -101,8 +112,11 @@ class FakeHost:
 
     def get_fact(self, fact, **kwargs):
         assert fact is FileDigests
-        return {} if self.sha is None else {
-            path: {"mode": "644", "user": "root", "sha256": self.sha} for path in kwargs["paths"]}
+        return (
+            {}
+            if self.sha is None
+            else {path: {"mode": "644", "user": "root", "sha256": self.sha} for path in kwargs["paths"]}
+        )
 
     def noop(self, text):
         self.noops.append(text)
@@ -140,8 +154,10 @@ def test_binary_file_changed_under_diff_names_checksums_and_uploads(monkeypatch,
     assert mkdir == "mkdir -p /opt/sd/wheels"
     assert isinstance(upload, FileUploadCommand) and upload.dest == "/opt/sd/wheels/x.whl"
     assert chmod == "chmod 0644 /opt/sd/wheels/x.whl"
-    assert fake.logs == [f"Will replace /opt/sd/wheels/x.whl (sha256 {'0' * 64}) with {binary} "
-                         f"(binary, sha256 {sha256(binary)})"]
+    assert fake.logs == [
+        f"Will replace /opt/sd/wheels/x.whl (sha256 {'0' * 64}) with {binary} "
+        f"(binary, sha256 {sha256(binary)})"
+    ]
 
 
 def test_binary_file_new_under_diff(monkeypatch, binary):

@@ -48,8 +48,13 @@ def get_config(model_path: str) -> dict:
     )
 
 
-CONTEXT_LENGTH_KEYS = ["max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
-                       "max_position_embeddings"]
+CONTEXT_LENGTH_KEYS = [
+    "max_sequence_length",
+    "seq_length",
+    "max_seq_len",
+    "model_max_length",
+    "max_position_embeddings",
+]
 
 
 def get_context_length(config: dict) -> int:

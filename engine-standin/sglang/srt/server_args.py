@@ -19,12 +19,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
-from typing import List, Optional
+from typing import Optional
 
 # Builtin speculative algorithms of SGLang 0.5.23 (names are matched case-insensitively;
 # NEXTN is an alias of EAGLE).
-SPECULATIVE_ALGORITHMS = ("DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP",
-                          "STANDALONE", "NGRAM", "NONE", "NEXTN")
+SPECULATIVE_ALGORITHMS = (
+    "DFLASH",
+    "UNO",
+    "DSPARK",
+    "EAGLE",
+    "EAGLE3",
+    "FROZEN_KV_MTP",
+    "STANDALONE",
+    "NGRAM",
+    "NONE",
+    "NEXTN",
+)
 
 
 def human_readable_int(value: str) -> int:
@@ -107,84 +117,124 @@ class ServerArgs:
         """Register the flags, with SGLang's spelling, aliases, types and defaults."""
         d = ServerArgs  # defaults come from the dataclass, as in SGLang
         parser.add_argument(
-            "--model-path", "--model", type=str, dest="model_path", required=True,
+            "--model-path",
+            "--model",
+            type=str,
+            dest="model_path",
+            required=True,
             help="The path of the model weights. This can be a local folder or a Hugging Face repo ID.",
         )
         parser.add_argument(
-            "--trust-remote-code", action="store_true", default=d.trust_remote_code,
+            "--trust-remote-code",
+            action="store_true",
+            default=d.trust_remote_code,
             help="Whether or not to allow for custom models defined on the Hub in their own modeling files.",
         )
         parser.add_argument(
-            "--context-length", type=human_readable_int, default=d.context_length,
+            "--context-length",
+            type=human_readable_int,
+            default=d.context_length,
             help="The model's maximum context length. Defaults to None (will use the value from the model's config.json instead)."
             f"\n\n{human_readable_int.__doc__}",
         )
         parser.add_argument(
-            "--mem-fraction-static", type=float, default=d.mem_fraction_static,
+            "--mem-fraction-static",
+            type=float,
+            default=d.mem_fraction_static,
             help="The fraction of the memory used for static allocation (model weights and KV cache memory pool). Use a smaller value if you see out-of-memory errors.",
         )
         parser.add_argument(
-            "--dist-timeout", type=int, default=d.dist_timeout,
+            "--dist-timeout",
+            type=int,
+            default=d.dist_timeout,
             help="Set timeout for torch.distributed initialization.",
         )
         parser.add_argument(
-            "--dist-init-addr", "--nccl-init-addr", type=str, dest="dist_init_addr",
+            "--dist-init-addr",
+            "--nccl-init-addr",
+            type=str,
+            dest="dist_init_addr",
             default=d.dist_init_addr,
             help="The host address for initializing distributed backend (e.g., `192.168.0.2:25000`).",
         )
         parser.add_argument("--nnodes", type=int, default=d.nnodes, help="The number of nodes.")
         parser.add_argument("--node-rank", type=int, default=d.node_rank, help="The node rank.")
         parser.add_argument(
-            "--tp-size", "--tensor-parallel-size", type=int, dest="tp_size", default=d.tp_size,
+            "--tp-size",
+            "--tensor-parallel-size",
+            type=int,
+            dest="tp_size",
+            default=d.tp_size,
             help="The tensor parallelism size.",
         )
         parser.add_argument(
-            "--watchdog-timeout", type=float, default=d.watchdog_timeout,
+            "--watchdog-timeout",
+            type=float,
+            default=d.watchdog_timeout,
             help="Set watchdog timeout in seconds. If a forward batch takes longer than this, the server will crash to prevent hanging.",
         )
         parser.add_argument("--host", type=str, default=d.host, help="The host of the HTTP server.")
         parser.add_argument("--port", type=int, default=d.port, help="The port of the HTTP server.")
         parser.add_argument(
-            "--served-model-name", type=str, default=d.served_model_name,
+            "--served-model-name",
+            type=str,
+            default=d.served_model_name,
             help="Override the model name returned by the v1/models endpoint in OpenAI API server.",
         )
         parser.add_argument(
-            "--enable-metrics", action="store_true", default=d.enable_metrics,
+            "--enable-metrics",
+            action="store_true",
+            default=d.enable_metrics,
             help="Enable log prometheus metrics.",
         )
         parser.add_argument(
-            "--cuda-graph-max-bs-decode", type=int, default=d.cuda_graph_max_bs_decode,
+            "--cuda-graph-max-bs-decode",
+            type=int,
+            default=d.cuda_graph_max_bs_decode,
             help="Maximum batch size captured for the decode cuda graph.",
         )
         parser.add_argument(
-            "--cuda-graph-max-bs-prefill", type=int, default=d.cuda_graph_max_bs_prefill,
+            "--cuda-graph-max-bs-prefill",
+            type=int,
+            default=d.cuda_graph_max_bs_prefill,
             help="Maximum batch size captured for the prefill cuda graph.",
         )
         parser.add_argument(
-            "--speculative-algorithm", type=str, default=d.speculative_algorithm,
+            "--speculative-algorithm",
+            type=str,
+            default=d.speculative_algorithm,
             help="Speculative algorithm. Builtins: EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM, DFLASH, "
             "DSPARK, UNO. Or any name registered via `SpeculativeAlgorithm.register`.",
         )
         parser.add_argument(
-            "--speculative-draft-model-path", "--speculative-draft-model", type=str,
-            dest="speculative_draft_model_path", default=d.speculative_draft_model_path,
+            "--speculative-draft-model-path",
+            "--speculative-draft-model",
+            type=str,
+            dest="speculative_draft_model_path",
+            default=d.speculative_draft_model_path,
             help="The path of the draft model weights. This can be a local folder or a Hugging Face repo ID.",
         )
         parser.add_argument(
-            "--speculative-num-steps", type=int, default=d.speculative_num_steps,
+            "--speculative-num-steps",
+            type=int,
+            default=d.speculative_num_steps,
             help="The number of steps sampled from draft model in Speculative Decoding.",
         )
         parser.add_argument(
-            "--speculative-eagle-topk", type=int, default=d.speculative_eagle_topk,
+            "--speculative-eagle-topk",
+            type=int,
+            default=d.speculative_eagle_topk,
             help="The number of tokens sampled from the draft model in eagle2 each step.",
         )
         parser.add_argument(
-            "--speculative-num-draft-tokens", type=int, default=d.speculative_num_draft_tokens,
+            "--speculative-num-draft-tokens",
+            type=int,
+            default=d.speculative_num_draft_tokens,
             help="The number of tokens sampled from the draft model in Speculative Decoding.",
         )
 
     @classmethod
-    def from_cli_args(cls, args: argparse.Namespace) -> "ServerArgs":
+    def from_cli_args(cls, args: argparse.Namespace) -> ServerArgs:
         names = [f.name for f in dataclasses.fields(cls)]
         return cls(**{name: getattr(args, name) for name in names})
 
@@ -207,7 +257,7 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def prepare_server_args(argv: List[str]) -> ServerArgs:
+def prepare_server_args(argv: list[str]) -> ServerArgs:
     """Parse argv into ServerArgs; unknown flags or bad values exit 2 with argparse's message."""
     raw_args = make_parser().parse_args(argv)
     return ServerArgs.from_cli_args(raw_args)

@@ -10,7 +10,6 @@ import socket
 import sys
 import time
 import traceback
-from typing import List
 
 logger = logging.getLogger(__name__)
 
@@ -67,12 +66,12 @@ def _children_map() -> dict:
         except OSError:
             continue
         # The command name may contain spaces and parentheses: split after the last ')'.
-        fields = data[data.rfind(b")") + 2:].split()
+        fields = data[data.rfind(b")") + 2 :].split()
         children.setdefault(int(fields[1]), []).append(int(entry))
     return children
 
 
-def descendants(pid: int) -> List[int]:
+def descendants(pid: int) -> list[int]:
     """All descendants of pid, parents before children."""
     tree = _children_map()
     out, todo = [], list(tree.get(pid, []))
@@ -100,7 +99,7 @@ def kill_process_tree(parent_pid: int, include_parent: bool = True, grace: float
         os.kill(parent_pid, signal.SIGKILL)
 
 
-def _signal_all(pids: List[int], sig: int) -> None:
+def _signal_all(pids: list[int], sig: int) -> None:
     for pid in pids:
         try:
             os.kill(pid, sig)
@@ -115,7 +114,7 @@ def _alive(pid: int) -> bool:
             data = f.read()
     except OSError:
         return False
-    return data[data.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+    return data[data.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
 
 
 def get_free_port(host: str = "127.0.0.1") -> int:

@@ -3,19 +3,26 @@ statistics (median time, bus bandwidth), b/a comparisons, verdicts and the repor
 
 Standard library only; imported by nccl_ab.py on the node and by the tests on the controller.
 """
+
 import json
 import statistics
 
 # Variables that are not tuning: left out of both arms (debug output would cost time).
-NOT_TUNING = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_DEBUG_TIMESTAMP_FORMAT",
-              "NCCL_DEBUG_TIMESTAMP_LEVELS")
+NOT_TUNING = (
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_SUBSYS",
+    "NCCL_DEBUG_FILE",
+    "NCCL_DEBUG_TIMESTAMP_FORMAT",
+    "NCCL_DEBUG_TIMESTAMP_LEVELS",
+)
 # What SGLang's launcher sets for its workers (it overrides the env file): fixed in both arms.
 HELD_FIXED = {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
 # 4 KB .. 64 MB: tensor-parallel decode all-reduces are a few KB to a few MB (hidden size x
 # 2 bytes x batch 1-32); the large ones are prefill-sized.
-DEFAULT_SIZES = tuple(4096 * 4 ** i for i in range(8))
+DEFAULT_SIZES = tuple(4096 * 4**i for i in range(8))
 # A difference smaller than this (or than the spread between rounds) is called noise.
 MIN_EFFECT = 0.05
+
 
 def parse_env_file(text):
     """KEY=VALUE lines of a systemd EnvironmentFile (the deploy writes one variable per line,
@@ -39,8 +46,11 @@ def parse_env_file(text):
 
 def tuning_of(env_file_vars):
     """The env file's NCCL variables under test (debug output and what SGLang fixes left out)."""
-    return {k: v for k, v in env_file_vars.items()
-            if k.startswith("NCCL_") and k not in NOT_TUNING and k not in HELD_FIXED}
+    return {
+        k: v
+        for k, v in env_file_vars.items()
+        if k.startswith("NCCL_") and k not in NOT_TUNING and k not in HELD_FIXED
+    }
 
 
 def arm_environments(base_env, env_file_vars, ablate=False):
@@ -77,10 +87,17 @@ def size_label(n):
 
 def parse_size(text):
     text = text.strip().upper().replace("IB", "B")
-    for suffix, mult in (("KB", 1 << 10), ("MB", 1 << 20), ("GB", 1 << 30), ("K", 1 << 10),
-                         ("M", 1 << 20), ("G", 1 << 30), ("B", 1)):
+    for suffix, mult in (
+        ("KB", 1 << 10),
+        ("MB", 1 << 20),
+        ("GB", 1 << 30),
+        ("K", 1 << 10),
+        ("M", 1 << 20),
+        ("G", 1 << 30),
+        ("B", 1),
+    ):
         if text.endswith(suffix):
-            return int(float(text[:-len(suffix)]) * mult)
+            return int(float(text[: -len(suffix)]) * mult)
     return int(text)
 
 
@@ -110,8 +127,12 @@ def summarize(samples, world):
             values = [r[size] for r in rounds if size in r]
             med = statistics.median(values)
             busbw = size / (med * 1e-6) * bus_factor(world) / 1e9 if med > 0 and world > 1 else None
-            out[arm][size] = {"us": med, "spread": (max(values) - min(values)) / med if med > 0 else 0.0,
-                              "rounds_us": values, "busbw_gbps": busbw}
+            out[arm][size] = {
+                "us": med,
+                "spread": (max(values) - min(values)) / med if med > 0 else 0.0,
+                "rounds_us": values,
+                "busbw_gbps": busbw,
+            }
     return out
 
 
@@ -134,7 +155,11 @@ def _pct(change):
 
 
 def _span(sizes):
-    return size_label(sizes[0]) if len(sizes) == 1 else "%s\u2013%s" % (size_label(sizes[0]), size_label(sizes[-1]))
+    return (
+        size_label(sizes[0])
+        if len(sizes) == 1
+        else "%s\u2013%s" % (size_label(sizes[0]), size_label(sizes[-1]))
+    )
 
 
 def verdict(label, comparison):
@@ -163,7 +188,8 @@ def overall_cause(comparison):
     faster = any(c["significant"] and c["change"] > 0 for c in comparison.values())
     slower = any(c["significant"] and c["change"] < 0 for c in comparison.values())
     return {(True, True): "mixed", (True, False): "faster", (False, True): "slower"}.get(
-        (faster, slower), "no-effect")
+        (faster, slower), "no-effect"
+    )
 
 
 def build_report(stats, world, tuning, meta, ablate_names=()):
@@ -172,23 +198,45 @@ def build_report(stats, world, tuning, meta, ablate_names=()):
     rows = []
     for size in sorted(ab):
         a, b = stats["a"][size], stats["b"][size]
-        rows.append({"bytes": size, "label": size_label(size), "a_us": round(a["us"], 2),
-                     "b_us": round(b["us"], 2), "a_busbw_gbps": _round(a["busbw_gbps"]),
-                     "b_busbw_gbps": _round(b["busbw_gbps"]), "ratio_b_a": round(ab[size]["ratio"], 3),
-                     "a_spread": round(a["spread"], 3), "b_spread": round(b["spread"], 3),
-                     "significant": ab[size]["significant"]})
+        rows.append(
+            {
+                "bytes": size,
+                "label": size_label(size),
+                "a_us": round(a["us"], 2),
+                "b_us": round(b["us"], 2),
+                "a_busbw_gbps": _round(a["busbw_gbps"]),
+                "b_busbw_gbps": _round(b["busbw_gbps"]),
+                "ratio_b_a": round(ab[size]["ratio"], 3),
+                "a_spread": round(a["spread"], 3),
+                "b_spread": round(b["spread"], 3),
+                "significant": ab[size]["significant"],
+            }
+        )
     label = " ".join("%s=%s" % kv for kv in tuning.items()) or "(no NCCL tuning in the env file)"
     verdicts = [{"group": "all", "variables": sorted(tuning), "verdict": verdict(label, ab)}]
     for arm in ablate_names:
         var = arm[2:]
         # What the variable does: b against b without it.
         var_cmp = compare(stats, "b", arm)
-        verdicts.append({"group": var, "variables": [var],
-                         "verdict": verdict("%s=%s" % (var, tuning[var]), var_cmp),
-                         "ratio_b_without": {str(s): round(c["ratio"], 3) for s, c in var_cmp.items()}})
+        verdicts.append(
+            {
+                "group": var,
+                "variables": [var],
+                "verdict": verdict("%s=%s" % (var, tuning[var]), var_cmp),
+                "ratio_b_without": {str(s): round(c["ratio"], 3) for s, c in var_cmp.items()},
+            }
+        )
     details = dict(meta)
-    details.update({"world_size": world, "tuning": tuning, "held_fixed": HELD_FIXED, "rows": rows,
-                    "verdicts": verdicts, "overall": overall_cause(ab)})
+    details.update(
+        {
+            "world_size": world,
+            "tuning": tuning,
+            "held_fixed": HELD_FIXED,
+            "rows": rows,
+            "verdicts": verdicts,
+            "overall": overall_cause(ab),
+        }
+    )
     return details
 
 
@@ -198,18 +246,32 @@ def _round(x):
 
 def table(details):
     """The text table of a result (what the controller stores next to the JSON)."""
-    out = ["%s: %d GPU(s), %s" % (details.get("host", "?"), details["world_size"], details.get("versions", "")),
-           "a = NCCL's defaults; b = the env file's: %s" % (" ".join("%s=%s" % kv for kv in
-                                                                    details["tuning"].items()) or "none"),
-           "held in both: %s; median of %s interleaved rounds; timing: %s" % (
-               " ".join("%s=%s" % kv for kv in details["held_fixed"].items()), details.get("rounds", "?"),
-               details.get("timing", "?")),
-           "%10s  %10s  %10s  %8s  %12s  %12s" % ("size", "a us", "b us", "b/a", "a busbw GB/s", "b busbw GB/s")]
+    out = [
+        "%s: %d GPU(s), %s" % (details.get("host", "?"), details["world_size"], details.get("versions", "")),
+        "a = NCCL's defaults; b = the env file's: %s"
+        % (" ".join("%s=%s" % kv for kv in details["tuning"].items()) or "none"),
+        "held in both: %s; median of %s interleaved rounds; timing: %s"
+        % (
+            " ".join("%s=%s" % kv for kv in details["held_fixed"].items()),
+            details.get("rounds", "?"),
+            details.get("timing", "?"),
+        ),
+        "%10s  %10s  %10s  %8s  %12s  %12s" % ("size", "a us", "b us", "b/a", "a busbw GB/s", "b busbw GB/s"),
+    ]
     for r in details["rows"]:
         bw = lambda x: "-" if x is None else "%.1f" % x  # noqa: E731
-        out.append("%10s  %10.1f  %10.1f  %7.2f%s  %12s  %12s" % (
-            r["label"], r["a_us"], r["b_us"], r["ratio_b_a"], "*" if r["significant"] else " ",
-            bw(r["a_busbw_gbps"]), bw(r["b_busbw_gbps"])))
+        out.append(
+            "%10s  %10.1f  %10.1f  %7.2f%s  %12s  %12s"
+            % (
+                r["label"],
+                r["a_us"],
+                r["b_us"],
+                r["ratio_b_a"],
+                "*" if r["significant"] else " ",
+                bw(r["a_busbw_gbps"]),
+                bw(r["b_busbw_gbps"]),
+            )
+        )
     out.append("(* beyond noise: > %d%% and beyond the spread between rounds)" % round(MIN_EFFECT * 100))
     if details["world_size"] < 2:
         out.append("one rank: no traffic between GPUs; times show the harness and launch cost only")

@@ -7,13 +7,13 @@ completion_tokens says more (a server may pack several tokens into one chunk, as
 decoding does); decode tok/s = (tokens - 1) / (last token's arrival - first token's arrival),
 so prefill and the time to the first token (TTFT, reported apart) are left out.
 """
+
 import http.client
 import json
 import time
 import urllib.parse
 
-DEFAULT_PROMPT = ("Explain in a few paragraphs how tensor parallelism splits a transformer layer "
-                  "across GPUs.")
+DEFAULT_PROMPT = "Explain in a few paragraphs how tensor parallelism splits a transformer layer across GPUs."
 
 
 class MeasureError(Exception):
@@ -24,23 +24,36 @@ def stream_once(url, model, prompt, max_tokens, timeout):
     """One streaming chat completion to ``url`` (…/v1/chat/completions): (tokens, decode
     seconds, seconds to the first token)."""
     parts = urllib.parse.urlsplit(url)
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}],
-                       "max_tokens": max_tokens, "temperature": 0, "stream": True,
-                       "stream_options": {"include_usage": True}})
+    body = json.dumps(
+        {
+            "model": model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
     connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
     chunks, usage, first, last = 0, None, None, None
     try:
         sent = time.perf_counter()
-        connection.request("POST", parts.path or "/", body=body,
-                           headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+        connection.request(
+            "POST",
+            parts.path or "/",
+            body=body,
+            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+        )
         response = connection.getresponse()
         if response.status != 200:
-            raise MeasureError("HTTP %d: %s" % (response.status, response.read(300).decode("utf-8", "replace")))
+            raise MeasureError(
+                "HTTP %d: %s" % (response.status, response.read(300).decode("utf-8", "replace"))
+            )
         for raw in response:
             line = raw.strip()
             if not line.startswith(b"data:"):
                 continue
-            data = line[len(b"data:"):].strip()
+            data = line[len(b"data:") :].strip()
             if data == b"[DONE]":
                 break
             event = json.loads(data)
@@ -80,10 +93,14 @@ def summary(results):
     """The figures of a run from its requests' (tokens, decode seconds, TTFT seconds)."""
     rates = [decode_rate(tokens, seconds) for tokens, seconds, _ in results]
     ttfts = [ttft for _, _, ttft in results]
-    return {"requests": len(results), "tokens": sum(tokens for tokens, _, _ in results),
-            "decode_tok_s": round(median(rates), 2), "decode_tok_s_min": round(min(rates), 2),
-            "decode_tok_s_max": round(max(rates), 2),
-            "ttft_ms": round(1000 * median(ttfts), 1)}
+    return {
+        "requests": len(results),
+        "tokens": sum(tokens for tokens, _, _ in results),
+        "decode_tok_s": round(median(rates), 2),
+        "decode_tok_s_min": round(min(rates), 2),
+        "decode_tok_s_max": round(max(rates), 2),
+        "ttft_ms": round(1000 * median(ttfts), 1),
+    }
 
 
 def measure(url, model, prompts, requests, warmup, max_tokens, timeout):
@@ -92,6 +109,7 @@ def measure(url, model, prompts, requests, warmup, max_tokens, timeout):
     prompts = list(prompts) or [DEFAULT_PROMPT]
     for i in range(warmup):
         stream_once(url, model, prompts[i % len(prompts)], max_tokens, timeout)
-    results = [stream_once(url, model, prompts[i % len(prompts)], max_tokens, timeout)
-               for i in range(requests)]
+    results = [
+        stream_once(url, model, prompts[i % len(prompts)], max_tokens, timeout) for i in range(requests)
+    ]
     return summary(results)

@@ -6,12 +6,11 @@ by `drift.py --manifest`.
 
 Standard library only, Python >= 3.9.
 """
+
 import hashlib
 import sys
 
-from . import installed
-from . import record
-from . import status
+from . import installed, record, status
 
 
 def manifest(names, everything=False):
@@ -30,5 +29,9 @@ def manifest(names, everything=False):
                 digest = hashlib.sha256(fh.read()).hexdigest()
         entries.append({"name": dist.metadata["Name"], "version": dist.version, "record_sha256": digest})
     entries.sort(key=lambda e: installed.canonical(e["name"]))
-    return {"manifest": entries, "missing_distributions": missing, "python": sys.executable,
-            "status": status.NOT_INSTALLED if missing else status.READY}
+    return {
+        "manifest": entries,
+        "missing_distributions": missing,
+        "python": sys.executable,
+        "status": status.NOT_INSTALLED if missing else status.READY,
+    }

@@ -6,6 +6,7 @@ node, `make verify` and the deploy's facts parse the same output on the controll
     index, name, driver_version, persistence_mode, pci.bus_id
     0, NVIDIA H200, 580.159.04, Enabled, 00000000:00:06.0
 """
+
 import re
 
 QUERY = ["--query-gpu=index,name,driver_version,persistence_mode,pci.bus_id", "--format=csv"]
@@ -31,8 +32,10 @@ def parse(text):
         if cells[0] == "index":
             continue
         if len(cells) != len(FIELDS) or not cells[0].isdigit():
-            raise Unparsed("nvidia-smi --query-gpu: expected %d fields (%s), got %r"
-                           % (len(FIELDS), ", ".join(FIELDS), line))
+            raise Unparsed(
+                "nvidia-smi --query-gpu: expected %d fields (%s), got %r"
+                % (len(FIELDS), ", ".join(FIELDS), line)
+            )
         gpus.append(dict(zip(FIELDS, cells)))
     return gpus
 
@@ -48,8 +51,13 @@ def problems(gpus, needed=None, min_driver=None, model=None):
     if needed is not None and len(gpus) < needed:
         found.append("%d GPUs needed, nvidia-smi lists %d" % (needed, len(gpus)))
     if min_driver:
-        old = sorted({gpu["driver_version"] for gpu in gpus
-                      if version_key(gpu["driver_version"]) < version_key(min_driver)})
+        old = sorted(
+            {
+                gpu["driver_version"]
+                for gpu in gpus
+                if version_key(gpu["driver_version"]) < version_key(min_driver)
+            }
+        )
         if old:
             found.append("NVIDIA driver %s, %s or newer needed" % (", ".join(old), min_driver))
     if model:

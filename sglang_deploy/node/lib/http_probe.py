@@ -6,6 +6,7 @@ cleared by SIGTERM; answered at once). Where /ping is missing (404: an older rel
 stands in. /health itself runs a one-token generation (no sooner than 1 s): it is asked only
 to confirm a start whose journal lost its "fired up" line (the gate sets `confirm`).
 """
+
 import json
 import threading
 import time
@@ -32,9 +33,9 @@ class HttpProbe(threading.Thread):
         self.state = "not probed yet"
         self.models_ok = False
         self.up_path = "/ping"
-        self.up = threading.Event()         # models listed and /ping (or /health) 200
+        self.up = threading.Event()  # models listed and /ping (or /health) 200
         self.up_mono = None
-        self.confirm = threading.Event()    # set by the gate: ask /health too
+        self.confirm = threading.Event()  # set by the gate: ask /health too
         self.health_ok = threading.Event()
         self.wake = threading.Event()
         self.stopped = threading.Event()
@@ -87,7 +88,9 @@ class HttpProbe(threading.Thread):
             if code == 200:
                 self.health_ok.set()
             self.state = "/v1/models ok, %s 200, no 'fired up' line, /health %s" % (
-                self.up_path, reason if code is None else code)
+                self.up_path,
+                reason if code is None else code,
+            )
 
     def run(self):
         while not self.stopped.is_set():

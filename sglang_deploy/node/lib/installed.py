@@ -3,12 +3,15 @@
 Standard library only, Python >= 3.9: run by the venv's interpreter on the node, and imported by
 the controller, which compares names the same way.
 """
+
 import importlib.metadata
 import re
 
 # Run as `python -c VERSIONS_PY` by a venv's interpreter: {name: version}, one JSON line.
-VERSIONS_PY = ("import importlib.metadata as m, json; "
-               "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))")
+VERSIONS_PY = (
+    "import importlib.metadata as m, json; "
+    "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+)
 # Per distribution: version and when it was installed (its RECORD is written last by pip).
 INSTALLED_PY = """
 import importlib.metadata as m, json, os
@@ -49,6 +52,7 @@ def wanted_names(names, installed, everything=False):
     """`names` without repeats, then with `everything` every other installed distribution."""
     wanted = unique_names(names)
     if everything:
-        wanted += sorted(d.metadata["Name"] for k, d in installed.items()
-                         if k not in {canonical(n) for n in wanted})
+        wanted += sorted(
+            d.metadata["Name"] for k, d in installed.items() if k not in {canonical(n) for n in wanted}
+        )
     return wanted

@@ -3,6 +3,7 @@ environments, cgroup members and listening TCP ports. Parsers are pure functions
 
 CLI: python3 procs.py tree PID | env PID | port PORT | cgroup CONTROL_GROUP
 """
+
 import argparse
 import os
 import socket
@@ -24,8 +25,13 @@ def parse_stat(text):
     head, _, rest = text.rpartition(")")
     pid, _, comm = head.partition(" (")
     fields = rest.split()
-    return {"pid": int(pid), "comm": comm, "state": fields[0], "ppid": int(fields[1]),
-            "starttime": int(fields[19])}
+    return {
+        "pid": int(pid),
+        "comm": comm,
+        "state": fields[0],
+        "ppid": int(fields[1]),
+        "starttime": int(fields[19]),
+    }
 
 
 def read_stat(pid, proc=PROC):
@@ -109,7 +115,7 @@ def alive(pid, starttime=None, proc=PROC):
 
 def _addr(hexaddr):
     raw = bytes.fromhex(hexaddr)
-    words = b"".join(struct.pack("<I", struct.unpack(">I", raw[i:i + 4])[0]) for i in range(0, len(raw), 4))
+    words = b"".join(struct.pack("<I", struct.unpack(">I", raw[i : i + 4])[0]) for i in range(0, len(raw), 4))
     return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, words)
 
 
@@ -121,8 +127,9 @@ def parse_net_tcp(text):
         if len(fields) < 10:
             continue
         hexaddr, _, hexport = fields[1].partition(":")
-        rows.append({"addr": _addr(hexaddr), "port": int(hexport, 16), "state": fields[3],
-                     "inode": int(fields[9])})
+        rows.append(
+            {"addr": _addr(hexaddr), "port": int(hexport, 16), "state": fields[3], "inode": int(fields[9])}
+        )
     return rows
 
 

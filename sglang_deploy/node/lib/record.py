@@ -11,15 +11,16 @@ silently leaves out the files that no longer exist (and stats every file to do s
 
 Standard library only, Python >= 3.9.
 """
+
 import base64
 import csv
 import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-BUFFER_SIZE = 1 << 20      # files are read 1 MiB at a time, into one buffer per thread
-SMALL_FILE = 1 << 20       # larger files get a thread-pool task of their own
-CHUNK_FILES = 64           # files per thread-pool task
+BUFFER_SIZE = 1 << 20  # files are read 1 MiB at a time, into one buffer per thread
+SMALL_FILE = 1 << 20  # larger files get a thread-pool task of their own
+CHUNK_FILES = 64  # files per thread-pool task
 DEFAULT_WORKERS = min(8, os.cpu_count() or 1)
 
 
@@ -44,7 +45,9 @@ def read_record(dist):
             continue
         mode, _, value = (row[1] if len(row) > 1 else "").partition("=")
         size = row[2].strip() if len(row) > 2 else ""
-        rows.append((row[0], mode.lower() if value else None, value or None, int(size) if size.isdigit() else None))
+        rows.append(
+            (row[0], mode.lower() if value else None, value or None, int(size) if size.isdigit() else None)
+        )
     return rows
 
 
@@ -132,7 +135,7 @@ def run_checks(entries, workers):
     entries = sorted(entries, key=lambda e: e[5] or 0, reverse=True)
     big = [[e] for e in entries if (e[5] or 0) > SMALL_FILE]
     small = [e for e in entries if (e[5] or 0) <= SMALL_FILE]
-    chunks = big + [small[i:i + CHUNK_FILES] for i in range(0, len(small), CHUNK_FILES)]
+    chunks = big + [small[i : i + CHUNK_FILES] for i in range(0, len(small), CHUNK_FILES)]
     bad = []
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for part in pool.map(check_files, chunks):

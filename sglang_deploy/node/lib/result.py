@@ -16,12 +16,12 @@ A script whose output the operator watches (the controller streams it) is given 
 result line instead (RESULT_FILE_VAR, claimed by the first of our scripts that starts, so the
 scripts it runs print theirs for it to read): the operator reads progress, never the JSON.
 """
+
 import json
 import os
 import subprocess
 
 from . import status
-
 
 RESULT_FILE_VAR = "SGLANG_DEPLOY_RESULT_FILE"
 # Claimed at import: this process writes its result there, the processes it starts do not see it.
@@ -68,15 +68,19 @@ def events(lines):
 
 def progress(lines):
     """A script's human lines: its output without the result and event lines."""
-    return [line for line in lines if _json_object(line) is None
-            or not ({"status", "event"} & set(_json_object(line)))]
+    return [
+        line
+        for line in lines
+        if _json_object(line) is None or not ({"status", "event"} & set(_json_object(line)))
+    ]
 
 
 def run_streaming(command):
     """Run another of our scripts (a shell command line), streaming its progress lines through;
     (its exit status, every line it printed): ``parse`` them for its result."""
-    proc = subprocess.Popen(command, shell=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, universal_newlines=True)
+    proc = subprocess.Popen(
+        command, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True
+    )
     lines = []
     for line in proc.stdout:
         lines.append(line.rstrip("\n"))

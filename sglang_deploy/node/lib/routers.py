@@ -10,6 +10,7 @@ host. Standard library only.
 Additions and removals are queued: ``wait_for`` polls /workers until the router's view is the
 one asked for.
 """
+
 import json
 import time
 import urllib.error
@@ -31,9 +32,11 @@ def parse_workers(payload):
     for worker in data["workers"]:
         if not isinstance(worker, dict) or "url" not in worker:
             raise ValueError("not a /workers answer: a worker without 'url'")
-        found[normal_url(worker["url"])] = {"id": worker.get("id"),
-                                            "healthy": bool(worker.get("is_healthy")),
-                                            "load": worker.get("load")}
+        found[normal_url(worker["url"])] = {
+            "id": worker.get("id"),
+            "healthy": bool(worker.get("is_healthy")),
+            "load": worker.get("load"),
+        }
     return found
 
 
@@ -48,8 +51,9 @@ class Router:
 
     def _call(self, method, path, body=None):
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         try:
             with _OPENER.open(request, timeout=self.timeout) as answer:
                 return answer.status, answer.read().decode(errors="replace")
@@ -81,15 +85,17 @@ class Router:
             return False
         code, text = self._call("DELETE", "/workers/%s" % listed["id"])
         if code not in (200, 202):
-            raise RouterError("router %s: removing %s answered %d: %s"
-                              % (self.url, worker_url, code, text[:200]))
+            raise RouterError(
+                "router %s: removing %s answered %d: %s" % (self.url, worker_url, code, text[:200])
+            )
         return True
 
     def add(self, worker_url):
         code, text = self._call("POST", "/workers", {"url": normal_url(worker_url)})
         if code not in (200, 201, 202):
-            raise RouterError("router %s: adding %s answered %d: %s"
-                              % (self.url, worker_url, code, text[:200]))
+            raise RouterError(
+                "router %s: adding %s answered %d: %s" % (self.url, worker_url, code, text[:200])
+            )
 
     def wait_for(self, worker_url, want, timeout, interval=0.25):
         """Poll until the router lists ``worker_url`` as ``want`` ("absent" or "healthy");
@@ -101,8 +107,10 @@ class Router:
                 return
             if time.monotonic() >= deadline:
                 state = "not listed" if seen is None else ("healthy" if seen["healthy"] else "unhealthy")
-                raise RouterError("router %s: %s still %s after %.0fs (waited for %s)"
-                                  % (self.url, worker_url, state, timeout, want))
+                raise RouterError(
+                    "router %s: %s still %s after %.0fs (waited for %s)"
+                    % (self.url, worker_url, state, timeout, want)
+                )
             time.sleep(interval)
 
 

@@ -6,6 +6,7 @@
 CLI: python3 sglang_log.py [FILE]   (reads stdin without FILE) prints the phases seen and
 the classified cause of a saved log.
 """
+
 import argparse
 import re
 import sys
@@ -31,36 +32,57 @@ LONG_PHASES = frozenset({"loading", "graphs"})
 # Failure causes, most specific (root cause) first: a dying scheduler or a failed warmup is
 # usually the consequence of one of the earlier ones.
 CAUSES = (
-    ("cuda-oom", "CUDA out of memory",
-     r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"),
-    ("nccl-error", "NCCL error",
-     r"NCCL error|ncclSystemError|ncclUnhandledCudaError|ncclInternalError|ncclInvalidUsage"
-     r"|ncclRemoteError|DistBackendError"),
+    ("cuda-oom", "CUDA out of memory", r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"),
+    (
+        "nccl-error",
+        "NCCL error",
+        r"NCCL error|ncclSystemError|ncclUnhandledCudaError|ncclInternalError|ncclInvalidUsage"
+        r"|ncclRemoteError|DistBackendError",
+    ),
     # Multi-node groups (torch's tcp:// rendezvous at --dist-init-addr, then gloo): group_join.py
     # says which node.
-    ("group-incomplete", "not every node of the multi-node group joined in time",
-     r"waiting for clients\. \d+/\d+ clients joined"
-     r"|The client socket has timed out after \d+ms while trying to connect to"),
-    ("group-peer-lost", "a node of the multi-node group was lost (died or stopped)",
-     r"Connection closed by peer \[|Read error \[[^\]]*\]:\d+: Connection reset by peer"),
-    ("bad-argument", "SGLang rejected a command-line argument",
-     r"error: unrecognized arguments|error: argument |error: the following arguments are required"
-     r"|error: ambiguous option"),
-    ("model-missing", "model path missing or not a model directory (no config.json)",
-     r"does not appear to have a file named config\.json|Can't load the configuration of"
-     r"|Incorrect path_or_model_id|No such file or directory: '[^']*config\.json'"
-     r"|is not a local folder and is not a valid model identifier"),
-    ("port-in-use", "the port is already in use",
-     r"address already in use|Errno 98"),
-    ("warmup-failed", "warmup request failed",
-     r"Initialization failed\. warmup error"),
-    ("host-oom", "a process was killed by the kernel OOM killer (host RAM)",
-     r"killed by the OOM killer|Failed with result 'oom-kill'"),
-    ("scheduler-died", "a scheduler process died",
-     r"scheduler died during initialization|scheduler is dead|Child process unexpectedly failed"
-     r"|Subprocess scheduler_\d+ \(pid=\d+\) crashed"),
-    ("exec-failed", "systemd could not execute the ExecStart command",
-     r"status=203/EXEC|Failed to execute|Failed at step EXEC"),
+    (
+        "group-incomplete",
+        "not every node of the multi-node group joined in time",
+        r"waiting for clients\. \d+/\d+ clients joined"
+        r"|The client socket has timed out after \d+ms while trying to connect to",
+    ),
+    (
+        "group-peer-lost",
+        "a node of the multi-node group was lost (died or stopped)",
+        r"Connection closed by peer \[|Read error \[[^\]]*\]:\d+: Connection reset by peer",
+    ),
+    (
+        "bad-argument",
+        "SGLang rejected a command-line argument",
+        r"error: unrecognized arguments|error: argument |error: the following arguments are required"
+        r"|error: ambiguous option",
+    ),
+    (
+        "model-missing",
+        "model path missing or not a model directory (no config.json)",
+        r"does not appear to have a file named config\.json|Can't load the configuration of"
+        r"|Incorrect path_or_model_id|No such file or directory: '[^']*config\.json'"
+        r"|is not a local folder and is not a valid model identifier",
+    ),
+    ("port-in-use", "the port is already in use", r"address already in use|Errno 98"),
+    ("warmup-failed", "warmup request failed", r"Initialization failed\. warmup error"),
+    (
+        "host-oom",
+        "a process was killed by the kernel OOM killer (host RAM)",
+        r"killed by the OOM killer|Failed with result 'oom-kill'",
+    ),
+    (
+        "scheduler-died",
+        "a scheduler process died",
+        r"scheduler died during initialization|scheduler is dead|Child process unexpectedly failed"
+        r"|Subprocess scheduler_\d+ \(pid=\d+\) crashed",
+    ),
+    (
+        "exec-failed",
+        "systemd could not execute the ExecStart command",
+        r"status=203/EXEC|Failed to execute|Failed at step EXEC",
+    ),
 )
 _CAUSE_RES = [(key, summary, re.compile(rx)) for key, summary, rx in CAUSES]
 CAUSE_SUMMARIES = {key: summary for key, summary, _ in CAUSES}
@@ -99,7 +121,7 @@ def _root_exception(lines, died_rx):
     """The first exception line that is not the launcher's report of a dead scheduler."""
     for line in lines:
         if _EXCEPTION_RE.search(line) and not died_rx.search(line):
-            return line[_EXCEPTION_RE.search(line).start(1):]
+            return line[_EXCEPTION_RE.search(line).start(1) :]
     return None
 
 
@@ -131,7 +153,9 @@ def cause_of(lines):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Show SGLang start-up phases and the failure cause of a log.")
+    parser = argparse.ArgumentParser(
+        description="Show SGLang start-up phases and the failure cause of a log."
+    )
     parser.add_argument("file", nargs="?", help="log file (default: stdin)")
     args = parser.parse_args(argv)
     if args.file:

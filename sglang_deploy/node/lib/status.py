@@ -7,6 +7,7 @@ argparse's usage error; everything specific has its own value.
     python3 status.py            # print the table
     python3 status.py 4          # describe one status
 """
+
 import argparse
 import sys
 

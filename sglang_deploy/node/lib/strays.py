@@ -4,6 +4,7 @@ RECORD lists (__pycache__ and *.pyc are ignored).
 
 Standard library only, Python >= 3.9.
 """
+
 import importlib.metadata
 import os
 
@@ -24,9 +25,12 @@ def top_level_dirs(dist, rows):
             names.add(parts[0])
     root = record.site_root(dist)
     return sorted(
-        n for n in names
-        if n not in ("", ".", "..", "__pycache__") and not n.endswith((".dist-info", ".egg-info", ".data"))
-        and os.path.isdir(os.path.join(root, n)))
+        n
+        for n in names
+        if n not in ("", ".", "..", "__pycache__")
+        and not n.endswith((".dist-info", ".egg-info", ".data"))
+        and os.path.isdir(os.path.join(root, n))
+    )
 
 
 def py_files_under(root, top):

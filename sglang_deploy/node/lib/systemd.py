@@ -9,6 +9,7 @@ can point them at fakes.
 
 CLI: python3 systemd.py show UNIT PROP...   |   python3 systemd.py journal UNIT [--lines N]
 """
+
 import argparse
 import json
 import subprocess
@@ -20,8 +21,17 @@ JOURNALCTL = "journalctl"
 
 # What the gate and restart read about a unit.
 UNIT_PROPS = (
-    "LoadState", "ActiveState", "SubState", "Result", "MainPID", "ExecMainStatus", "ExecMainCode",
-    "NRestarts", "InvocationID", "ExecMainStartTimestampMonotonic", "ActiveEnterTimestampMonotonic",
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "Result",
+    "MainPID",
+    "ExecMainStatus",
+    "ExecMainCode",
+    "NRestarts",
+    "InvocationID",
+    "ExecMainStartTimestampMonotonic",
+    "ActiveEnterTimestampMonotonic",
     "ControlGroup",
 )
 # ExecMainCode values (siginfo si_code of the main process' exit).
@@ -44,8 +54,9 @@ def parse_show(text):
 
 def systemctl(args, systemctl=SYSTEMCTL, timeout=30):
     """Run systemctl with args; returns the CompletedProcess (text, captured)."""
-    return subprocess.run([systemctl] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=timeout)
+    return subprocess.run(
+        [systemctl] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout
+    )
 
 
 def unit_show(unit, props=UNIT_PROPS, systemctl=SYSTEMCTL, timeout=10):
@@ -53,8 +64,13 @@ def unit_show(unit, props=UNIT_PROPS, systemctl=SYSTEMCTL, timeout=10):
     args = ["show", "--no-pager"]
     for prop in props:
         args += ["-p", prop]
-    proc = subprocess.run([systemctl] + args + ["--", unit], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout)
+    proc = subprocess.run(
+        [systemctl] + args + ["--", unit],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=timeout,
+    )
     if proc.returncode != 0:
         raise SystemdError("systemctl show %s failed: %s" % (unit, proc.stderr.strip()))
     return parse_show(proc.stdout)
@@ -134,7 +150,9 @@ def journal_lines(unit, since_cursor=None, show=None, journalctl=JOURNALCTL, sys
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Read unit properties or the journal of a unit's current start.")
+    parser = argparse.ArgumentParser(
+        description="Read unit properties or the journal of a unit's current start."
+    )
     parser.add_argument("--systemctl", default=SYSTEMCTL)
     parser.add_argument("--journalctl", default=JOURNALCTL)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -150,9 +168,10 @@ def main(argv=None):
         for key, value in unit_show(args.unit, args.props or UNIT_PROPS, systemctl=args.systemctl).items():
             print("%s=%s" % (key, value))
     else:
-        lines, cursor = journal_lines(args.unit, args.since_cursor, journalctl=args.journalctl,
-                                      systemctl=args.systemctl)
-        for line in lines[-args.lines:] if args.lines else lines:
+        lines, cursor = journal_lines(
+            args.unit, args.since_cursor, journalctl=args.journalctl, systemctl=args.systemctl
+        )
+        for line in lines[-args.lines :] if args.lines else lines:
             print(line)
         print("-- cursor: %s" % cursor)
     return 0

@@ -5,11 +5,11 @@ reads a plain process (/proc) and its log file, answering in systemctl's terms (
 MainPID, ExecMainCode/ExecMainStatus decoded from the zombie's exit status) so that the gate's
 rules apply to both unchanged.
 """
+
 import os
 import time
 
-from . import procs
-from . import systemd
+from . import procs, systemd
 
 
 def unit_problem(show, base):
@@ -21,8 +21,9 @@ def unit_problem(show, base):
         return "unit %s is not loaded (LoadState=%s)" % (base["unit"], show.get("LoadState"))
     if active not in ("active", "activating", "reloading") or sub == "auto-restart":
         return where
-    if show.get("InvocationID", "") != base["InvocationID"] or \
-            systemd.as_int(show.get("NRestarts")) > systemd.as_int(base["NRestarts"]):
+    if show.get("InvocationID", "") != base["InvocationID"] or systemd.as_int(
+        show.get("NRestarts")
+    ) > systemd.as_int(base["NRestarts"]):
         return "unit was restarted by systemd (%s)" % where
     if pid != base["MainPID"]:
         return "main process changed from %d to %d (%s)" % (base["MainPID"], pid, where)
@@ -129,8 +130,13 @@ class ProcessWatch:
         return self.starttime is not None and procs.alive(self.pid, self.starttime, self.proc)
 
     def show(self):
-        props = {"LoadState": "loaded", "MainPID": str(self.pid), "InvocationID": "", "NRestarts": "0",
-                 "ExecMainStartTimestampMonotonic": str(self.started_monotonic_us())}
+        props = {
+            "LoadState": "loaded",
+            "MainPID": str(self.pid),
+            "InvocationID": "",
+            "NRestarts": "0",
+            "ExecMainStartTimestampMonotonic": str(self.started_monotonic_us()),
+        }
         if self.alive():
             props.update(ActiveState="active", SubState="running", **exit_props(None))
             return props

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
-import random
-import tempfile
 import multiprocessing.connection
 import os
+import random
 import signal
+import tempfile
 import threading
 import time
-from typing import List, Optional
+from typing import Optional
 
 from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
 from sglang.srt.managers.scheduler import run_scheduler_process
@@ -37,8 +37,8 @@ from sglang.srt.utils import get_free_port, kill_process_tree, set_ulimit
 
 logger = logging.getLogger(__name__)
 
-POLL_S = 0.05     # how often the main thread looks at children and signals
-SETTLE_S = 0.05   # after a child death: time for a pending SIGTERM to be seen first
+POLL_S = 0.05  # how often the main thread looks at children and signals
+SETTLE_S = 0.05  # after a child death: time for a pending SIGTERM to be seen first
 
 
 class Lifecycle:
@@ -56,11 +56,11 @@ class Lifecycle:
     """
 
     def __init__(self):
-        self.stop = threading.Event()             # SIGINT while loading
+        self.stop = threading.Event()  # SIGINT while loading
         self.fatal = threading.Event()
         self.gracefully_exit = threading.Event()  # TokenizerManager.gracefully_exit
-        self.uvicorn_exit = threading.Event()     # uvicorn's handle_exit
-        self.captured: List[int] = []             # what uvicorn raises again at its end
+        self.uvicorn_exit = threading.Event()  # uvicorn's handle_exit
+        self.captured: list[int] = []  # what uvicorn raises again at its end
         self.first_request_at: Optional[float] = None
 
     @property
@@ -80,6 +80,7 @@ class Lifecycle:
 
     def server_started(self) -> None:
         """uvicorn's capture_signals, replaced for SIGTERM at the first request."""
+
         def on_signal(signum, frame):
             if signum == signal.SIGTERM and self.running_phase:
                 logger.warning(
@@ -108,6 +109,7 @@ class Lifecycle:
     def ignore_sigterm(self, node_rank: int) -> None:
         """A ready node with --node-rank >= 1 cannot drain on its own: it stops when rank 0's
         ShutdownReq broadcast stops its schedulers (or when killed)."""
+
         def on_sigterm(signum, frame):
             logger.warning(
                 f"SIGTERM received on node_rank {node_rank}; waiting for the rank-0 ShutdownReq "
@@ -135,7 +137,9 @@ def set_envs_and_config(server_args: ServerArgs) -> None:
     os.environ["SGLANG_RUN_ID"] = f"sglang-run-{time.time()}-{random.randint(0, 100000000)}"
     if server_args.enable_metrics:
         if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
-            _prometheus_multiproc_dir = tempfile.TemporaryDirectory(dir=os.environ["PROMETHEUS_MULTIPROC_DIR"])
+            _prometheus_multiproc_dir = tempfile.TemporaryDirectory(
+                dir=os.environ["PROMETHEUS_MULTIPROC_DIR"]
+            )
         else:
             _prometheus_multiproc_dir = tempfile.TemporaryDirectory()
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = _prometheus_multiproc_dir.name
@@ -155,19 +159,18 @@ def _scheduler_died_error(rank: int, proc) -> RuntimeError:
 class Engine:
     """The subprocesses of one node and their supervision."""
 
-    def __init__(self, server_args: ServerArgs, knobs: Knobs, context_len: int,
-                 lifecycle: Lifecycle):
+    def __init__(self, server_args: ServerArgs, knobs: Knobs, context_len: int, lifecycle: Lifecycle):
         self.server_args = server_args
         self.knobs = knobs
         self.context_len = context_len
         self.lifecycle = lifecycle
-        self.scheduler_procs: List[mp.Process] = []
-        self.scheduler_ranks: List[int] = []
+        self.scheduler_procs: list[mp.Process] = []
+        self.scheduler_ranks: list[int] = []
         self.readers = []
         self.shutdown_writers = []
         self.ready_at = 0.0  # when the subprocess watchdog starts (SGLang: after wait_for_ready)
         self.detokenizer_proc: Optional[mp.Process] = None
-        self.scheduler_infos: List[dict] = []
+        self.scheduler_infos: list[dict] = []
 
     # ------------------------------------------------------------------ launch
     def launch(self) -> None:
@@ -185,8 +188,17 @@ class Engine:
             gpu_id = index  # --base-gpu-id 0, --gpu-id-step 1
             proc = mp.Process(
                 target=run_scheduler_process,
-                args=(args, self.knobs, self.context_len, tp_rank, gpu_id, index == fail_index,
-                      nccl_init_addr, writer, shutdown_reader),
+                args=(
+                    args,
+                    self.knobs,
+                    self.context_len,
+                    tp_rank,
+                    gpu_id,
+                    index == fail_index,
+                    nccl_init_addr,
+                    writer,
+                    shutdown_reader,
+                ),
             )
             proc.start()
             writer.close()  # the child holds the only write end: EOF means it died
@@ -273,7 +285,7 @@ class Engine:
             except OSError:
                 pass  # that scheduler is gone already
 
-    def wait_schedulers_gone(self, timeout: float) -> List[int]:
+    def wait_schedulers_gone(self, timeout: float) -> list[int]:
         """Poll every 0.1 s until no scheduler runs; the pids still running after timeout."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and any(p.is_alive() for p in self.scheduler_procs):

@@ -45,20 +45,27 @@ def health_check_timeout() -> float:
 
 def health_generation_enabled() -> bool:
     """SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION (default true); false makes /health a flag check."""
-    return os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true").strip().lower() \
-        not in ("0", "false", "no", "off", "")
+    return os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true").strip().lower() not in (
+        "0",
+        "false",
+        "no",
+        "off",
+        "",
+    )
 
 
 class ServerStatus:
     """TokenizerManager.server_status in 0.5.23."""
+
     UP, STARTING, UNHEALTHY = "Up", "Starting", "UnHealthy"
 
 
 class ServerState:
     """Everything the request handlers read; written only by the launcher."""
 
-    def __init__(self, server_args: ServerArgs, knobs: Knobs, hf_config: dict, context_len: int,
-                 scheduler_infos: list):
+    def __init__(
+        self, server_args: ServerArgs, knobs: Knobs, hf_config: dict, context_len: int, scheduler_infos: list
+    ):
         self.server_args = server_args
         self.knobs = knobs
         self.hf_config = hf_config
@@ -79,7 +86,7 @@ class ServerState:
         # UnHealthy after each generation check.
         self.server_status = ServerStatus.STARTING
         self.gracefully_exit = threading.Event()  # set by SIGTERM (the launcher shares its own)
-        self.startup_time = 0.0     # seconds from launch to ready, set by launch_server
+        self.startup_time = 0.0  # seconds from launch to ready, set by launch_server
 
     @property
     def shutting_down(self) -> bool:
@@ -88,9 +95,20 @@ class ServerState:
     # -------------------------------------------------------------- read-only endpoints
     def models(self) -> dict:
         name = self.server_args.served_model_name
-        return {"object": "list", "data": [{
-            "id": name, "object": "model", "created": self.created, "owned_by": "sglang",
-            "root": name, "parent": None, "max_model_len": self.context_len}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": self.created,
+                    "owned_by": "sglang",
+                    "root": name,
+                    "parent": None,
+                    "max_model_len": self.context_len,
+                }
+            ],
+        }
 
     def healthy_now(self) -> bool:
         """SGLang's is_healthy(): status Up and not shutting down."""
@@ -111,9 +129,11 @@ class ServerState:
         started = time.strftime("%H:%M:%S", time.localtime(time.time() - (time.monotonic() - tic)))
         last = self.generator.last_receive
         last_wall = time.strftime("%H:%M:%S", time.localtime(time.time() - (time.monotonic() - last)))
-        logger.error(f"Health check failed. Server couldn't get a response from detokenizer for last "
-                     f"{int(health_check_timeout())} seconds. tic start time: {started}. "
-                     f"last_heartbeat time: {last_wall}")
+        logger.error(
+            f"Health check failed. Server couldn't get a response from detokenizer for last "
+            f"{int(health_check_timeout())} seconds. tic start time: {started}. "
+            f"last_heartbeat time: {last_wall}"
+        )
         self.server_status = ServerStatus.UNHEALTHY
         return False
 
@@ -139,34 +159,60 @@ class ServerState:
         info = dataclasses.asdict(self.server_args)
         if self.scheduler_infos:
             info.update({k: v for k, v in self.scheduler_infos[0].items() if k != "status"})
-        info["internal_states"] = [{
-            "last_gen_throughput": self.backend.last_gen_throughput,
-            "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity":
-                             info.get("max_total_num_tokens", 0), "graph": 0.0},
-        }]
+        info["internal_states"] = [
+            {
+                "last_gen_throughput": self.backend.last_gen_throughput,
+                "memory_usage": {
+                    "weight": 0.0,
+                    "kvcache": 0.0,
+                    "token_capacity": info.get("max_total_num_tokens", 0),
+                    "graph": 0.0,
+                },
+            }
+        ]
         info["startup_time"] = self.startup_time
         info["version"] = __version__
         info["frontend"] = "python"
         return info
 
     def load(self) -> list:
-        return [{"dp_rank": 0, "num_reqs": self.generator.running, "num_waiting_reqs": 0,
-                 "num_tokens": 0}]
+        return [{"dp_rank": 0, "num_reqs": self.generator.running, "num_waiting_reqs": 0, "num_tokens": 0}]
 
     def metrics(self) -> str:
-        labels = f'model_name="{self.server_args.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="0"'
+        labels = (
+            f'model_name="{self.server_args.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="0"'
+        )
         g = self.generator
         rows = [
-            ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", g.prompt_tokens_total),
-            ("sglang:generation_tokens_total", "counter", "Number of generation tokens processed.", g.generation_tokens_total),
+            (
+                "sglang:prompt_tokens_total",
+                "counter",
+                "Number of prefill tokens processed.",
+                g.prompt_tokens_total,
+            ),
+            (
+                "sglang:generation_tokens_total",
+                "counter",
+                "Number of generation tokens processed.",
+                g.generation_tokens_total,
+            ),
             ("sglang:num_requests_total", "counter", "Number of requests processed.", g.num_requests),
             ("sglang:num_running_reqs", "gauge", "The number of running requests.", g.running),
             ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", 0),
-            ("sglang:gen_throughput", "gauge", "The generation throughput (token/s).", self.backend.last_gen_throughput),
+            (
+                "sglang:gen_throughput",
+                "gauge",
+                "The generation throughput (token/s).",
+                self.backend.last_gen_throughput,
+            ),
         ]
         out = []
         for name, kind, help_text, value in rows:
-            out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{{{labels}}} {float(value)}"]
+            out += [
+                f"# HELP {name} {help_text}",
+                f"# TYPE {name} {kind}",
+                f"{name}{{{labels}}} {float(value)}",
+            ]
         return "\n".join(out) + "\n"
 
 
@@ -199,8 +245,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except ValueError:
             phrase = ""
         host, port = self.client_address[:2]
-        uvicorn_log("INFO", f'{host}:{port} - "{self.command} {self.path} HTTP/1.1" {code} {phrase}',
-                    stream=sys.stdout)
+        uvicorn_log(
+            "INFO",
+            f'{host}:{port} - "{self.command} {self.path} HTTP/1.1" {code} {phrase}',
+            stream=sys.stdout,
+        )
 
     def log_message(self, format, *args):
         pass  # errors are answered with a status; uvicorn logs nothing more for them
@@ -272,21 +321,33 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path == "/v1/models":
             return self._json(200, state.models())
         if path.startswith("/v1/models/"):
-            name = urllib.parse.unquote(path[len("/v1/models/"):])
+            name = urllib.parse.unquote(path[len("/v1/models/") :])
             if name != state.server_args.served_model_name:
-                return self._json(404, {"error": {"message": f"The model '{name}' does not exist",
-                                                  "type": "invalid_request_error", "param": "model",
-                                                  "code": "model_not_found"}})
+                return self._json(
+                    404,
+                    {
+                        "error": {
+                            "message": f"The model '{name}' does not exist",
+                            "type": "invalid_request_error",
+                            "param": "model",
+                            "code": "model_not_found",
+                        }
+                    },
+                )
             return self._json(200, state.models()["data"][0])
         if path in ("/model_info", "/get_model_info"):
             if path == "/get_model_info":
-                logger.warning("Endpoint '/get_model_info' is deprecated and will be removed in a "
-                               "future version. Please use '/model_info' instead.")
+                logger.warning(
+                    "Endpoint '/get_model_info' is deprecated and will be removed in a "
+                    "future version. Please use '/model_info' instead."
+                )
             return self._json(200, state.model_info())
         if path in ("/server_info", "/get_server_info"):
             if path == "/get_server_info":
-                logger.warning("Endpoint '/get_server_info' is deprecated and will be removed in a "
-                               "future version. Please use '/server_info' instead.")
+                logger.warning(
+                    "Endpoint '/get_server_info' is deprecated and will be removed in a "
+                    "future version. Please use '/server_info' instead."
+                )
             return self._json(200, state.server_info())
         if path == "/get_load":
             return self._json(200, state.load())
@@ -300,18 +361,32 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         path = self.path.split("?", 1)[0]
-        routes = {"/generate": openai_api.generate,
-                  "/v1/completions": openai_api.completions,
-                  "/v1/chat/completions": openai_api.chat_completions}
+        routes = {
+            "/generate": openai_api.generate,
+            "/v1/completions": openai_api.completions,
+            "/v1/chat/completions": openai_api.chat_completions,
+        }
         if not self.dummy_health_only and path == "/freeze_gc":
             self.rfile.read(int(self.headers.get("content-length") or 0))
             return self._send(200, b"Garbage collection frozen.\n", "text/plain; charset=utf-8")
         if self.dummy_health_only or path not in routes or (self.command == "PUT" and path != "/generate"):
             self.rfile.read(int(self.headers.get("content-length") or 0))
-            known = path in ("/health", "/health_generate", "/v1/models", "/model_info",
-                             "/get_model_info", "/ping", "/ready") or path in routes
-            return self._json(405 if known else 404,
-                              {"detail": "Method Not Allowed" if known else "Not Found"})
+            known = (
+                path
+                in (
+                    "/health",
+                    "/health_generate",
+                    "/v1/models",
+                    "/model_info",
+                    "/get_model_info",
+                    "/ping",
+                    "/ready",
+                )
+                or path in routes
+            )
+            return self._json(
+                405 if known else 404, {"detail": "Method Not Allowed" if known else "Not Found"}
+            )
         try:
             result = routes[path](self.state.backend, self._read_json())
         except openai_api.ApiError as e:

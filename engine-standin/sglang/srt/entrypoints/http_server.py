@@ -42,8 +42,14 @@ import urllib.request
 from typing import Optional
 
 from sglang.srt.entrypoints.engine import Engine, Lifecycle, set_envs_and_config
-from sglang.srt.entrypoints.http_api import (Server, ServerState, ServerStatus, display_url, local_url,
-                                             make_server)
+from sglang.srt.entrypoints.http_api import (
+    Server,
+    ServerState,
+    ServerStatus,
+    display_url,
+    local_url,
+    make_server,
+)
 from sglang.srt.hf_transformers_utils import derive_context_length, get_config
 from sglang.srt.sandbox.knobs import KnobError, from_environ
 from sglang.srt.server_args import ServerArgs
@@ -56,8 +62,9 @@ logger = logging.getLogger(__name__)
 def _http(method: str, url: str, body: Optional[dict] = None, timeout: float = 600):
     """(status, body text) of one request; HTTP errors are answers, not exceptions."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, response.read().decode(errors="replace")
@@ -80,8 +87,10 @@ def _execute_server_warmup(url: str, state: ServerState) -> None:
             last_error = e
     else:
         raise RuntimeError(f"/model_info did not answer: {last_error}")
-    json_data = {"sampling_params": {"temperature": 0, "max_new_tokens": 8},
-                 "text": "The capital city of France is"}
+    json_data = {
+        "sampling_params": {"temperature": 0, "max_new_tokens": 8},
+        "text": "The capital city of France is",
+    }
     status, text = _http("POST", url + "/generate", json_data)
     assert status == 200, f"{text}"
     state.server_status = ServerStatus.UP
@@ -104,9 +113,9 @@ def _wait_and_warmup(state: ServerState, url: str, lifecycle: Lifecycle, launche
 
 
 # ---------------------------------------------------------------------- stopping
-WATCHDOG_INTERVAL_S = 1.0       # SubprocessWatchdog(interval=1.0)
-SIGTERM_POLL_S = 5.0            # TokenizerManager.sigterm_watchdog: asyncio.sleep(5)
-SCHEDULER_EXIT_TIMEOUT_S = 15   # tokenizer_manager._SCHEDULER_EXIT_TIMEOUT_SECS
+WATCHDOG_INTERVAL_S = 1.0  # SubprocessWatchdog(interval=1.0)
+SIGTERM_POLL_S = 5.0  # TokenizerManager.sigterm_watchdog: asyncio.sleep(5)
+SCHEDULER_EXIT_TIMEOUT_S = 15  # tokenizer_manager._SCHEDULER_EXIT_TIMEOUT_SECS
 POLL_S = 0.05
 
 
@@ -114,8 +123,9 @@ def _force_shutdown() -> bool:
     return os.environ.get("SGL_FORCE_SHUTDOWN", "false").strip().lower() in ("true", "1")
 
 
-def _supervise(server: Server, state: ServerState, engine: Engine, lifecycle: Lifecycle,
-               warmup: threading.Thread) -> int:
+def _supervise(
+    server: Server, state: ServerState, engine: Engine, lifecycle: Lifecycle, warmup: threading.Thread
+) -> int:
     """Rank 0 from the open port to its end, with SGLang 0.5.23's two clocks:
 
     * SubprocessWatchdog: every 1 s from when the schedulers were ready, any subprocess gone
@@ -149,8 +159,10 @@ def _supervise(server: Server, state: ServerState, engine: Engine, lifecycle: Li
                     # Older SGLang releases word a lost scheduler this way; log both wordings.
                     rank = engine.scheduler_ranks[engine.scheduler_procs.index(proc)]
                     logger.error(f"Rank {rank} scheduler is dead. Please check if there are relevant logs.")
-                logger.error(f"Subprocess {name} (pid={proc.pid}) crashed with exit code "
-                             f"{proc.exitcode}. Triggering SIGQUIT for cleanup...")
+                logger.error(
+                    f"Subprocess {name} (pid={proc.pid}) crashed with exit code "
+                    f"{proc.exitcode}. Triggering SIGQUIT for cleanup..."
+                )
                 os.kill(os.getpid(), signal.SIGQUIT)
                 continue
         if lifecycle.first_request_at is not None and not uvicorn_stopping:
@@ -181,8 +193,10 @@ def _drained(state: ServerState) -> bool:
         logger.error("Signal SIGTERM received while force shutdown flag set. Force exiting.")
         return True
     rids = state.generator.active_rids()
-    logger.info(f"Gracefully exiting... Remaining number of requests {len(rids)}. "
-                f"Remaining requests remaining_rids={rids!r}.")
+    logger.info(
+        f"Gracefully exiting... Remaining number of requests {len(rids)}. "
+        f"Remaining requests remaining_rids={rids!r}."
+    )
     return not rids
 
 
@@ -192,8 +206,10 @@ def _stop_cleanly(server: Server, engine: Engine) -> int:
     engine.send_shutdown_req()
     stragglers = engine.wait_schedulers_gone(SCHEDULER_EXIT_TIMEOUT_S)
     if stragglers:
-        logger.warning(f"Schedulers still alive {SCHEDULER_EXIT_TIMEOUT_S}s after ShutdownReq, "
-                       f"killing them before they released: {stragglers}")
+        logger.warning(
+            f"Schedulers still alive {SCHEDULER_EXIT_TIMEOUT_S}s after ShutdownReq, "
+            f"killing them before they released: {stragglers}"
+        )
     engine.kill_tree()
     time.sleep(0.1)  # uvicorn's main loop looks at should_exit every 0.1 s
     uvicorn_log("INFO", "Shutting down")
@@ -212,13 +228,15 @@ def _bind(server_args: ServerArgs, state: ServerState, dummy: bool) -> Optional[
         return make_server(server_args.host, server_args.port, state, dummy)
     except OSError as e:
         reason = (e.strerror or str(e)).lower()
-        uvicorn_log("ERROR", f"[Errno {e.errno}] error while attempting to bind on address "
-                             f"({server_args.host!r}, {server_args.port}): {reason}")
+        uvicorn_log(
+            "ERROR",
+            f"[Errno {e.errno}] error while attempting to bind on address "
+            f"({server_args.host!r}, {server_args.port}): {reason}",
+        )
         return None
 
 
-def _run_follower(server_args: ServerArgs, state: ServerState, engine: Engine,
-                  lifecycle: Lifecycle) -> int:
+def _run_follower(server_args: ServerArgs, state: ServerState, engine: Engine, lifecycle: Lifecycle) -> int:
     """--node-rank >= 1 once its schedulers are ready (0.5.23's _launch_subprocesses)."""
     lifecycle.ignore_sigterm(server_args.node_rank)
     where = f"{server_args.host}:{server_args.port}"
@@ -229,8 +247,12 @@ def _run_follower(server_args: ServerArgs, state: ServerState, engine: Engine,
     if server is None:
         logger.info(f"Dummy health check server stopped at {where}")
     else:
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                         name="health-check-server", daemon=True).start()
+        threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="health-check-server",
+            daemon=True,
+        ).start()
     code = engine.watch_follower()
     if server is not None:
         server.shutdown()
@@ -252,8 +274,12 @@ def launch_server(server_args: ServerArgs) -> int:
         return 2
     if knobs.fail_rank is not None:
         if knobs.fail_rank >= server_args.nnodes:
-            print(f"sglang (sandbox stand-in): error: SGLANG_STANDIN_FAIL_RANK={knobs.fail_rank} but "
-                  f"--nnodes {server_args.nnodes}", file=sys.stderr, flush=True)
+            print(
+                f"sglang (sandbox stand-in): error: SGLANG_STANDIN_FAIL_RANK={knobs.fail_rank} but "
+                f"--nnodes {server_args.nnodes}",
+                file=sys.stderr,
+                flush=True,
+            )
             return 2
         if knobs.fail_rank != server_args.node_rank:
             knobs = dataclasses.replace(knobs, fail=None)  # the failure is another node's
@@ -285,15 +311,20 @@ def launch_server(server_args: ServerArgs) -> int:
     uvicorn_log("INFO", f"Started server process [{os.getpid()}]")
     uvicorn_log("INFO", "Waiting for application startup.")
     uvicorn_log("INFO", "Application startup complete.")
-    uvicorn_log("INFO", f"Uvicorn running on {display_url(server_args.host, server_args.port)} "
-                        "(Press CTRL+C to quit)")
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                     name="http-server", daemon=True).start()
+    uvicorn_log(
+        "INFO", f"Uvicorn running on {display_url(server_args.host, server_args.port)} (Press CTRL+C to quit)"
+    )
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="http-server", daemon=True
+    ).start()
     lifecycle.server_started()
     state.backend.on_request = lifecycle.first_request
-    warmup = threading.Thread(target=_wait_and_warmup, name="warmup", daemon=True,
-                              args=(state, local_url(server_args.host, server_args.port), lifecycle,
-                                    launched))
+    warmup = threading.Thread(
+        target=_wait_and_warmup,
+        name="warmup",
+        daemon=True,
+        args=(state, local_url(server_args.host, server_args.port), lifecycle, launched),
+    )
     warmup.start()
 
     code = _supervise(server, state, engine, lifecycle, warmup)

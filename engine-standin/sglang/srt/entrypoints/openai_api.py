@@ -16,7 +16,8 @@ import dataclasses
 import threading
 import time
 import uuid
-from typing import Any, Iterator, List, Optional
+from collections.abc import Iterator
+from typing import Any, Optional
 
 from sglang.srt.sandbox.textgen import Generator, count_tokens
 
@@ -40,16 +41,27 @@ class ApiError(Exception):
         self.err_type = err_type
 
     def openai_body(self) -> dict:
-        return {"object": "error", "message": self.message, "type": self.err_type,
-                "param": None, "code": self.status}
+        return {
+            "object": "error",
+            "message": self.message,
+            "type": self.err_type,
+            "param": None,
+            "code": self.status,
+        }
 
 
 class Backend:
     """What the endpoints need from the server: model facts, pacing, warmup gating."""
 
-    def __init__(self, served_model_name: str, context_len: int, generator: Generator,
-                 first_forward_at: float, broken_at: Optional[float] = None,
-                 hangs: bool = False):
+    def __init__(
+        self,
+        served_model_name: str,
+        context_len: int,
+        generator: Generator,
+        first_forward_at: float,
+        broken_at: Optional[float] = None,
+        hangs: bool = False,
+    ):
         self.served_model_name = served_model_name
         self.context_len = context_len
         self.generator = generator
@@ -74,13 +86,20 @@ class Backend:
             delay = self.broken_at - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            raise ApiError(500, "The scheduler did not answer the first forward pass "
-                                "(sandbox failure injection: warmup-fails).", "InternalServerError")
+            raise ApiError(
+                500,
+                "The scheduler did not answer the first forward pass "
+                "(sandbox failure injection: warmup-fails).",
+                "InternalServerError",
+            )
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
             raise ApiError(400, f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
         if prompt_tokens >= self.context_len:
-            raise ApiError(400, f"The input ({prompt_tokens} tokens) is longer than the model's "
-                                f"context length ({self.context_len} tokens).")
+            raise ApiError(
+                400,
+                f"The input ({prompt_tokens} tokens) is longer than the model's "
+                f"context length ({self.context_len} tokens).",
+            )
         delay = self.first_forward_at - time.monotonic()
         if delay > 0:
             time.sleep(delay)
@@ -115,9 +134,13 @@ def _prompt_tokens(prompt: Any) -> int:
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens, "prompt_tokens_details": None,
-            "reasoning_tokens": 0}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": None,
+        "reasoning_tokens": 0,
+    }
 
 
 def _token_id(token_index: int) -> int:
@@ -133,7 +156,9 @@ def generate(backend: Backend, body: dict):
     if not isinstance(params, dict):
         raise ApiError(400, "sampling_params must be an object")
     max_new = params.get("max_new_tokens", 128)
-    if isinstance(text, list) or (isinstance(input_ids, list) and input_ids and isinstance(input_ids[0], list)):
+    if isinstance(text, list) or (
+        isinstance(input_ids, list) and input_ids and isinstance(input_ids[0], list)
+    ):
         if body.get("stream"):
             raise ApiError(400, "Batched streaming is not supported by the sandbox stand-in")
         prompts = text if isinstance(text, list) else input_ids
@@ -147,13 +172,18 @@ def generate(backend: Backend, body: dict):
     start = time.monotonic()
 
     def meta(count: int, done: bool) -> dict:
-        return {"id": rid,
-                "finish_reason": {"type": "length", "length": count} if done else None,
-                "prompt_tokens": prompt_tokens, "weight_version": "default",
-                "completion_tokens": count, "cached_tokens": 0,
-                "e2e_latency": round(time.monotonic() - start, 6)}
+        return {
+            "id": rid,
+            "finish_reason": {"type": "length", "length": count} if done else None,
+            "prompt_tokens": prompt_tokens,
+            "weight_version": "default",
+            "completion_tokens": count,
+            "cached_tokens": 0,
+            "e2e_latency": round(time.monotonic() - start, 6),
+        }
 
     if body.get("stream"):
+
         def events():
             out, ids = "", []
             for i, token in enumerate(backend.tokens(prompt_tokens, n, rid)):
@@ -162,23 +192,37 @@ def generate(backend: Backend, body: dict):
                 yield {"text": out, "output_ids": list(ids), "meta_info": meta(i + 1, i + 1 == n)}
             if n == 0:
                 yield {"text": "", "output_ids": [], "meta_info": meta(0, True)}
+
         return Stream(events())
     tokens = list(backend.tokens(prompt_tokens, n, rid))
-    return Json(200, {"text": "".join(tokens), "output_ids": [_token_id(i) for i in range(n)],
-                      "meta_info": meta(n, True)})
+    return Json(
+        200,
+        {"text": "".join(tokens), "output_ids": [_token_id(i) for i in range(n)], "meta_info": meta(n, True)},
+    )
 
 
-def _generate_batch(backend: Backend, prompt_counts: List[int], max_new: Any) -> list:
+def _generate_batch(backend: Backend, prompt_counts: list[int], max_new: Any) -> list:
     """A batch decodes in lock-step: the same pace, one result per prompt."""
     ns = [backend.prepare(p, max_new) for p in prompt_counts]
     start = time.monotonic()
     tokens = list(backend.tokens(sum(prompt_counts), max(ns, default=0)))
     latency = round(time.monotonic() - start, 6)
-    return [{"text": "".join(tokens[:n]), "output_ids": [_token_id(i) for i in range(n)],
-             "meta_info": {"id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": n},
-                           "prompt_tokens": p, "weight_version": "default", "completion_tokens": n,
-                           "cached_tokens": 0, "e2e_latency": latency}}
-            for p, n in zip(prompt_counts, ns)]
+    return [
+        {
+            "text": "".join(tokens[:n]),
+            "output_ids": [_token_id(i) for i in range(n)],
+            "meta_info": {
+                "id": uuid.uuid4().hex,
+                "finish_reason": {"type": "length", "length": n},
+                "prompt_tokens": p,
+                "weight_version": "default",
+                "completion_tokens": n,
+                "cached_tokens": 0,
+                "e2e_latency": latency,
+            },
+        }
+        for p, n in zip(prompt_counts, ns)
+    ]
 
 
 # ---------------------------------------------------------------------- /v1/completions
@@ -193,25 +237,66 @@ def completions(backend: Backend, body: dict):
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
     if body.get("stream"):
+
         def events():
             count = 0
             for token in backend.tokens(prompt_tokens, n, rid):
                 count += 1
-                yield {"id": rid, "object": "text_completion", "created": created, "model": model,
-                       "choices": [{"index": 0, "text": token, "logprobs": None,
-                                    "finish_reason": None, "matched_stop": None}]}
-            yield {"id": rid, "object": "text_completion", "created": created, "model": model,
-                   "choices": [{"index": 0, "text": "", "logprobs": None,
-                                "finish_reason": "length", "matched_stop": None}]}
+                yield {
+                    "id": rid,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "text": token,
+                            "logprobs": None,
+                            "finish_reason": None,
+                            "matched_stop": None,
+                        }
+                    ],
+                }
+            yield {
+                "id": rid,
+                "object": "text_completion",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": "",
+                        "logprobs": None,
+                        "finish_reason": "length",
+                        "matched_stop": None,
+                    }
+                ],
+            }
             if include_usage:
-                yield {"id": rid, "object": "text_completion", "created": created, "model": model,
-                       "choices": [], "usage": _usage(prompt_tokens, count)}
+                yield {
+                    "id": rid,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": _usage(prompt_tokens, count),
+                }
+
         return Stream(events())
     text = "".join(backend.tokens(prompt_tokens, n, rid))
-    return Json(200, {"id": rid, "object": "text_completion", "created": created, "model": model,
-                      "choices": [{"index": 0, "text": text, "logprobs": None,
-                                   "finish_reason": "length", "matched_stop": None}],
-                      "usage": _usage(prompt_tokens, n)})
+    return Json(
+        200,
+        {
+            "id": rid,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "matched_stop": None}
+            ],
+            "usage": _usage(prompt_tokens, n),
+        },
+    )
 
 
 # ---------------------------------------------------------------------- /v1/chat/completions
@@ -239,11 +324,18 @@ def chat_completions(backend: Backend, body: dict):
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
     def chunk(delta: dict, finish: Optional[str]) -> dict:
-        return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                             "finish_reason": finish, "matched_stop": None}]}
+        return {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "matched_stop": None}
+            ],
+        }
 
     if body.get("stream"):
+
         def events():
             yield chunk({"role": "assistant", "content": ""}, None)
             count = 0
@@ -252,14 +344,38 @@ def chat_completions(backend: Backend, body: dict):
                 yield chunk({"content": token}, None)
             yield chunk({}, "length")
             if include_usage:
-                yield {"id": rid, "object": "chat.completion.chunk", "created": created,
-                       "model": model, "choices": [], "usage": _usage(prompt_tokens, count)}
+                yield {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": _usage(prompt_tokens, count),
+                }
+
         return Stream(events())
     text = "".join(backend.tokens(prompt_tokens, n, rid))
-    return Json(200, {"id": rid, "object": "chat.completion", "created": created, "model": model,
-                      "choices": [{"index": 0,
-                                   "message": {"role": "assistant", "content": text,
-                                               "reasoning_content": None, "tool_calls": None},
-                                   "logprobs": None, "finish_reason": "length",
-                                   "matched_stop": None}],
-                      "usage": _usage(prompt_tokens, n)})
+    return Json(
+        200,
+        {
+            "id": rid,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": text,
+                        "reasoning_content": None,
+                        "tool_calls": None,
+                    },
+                    "logprobs": None,
+                    "finish_reason": "length",
+                    "matched_stop": None,
+                }
+            ],
+            "usage": _usage(prompt_tokens, n),
+        },
+    )

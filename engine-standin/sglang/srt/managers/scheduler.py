@@ -31,8 +31,16 @@ logger = logging.getLogger(__name__)
 
 
 class Scheduler:
-    def __init__(self, server_args: ServerArgs, knobs: Knobs, context_len: int, tp_rank: int,
-                 gpu_id: int, fails_here: bool, nccl_init_addr: str):
+    def __init__(
+        self,
+        server_args: ServerArgs,
+        knobs: Knobs,
+        context_len: int,
+        tp_rank: int,
+        gpu_id: int,
+        fails_here: bool,
+        nccl_init_addr: str,
+    ):
         self.server_args = server_args
         self.knobs = knobs
         self.fails_here = fails_here
@@ -72,8 +80,7 @@ class Scheduler:
         """Serve until the ShutdownReq (across nodes: rank 0's broadcast of it), or until killed.
         The launcher does the generation; the scheduler only lives."""
         if self.knobs.fail == "scheduler-dies-after-ready" and self.fails_here:
-            threading.Thread(target=_die_after, args=(self.knobs.fail_after_seconds,),
-                             daemon=True).start()
+            threading.Thread(target=_die_after, args=(self.knobs.fail_after_seconds,), daemon=True).start()
         group = self.model_runner.group
         shutdown = threading.Event()
 
@@ -98,9 +105,17 @@ def _die_after(seconds: float) -> None:
     failures.die_like_oom_killer()
 
 
-def run_scheduler_process(server_args: ServerArgs, knobs: Knobs, context_len: int, tp_rank: int,
-                          gpu_id: int, fails_here: bool, nccl_init_addr: str, pipe_writer,
-                          shutdown_reader) -> None:
+def run_scheduler_process(
+    server_args: ServerArgs,
+    knobs: Knobs,
+    context_len: int,
+    tp_rank: int,
+    gpu_id: int,
+    fails_here: bool,
+    nccl_init_addr: str,
+    pipe_writer,
+    shutdown_reader,
+) -> None:
     prefix = f" TP{tp_rank}" if server_args.tp_size > 1 else ""
     setproctitle(f"sglang::scheduler{prefix.replace(' ', '_')}")
     kill_itself_when_parent_died()
@@ -110,8 +125,7 @@ def run_scheduler_process(server_args: ServerArgs, knobs: Knobs, context_len: in
     parent_pid = os.getppid()
 
     try:
-        scheduler = Scheduler(server_args, knobs, context_len, tp_rank, gpu_id, fails_here,
-                              nccl_init_addr)
+        scheduler = Scheduler(server_args, knobs, context_len, tp_rank, gpu_id, fails_here, nccl_init_addr)
         pipe_writer.send(scheduler.ready_info())
         scheduler.event_loop(shutdown_reader)
     except Exception:

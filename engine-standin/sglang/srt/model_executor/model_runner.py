@@ -38,8 +38,17 @@ _DTYPES = {"float16": "torch.float16", "bfloat16": "torch.bfloat16", "float32": 
 
 
 class ModelRunner:
-    def __init__(self, server_args: ServerArgs, knobs: Knobs, hf_config: dict, context_len: int,
-                 tp_rank: int, gpu_id: int, fails_here: bool, nccl_init_addr: str):
+    def __init__(
+        self,
+        server_args: ServerArgs,
+        knobs: Knobs,
+        hf_config: dict,
+        context_len: int,
+        tp_rank: int,
+        gpu_id: int,
+        fails_here: bool,
+        nccl_init_addr: str,
+    ):
         self.server_args = server_args
         self.knobs = knobs
         self.hf_config = hf_config
@@ -64,8 +73,7 @@ class ModelRunner:
         logger.info("Init parallel begin.")
         if self.server_args.nnodes > 1:
             timeout = self.server_args.dist_timeout or self.knobs.dist_timeout_seconds
-            self.group = dist_group.join_group(self.nccl_init_addr, self.tp_rank, self.tp_size,
-                                               timeout)
+            self.group = dist_group.join_group(self.nccl_init_addr, self.tp_rank, self.tp_size, timeout)
         if self.knobs.real_nccl:
             info = real_nccl.init_and_all_reduce(
                 self.tp_rank, self.tp_size, self.gpu_id, self._real_nccl_addr()
@@ -105,14 +113,19 @@ class ModelRunner:
         tic = time.perf_counter()
         shards = 2
         if self.tp_rank == 0:
-            print(f"Loading safetensors checkpoint shards:   0% Completed | 0/{shards} "
-                  "[00:00<?, ?it/s]", flush=True)
+            print(
+                f"Loading safetensors checkpoint shards:   0% Completed | 0/{shards} [00:00<?, ?it/s]",
+                flush=True,
+            )
         seconds = self.knobs.load_seconds * LOAD_WEIGHT_SHARE
         time.sleep(seconds)
         if self.tp_rank == 0:
             rate = shards / seconds if seconds > 0 else 99.0
-            print(f"Loading safetensors checkpoint shards: 100% Completed | {shards}/{shards} "
-                  f"[00:{int(seconds):02d}<00:00, {rate:.2f}it/s]", flush=True)
+            print(
+                f"Loading safetensors checkpoint shards: 100% Completed | {shards}/{shards} "
+                f"[00:{int(seconds):02d}<00:00, {rate:.2f}it/s]",
+                flush=True,
+            )
         weights = self._weight_gb()
         self._use(weights)
         arch = (self.hf_config.get("architectures") or ["LlamaForCausalLM"])[0]
@@ -150,7 +163,9 @@ class ModelRunner:
         )
         time.sleep(self.knobs.load_seconds * (1 - LOAD_WEIGHT_SHARE))
         max_bs = args.cuda_graph_max_bs_decode or 256
-        capture_bs = sorted({b for b in [1, 2, 4, 8, 12, *range(16, max_bs + 1, 8)] if b <= max_bs} | {max_bs})
+        capture_bs = sorted(
+            {b for b in [1, 2, 4, 8, 12, *range(16, max_bs + 1, 8)] if b <= max_bs} | {max_bs}
+        )
         graph_gb = min(0.25 + 0.005 * max_bs, before * 0.5)
         self._use(graph_gb)
         logger.info(
@@ -180,7 +195,11 @@ class ModelRunner:
         self.avail_gb = max(0.0, self.avail_gb - gb)
 
     def _dims(self):
-        c = self.hf_config.get("text_config") if isinstance(self.hf_config.get("text_config"), dict) else self.hf_config
+        c = (
+            self.hf_config.get("text_config")
+            if isinstance(self.hf_config.get("text_config"), dict)
+            else self.hf_config
+        )
         hidden = int(c.get("hidden_size") or 4096)
         heads = int(c.get("num_attention_heads") or 32)
         return {

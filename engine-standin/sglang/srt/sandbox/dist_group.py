@@ -26,7 +26,7 @@ import os
 import select
 import socket
 import time
-from typing import Dict, Optional, Tuple
+from typing import Optional
 
 HELLO = "sglang-standin-dist"
 SETTLE_S = 0.05  # a peer lost while rank 0 itself stops is part of the stop
@@ -43,22 +43,26 @@ class DistNetworkError(RuntimeError):
 DistStoreError.__module__ = DistNetworkError.__module__ = "torch.distributed"
 
 _GLOO = "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:%d] "
-_GLHF = " Check the logs of the remote worker before reporting an error. GLHF! \U0001F3D6\uFE0F"
+_GLHF = " Check the logs of the remote worker before reporting an error. GLHF! \U0001f3d6\ufe0f"
 
 
 def peer_closed(ip: str, port: int) -> RuntimeError:
     """What rank 0 raises when a peer died (the peer's socket closed)."""
-    return RuntimeError(_GLOO % 553 + f"Connection closed by peer [{ip}]:{port}. This is typically "
-                        "caused by a remote worker crashing." + _GLHF)
+    return RuntimeError(
+        _GLOO % 553 + f"Connection closed by peer [{ip}]:{port}. This is typically "
+        "caused by a remote worker crashing." + _GLHF
+    )
 
 
 def read_reset(ip: str, port: int) -> RuntimeError:
     """What a non-zero rank raises when rank 0 went away without a ShutdownReq."""
-    return RuntimeError(_GLOO % 537 + f"Read error [{ip}]:{port}: Connection reset by peer. This is "
-                        "typically caused by a remote worker hanging or bugs in the application." + _GLHF)
+    return RuntimeError(
+        _GLOO % 537 + f"Read error [{ip}]:{port}: Connection reset by peer. This is "
+        "typically caused by a remote worker hanging or bugs in the application." + _GLHF
+    )
 
 
-def split_addr(addr: str) -> Tuple[str, int]:
+def split_addr(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     return host.strip("[]"), int(port)
 
@@ -108,21 +112,23 @@ class Master:
             self.listener.close()
             raise DistNetworkError(
                 f"The server socket has failed to listen on any local network address. port: {port}, "
-                "useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+                "useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use"
+            )
         self.listener.listen(64)
-        self.peers: Dict[int, Tuple[_Lines, Tuple[str, int]]] = {}
+        self.peers: dict[int, tuple[_Lines, tuple[str, int]]] = {}
         self.wake_r, self.wake_w = os.pipe()
         self.stopping = False
 
     def join(self) -> None:
         deadline = time.monotonic() + self.timeout + 1  # torch waits a second longer than asked
-        pending: Dict[_Lines, Tuple[str, int]] = {}
+        pending: dict[_Lines, tuple[str, int]] = {}
         while len(self.peers) < self.world_size - 1:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DistStoreError(
                     f"Timed out after {int(self.timeout) + 1} seconds waiting for clients. "
-                    f"{1 + len(self.peers)}/{self.world_size} clients joined.")
+                    f"{1 + len(self.peers)}/{self.world_size} clients joined."
+                )
             ready, _, _ = select.select([self.listener, *pending], [], [], min(left, 0.2))
             for item in ready:
                 if item is self.listener:
@@ -210,7 +216,8 @@ class Client:
             if left <= 0:
                 raise DistNetworkError(
                     f"The client socket has timed out after {int(timeout * 1000)}ms while trying to "
-                    f"connect to ({host}, {port}).")
+                    f"connect to ({host}, {port})."
+                )
             try:
                 sock = socket.create_connection(self.addr, timeout=min(left, 5.0))
             except OSError:

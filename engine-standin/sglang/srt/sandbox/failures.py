@@ -77,10 +77,14 @@ def cuda_oom(gpu_id: int, total_gib: float) -> None:
 
 def nccl_error(gpu_id: int) -> None:
     peer = "10.0.0.2<43229>"
-    nccl_info.emit(nccl_info.warn_line(
-        os.environ, gpu_id, "misc/socket.cc:484",
-        f"socketStartConnect: Connect to {peer} failed : Software caused connection abort",
-    ))
+    nccl_info.emit(
+        nccl_info.warn_line(
+            os.environ,
+            gpu_id,
+            "misc/socket.cc:484",
+            f"socketStartConnect: Connect to {peer} failed : Software caused connection abort",
+        )
+    )
     raise DistBackendError(
         "NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, unhandled "
         f"system error (run with NCCL_DEBUG=INFO for details), NCCL version {nccl_info.NCCL_VERSION}\n"

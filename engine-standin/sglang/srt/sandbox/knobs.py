@@ -7,7 +7,8 @@ agree; a value that does not parse is an error at start (exit 2), never a silent
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 FAILURES = (
     "crash-load",
@@ -26,13 +27,13 @@ class KnobError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Knobs:
-    load_seconds: float = 3.0          # port closed while "loading" + "capturing CUDA graphs"
-    warmup_seconds: float = 1.0        # /health answers 503 this long after HTTP is up
-    tokens_per_second: float = 80.0    # generation rate, per request
-    fail: Optional[str] = None         # one of FAILURES
-    fail_after_seconds: float = 1.0    # relative to the start of the failure's phase
-    real_nccl: bool = False            # torch.distributed NCCL init + one all-reduce
-    fail_rank: Optional[int] = None    # only this --node-rank fails (None: every node)
+    load_seconds: float = 3.0  # port closed while "loading" + "capturing CUDA graphs"
+    warmup_seconds: float = 1.0  # /health answers 503 this long after HTTP is up
+    tokens_per_second: float = 80.0  # generation rate, per request
+    fail: Optional[str] = None  # one of FAILURES
+    fail_after_seconds: float = 1.0  # relative to the start of the failure's phase
+    real_nccl: bool = False  # torch.distributed NCCL init + one all-reduce
+    fail_rank: Optional[int] = None  # only this --node-rank fails (None: every node)
     # How long the multi-node rendezvous waits (torch's NCCL default: SGLang passes no timeout
     # unless --dist-timeout is given).
     dist_timeout_seconds: float = 600.0
@@ -58,8 +59,7 @@ def from_environ(env: Mapping[str, str]) -> Knobs:
     fail = env.get("SGLANG_STANDIN_FAIL", "").strip() or None
     if fail is not None and fail not in FAILURES:
         raise KnobError(
-            f"SGLANG_STANDIN_FAIL={fail!r} is not a failure mode; expected one of: "
-            + ", ".join(FAILURES)
+            f"SGLANG_STANDIN_FAIL={fail!r} is not a failure mode; expected one of: " + ", ".join(FAILURES)
         )
     real = env.get("SGLANG_STANDIN_REAL_NCCL", "").strip().lower()
     if real not in ("", "0", "1", "false", "true", "no", "yes"):

@@ -18,7 +18,7 @@ import re
 import socket
 import sys
 import threading
-from typing import List, Mapping
+from collections.abc import Mapping
 
 NCCL_VERSION = "2.28.9"
 
@@ -50,7 +50,7 @@ def debug_info_enabled(env: Mapping[str, str]) -> bool:
     return env.get("NCCL_DEBUG", "").strip().upper() in ("INFO", "TRACE")
 
 
-def confirmation_lines(env: Mapping[str, str], cuda_dev: int, world_size: int) -> List[str]:
+def confirmation_lines(env: Mapping[str, str], cuda_dev: int, world_size: int) -> list[str]:
     """The lines NCCL would print for this environment (empty without NCCL_DEBUG=INFO)."""
     if not debug_info_enabled(env):
         return []
@@ -72,15 +72,17 @@ def confirmation_lines(env: Mapping[str, str], cuda_dev: int, world_size: int) -
     return lines
 
 
-def version_line(env: Mapping[str, str], cuda_dev: int) -> List[str]:
+def version_line(env: Mapping[str, str], cuda_dev: int) -> list[str]:
     if not debug_info_enabled(env):
         return []
     host = socket.gethostname().split(".")[0]
-    return [f"{host}:{os.getpid()}:{threading.get_native_id()} [{cuda_dev}] NCCL INFO "
-            f"NCCL version {NCCL_VERSION}+cuda13.0"]
+    return [
+        f"{host}:{os.getpid()}:{threading.get_native_id()} [{cuda_dev}] NCCL INFO "
+        f"NCCL version {NCCL_VERSION}+cuda13.0"
+    ]
 
 
-def warn_line(env: Mapping[str, str], cuda_dev: int, where: str, message: str) -> List[str]:
+def warn_line(env: Mapping[str, str], cuda_dev: int, where: str, message: str) -> list[str]:
     """An NCCL WARN line (printed at NCCL_DEBUG=WARN and above)."""
     if env.get("NCCL_DEBUG", "").strip().upper() not in ("WARN", "INFO", "TRACE"):
         return []
@@ -88,7 +90,7 @@ def warn_line(env: Mapping[str, str], cuda_dev: int, where: str, message: str) -
     return [f"{host}:{os.getpid()}:{threading.get_native_id()} [{cuda_dev}] {where} NCCL WARN {message}"]
 
 
-def emit(lines: List[str]) -> None:
+def emit(lines: list[str]) -> None:
     """NCCL writes with printf to stdout, without SGLang's log prefix."""
     for line in lines:
         print(line, file=sys.stdout, flush=True)

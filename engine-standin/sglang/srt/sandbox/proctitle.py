@@ -32,7 +32,7 @@ def _arg_area():
     with open("/proc/self/stat", "rb") as f:
         data = f.read()
     # Fields after the ")" that closes the command name start at field 3.
-    fields = data[data.rfind(b")") + 2:].split()
+    fields = data[data.rfind(b")") + 2 :].split()
     arg_start, arg_end = int(fields[48 - 3]), int(fields[49 - 3])
     if arg_start == 0 or arg_end <= arg_start:
         return None

@@ -39,8 +39,9 @@ def _import_torch():
     return torch, dist
 
 
-def init_and_all_reduce(rank: int, world_size: int, gpu_id: int, init_addr: str,
-                        timeout_s: float = 600.0) -> dict:
+def init_and_all_reduce(
+    rank: int, world_size: int, gpu_id: int, init_addr: str, timeout_s: float = 600.0
+) -> dict:
     """Join the NCCL group, all-reduce (rank+1) over all ranks, check the sum.
 
     Returns {"device": int, "nccl_version": str, "torch_version": str}.

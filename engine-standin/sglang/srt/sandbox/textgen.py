@@ -12,12 +12,32 @@ import re
 import threading
 import time
 import uuid
-from typing import Iterator, List, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 _WORDS = (
-    " The", " sandbox", " node", " serves", " tokens", " at", " a", " steady", " rate",
-    " so", " that", " every", " benchmark", " can", " measure", " throughput", " and",
-    " latency", " without", " a", " GPU", ".",
+    " The",
+    " sandbox",
+    " node",
+    " serves",
+    " tokens",
+    " at",
+    " a",
+    " steady",
+    " rate",
+    " so",
+    " that",
+    " every",
+    " benchmark",
+    " can",
+    " measure",
+    " throughput",
+    " and",
+    " latency",
+    " without",
+    " a",
+    " GPU",
+    ".",
 )
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
@@ -63,12 +83,11 @@ class Generator:
             with self._lock:
                 self._active.pop(rid, None)
 
-    def active_rids(self) -> List[str]:
+    def active_rids(self) -> list[str]:
         with self._lock:
             return list(self._active)
 
-    def tokens(self, prompt_tokens: int, max_new_tokens: int,
-               rid: Optional[str] = None) -> Iterator[str]:
+    def tokens(self, prompt_tokens: int, max_new_tokens: int, rid: Optional[str] = None) -> Iterator[str]:
         """Yield max_new_tokens tokens, token i at start + (i + 1) / rate."""
         interval = 1.0 / self.tokens_per_second
         rid = rid or uuid.uuid4().hex
