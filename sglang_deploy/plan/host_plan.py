@@ -55,6 +55,7 @@ class NodePlan:
     hf_pin: str | None = None
     hf_token: str | None = field(default=None, repr=False)  # the profile's HF_TOKEN secret
     group: object = None  # serving_group.Member of a multi-node server; None: serves alone
+    rotation: object = None  # fleet_hosts.Rotation: the routers this node serves behind
 
     def bind_venv(self, python_version: str) -> str:
         """Name the venv of this plan's pin set on a node whose ``engine.python`` is

@@ -231,7 +231,9 @@ def group_notes() -> dict:
 
 
 def _names(state, op_hash) -> str:
-    return repr(", ".join(sorted(state.op_meta[op_hash].names)) or op_hash)
+    """The operation's own name, without the recipe's (pyinfra prefixes "Recipe | ")."""
+    names = {name.rsplit(" | ", 1)[-1] for name in state.op_meta[op_hash].names}
+    return repr(", ".join(sorted(names)) or op_hash)
 
 
 def _changed(meta) -> bool:

@@ -36,7 +36,7 @@ echo "$(date +%s.%N) start $(basename "$0") $*" >> {APT_LOG}
 echo "$(date +%s.%N) end $(basename "$0")" >> {APT_LOG}
 exit $status
 """
-STEP = re.compile(r"--> Starting operation: (.+?)\s*$")
+STEP = re.compile(r"--> Starting operation: (?:.+ \| )?(.+?)\s*$")  # without the recipe's name
 
 
 def timed_deploy(profiles, limit):

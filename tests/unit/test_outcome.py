@@ -129,6 +129,18 @@ def test_recorder_names_the_failed_operation_after_its_last_retry():
     assert recorder.outcomes(state)[0] == Outcome("node1", FAILED, "at 'Serving'; its cause is above")
 
 
+def test_the_failed_operation_is_named_without_its_recipe():
+    """Operations called inside a recipe (pyinfra's @deploy) carry its name as a prefix."""
+    state, node1, node2 = fake_state(StateStage.Disconnect)
+    state.failed_hosts = {node1}
+    state.op_meta = {"a": SimpleNamespace(names={"Serving node | Restart (configuration changed)"})}
+    recorder = OutcomeRecorder()
+    recorder.operation_host_error(state, node1, "a", retry_count=0, max_retries=0)
+    assert recorder.outcomes(state)[0] == Outcome(
+        "node1", FAILED, "at 'Restart (configuration changed)'; its cause is above"
+    )
+
+
 def test_a_dry_run_says_what_would_change():
     state, node1, node2 = fake_state(StateStage.Prepare)
     state.failed_hosts, state.activated_hosts = set(), {node1, node2}

@@ -1,0 +1,45 @@
+"""The recipes, one per kind of host, as pyinfra deploys another repository can import:
+
+    from sglang_deploy.recipes import serving_node
+    serving_node()                 # or serving_node(_sudo=True): pyinfra's global arguments apply
+
+Each is a list of named steps (sglang_deploy/steps.py). The fleet's order comes from deploy.py:
+a router takes the rollout lock before any node restarts, and restarts its own service after
+every node's steps.
+"""
+
+from pyinfra.api import deploy
+
+from sglang_deploy import steps
+
+
+@deploy("Serving node")
+def serving_node():
+    """A node that serves a profile, alone or as a member of a serving group."""
+    plan = steps.profile_checked()
+    steps.operating_system(plan)
+    steps.deploy_lock(plan)
+    steps.node_scripts(plan)
+    steps.gpu_node_settings(plan)
+    models = steps.models_staged(plan)
+    steps.preflight(plan)
+    engine = steps.engine(plan)
+    server_files = steps.server_files(plan)
+    steps.restarted_if_changed(plan, [engine, *server_files, *models])
+    steps.serving(plan)
+    steps.old_venvs_pruned(plan)
+    steps.engine_manifest(plan)
+
+
+@deploy("Router, before the nodes")
+def router_rollout_lock():
+    """A router's first half: the fleet's rollout lock and what its service needs."""
+    steps.router_planned()  # a bad fleet stops the run before the lock is taken
+    steps.rollout_lock()
+    steps.router_prerequisites()
+
+
+@deploy("Router")
+def router():
+    """A router's second half, after every node's steps: SGLang's router in front of them."""
+    steps.router_service(steps.router_planned())

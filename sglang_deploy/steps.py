@@ -1,0 +1,274 @@
+"""The named steps of the recipes (sglang_deploy/recipes.py): each one idea, a few operations.
+
+A step takes the host's plan (plan/host_plan.py: everything computed on the controller from host
+data and profile) and returns the operations whose changes later steps react to. Steps run in
+the order a recipe calls them; pyinfra orders every host's operations by where they are called,
+so the recipes' order is the run's order on every host.
+"""
+
+from pyinfra import host, inventory
+from pyinfra.operations import files, server
+from pyinfra.operations.util import any_changed
+
+from sglang_deploy import operations as sglang
+from sglang_deploy.cli import exit_on_deploy_error
+from sglang_deploy.facts.engine_venvs import PythonVersion
+from sglang_deploy.facts.gpu import ACS_UNIT, acs_unit_text
+from sglang_deploy.operations import group as serving_group
+from sglang_deploy.operations.gpu_node import persistence_mode, unit_absent, unit_active
+from sglang_deploy.operations.prerequisites import os_prerequisites
+from sglang_deploy.plan.fleet_hosts import fleet_hosts, rotation_for, router_plan
+from sglang_deploy.plan.host_plan import node_script_files, plan_for, plan_holder, print_lint_warnings
+
+# --- a serving node (alone, or a member of a serving group) ---------------------------------
+
+
+def profile_checked():
+    """The host's plan from its profile, linted: a bad profile or a lint error stops the run
+    before any host is touched; lint warnings are printed once per profile. A serving group's
+    member runs its rank's flags (plan/serving_group.py)."""
+    with exit_on_deploy_error(host.name):
+        plan = plan_for(host.data, member=serving_group.member_of(host))
+        plan.rotation = rotation_for(host.name, host.data, fleet_hosts(inventory), plan.profile.service.port)
+    print_lint_warnings(plan)
+    return plan
+
+
+def operating_system(plan):
+    """Debian or Ubuntu (any other stops this host, nothing changed), with the packages the
+    recipe needs (`os_packages`); apt runs only for a missing one."""
+    os_prerequisites(name="OS prerequisites", packages=plan.os_packages)
+
+
+def deploy_lock(plan):
+    """One deploy at a time per node: wait for another operator's to end, or fail saying whose."""
+    sglang.deploy_lock(
+        name="Deploy lock", path=plan.lock_path, wait_s=plan.lock_wait_s, holder=plan.lock_holder
+    )
+
+
+def node_scripts(plan):
+    """Our on-node scripts (readiness gate, restart cycle, worker check, ...), as one set."""
+    sglang.node_scripts(name="On-node scripts", files=plan.node_scripts)
+
+
+def gpu_node_settings(plan):
+    """The profile's `gpu:` and `pcie:`: persistence mode (skipped without an NVIDIA driver) and,
+    with pcie.disable_acs, a boot-time unit that clears ACS on every PCI bridge."""
+    persistence_mode(name="GPU persistence mode", enabled=plan.profile.gpu.persistence_mode)
+    if plan.profile.pcie.disable_acs:
+        acs_unit = sglang.unit_file(
+            name="ACS unit",
+            unit=ACS_UNIT,
+            staging_dir=plan.run_dir,
+            unit_dir=plan.unit_dir,
+            content=acs_unit_text(plan.scripts.directory, plan.unit),
+        )
+        server.shell(
+            name="Clear ACS now (unit changed)",
+            commands=[f"systemctl restart {ACS_UNIT}"],
+            _if=acs_unit.did_change,
+        )
+        unit_active(name="ACS cleared at every boot", unit=ACS_UNIT)
+    else:
+        unit_absent(name="No ACS unit", unit=ACS_UNIT, unit_dir=plan.unit_dir)
+
+
+def models_staged(plan):
+    """The model (and draft model) from its source, copied into a staging sibling, checked
+    against its manifest and swapped in whole; nothing when the node's manifest matches. A Hub
+    source is downloaded on the node by the pinned huggingface_hub, in its own venv."""
+    if any(target.source.kind == "huggingface" for target in plan.models):
+        sglang.tool_venv(
+            name="Hugging Face Hub client venv", venv=plan.hf_venv, python="python3", packages=[plan.hf_pin]
+        )
+    return [
+        sglang.model_staged(
+            name=f"Model {target.path} ({target.source.kind})",
+            target=target,
+            scripts_dir=plan.scripts.directory,
+            repairing=bool(plan.repair),
+            hub=plan.hub_client,
+        )
+        for target in plan.models
+    ]
+
+
+def preflight(plan):
+    """Can this configuration start here, before anything the server runs from changes (and is
+    there room for its engine venv, named after the pins, the wheels and this node's Python)?
+    A follower of a serving group also reaches rank 0's dist-init port."""
+    plan.bind_venv(host.get_fact(PythonVersion, python=plan.profile.engine.python))
+    sglang.preflight(
+        name="Preflight",
+        scripts=plan.scripts,
+        repairing=bool(plan.repair),
+        engine_ready=sglang.engine_matches(plan.venv, plan.profile.engine.packages),
+    )
+    if plan.group:
+        serving_group.group_preflight(
+            name="Group preflight (rank 0's dist-init port)",
+            member=plan.group,
+            scripts_dir=plan.scripts.directory,
+            leader_unit=plan.unit,
+            dist_init_addr=plan.group.dist_init_addr(plan.profile.service.dist_init_port),
+        )
+
+
+def engine(plan):
+    """The wheels the profile installs from (the sandbox's stand-in, or none), then this pin
+    set's venv, built beside the live one (which keeps serving); the unit's link is staged to
+    point at it at the restart."""
+    for wheel in plan.wheels:
+        sglang.binary_file(name=f"Wheel {wheel.name}", src=str(wheel), dest=f"{plan.wheels_dir}/{wheel.name}")
+    return sglang.engine(
+        name="Engine venv and pinned packages",
+        venv=plan.venv,
+        link=plan.profile.engine.venv,
+        python=plan.profile.engine.python,
+        packages=plan.profile.engine.packages,
+        scripts_dir=plan.scripts.directory,
+        wheels_dir=plan.wheels_dir,
+        repair=plan.repair,
+    )
+
+
+def server_files(plan):
+    """What the unit starts from: the env file (root only: it may hold secrets), the start-up
+    hook (the same variables in any Python started from the venv) and the systemd unit,
+    verified before it is installed (daemon-reload only when it changed)."""
+    files.directory(name="Env directory", path=plan.env_dir, user="root", group="root", mode="0700")
+    env_file = sglang.secret_file(
+        name="Env file", dest=plan.env_path, content=plan.env_text, secret_values=plan.secret_values
+    )
+    hook = sglang.startup_hook(
+        name="Start-up hook", python=plan.hook_python, module_text=plan.hook_module, pth_text=plan.hook_pth
+    )
+    unit = sglang.unit_file(
+        name="systemd unit",
+        unit=plan.unit,
+        content=plan.unit_text,
+        staging_dir=plan.run_dir,
+        unit_dir=plan.unit_dir,
+    )
+    return [env_file, hook, unit]
+
+
+def restarted_if_changed(plan, changes):
+    """A restart only when what the server runs changed, through the readiness gate; a start
+    that fails is rolled back to the last configuration that passed. Out of every router's
+    rotation, `rolling_batch` at a time. A serving group restarts as one when any member
+    changed, driven by rank 0 (operations/group.py)."""
+    if plan.group:
+        serving_group.join(plan.group, host, plan, changes)
+        serving_group.group_restarted(
+            name="Restart serving group (configuration changed)",
+            member=plan.group,
+            rollback=plan.rollback,
+            stop_wait_s=float(host.data.get("group_follower_stop_s")),
+            rotation=plan.rotation,
+            _if=serving_group.changed(plan.group),
+        )
+    else:
+        sglang.rolled_restart(
+            name="Restart (configuration changed)",
+            scripts=plan.scripts,
+            hook_python=plan.hook_python,
+            rotation=plan.rotation,
+            profile_name=plan.profile.name,
+            rollback=plan.rollback,
+            _parallel=plan.rotation.rolling.batch,
+            _if=any_changed(*changes),
+        )
+
+
+def serving(plan):
+    """Enabled and serving, every worker carrying the profile's environment (a group: every
+    member, its readiness judged on rank 0); a server found unrecorded is judged like a restart."""
+    if plan.group:
+        serving_group.group_serving(
+            name="Serving group",
+            member=plan.group,
+            rollback=plan.rollback,
+            stop_wait_s=float(host.data.get("group_follower_stop_s")),
+            rotation=plan.rotation,
+        )
+    else:
+        sglang.serving(
+            name="Serving", scripts=plan.scripts, hook_python=plan.hook_python, rollback=plan.rollback
+        )
+
+
+def old_venvs_pruned(plan):
+    """The newest `venvs_keep` engine venvs stay, and the live and last known good ones."""
+    sglang.old_venvs_pruned(
+        name="Old engine venvs",
+        venvs_dir=plan.venvs_dir,
+        link=plan.profile.engine.venv,
+        keep=plan.venvs_keep,
+        wanted=plan.venv,
+        scripts_dir=plan.scripts.directory,
+        last_good_dir=plan.scripts.last_good_dir,
+    )
+
+
+def engine_manifest(plan):
+    """A record on the controller of what the engine holds, to diff nodes or dates."""
+    sglang.manifest_recorded(name="Engine manifest", scripts=plan.scripts, profile=plan.profile)
+
+
+# --- a router ---------------------------------------------------------------------------------
+
+
+def router_planned():
+    """The router's plan: every serving node of the inventory as a worker."""
+    with exit_on_deploy_error(host.name):
+        return router_plan(host.name, fleet_hosts(inventory))
+
+
+def rollout_lock():
+    """One rollout of the fleet at a time: taken before any node restarts."""
+    sglang.deploy_lock(
+        name="Rollout lock",
+        path=f"{host.data.run_dir}/rollout.lock",
+        wait_s=float(host.data.deploy_lock_wait_s),
+        holder=plan_holder(),
+    )
+
+
+def router_prerequisites():
+    """The OS packages and our on-node scripts (the router's gate)."""
+    os_prerequisites(name="OS prerequisites", packages=list(host.data.os_packages or []))
+    sglang.node_scripts(name="On-node scripts (router)", files=node_script_files(host.data.sglang_deploy_dir))
+
+
+def router_service(router):
+    """The router's pinned venv and its unit (worker URLs, policy, health checks); a restart only
+    when either changed, then its gate (/readiness 200, every expected worker healthy)."""
+    router_dir = f"{host.data.sglang_deploy_dir}/router-wheels"
+    scripts_dir = f"{host.data.sglang_deploy_dir}/node"
+    for wheel in router.wheels:
+        sglang.binary_file(
+            name=f"Router wheel {wheel.name}", src=str(wheel), dest=f"{router_dir}/{wheel.name}"
+        )
+    router_venv = sglang.tool_venv(
+        name="Router venv",
+        venv=router.settings.venv,
+        python=router.settings.python,
+        packages=list(router.settings.packages),
+        wheels_dir=router_dir if router.wheels else None,
+    )
+    router_unit = sglang.unit_file(
+        name="Router unit",
+        unit=router.unit,
+        content=router.unit_text,
+        staging_dir=host.data.run_dir,
+        unit_dir=host.data.unit_dir,
+    )
+    sglang.router_restarted(
+        name="Router restart (configuration changed)",
+        plan=router,
+        scripts_dir=scripts_dir,
+        _if=any_changed(router_venv, router_unit),
+    )
+    sglang.router_serving(name="Router serving", plan=router, scripts_dir=scripts_dir)
