@@ -14,7 +14,7 @@ from io import StringIO
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
-from pyinfra.api.command import FileUploadCommand
+from pyinfra.api.command import FileUploadCommand, QuoteString
 from pyinfra.facts.files import File
 
 from sglang_deploy.facts.serving import ModelState
@@ -34,6 +34,13 @@ from sglang_deploy.plan.model_sources import (
 from sglang_deploy.plan.script_commands import hf_stage_command, model_stage_command
 
 _SSH_KEYS = ("ssh_hostname", "ssh_user", "ssh_port", "ssh_key", "ssh_known_hosts_file")
+
+
+def _sh(*words):
+    """One shell command of literal words: a model directory or file name may hold spaces,
+    quotes or `$(...)` (model.path allows them; ExecStart= quotes them its own way), so every
+    word is quoted; the paths are absolute, so none is read as an option."""
+    return StringCommand(*(QuoteString(str(word)) for word in words))
 
 
 def _fail(state, host, message):
@@ -85,7 +92,7 @@ def model_staged(target, scripts_dir, repairing=False, hub=None):
     staging = staging_dir(target.path)
     for line in node["problems"]:
         host.log(f"{label}: re-staging {line}", logger.warning)
-    yield StringCommand("mkdir", "-p", staging)
+    yield _sh("mkdir", "-p", staging)
     source = {"controller": str(local_dir)}
     yield FileUploadCommand(
         StringIO(json.dumps(dict(manifest, source=source), indent=1)),
@@ -122,8 +129,8 @@ def _downloaded(label, target, scripts_dir, repairing, hub):
     if hub.token:
         private = f"{hub.run_dir}/hub"
         token_file = f"{private}/token-{hashlib.sha256(target.path.encode()).hexdigest()[:12]}"
-        yield StringCommand("mkdir", "-p", "-m", "0700", private)
-        yield StringCommand("chmod", "0700", private)
+        yield _sh("mkdir", "-p", "-m", "0700", private)
+        yield _sh("chmod", "0700", private)
         yield FileUploadCommand(StringIO(hub.token), token_file)
     command = hf_stage_command(
         hub.python, scripts_dir, target.source.huggingface, target.path, token_file=token_file, deep=repairing
@@ -155,9 +162,9 @@ def _uploads(label, local_dir, staging, need):
             ),
             {},
         )
-        yield StringCommand("mkdir", "-p", dest.rsplit("/", 1)[0])
+        yield _sh("mkdir", "-p", dest.rsplit("/", 1)[0])
         yield FileUploadCommand(str(local_dir / entry["path"]), partial)
-        yield StringCommand("mv", "-f", partial, dest)
+        yield _sh("mv", "-f", partial, dest)
     if need:
         yield FunctionCommand(_say_rate, (label, clock, total), {})
 

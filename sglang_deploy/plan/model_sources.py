@@ -105,6 +105,13 @@ def local_manifest(directory: Path, cache_dir: Path = CACHE_DIR) -> dict:
         cached = {}
     files = []
     for rel, size in model_manifest.listing(str(directory)):
+        # rsync reads the names to copy one a line, and a result line or a log line with a
+        # control character in a name would not say what it means: refused, not mangled.
+        # Spaces, quotes and `$(...)` are fine: every command quotes them.
+        if any(ord(c) < 0x20 or c == "\x7f" for c in rel):
+            raise DeployError(
+                f"model file {rel!r} in {directory}: a control character (newline, tab...) in its name"
+            )
         mtime = os.stat(directory / rel).st_mtime_ns
         old = cached.get(rel)
         if old and old.get("size") == size and old.get("mtime_ns") == mtime:
@@ -149,9 +156,13 @@ def disk_problem(host_name: str, directory: str, need: list[dict], free: int) ->
 
 def rsync_argv(ssh: list[str], target: str, local_dir: Path, staging: str) -> list[str]:
     """rsync of the files named on stdin (--files-from=-) into the node's staging directory:
-    resumable (--partial-dir keeps a half-sent file for the next run), with overall progress."""
+    resumable (--partial-dir keeps a half-sent file for the next run), with overall progress.
+    -s (--secluded-args, once --protect-args) sends the staging path and the names through
+    rsync's protocol, not the node's shell: an rsync before 3.2.4 passes them unescaped, so a
+    space splits the path and `$(...)` would run there."""
     return [
         "rsync",
+        "-s",
         "--archive",
         "--partial",
         "--partial-dir=.rsync-partial",

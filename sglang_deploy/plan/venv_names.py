@@ -18,6 +18,7 @@ from sglang_deploy.node.lib.installed import canonical
 
 _WHEEL_NAME = re.compile(r"(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl")
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._+@-]")  # a venv path stays a plain path (VenvPath)
+ENGINE_DISTRIBUTION = "sglang"  # the pin a venv is named after, wherever it is in the list
 
 
 def wheel_identity(filename: str):
@@ -42,18 +43,27 @@ def installable_wheels(packages, wheels):
     return chosen
 
 
+def _pin(pin: str) -> tuple[str, str]:
+    """(canonical distribution name without extras, version) of ``name[extras]==version``."""
+    name, _, version = pin.partition("==")
+    return canonical(name.partition("[")[0]), version
+
+
 def venv_name(packages, wheels, python_version: str) -> str:
-    """The venv's directory name: the first pin, readable, then a short hash of everything it
-    holds (the pins in any order, the installable wheels' sha256s, the interpreter's version),
-    e.g. ``sglang-0.5.24+sandbox-3f9a0c1d2e4b``."""
+    """The venv's directory name: the engine's pin, readable (the first in canonical order when
+    the engine is not pinned), then a short hash of everything it holds (the pins, the
+    installable wheels' sha256s, the interpreter's version), e.g.
+    ``sglang-0.5.24+sandbox-3f9a0c1d2e4b``. Neither part depends on the pins' order or
+    spelling: reordering ``engine.packages`` is no reason to build another venv."""
     identity = {
         "packages": sorted(canonical(p.partition("==")[0]) + "==" + p.partition("==")[2] for p in packages),
         "wheels": installable_wheels(packages, wheels),
         "python": python_version,
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
-    first = packages[0].partition("==")
-    return _NAME_UNSAFE.sub("_", f"{first[0]}-{first[2]}") + f"-{digest}"
+    pins = sorted(_pin(p) for p in packages)
+    name, version = next((pin for pin in pins if pin[0] == ENGINE_DISTRIBUTION), pins[0])
+    return _NAME_UNSAFE.sub("_", f"{name}-{version}") + f"-{digest}"
 
 
 def wheel_digests(paths) -> dict:

@@ -1,7 +1,8 @@
 """Reading profile files: YAML that remembers where every key was set, `extends:` chains,
 host data overrides merged on top, and validation errors turned into `file:line: key: reason`.
 
-The schema itself (and every profile default) is in profile.py; this module knows no field.
+The schema itself (and every profile default) is in schema.py; this module knows no field but
+`env` and `server_args`, whose scalars it keeps as written.
 """
 
 from __future__ import annotations
@@ -82,6 +83,69 @@ _Loader.add_constructor("tag:yaml.org,2002:map", _Loader._construct_map)
 _Loader.add_constructor("tag:yaml.org,2002:seq", _Loader._construct_seq)
 
 
+# -- Scalars as written in env and server_args -----------------------------------------------
+
+# `env` values and `server_args` values end up as text (the env file, argv), and YAML 1.1
+# rewrites text that looks like a number: `0755` is 493, `1:30` is 90, `12.10` is 12.1, `0042`
+# is 34, `1_000` is 1000, `2024-01-01` a date. There a number stays a number only when it reads
+# back as written (`8`, `0.85`); anything else is kept as the text in the file.
+_TAG = "tag:yaml.org,2002:"
+_AS_WRITTEN_SECTIONS = ("env", "server_args")
+# true/false in server_args mean a bare flag / no flag. YAML 1.1's other spellings of a boolean
+# (yes, no, on, off) are refused there: `--flag on` and a bare `--flag` differ, and which one
+# was meant is unknowable. (In env every boolean is refused by the schema.)
+_YAML12_BOOLS = {"true", "True", "TRUE", "false", "False", "FALSE"}
+
+
+def _keep_scalar_text(loader: _Loader, top: yaml.Node) -> None:
+    """Rewrite, before construction, the value nodes of `top`'s env and server_args mappings
+    (and of mappings merged into them with `<<`) so that they construct as written."""
+    for mapping in _merged(top):
+        for key, value in mapping.value:
+            if isinstance(key, yaml.ScalarNode) and key.value in _AS_WRITTEN_SECTIONS:
+                for section in _merged(value):
+                    section.value = [
+                        (k, _as_written(loader, key.value, k, v, items=True)) for k, v in section.value
+                    ]
+
+
+def _merged(node: yaml.Node) -> list:
+    """`node` (if a mapping) and the mappings its `<<` keys merge in."""
+    if not isinstance(node, yaml.MappingNode):
+        return []
+    found = [node]
+    for key, value in node.value:
+        if key.tag == _TAG + "merge":
+            for merged in value.value if isinstance(value, yaml.SequenceNode) else [value]:
+                found += _merged(merged)
+    return found
+
+
+def _as_written(loader: _Loader, section: str, key: yaml.Node, node: yaml.Node, items=False) -> yaml.Node:
+    """`node` (the value of `key` in `section`; `items`: a list's items too), retagged as a
+    string where YAML 1.1 would not construct it as written."""
+    if items and isinstance(node, yaml.SequenceNode):  # a flag's list of values
+        values = [_as_written(loader, section, key, item) for item in node.value]
+        return yaml.SequenceNode(node.tag, values, node.start_mark, node.end_mark, node.flow_style)
+    if not isinstance(node, yaml.ScalarNode) or key.tag == _TAG + "merge":
+        return node
+    if node.tag == _TAG + "bool" and items and section == "server_args" and node.value not in _YAML12_BOOLS:
+        raise ProfileError(
+            f"{node.value!r} is a YAML 1.1 boolean: write true (a bare flag), false (no flag) "
+            f"or, for the text, quote it ('{node.value}')",
+            file=loader.name,
+            key=f"server_args.{key.value}",
+            line=node.start_mark.line + 1,
+        )
+    if node.tag == _TAG + "int" and str(loader.construct_yaml_int(node)) == node.value:
+        return node
+    if node.tag == _TAG + "float" and str(loader.construct_yaml_float(node)) == node.value:
+        return node
+    if node.tag in (_TAG + "int", _TAG + "float", _TAG + "timestamp"):
+        return yaml.ScalarNode(_TAG + "str", node.value, node.start_mark, node.end_mark, node.style)
+    return node
+
+
 def _display(path: Path) -> str:
     try:
         return str(path.relative_to(Path.cwd().resolve()))
@@ -99,7 +163,10 @@ def _read(path: Path) -> _Located:
     loader = _Loader(text)
     loader.name = file
     try:
-        data = loader.get_single_data()
+        node = loader.get_single_node()
+        if node is not None:
+            _keep_scalar_text(loader, node)
+        data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark, context = exc.problem_mark or exc.context_mark, exc.context_mark
         if "'\\t'" in str(exc.problem):

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sglang_deploy.profile.nccl_vars import (
+    C_SPACE,
     COLLECTIVES,
+    INT64,
     KNOWN,
     NVLINK_ONLY_ALGORITHMS,
     P2P_LEVELS,
@@ -54,10 +56,13 @@ class Finding:
 def _integer(name: str, value: str, out: list[Finding]) -> int | None:
     """`value` as NCCL reads it, or None (with an error) when it is not an integer."""
     number, whole = strtoll(value)
-    if not whole or value != value.strip():
+    if not whole:
         out.append(Finding("error", name, f"{value!r} is not an integer (NCCL reads it as {number})"))
         return None
-    if re.fullmatch(r"[+-]?0[0-7]+", value):
+    if number not in INT64:
+        out.append(Finding("error", name, f"{value!r} is out of range: NCCL ignores it (its default stays)"))
+        return None
+    if re.fullmatch(r"[+-]?0[0-7]+", value.strip(C_SPACE)):
         out.append(Finding("warning", name, f"{value!r} starts with 0: NCCL reads it as octal, {number}"))
     return number
 
@@ -307,7 +312,7 @@ def _check_value(var: NcclVar, value: str, pcie_only: bool, out: list[Finding]):
     if var.kind == "choice":
         choices = var.values
         number, whole = strtoll(value)
-        if not (whole and value == value.strip() and number in choices):
+        if not (whole and number in choices):
             alternatives = ", ".join(map(str, choices[:-1])) + f" or {choices[-1]}"
             read = "" if whole else f", which NCCL reads as {number}"
             out.append(Finding("error", name, f"must be {alternatives} (got {value!r}{read})"))

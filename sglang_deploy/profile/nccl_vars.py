@@ -230,20 +230,25 @@ PYTORCH = {
 
 # -- Reading values the way NCCL does --------------------------------------------------------
 
-_STRTOLL = re.compile(r"\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)?")
+C_SPACE = " \t\n\v\f\r"  # isspace() in the C locale; Python's \s also takes U+00A0, U+2028, ...
+_STRTOLL = re.compile(r"[ \t\n\v\f\r]*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)?")
+INT64 = range(-(2**63), 2**63)  # strtoll's range: beyond it errno is ERANGE and NCCL keeps its default
 
 
 def strtoll(value: str) -> tuple[int, bool]:
-    """C's strtoll(value, NULL, 0), as NCCL reads integer variables: (number, whole value
-    read). Base 0: 0x... is hexadecimal, a leading 0 octal; reading stops at the first
-    character that does not fit, and a value without digits reads as 0."""
+    """C's strtoll(value, NULL, 0), as NCCL reads integer variables (ncclLoadParam): (number,
+    whole value read). Leading C whitespace is skipped; base 0: 0x... is hexadecimal, a
+    leading 0 octal; reading stops at the first character that does not fit, and a value
+    without digits reads as 0. "Whole": nothing but C whitespace after the number (NCCL
+    ignores whatever follows it; a profile that writes more meant something else). The number
+    is not clamped to INT64: callers say what NCCL does out of range."""
     match = _STRTOLL.match(value)
     sign, digits = match.group(1), match.group(2)
     if not digits:
         return 0, False
     base = 16 if digits[:2].lower() == "0x" else 8 if digits.startswith("0") else 10
     number = int(digits, base) * (-1 if sign == "-" else 1)
-    return number, match.end() == len(value)
+    return number, match.end() == len(value.rstrip(C_SPACE))
 
 
 def p2p_level(value: str) -> str | None:

@@ -323,6 +323,19 @@ class Profile(_Section):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _draft_path_is_a_path(self) -> Profile:
+        # Staged like model.path (quoted shell commands, rsync's list of names, result lines):
+        # a control character cannot be part of a directory anyone means, and a newline would
+        # split the names rsync reads. Spaces, quotes and `$(...)` stay literal.
+        found = self.server_args.get("speculative-draft-model-path")
+        if isinstance(found, str) and any(ord(c) < 0x20 or c == "\x7f" for c in found):
+            raise KeyProblem(
+                ("server_args", "speculative-draft-model-path"),
+                "a directory: no newline or other control character",
+            )
+        return self
+
     @property
     def name(self) -> str:
         """The leaf profile file's stem."""

@@ -1,6 +1,10 @@
 """NCCL lint: values NCCL rejects or misreads (errors), settings that do nothing or can hurt on
 PCIe-only nodes (warnings). Messages are asserted exactly: they are part of the interface."""
 
+import ctypes
+import errno
+import sys
+
 import pytest
 
 from sglang_deploy.profile.nccl_lint import Finding, lint_env, parse_selection
@@ -165,9 +169,28 @@ def test_finding_fields():
             ["error: NCCL_BUFFSIZE: '16 MiB' is not an integer (NCCL reads it as 16)"],
         ),
         ({"NCCL_BUFFSIZE": "big"}, ["error: NCCL_BUFFSIZE: 'big' is not an integer (NCCL reads it as 0)"]),
+        # strtoll skips leading whitespace (C's isspace: not U+00A0); NCCL ignores what follows
+        ({"NCCL_BUFFSIZE": " 4194304"}, []),
+        ({"NCCL_NTHREADS": " 256"}, []),
+        ({"NCCL_NTHREADS": "\t\v\f 512 "}, []),
         (
-            {"NCCL_BUFFSIZE": " 4194304"},
-            ["error: NCCL_BUFFSIZE: ' 4194304' is not an integer (NCCL reads it as 4194304)"],
+            {"NCCL_NTHREADS": "\xa0256"},
+            ["error: NCCL_NTHREADS: must be 64, 128, 256 or 512 (got '\\xa0256', which NCCL reads as 0)"],
+        ),
+        (
+            {"NCCL_BUFFSIZE": "\u2028 4194304"},
+            ["error: NCCL_BUFFSIZE: '\\u2028 4194304' is not an integer (NCCL reads it as 0)"],
+        ),
+        (
+            {"NCCL_BUFFSIZE": " 010"},
+            ["warning: NCCL_BUFFSIZE: ' 010' starts with 0: NCCL reads it as octal, 8"],
+        ),
+        (
+            {"NCCL_BUFFSIZE": "9223372036854775808"},
+            [
+                "error: NCCL_BUFFSIZE: '9223372036854775808' is out of range: NCCL ignores it "
+                "(its default stays)"
+            ],
         ),
         ({"NCCL_BUFFSIZE": "0"}, ["error: NCCL_BUFFSIZE: must be at least 1 (got 0)"]),
         ({"NCCL_BUFFSIZE": "-4194304"}, ["error: NCCL_BUFFSIZE: must be at least 1 (got -4194304)"]),
@@ -432,10 +455,73 @@ def test_no_note_without_debugging_variables():
         ("", (0, False)),
         ("09", (0, False)),
         (" 7", (7, True)),
+        ("\t\n\v\f\r 7 \t", (7, True)),
+        ("\xa07", (0, False)),
+        ("0x", (0, False)),
+        ("- 3", (0, False)),
+        ("7 8", (7, False)),
     ],
 )
 def test_strtoll_reads_like_c(text, expected):
     assert strtoll(text) == expected
+
+
+# What the C library's own strtoll(value, &end, 0) makes of them (glibc, called through ctypes).
+C_CASES = [
+    " 256",
+    "\t\n\v\f\r256",
+    "256 ",
+    "256\t",
+    "\xa0256",
+    "\u2028256",
+    "\x1c256",
+    "0x1F",
+    " 0X1f",
+    "0x",
+    "0xg",
+    "010",
+    "09",
+    "-0x10",
+    "+ 1",
+    "--1",
+    "1e3",
+    "16M",
+    "",
+    " ",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775808",
+    "-9223372036854775809",
+    "0x8000000000000000",
+]
+
+
+C_SPACE = b" \t\n\v\f\r"  # isspace() in the C locale
+
+
+def c_strtoll(text):
+    """(number, bytes read, errno) from libc's strtoll."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.strtoll.restype = ctypes.c_longlong
+    libc.strtoll.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int]
+    buffer = ctypes.create_string_buffer(text.encode())
+    end = ctypes.c_char_p()
+    ctypes.set_errno(0)
+    number = libc.strtoll(buffer, ctypes.byref(end), 0)
+    read = ctypes.cast(end, ctypes.c_void_p).value - ctypes.addressof(buffer)
+    return number, read, ctypes.get_errno()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's strtoll")
+@pytest.mark.parametrize("text", C_CASES)
+def test_strtoll_agrees_with_the_c_library(text):
+    number, read, error = c_strtoll(text)
+    ours, whole = strtoll(text)
+    assert whole == (read > 0 and text.encode()[read:].strip(C_SPACE) == b"")
+    if error == errno.ERANGE:
+        assert not -(2**63) <= ours < 2**63
+    else:
+        assert (ours, error) == (number, 0)
 
 
 def test_selection_states():

@@ -340,6 +340,96 @@ def test_env_numbers_become_strings():
     assert (profile.env["A"], profile.env["B"], profile.env["C"]) == ("1", "0.5", "x y")
 
 
+# -- Scalars as written in env and server_args ----------------------------------------------
+
+# YAML 1.1 reads each of these as a number or a date unlike the text (0755 -> 493, 1:30 -> 90,
+# 12.10 -> 12.1, 0042 -> 34, ...): in env and server_args they stay as written.
+AS_WRITTEN = [
+    "0755",
+    "1:30",
+    "12.10",
+    "0042",
+    "00",
+    "-0",
+    "+5",
+    ".5",
+    "0x1F",
+    "0b101",
+    "1_000",
+    "190:20:30",
+    "1.0e+3",
+    ".inf",
+    "-.Inf",
+    ".NaN",
+    "2024-01-01",
+    "2024-01-01 10:00:00",
+]
+# Numbers that read back as written stay numbers (tp-size: 8 is the int 8).
+NUMBERS = {"8": 8, "0": 0, "-3": -3, "0.85": 0.85, "131072": 131072, "1.5e-05": 1.5e-05, "3.0": 3.0}
+
+
+def as_yaml(values):
+    return "".join(f"  v{i}: {value}\n" for i, value in enumerate(values))
+
+
+def test_env_values_keep_the_text_as_written(tmp_path):
+    path = write(tmp_path, "p.yml", "extends: baseline\nenv:\n" + as_yaml([*AS_WRITTEN, *NUMBERS]).upper())
+    env = load_profile(path).env
+    assert [env[f"V{i}"] for i in range(len(AS_WRITTEN))] == [v.upper() for v in AS_WRITTEN]
+    assert [env[f"V{i + len(AS_WRITTEN)}"] for i in range(len(NUMBERS))] == [v.upper() for v in NUMBERS]
+
+
+def test_server_args_values_keep_the_text_as_written(tmp_path):
+    text = "extends: baseline\nserver_args:\n" + as_yaml([*AS_WRITTEN, *NUMBERS])
+    text += f"  many: [{', '.join(AS_WRITTEN)}]\n  listed:\n" + "".join(f"    - {v}\n" for v in NUMBERS)
+    profile = load_profile(write(tmp_path, "p.yml", text))
+    args = profile.server_args
+    assert [args[f"v{i}"] for i in range(len(AS_WRITTEN))] == AS_WRITTEN
+    assert [args[f"v{i + len(AS_WRITTEN)}"] for i in range(len(NUMBERS))] == list(NUMBERS.values())
+    assert args["many"] == AS_WRITTEN and args["listed"] == list(NUMBERS.values())
+    argv = profile.argv()
+    assert argv[argv.index("--many") + 1 : argv.index("--listed")] == AS_WRITTEN
+    assert argv[argv.index("--v0") + 1] == "0755"
+
+
+def test_server_args_numbers_that_read_back_stay_numbers():
+    profile = load_profile("baseline")
+    assert profile.server_args["tp-size"] == 8 and profile.server_args["mem-fraction-static"] == 0.85
+    assert profile.tp_size == 8
+
+
+def test_merged_mappings_keep_the_text_as_written(tmp_path):
+    text = (
+        "extends: baseline\n"
+        "env:\n  <<: [{UMASK: 0755}, {T: 1:30}]\n  V: 12.10\n"
+        "server_args:\n  <<: {max-prefill-tokens: 0042}\n"
+    )
+    profile = load_profile(write(tmp_path, "p.yml", text))
+    assert {k: profile.env[k] for k in ("UMASK", "T", "V")} == {"UMASK": "0755", "T": "1:30", "V": "12.10"}
+    assert profile.server_args["max-prefill-tokens"] == "0042"
+
+
+def test_true_and_false_stay_flags(tmp_path):
+    text = "extends: baseline\nserver_args:\n  a: true\n  b: false\n  c: True\n  d: FALSE\n  e: null\n"
+    argv = load_profile(write(tmp_path, "p.yml", text)).argv()
+    assert "--a" in argv and "--c" in argv
+    assert not {"--b", "--d", "--e"} & set(argv)
+
+
+@pytest.mark.parametrize("word", ["yes", "No", "ON", "off", "y"])
+def test_yaml11_booleans_in_server_args_are_refused_by_line(tmp_path, word):
+    path = write(tmp_path, "p.yml", f"extends: baseline\nserver_args:\n  tp-size: 8\n  x: {word}\n")
+    if word == "y":  # a string in YAML 1.1 too (PyYAML): kept
+        assert load_profile(path).server_args["x"] == "y"
+        return
+    with pytest.raises(ProfileError) as err:
+        load_profile(path)
+    assert (err.value.file, err.value.line, err.value.key) == (str(path), 4, "server_args.x")
+    assert f"'{word}' is a YAML 1.1 boolean" in str(err.value)
+    quoted = write(tmp_path, "p.yml", f"extends: baseline\nserver_args:\n  x: '{word}'\n")
+    assert load_profile(quoted).server_args["x"] == word
+
+
 # -- Secrets ---------------------------------------------------------------------------------
 
 

@@ -34,10 +34,30 @@ def test_pins_wheels_and_python_each_name_another_venv():
 
 
 def test_pin_order_and_spelling_do_not_matter():
-    assert (
-        venv_name(["torch==2.9.1", "Sglang==0.5.24"], {}, "3.11.2")[len("torch-2.9.1") :]
-        == venv_name(["sglang==0.5.24", "torch==2.9.1"], {}, "3.11.2")[len("sglang-0.5.24") :]
-    )
+    names = {
+        venv_name(pins, {W24: "a" * 64}, "3.11.2")
+        for pins in (["sglang==0.5.24", "torch==2.9.1"], ["torch==2.9.1", "Sglang==0.5.24"])
+    }
+    assert len(names) == 1 and names.pop().startswith("sglang-0.5.24-")
+
+
+def test_the_engine_names_the_venv_wherever_it_is_pinned():
+    orders = [
+        ["flashinfer-python==0.4.1", "torch==2.9.1", "sglang==0.5.24"],
+        ["torch==2.9.1", "sglang[all]==0.5.24", "flashinfer-python==0.4.1"],
+        ["sglang==0.5.24", "flashinfer-python==0.4.1", "torch==2.9.1"],
+    ]
+    assert {venv_name(pins, {}, "3.11.2").rsplit("-", 1)[0] for pins in orders} == {"sglang-0.5.24"}
+    assert venv_name(orders[0], {}, "3.11.2") == venv_name(orders[2], {}, "3.11.2")
+    # No engine pin: the first pin in canonical order names it.
+    assert venv_name(["Torch==2.9.1", "numpy==2.1"], {}, "3.11.2").startswith("numpy-2.1-")
+
+
+def test_names_where_the_engine_was_pinned_first_are_unchanged():
+    """A changed name is a venv rebuilt on upgrade: these are the names earlier releases gave."""
+    assert venv_name(PINS, {W24: "a" * 64}, "3.11.2") == "sglang-0.5.24+sandbox-661dca37c22d"
+    assert venv_name(["sglang==0.5.23"], {}, "3.10.12") == "sglang-0.5.23-b7be7fd8d6f0"
+    assert venv_name(["sglang==0.5.24", "torch==2.9.1"], {}, "3.11.2") == "sglang-0.5.24-4202d678270c"
 
 
 def test_a_wheel_of_another_version_of_a_pinned_distribution_is_not_part_of_it():
