@@ -8,8 +8,8 @@ against the incident's loop, on the same node in the same run.
 Methods
   gate      real deploys (`python -m pyinfra -y INVENTORY deploy.py --limit HOST`), alternating
             between two profiles that differ in one env value so that each deploy restarts; the
-            verdict is the moment the deploy's output line `ready in …` / `readiness gate
-            failed: …` arrives on the controller.
+            verdict is the moment the gate's output line `ready in …` / `[ 4.5s] failed:
+            <cause>: …` arrives on the controller (streamed through the restart cycle).
   incident  `ssh HOST systemctl restart <unit>`, then the incident's loop: up to 50 tries of
             `ssh HOST curl -s -m 5 http://127.0.0.1:PORT/v1/models | grep NAME`, `sleep 15`
             between tries, then `grep "fired up\\|Error"` in the unit's log (journalctl).
@@ -20,11 +20,14 @@ Figures
             `The server is fired up and ready to roll!` (logged just after /ping turned 200)
             to the verdict. Negative = the method said "ready" before the server was (wrong).
   P2        crash -> failure reported with a cause: the journal timestamp of the first
-            Traceback/error line of the start to the deploy's `readiness gate failed:` line.
+            Traceback/error line of the start to the gate's `failed: <cause>: …` line as it
+            streams to the controller (the deploy's summary `readiness gate failed:` line must
+            follow, but it is printed from the cycle's result: after the rollback's own restart
+            and gate, so it times the rollback too and comes after the restored start).
             The incident loop cannot notice a crash before its last try; it is capped at
             --crash-tries tries (measured), and the full 50-try figure is computed from the
             measured try and grep durations (labelled "computed").
-  rollback  `readiness gate failed:` -> `rolled back: serving <profile> again` (restore the last
+  rollback  the gate's `failed:` line -> `rolled back: serving <profile> again` (restore the last
             configuration that passed, restart on it, gate it).
 
 With the stand-in (sandbox nodes) the start-up is set by SGLANG_STANDIN_* knobs; the incident
@@ -47,6 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
+    INVOCATION,
     REPO,
     DeployLock,
     Report,
@@ -72,6 +76,8 @@ EXIT_LINE = r"Main process exited"
 EXCEPTION_LINE = r"^[\w.]+(Error|Exception): "
 TURN_VAR = "SGLANG_DEPLOY_BENCH_TURN"  # the one env value the two ready profiles differ in
 DROP_IN = "zz-bench-readiness-crash.conf"
+# The gate's own failure line, streamed as it happens: "[   5.2s] failed: cuda-oom: …"
+GATE_FAILED = re.compile(r"\[\s*\d+(?:\.\d+)?s\] failed: ([\w-]+): ")
 P1_TARGET, P2_TARGET = 0.5, 2.0
 
 
@@ -132,30 +138,50 @@ def gate_ready(node, profile_path, start, out):
     return ReadySample("gate", start, ready[0], fired[0], http_up[0], note=f"gate: ready in {said}")
 
 
+def crashed_start(lines):
+    """The start whose gate failed, from a deploy's output lines [(arrival, text)]:
+    (invocation, (arrival, text) of the gate's failure line, cause key), or None.
+
+    It is the last start announced ("started …, invocation X") before the first gate failure
+    line. Not the last one before the deploy's summary `readiness gate failed:`: that line comes
+    from the cycle's result, after the rollback's restart announced the restored start."""
+    invocation = None
+    for when, text in lines:
+        started = INVOCATION.search(text)
+        if started:
+            invocation = started.group(3)
+            continue
+        failed = GATE_FAILED.search(text)
+        if failed and invocation:
+            return invocation, (when, text), failed.group(1)
+    return None
+
+
 def gate_crash(node, profile_path, start, out):
     run = deploy(node, profile_path)
-    failed = run.first("readiness gate failed:")
-    starts = invocations(run)
-    if run.returncode == 0 or not failed or not starts:
+    summary = run.first("readiness gate failed:")
+    crashed = crashed_start(run.lines)
+    if run.returncode == 0 or not summary or not crashed:
         out(
-            f"  gate crash {start}: no 'readiness gate failed' (exit {run.returncode}); skipped. "
-            f"Last lines:\n{run.tail(25)}"
+            f"  gate crash {start}: no start whose gate said 'failed: <cause>:', or no 'readiness gate failed' "
+            f"(exit {run.returncode}); skipped. Last lines:\n{run.tail(25)}"
         )
         return None
-    invocation = [inv for when, inv in starts if when <= failed[0]][-1]
+    invocation, failed, cause = crashed
+    # The gate saw the crash in this journal already; journald may still be writing its end.
+    crash = wait_journal(node, invocation, ERROR_LINE, timeout=10.0)
     entries = journal(node, invocation)
-    crash, exited = journal_first(entries, ERROR_LINE), journal_first(entries, EXIT_LINE)
+    exited = journal_first(entries, EXIT_LINE)
     if not crash:
         out(f"  gate crash {start}: no error line in the journal of {invocation}; skipped")
         return None
-    cause = re.search(r"failed: (\S+?):", failed[1])
     sample = CrashSample(
         "gate",
         start,
         crash[0],
         exited[0] if exited else float("nan"),
         failed[0],
-        cause=cause.group(1) if cause else "?",
+        cause=cause,
     )
     exception = journal_first(entries, EXCEPTION_LINE)
     sample.first_exception = exception[1].strip()[:100] if exception else "?"

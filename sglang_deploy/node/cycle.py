@@ -1,14 +1,16 @@
 """The restart cycle of one unit on this node, in one call: preflight, switch (the unit's
 engine venv link to the venv the deploy built, if it staged one), restart, readiness gate,
 workers' environment, then save what serves as the last known good. A failed gate or workers
-check puts the last known good back, restarts on it and gates it again (unless --no-rollback).
-A failed preflight stops nothing: the files go back and the running server keeps serving.
-With a "decode" command (decode_check.py), the decode rate is measured after the workers check:
-a regression under the profile's `on_regression: rollback` rolls back like a failed gate, under
-`fail` it leaves the new configuration serving unrecorded (outcome "regressed"), under `warn`
-it is served and recorded. With --running the server already runs what is installed (the
-deploy started it, or a run that died midway left it unrecorded): the cycle starts at the gate,
-so nothing is recorded as the last known good without its decode check.
+check, or a save that is refused, puts the last known good back, restarts on it and gates it
+again (unless --no-rollback). A failed preflight stops nothing: the files go back and the
+running server keeps serving. With a "decode" command (decode_check.py), the decode rate is
+measured after the workers check: a regression under the profile's `on_regression: rollback`
+rolls back like a failed gate, under `fail` it leaves the new configuration serving unrecorded
+(outcome "regressed"), under `warn` it is served and recorded; a check that could not measure
+(DECODE_UNMEASURED, or one that died) is a failed step whatever the policy: it rolls back.
+With --running the server already runs what is installed (the deploy started it, or a run that
+died midway left it unrecorded): the cycle starts at the gate, so nothing is recorded as the
+last known good without its decode check.
 
     python3 cycle.py --steps-json '{"preflight": CMD, "switch": CMD, "restart": CMD,
                                     "gate": CMD, "workers": CMD, "save": CMD, "restore": CMD}'
@@ -117,10 +119,15 @@ def cycle(commands, rollback=True, running=False):
         passed = c.all("restart", "gate", "workers")
     if passed:
         if c.decoded():
-            return c.end("served" if c.run("save") else "failed")
-        if not (rollback and c.details.get("on_regression") == "rollback"):
-            return c.end("regressed", restored=False)
-    elif not rollback:
+            if c.run("save"):
+                return c.end("served")
+            # Not recorded: the next crash or deploy would restore an older configuration
+            # than the one serving, and a crash-loop of this one nothing: roll back now.
+        elif c.steps[-1]["status"] == status.THROUGHPUT_REGRESSION:  # slower: its policy decides
+            if not (rollback and c.details.get("on_regression") == "rollback"):
+                return c.end("regressed", restored=False)
+        # else the check could not measure (or died): the server does not decode, a failed step
+    if not rollback:
         return c.end("failed", restored=False)
     print("rolling back to the last configuration that passed the gate", flush=True)
     if not c.run("restore", "rollback"):

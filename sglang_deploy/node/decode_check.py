@@ -10,7 +10,10 @@ known good, and a verdict against the profile's expectations.
 The baseline is the last known good's recorded figure on this node: the latest accepted entry
 of the history for the profile in D's manifest. A regression (below --min-decode-tok-s, or
 more than --max-regression-pct under the baseline) exits THROUGHPUT_REGRESSION unless the
-policy is `warn`; a measurement that fails counts as one when the profile has expectations.
+policy is `warn`. A check that cannot measure (the server stopped answering, answered an error
+or streamed too few tokens) exits DECODE_UNMEASURED whatever the expectations and the policy: a
+server that passed its gate but does not decode is not serving, and the restart cycle treats it
+as a failed step (rollback, unless it is off). Its entry is recorded, not accepted.
 Ends with the result line (result.py): {"throughput": the entry recorded, "on_regression"}.
 
 With --restored the server runs the last known good a rollback just put back (--profile names
@@ -160,21 +163,24 @@ def check(args, now=None):
         entry["error"] = None
     except (decode_rate.MeasureError, OSError, ValueError) as e:
         entry.update(decode_tok_s=None, error=str(e) or type(e).__name__)
-    change, reasons = verdict(
-        entry.get("decode_tok_s"),
-        base and base["decode_tok_s"],
-        args.min_decode_tok_s,
-        args.max_regression_pct,
+    # Nothing measured: nothing to judge against the expectations, and no figure to accept.
+    unmeasured = entry["error"] is not None and not args.restored
+    change, reasons = (
+        (None, [])
+        if entry["error"]
+        else verdict(
+            entry.get("decode_tok_s"),
+            base and base["decode_tok_s"],
+            args.min_decode_tok_s,
+            args.max_regression_pct,
+        )
     )
-    expectations = args.min_decode_tok_s is not None or args.max_regression_pct is not None
-    if entry["error"] and expectations:
-        reasons.append("decode not measured: %s" % entry["error"])
     regressed = bool(reasons)
     entry.update(
         change_pct=change,
         regression=reasons,
         on_regression=args.on_regression,
-        accepted=not regressed or args.on_regression == "warn",
+        accepted=not unmeasured and (not regressed or args.on_regression == "warn"),
     )
     append(args.history, entry)
     print(
@@ -186,6 +192,14 @@ def check(args, now=None):
             "decode check: engine %s: the sandbox stand-in decodes at its configured rate "
             "(SGLANG_STANDIN_TOKENS_PER_SECOND), not a GPU's" % version,
             flush=True,
+        )
+    if unmeasured:
+        print("decode check: not measured: the restart fails (%s)" % entry["error"], flush=True)
+        return result.emit(
+            status.DECODE_UNMEASURED,
+            "decode not measured: %s" % entry["error"],
+            throughput=entry,
+            on_regression=args.on_regression,
         )
     if regressed:
         print("decode check: regression (%s): %s" % (args.on_regression, "; ".join(reasons)), flush=True)

@@ -10,7 +10,9 @@ stands in only where /ping is missing (404: an older release), and as the confir
 /ping has said 200 for --fired-up-grace seconds but the journal has no "fired up" line (a
 dropped journal line must not fail a serving start). Every --interval the gate also reads the unit
 (systemctl show) and the journal of this start, so it fails within about a second when the
-main process dies, the unit leaves activating/active or systemd restarts it; it reports each
+main process dies, the unit leaves activating/active or systemd restarts it; it reads the unit
+once more at the verdict itself (a start that died after its last answers is a failed start,
+with its cause, never "ready"); it reports each
 start-up phase, a heartbeat every --progress-every seconds, a hang (no journal line for
 --hang-after seconds outside the long phases) and the timeout with the last phase reached.
 
@@ -203,6 +205,13 @@ class Gate:
         next_beat = time.monotonic() + a.progress_every
         while True:
             if self.is_ready():
+                # The verdict must hold at the verdict: a server that died since the last look
+                # (after its last HTTP answer and its "fired up" line) is a failed start.
+                show = self.last_show = self.show()
+                problem = self.watch.problem(show, self.base)
+                if problem:
+                    return self.fail_start("%s, at the ready verdict" % problem)
+                self.ready_at, self.ready_mono = time.time(), time.monotonic()
                 return self.finish(status.READY)
             show = self.last_show = self.show()
             problem = self.watch.problem(show, self.base)
@@ -254,7 +263,8 @@ class Gate:
 
     def is_ready(self):
         """/v1/models and /ping said so (the probe's `up`) and the journal has "fired up"; or,
-        --fired-up-grace seconds after `up` without that line, /health 200 confirms."""
+        --fired-up-grace seconds after `up` without that line, /health 200 confirms. The caller
+        then checks that the start still runs before it says ready."""
         if not self.probe.up.is_set():
             if self.phase == "ready":
                 self.probe.wake.set()  # fired up: ask /ping now rather than at its next turn
@@ -271,7 +281,6 @@ class Gate:
                 "%s note: %s 200 for %.0fs but no 'fired up' line in the %s; /health 200 confirms"
                 % (self.stamp(), self.probe.up_path, time.monotonic() - self.probe.up_mono, self.watch.source)
             )
-        self.ready_at, self.ready_mono = time.time(), time.monotonic()
         return True
 
 

@@ -16,8 +16,16 @@ not serving is in no rotation: it is restarted without draining. The node goes b
 routers whenever it serves after the cycle: the new configuration, or the old one after a
 rollback or a failed preflight.
 
+Draining waits, up to --drain-timeout, until the server's /get_load counts no request running or
+waiting. A load that cannot be read (no answer, an HTTP error, an answer without the counts) is
+not "drained": /get_load is asked again until the drain timeout, which gives requests the whole
+drain time the operator allowed, and then, as with requests still in flight, the restart goes
+ahead, saying "load unknown: <why>" (the node is out of every router by then: waiting longer
+would only keep it out of rotation longer).
+
 Ends with one result line: the cycle's result (outcome, steps, restored, profile) plus
-"rotation": {"routers", "out_s" (time out of rotation), "drain_s", "drained", "in_flight_left"};
+"rotation": {"routers", "out_s" (time out of rotation), "drain_s", "drained", "in_flight_left"
+(None when unknown), "load_unknown" (why, or None)};
 a cycle that did not run has outcome "router_unreachable" or "router_failed". The halves
 (--only) serve a restart the node does not run alone (a serving group's, driven from the
 controller): `out` ends with {"outcome": "out" | "router_unreachable" | "router_failed",
@@ -29,6 +37,7 @@ import argparse
 import json
 import sys
 import time
+import urllib.error
 import urllib.request
 
 if __package__:
@@ -48,13 +57,16 @@ def say(text):
 
 def in_flight(load_answer):
     """Requests running or waiting, from a /get_load answer (a list per data-parallel rank, or
-    one mapping)."""
+    one mapping). ValueError when it counts nothing: an answer without a load is no zero."""
     ranks = load_answer if isinstance(load_answer, list) else [load_answer]
-    return sum(
-        int(rank.get("num_reqs", 0)) + int(rank.get("num_waiting_reqs", 0))
+    counted = [
+        rank
         for rank in ranks
-        if isinstance(rank, dict)
-    )
+        if isinstance(rank, dict) and ("num_reqs" in rank or "num_waiting_reqs" in rank)
+    ]
+    if not counted:
+        raise ValueError("no num_reqs in the answer: %.80s" % json.dumps(load_answer))
+    return sum(int(rank.get("num_reqs", 0)) + int(rank.get("num_waiting_reqs", 0)) for rank in counted)
 
 
 def _get(url, timeout=3.0):
@@ -69,18 +81,29 @@ def serving(port):
         return False
 
 
+def _why(exc):
+    if isinstance(exc, urllib.error.HTTPError):
+        return "/get_load answered HTTP %d" % exc.code
+    if isinstance(exc, json.JSONDecodeError):
+        return "/get_load answered no JSON"
+    if isinstance(exc, urllib.error.URLError):
+        return "/get_load: %s" % (exc.reason,)
+    return "/get_load: %s" % (exc or type(exc).__name__)
+
+
 def drain(port, timeout, interval=0.25):
-    """Wait until the node has no request in flight; (seconds waited, requests left)."""
+    """Wait until the node has no request in flight: (seconds waited, requests left or None
+    when the load could not be read, why it could not or None). An unreadable load is asked
+    again until the timeout (see the module's docstring)."""
     started = time.monotonic()
-    left = None
     while True:
         try:
-            left = in_flight(json.loads(_get("http://127.0.0.1:%d/get_load" % port)[1]))
-        except (OSError, ValueError):
-            left = None  # no answer: nothing we can wait for
+            left, unknown = in_flight(json.loads(_get("http://127.0.0.1:%d/get_load" % port)[1])), None
+        except (OSError, ValueError) as exc:
+            left, unknown = None, _why(exc)
         waited = time.monotonic() - started
-        if not left or waited >= timeout:
-            return waited, left or 0
+        if left == 0 or waited >= timeout:
+            return waited, left, unknown
         time.sleep(interval)
 
 
@@ -139,19 +162,27 @@ def take_out(args, rotation):
     except RouterError as exc:
         cause = put_back(routers, args.worker_url, args.healthy_timeout)
         return routers, was_serving, "router_failed", str(exc) + ("" if cause is None else "; " + cause)
-    drain_s, left = drain(args.local_port, args.drain_timeout)
-    rotation.update(drain_s=round(drain_s, 2), drained=not left, in_flight_left=left)
-    say(
-        "drained in %.1fs" % drain_s
-        if not left
-        else "%d request(s) still in flight after %.0fs: restarting anyway" % (left, drain_s)
-    )
+    drain_s, left, unknown = drain(args.local_port, args.drain_timeout)
+    rotation.update(drain_s=round(drain_s, 2), drained=left == 0, in_flight_left=left, load_unknown=unknown)
+    if unknown:
+        say("load unknown: %s (for %.0fs): restarting anyway" % (unknown, drain_s))
+    elif left:
+        say("%d request(s) still in flight after %.0fs: restarting anyway" % (left, drain_s))
+    else:
+        say("drained in %.1fs" % drain_s)
     return routers, was_serving, None, None
 
 
 def rotate(args):
     """Out, the restart cycle, back in (when the node serves after it)."""
-    rotation = {"routers": [], "out_s": 0.0, "drain_s": 0.0, "drained": True, "in_flight_left": 0}
+    rotation = {
+        "routers": [],
+        "out_s": 0.0,
+        "drain_s": 0.0,
+        "drained": True,
+        "in_flight_left": 0,
+        "load_unknown": None,
+    }
     taken_out = time.monotonic()
     routers, was_serving, refused, cause = take_out(args, rotation)
     if refused:
@@ -193,7 +224,7 @@ def rotate(args):
 def out_only(args):
     """Out of rotation and drained, for a restart the caller runs itself (a serving group's,
     driven from the controller). Result: {"rotation": {..., "was_serving"}, "outcome"}."""
-    rotation = {"routers": [], "drain_s": 0.0, "drained": True, "in_flight_left": 0}
+    rotation = {"routers": [], "drain_s": 0.0, "drained": True, "in_flight_left": 0, "load_unknown": None}
     _, was_serving, refused, cause = take_out(args, rotation)
     rotation["was_serving"] = was_serving
     return result.emit(

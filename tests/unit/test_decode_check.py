@@ -4,6 +4,7 @@ controller's record and phrase (sglang_deploy/report/throughput_log.py)."""
 
 import json
 import shlex
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -266,17 +267,53 @@ def test_without_expectations_the_figures_are_recorded_only(tmp_path, server, ca
     assert not any("not a GPU's" in line for line in out)
 
 
-def test_a_failed_measurement_fails_only_a_profile_with_expectations(tmp_path, server, capsys):
+@pytest.mark.parametrize(
+    "error, says", [("http", "HTTP 503"), ("stream", "scheduler died"), ("tokens", "too few")]
+)
+@pytest.mark.parametrize(
+    "expect",
+    [
+        {},
+        {"on_regression": "warn"},
+        {"min_decode_tok_s": 10, "on_regression": "fail"},
+        {"max_regression_pct": 10},
+    ],
+)
+def test_an_unmeasured_check_fails_whatever_the_expectations(tmp_path, server, capsys, error, says, expect):
+    handler, port = server
+    if error == "tokens":
+        handler.tokens = 0
+    else:
+        handler.error = error
+    assert decode_check.main(_args(tmp_path, port, **expect)) == status.DECODE_UNMEASURED
+    out = capsys.readouterr().out.splitlines()
+    found = result.parse(out)
+    assert found["result"] == "DECODE_UNMEASURED" and found["cause"].startswith("decode not measured: ")
+    assert says in found["cause"]
+    entry = decode_check.read_history(tmp_path / "throughput.jsonl")[-1]
+    assert entry == found["throughput"]
+    assert entry["decode_tok_s"] is None and says in entry["error"] and entry["accepted"] is False
+    assert entry["regression"] == []  # not a regression: nothing was measured to judge
+    assert any("not measured: the restart fails" in line for line in out)
+
+
+def test_a_server_that_stopped_answering_is_unmeasured(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert decode_check.main(_args(tmp_path, port)) == status.DECODE_UNMEASURED
+    found = result.parse(capsys.readouterr().out.splitlines())
+    assert "refused" in found["cause"].lower(), found["cause"]
+
+
+def test_the_restored_server_unmeasured_is_recorded_and_never_fails(tmp_path, server, capsys):
     handler, port = server
     handler.error = "http"
-    assert decode_check.main(_args(tmp_path, port)) == status.READY
-    assert (
-        decode_check.main(_args(tmp_path, port, min_decode_tok_s=10, on_regression="fail"))
-        == status.THROUGHPUT_REGRESSION
-    )
-    entries = decode_check.read_history(tmp_path / "throughput.jsonl")
-    assert [e["decode_tok_s"] for e in entries] == [None, None]
-    assert "HTTP 503" in entries[-1]["error"]
+    got = decode_check.main(_args(tmp_path, port, min_decode_tok_s=10) + ["--restored", "--profile", "base"])
+    entry = result.parse(capsys.readouterr().out.splitlines())["throughput"]
+    assert got == status.READY and entry["decode_tok_s"] is None and entry["restored"] is True
 
 
 # -- the restart cycle's policies -------------------------------------------------------------
@@ -326,6 +363,55 @@ def test_a_regression_under_fail_leaves_it_serving_unrecorded(tmp_path, capsys):
 def test_no_rollback_wins_over_the_rollback_policy(tmp_path, capsys):
     _, found, ran = _cycle(tmp_path, capsys, "rollback", rollback=False)
     assert found["outcome"] == "regressed" and "restore" not in ran
+
+
+@pytest.mark.parametrize("policy", ["warn", "fail", "rollback"])
+def test_an_unmeasured_check_rolls_back_whatever_the_policy(tmp_path, capsys, policy):
+    commands = _commands(tmp_path)
+    commands["decode"] = _step(
+        tmp_path,
+        "decode",
+        [(status.DECODE_UNMEASURED, "decode not measured: HTTP 503: busy"), (0, None)],
+        on_regression=policy,
+        throughput={"decode_tok_s": None, "error": "HTTP 503: busy"},
+    )
+    code = cycle.cycle(commands, rollback=True)
+    found = result.parse(capsys.readouterr().out.splitlines())
+    ran = (tmp_path / "ran").read_text().split()
+    assert ran == [
+        "preflight",
+        "switch",
+        "restart",
+        "gate",
+        "workers",
+        "decode",
+        "restore",
+        "restart",
+        "gate",
+        "decode",
+    ]
+    assert found["outcome"] == "rolled_back" and code == status.DECODE_UNMEASURED
+    assert found["cause"] == "decode not measured: HTTP 503: busy" and "save" not in ran
+
+
+def test_an_unmeasured_check_without_rollback_fails_unrecorded(tmp_path, capsys):
+    commands = _commands(tmp_path)
+    commands["decode"] = _step(
+        tmp_path, "decode", [(status.DECODE_UNMEASURED, "decode not measured: x")], on_regression="warn"
+    )
+    code = cycle.cycle(commands, rollback=False)
+    found = result.parse(capsys.readouterr().out.splitlines())
+    ran = (tmp_path / "ran").read_text().split()
+    assert found["outcome"] == "failed" and found["restored"] is False and code == status.DECODE_UNMEASURED
+    assert ran == ["preflight", "switch", "restart", "gate", "workers", "decode"]
+
+
+def test_a_decode_check_that_dies_is_a_failed_step(tmp_path, capsys):
+    commands = _commands(tmp_path)
+    commands["decode"] = f"{shlex.quote(sys.executable)} -c 'raise OSError(\"boom\")'"
+    cycle.cycle(commands, rollback=True)
+    found = result.parse(capsys.readouterr().out.splitlines())
+    assert found["outcome"] == "rolled_back" and found["cause"] == "OSError: boom"
 
 
 def test_a_passing_check_is_served_and_recorded(tmp_path, capsys):

@@ -175,3 +175,25 @@ def test_the_controller_says_the_outcome_in_the_operators_words(found, said, ser
     host = _Host()
     assert _say_outcome(host, found) is served
     assert host.said == said
+
+
+def test_a_refused_save_restores_the_last_known_good(tmp_path, capsys):
+    # Left unrecorded, the new configuration would crash-loop with nothing to restore it from.
+    code, found, ran, progress = _run(tmp_path, capsys, save=[(status.NO_SPACE, "no space left on device")])
+    assert ran == ["preflight", "switch", "restart", "gate", "workers", "save", "restore", "restart", "gate"]
+    assert found["outcome"] == "rolled_back" and found["restored"] is True and found["profile"] == "previous"
+    assert code == status.NO_SPACE and found["cause"] == "no space left on device"
+    assert "rolling back to the last configuration that passed the gate" in progress
+
+
+def test_a_refused_save_of_a_running_server_restores_the_last_known_good(tmp_path, capsys):
+    code = cycle.cycle(_commands(tmp_path, save=[(status.NO_SPACE, "full")]), running=True)
+    found = result.parse(capsys.readouterr().out.splitlines())
+    assert (tmp_path / "ran").read_text().split() == ["gate", "workers", "save", "restore", "restart", "gate"]
+    assert found["outcome"] == "rolled_back" and code == status.NO_SPACE
+
+
+def test_a_refused_save_without_rollback_is_left_as_it_is(tmp_path, capsys):
+    code, found, ran, _ = _run(tmp_path, capsys, rollback=False, save=[(status.NO_SPACE, "full")])
+    assert found["outcome"] == "failed" and found["restored"] is False and code == status.NO_SPACE
+    assert ran == ["preflight", "switch", "restart", "gate", "workers", "save"]

@@ -20,20 +20,24 @@ WORKER = "http://10.0.0.11:30000"
 class FakeServer(BaseHTTPRequestHandler):
     """The node's own server: /ping, and /get_load counting down the requests in flight."""
 
-    in_flight = [0]
+    in_flight = [0]  # requests in flight, answer by answer (the last repeats); None: see `unread`
+    unread = (404, b"")  # what /get_load answers for a None: a status and a body
     loads_seen = 0
 
     def log_message(self, *args):
         pass
 
     def do_GET(self):
+        code = 200 if self.path in ("/ping", "/get_load") else 404
+        body = b""
         if self.path == "/get_load":
             FakeServer.loads_seen += 1
             left = FakeServer.in_flight.pop(0) if len(FakeServer.in_flight) > 1 else FakeServer.in_flight[0]
-            body = json.dumps([{"num_reqs": left, "num_waiting_reqs": 0}]).encode()
-        else:
-            body = b""
-        self.send_response(200 if self.path in ("/ping", "/get_load") else 404)
+            if left is None:
+                code, body = FakeServer.unread
+            else:
+                body = json.dumps([{"num_reqs": left, "num_waiting_reqs": 0}]).encode()
+        self.send_response(code)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -41,7 +45,7 @@ class FakeServer(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    FakeServer.in_flight, FakeServer.loads_seen = [2, 1, 0], 0
+    FakeServer.in_flight, FakeServer.loads_seen, FakeServer.unread = [2, 1, 0], 0, (404, b"")
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeServer)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield httpd.server_address[1]
@@ -164,3 +168,49 @@ def test_back_only_leaves_a_node_that_does_not_serve_out_of_rotation(router, cap
 def test_the_whole_rotation_needs_its_cycle_and_restore():
     with pytest.raises(SystemExit):
         rotation.main(["--worker-url", WORKER, "--local-port", "9"])
+
+
+@pytest.mark.parametrize(
+    "unread, why",
+    [
+        ((404, b""), "/get_load answered HTTP 404"),
+        ((503, b"busy"), "/get_load answered HTTP 503"),
+        ((200, b"{}"), "/get_load: no num_reqs in the answer: {}"),
+        ((200, b"<html>"), "/get_load answered no JSON"),
+    ],
+)
+def test_a_load_that_cannot_be_read_is_not_drained(router, server, tmp_path, capsys, unread, why):  # noqa: F811
+    # Waited for up to the drain timeout (requests get the time the operator allowed them), then
+    # said and restarted anyway, as with requests still in flight.
+    FakeServer.in_flight, FakeServer.unread = [None], unread
+    cycle = _command(tmp_path, "cycle", {"status": 0, "outcome": "served", "steps": []})
+    restore = _command(tmp_path, "restore", {"status": 0})
+    code = rotation.main(
+        _args(router, server, "--drain-timeout", "1", "--cycle", cycle, "--restore", restore)
+    )
+    out = capsys.readouterr().out.splitlines()
+    found = result.parse(out)
+    turn = found["rotation"]
+    assert turn["drained"] is False and turn["in_flight_left"] is None and turn["load_unknown"] == why
+    assert turn["drain_s"] >= 1.0 and FakeServer.loads_seen > 1  # asked again until the timeout
+    assert "rotation: load unknown: %s (for 1s): restarting anyway" % why in result.progress(out)
+    assert code == status.READY and _ran(tmp_path) == ["cycle"]
+    assert FakeRouter.workers[WORKER]["is_healthy"]  # back in once it serves
+
+
+def test_a_load_unreadable_for_a_moment_is_waited_for(server):
+    FakeServer.in_flight = [None, None, 1, 0]
+    waited, left, unknown = rotation.drain(server, timeout=5, interval=0.05)
+    assert left == 0 and unknown is None and FakeServer.loads_seen == 4
+
+
+def test_a_load_nobody_answers_is_unknown():
+    waited, left, unknown = rotation.drain(9, timeout=0.3, interval=0.05)
+    assert left is None and "refused" in unknown.lower() and waited >= 0.3
+
+
+def test_in_flight_counts_only_answers_with_a_load():
+    assert rotation.in_flight([{"dp_rank": 0, "num_reqs": 2, "num_waiting_reqs": 1, "num_tokens": 0}]) == 3
+    for answer in ({}, [], "ok", [{"dp_rank": 0}]):
+        with pytest.raises(ValueError):
+            rotation.in_flight(answer)

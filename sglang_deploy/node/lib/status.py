@@ -31,6 +31,7 @@ GPUS_BUSY = 16
 MEASUREMENT_FAILED = 17
 THROUGHPUT_REGRESSION = 18
 ACS_NOT_CLEARED = 19
+DECODE_UNMEASURED = 20
 MODEL_MISMATCH = 30
 NO_SPACE = 31
 HUB_ERROR = 32
@@ -56,6 +57,7 @@ DESCRIPTIONS = {
     MEASUREMENT_FAILED: "the measurement itself failed (a worker died or timed out)",
     THROUGHPUT_REGRESSION: "decode tok/s below the profile's expectation (min_decode_tok_s, max_regression_pct)",
     ACS_NOT_CLEARED: "ACS could not be cleared on a PCI bridge (or pciutils is missing)",
+    DECODE_UNMEASURED: "the decode check could not measure: the server did not answer, erred or streamed too few tokens",
     MODEL_MISMATCH: "a model directory's files do not match its manifest (missing, truncated, altered)",
     NO_SPACE: "not enough free disk for the model being staged",
     HUB_ERROR: "the Hugging Face Hub refused the model's repo or revision (its answer is the cause)",
