@@ -155,8 +155,9 @@ else:
     )
 
     # 13. Restart only when what the server runs changed, then gate until it serves; a start
-    #     that fails its gate is rolled back to the last configuration that passed. Out of every
-    #     router's rotation, `rolling_batch` nodes at a time (sglang_deploy/plan/fleet.py). A serving
+    #     that fails its gate is rolled back to the last configuration that passed. The nodes
+    #     that serve nothing start together first; the others roll out of every router's
+    #     rotation, `rolling_batch` at a time (operations/rollout.py, plan/fleet.py). A serving
     #     group restarts as one when any member changed, driven by rank 0 (operations/group.py),
     #     rank 0 out of rotation, `rolling_batch` groups at a time.
     if plan.group:
@@ -178,7 +179,6 @@ else:
             rotation=rotation,
             profile_name=plan.profile.name,
             rollback=plan.rollback,
-            _parallel=rotation.rolling.batch,
             _if=any_changed(engine, env_file, hook, unit, *staged_models),
         )
 
