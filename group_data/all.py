@@ -112,3 +112,8 @@ rolling_healthy_timeout_s = 120
 # A router that does not answer before a node leaves rotation stops the rollout; true rolls on
 # without it (that router then keeps sending to the restarting node until its health check).
 rolling_without_routers = False
+# Nodes that serve nothing when the restart begins (not installed yet, unit stopped or failed,
+# not healthy in any router; without routers: not answering /ping) have no capacity to protect:
+# they start together in a first wave, then the serving ones roll `rolling_batch` at a time.
+# false rolls every node in batches (the order before the first wave; bench/first_start.py).
+rolling_first_wave = True

@@ -156,9 +156,10 @@ def server_files(plan):
 
 def restarted_if_changed(plan, changes):
     """A restart only when what the server runs changed, through the readiness gate; a start
-    that fails is rolled back to the last configuration that passed. Out of every router's
-    rotation, `rolling_batch` at a time. A serving group restarts as one when any member
-    changed, driven by rank 0 (operations/group.py)."""
+    that fails is rolled back to the last configuration that passed. The nodes that serve
+    nothing start together first; the others roll out of every router's rotation,
+    `rolling_batch` at a time (operations/rollout.py, plan/fleet.py). A serving group restarts
+    as one when any member changed, driven by rank 0 (operations/group.py)."""
     if plan.group:
         serving_group.join(plan.group, host, plan, changes)
         serving_group.group_restarted(
@@ -177,7 +178,6 @@ def restarted_if_changed(plan, changes):
             rotation=plan.rotation,
             profile_name=plan.profile.name,
             rollback=plan.rollback,
-            _parallel=plan.rotation.rolling.batch,
             _if=any_changed(*changes),
         )
 

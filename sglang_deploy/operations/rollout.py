@@ -1,19 +1,26 @@
-"""A fleet's operations: a node's restart out of rotation, ordered in batches across the run,
-and the router's service and gate."""
+"""A fleet's operations: a node's restart out of rotation, ordered in waves across the run
+(the nodes that serve nothing together first, then the others in batches), and the router's
+service and gate."""
 
 import shlex
+from collections import Counter
 
+from gevent.event import Event
+from gevent.lock import BoundedSemaphore
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
+from sglang_deploy.errors import DeployError
+from sglang_deploy.facts.fleet import ServingView
 from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.node.lib import result, status
 from sglang_deploy.operations.files import hook_paths
 from sglang_deploy.operations.service import _cause, _fail, _say_outcome, run_cycle
 from sglang_deploy.operations.streamed import run_streamed
-from sglang_deploy.plan.fleet import Rollout
+from sglang_deploy.plan.fleet import NodeFacts, Rollout, idle_reason, last_in_rotation, plan_waves
 
 ROLLOUT = {}  # "run" -> the Rollout shared by every node of this run
+WAVES = {}  # restart operation's hash -> its Waves run (every node restarting in it)
 
 
 def rollout(max_failures=0) -> Rollout:
@@ -25,10 +32,11 @@ def rolled_restart(scripts, hook_python, rotation, profile_name, rollback=True):
     """
     Restart the server out of rotation (node/rotation.py around node/cycle.py): out of every
     router, drained, restarted through the gate (rolled back when it fails), back in every
-    router and healthy there. Called with ``_parallel=rolling_batch``: pyinfra runs the nodes
-    batch by batch. Once the rollout stopped (more than ``rolling_max_failures`` nodes failed),
-    a later node is not restarted: its files go back to its last known good and it keeps
-    serving what it served.
+    router and healthy there. Every node's operation runs at once and waits for its wave
+    (WaveRun): the nodes that serve nothing (read before any restart: unit state, router
+    health) start together first, then the others ``rolling_batch`` at a time. Once the
+    rollout stopped (more than ``rolling_max_failures`` nodes failed), a later node is not
+    restarted: its files go back to its last known good and it keeps serving what it served.
 
     + scripts: ``NodeScripts`` for this node
     + hook_python: interpreter whose start-up hook belongs to the configuration
@@ -41,7 +49,19 @@ def rolled_restart(scripts, hook_python, rotation, profile_name, rollback=True):
 
 def _rotate(state, host, scripts, hook_python, rotation, profile_name, rollback):
     run = rollout(rotation.rolling.max_failures)
-    refusal = run.refusal(host.name)
+    waves = _waves(state, host, rotation)
+    if waves is None:  # this node restarts alone: nothing to order
+        return _restart(state, host, scripts, hook_python, rotation, profile_name, rollback, run, None)
+    try:
+        waves.arrive(host.name, node_facts(host, scripts, rotation) if waves.together else None)
+        refusal = waves.turn(host.name)
+        return _restart(state, host, scripts, hook_python, rotation, profile_name, rollback, run, refusal)
+    finally:
+        waves.leave(host.name)
+
+
+def _restart(state, host, scripts, hook_python, rotation, profile_name, rollback, run, refusal):
+    refusal = run.refusal(host.name) or refusal
     if refusal:
         return _keep_previous(host, scripts, run, refusal)
     command = rotation.wrap(
@@ -95,6 +115,133 @@ def _rotate(state, host, scripts, hook_python, rotation, profile_name, rollback)
         }.get(outcome, f"{outcome}: not serving"),
     )
     return False
+
+
+def node_facts(host, scripts, rotation) -> NodeFacts:
+    """This node as read before any restart: its unit and how every router lists it."""
+    try:
+        unit = host.get_fact(UnitState, unit=scripts.unit)
+        view = host.get_fact(
+            ServingView,
+            worker_url=rotation.worker_url,
+            local_port=rotation.local_port,
+            last_good_dir=scripts.last_good_dir,
+            router_urls=tuple(rotation.router_urls),
+        )
+    except Exception as exc:  # unread: rolled with the serving nodes, which is always safe
+        host.log(f"serving state unread ({type(exc).__name__}: {exc}): rolled as serving", logger.warning)
+        return NodeFacts(host.name, rotation.model)
+    return NodeFacts(host.name, rotation.model, idle_reason(unit or {}, view, bool(rotation.router_urls)))
+
+
+def _restarting(state, op_hash):
+    """The active hosts whose restart operation ``op_hash`` runs (its ``_if`` holds: they all
+    reach _rotate); the others (routers, unchanged nodes) have nothing to wait for."""
+    names = []
+    for other in state.inventory.get_active_hosts():
+        data = state.ops.get(other, {}).get(op_hash)
+        if data is None:
+            continue
+        checks = data.global_arguments.get("_if")
+        checks = checks if isinstance(checks, list) else [checks] if callable(checks) else []
+        if all(check() for check in checks):
+            names.append(other.name)
+    return names
+
+
+def _waves(state, host, rotation):
+    """This run's WaveRun for the operation ``host`` is in, made by its first node; None when
+    the node restarts alone."""
+    op_hash = getattr(host, "current_op_hash", None)
+    if state is None or op_hash is None:
+        return None
+    if op_hash not in WAVES:
+        names = _restarting(state, op_hash)
+        if len(names) < 2:
+            return None
+        # Every node's operation must run at once to arrive: pyinfra spawns at most
+        # --parallel hosts, so below the run's host count the nodes take turns instead.
+        hosts = len(list(state.inventory.get_active_hosts()))
+        pool = getattr(getattr(state, "pool", None), "size", None)
+        WAVES[op_hash] = WaveRun(names, rotation, together=pool is None or pool >= hosts, hosts=hosts)
+    return WAVES[op_hash]
+
+
+class WaveRun:
+    """One restart operation's waves across the nodes restarting in it. Each node arrives with
+    its facts; once every node did (before any restart), the order is planned
+    (plan_fleet.plan_waves) and said once; a node starts when every earlier wave ended. Below
+    pyinfra's --parallel, no first wave: ``rolling_batch`` nodes take turns."""
+
+    def __init__(self, names, rotation, together=True, hosts=None):
+        self.names, self.rotation, self.together = list(names), rotation, together
+        self.facts, self.planned, self.waves, self.refused = {}, Event(), None, None
+        self.ended, self.left = [], []
+        self.turns = BoundedSemaphore(rotation.rolling.batch)
+        self.holding = set()
+        if not together:
+            logger.warning(
+                f"no first wave: pyinfra runs fewer hosts at once (--parallel) than this run's "
+                f"{hosts}; {len(self.names)} nodes restart {rotation.rolling.batch} at a time"
+            )
+
+    def arrive(self, name, facts):
+        self.facts[name] = facts
+        if self.together and not self.planned.is_set() and set(self.names) <= set(self.facts):
+            self._plan()
+
+    def _plan(self):
+        nodes = [self.facts[name] for name in self.names]
+        rolling = self.rotation.rolling
+        others = Counter(model for name, model in self.rotation.fleet_models if name not in self.facts)
+        try:
+            self.waves = plan_waves(nodes, rolling.batch, rolling.first_wave, dict(others))
+        except DeployError as exc:
+            self.refused = str(exc)
+            logger.error(f"rollout {self.refused}: nothing restarts")
+        else:
+            for line in self.waves.lines():
+                logger.info(line)
+            for names in (self.waves.first, *self.waves.batches):
+                self.left.append(set(names))
+                self.ended.append(Event())
+                if not names:
+                    self.ended[-1].set()
+        self.planned.set()
+
+    def turn(self, name):
+        """Wait for ``name``'s wave; why it must not restart, or None."""
+        if not self.together:
+            self.turns.acquire()
+            self.holding.add(name)
+            return None
+        self.planned.wait()
+        if self.refused:
+            return self.refused
+        wave = self.waves.wave_of(name)
+        for ended in self.ended[:wave]:
+            ended.wait()
+        run = rollout()
+        others = Counter(model for n, model in self.rotation.fleet_models if n not in self.facts)
+        return last_in_rotation(
+            name,
+            [self.facts[n] for n in self.names],
+            self.waves,
+            set(run.done),
+            {who for who, _ in run.failures},
+            dict(others),
+        )
+
+    def leave(self, name):
+        if name in self.holding:
+            self.holding.discard(name)
+            self.turns.release()
+        if self.waves is None:
+            return
+        wave = self.waves.wave_of(name)
+        self.left[wave].discard(name)
+        if not self.left[wave]:
+            self.ended[wave].set()
 
 
 def _keep_previous(host, scripts, run, refusal):

@@ -48,6 +48,7 @@ class Rolling:
     drain_timeout_s: float
     healthy_timeout_s: float
     without_routers: bool  # roll even when a router does not answer
+    first_wave: bool = True  # nodes that serve nothing start together, before the others roll
 
 
 def rolling_settings(data) -> Rolling:
@@ -60,6 +61,7 @@ def rolling_settings(data) -> Rolling:
         drain_timeout_s=_seconds(data, "rolling_drain_timeout_s"),
         healthy_timeout_s=_seconds(data, "rolling_healthy_timeout_s"),
         without_routers=_flag(_get(data, "rolling_without_routers", False), "rolling_without_routers"),
+        first_wave=_flag(_get(data, "rolling_first_wave", True), "rolling_first_wave"),
     )
 
 
@@ -210,6 +212,177 @@ def batches(names, size):
         raise ValueError("batch size must be at least 1")
     names = list(names)
     return [names[i : i + size] for i in range(0, len(names), size)]
+
+
+def idle_reason(unit, view, with_routers) -> str | None:
+    """Why a node serves nothing, from what was read before any restart (``unit``: UnitState;
+    ``view``: facts/fleet.ServingView, None when unread); None when it serves, or may: a router
+    that did not answer, or nothing read, leaves the node with the ones that roll."""
+    active = unit.get("ActiveState")
+    if unit.get("LoadState") == "not-found" or (view and not view.get("last_good") and active != "active"):
+        return "not installed"  # no configuration ever passed its gate here
+    if active == "failed" or unit.get("SubState") == "auto-restart":
+        return "unit failed"
+    if active in ("inactive", "deactivating"):
+        return "unit stopped"
+    if view is None:
+        return None
+    if with_routers:
+        seen = (view.get("routers") or {}).values()
+        if seen and all(state in ("absent", "unhealthy") for state in seen):
+            return "not healthy in any router"
+        return None
+    return None if view.get("ping") else "not answering /ping"
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """One node of a restart, as read before any restart: ``idle`` says why it serves nothing
+    (idle_reason), None when it serves."""
+
+    name: str
+    model: str
+    idle: str | None = None
+
+
+@dataclass(frozen=True)
+class Waves:
+    """A restart's order: ``first`` start together (they serve nothing: ``idle`` says why),
+    then ``batches`` one after the other."""
+
+    first: tuple = ()
+    batches: tuple = ()
+    idle: tuple = ()  # (name, why) of every node that serves nothing
+    cut: tuple = ()  # models whose nodes a batch was cut for, so one stays in rotation
+    size: int = 1
+
+    def wave_of(self, name) -> int:
+        """0 for the first wave, 1 for the first batch, ..."""
+        if name in self.first:
+            return 0
+        return 1 + next(i for i, names in enumerate(self.batches) if name in names)
+
+    def lines(self) -> list:
+        """What the run's output says of the order."""
+        why = dict(self.idle)
+        said = []
+        if self.first:
+            reasons = ", ".join(f"{name} {why[name]}" for name in self.first)
+            together = "starts" if len(self.first) == 1 else "start together"
+            said.append(f"first wave (serving nothing: {reasons}): {', '.join(self.first)} {together}")
+        elif self.idle:
+            said.append(
+                "no first wave (rolling_first_wave: false): serving nothing, rolled like the others: "
+                + ", ".join(f"{name} {reason}" for name, reason in self.idle)
+            )
+        if self.batches:
+            said.append(
+                ("then rolling" if self.first else "rolling")
+                + f" {self.size} at a time: "
+                + " | ".join(", ".join(names) for names in self.batches)
+                + (f" (batches cut so {', '.join(self.cut)} keep(s) a node in rotation)" if self.cut else "")
+            )
+        return said
+
+
+def plan_waves(nodes, batch, first_wave=True, others=None) -> Waves:
+    """The order of a restart over ``nodes`` (NodeFacts, in pyinfra's order): the nodes that
+    serve nothing in a first wave (they have no capacity to protect), then the serving ones
+    ``batch`` at a time. No batch takes the last node serving a model out of rotation while
+    that model has another node: ``others`` {model: nodes of it in the fleet that do not
+    restart here (counted as serving)}; a first-wave node of the model counts too, as it serves
+    before the batches start (the rollout refuses a later node when it did not: last_in_rotation).
+    With ``first_wave`` false, every node rolls in batches, as before there was a first wave."""
+    if batch < 1:
+        raise ValueError("batch size must be at least 1")
+    others = others or {}
+    nodes = list(nodes)
+    first = [n for n in nodes if n.idle] if first_wave else []
+    pending = [n for n in nodes if n not in first]
+    serving = {}
+    for n in nodes:
+        if n.idle is None or n in first:
+            serving[n.model] = serving.get(n.model, 0) + 1
+
+    def darkens(names):
+        for model in {n.model for n in names}:
+            out = sum(1 for n in names if n.model == model and n.idle is None)
+            total = serving.get(model, 0) + others.get(model, 0)
+            if out and total > 1 and out >= total:
+                return model
+        return None
+
+    batches, cut = [], []
+    while pending:
+        current = []
+        for node in list(pending):
+            if len(current) == batch:
+                break
+            model = darkens([*current, node])
+            if model:
+                if model not in cut:
+                    cut.append(model)
+                continue
+            current.append(node)
+            pending.remove(node)
+        batches.append(tuple(n.name for n in current))
+    waves = Waves(
+        first=tuple(n.name for n in first),
+        batches=tuple(batches),
+        idle=tuple((n.name, n.idle) for n in nodes if n.idle),
+        cut=tuple(cut),
+        size=batch,
+    )
+    check_waves(waves, nodes, others)
+    return waves
+
+
+def check_waves(waves, nodes, others=None) -> None:
+    """DeployError when a wave would take the last node serving a model out of rotation while
+    the model has another node: the first wave may hold only nodes that serve nothing, and no
+    batch every node that serves a model of several nodes."""
+    others = others or {}
+    facts = {n.name: n for n in nodes}
+    serving = [n for n in nodes if n.idle is None]
+    busy = [name for name in waves.first if facts[name].idle is None]
+    if busy:
+        raise DeployError(f"refused: {', '.join(busy)} serve(s): not in a first wave, which nothing drains")
+    for names in waves.batches:
+        for model in {facts[name].model for name in names}:
+            ours = [n.name for n in serving if n.model == model]
+            total = (
+                len(ours)
+                + others.get(model, 0)
+                + sum(1 for name in waves.first if facts[name].model == model)
+            )
+            out = [name for name in names if name in ours]
+            if out and total > 1 and len(out) >= total:
+                raise DeployError(
+                    f"refused: restarting {', '.join(out)} together would take every node serving "
+                    f"{model} out of rotation"
+                )
+
+
+def last_in_rotation(name, nodes, waves, done, failed, others=None) -> str | None:
+    """Why ``name`` must not leave rotation now: every other node of its model is out (failed
+    in this run, or a first-wave node that never came up) while the model has several; None
+    when another one serves. ``done``/``failed``: names restarted and back / failed so far."""
+    others = others or {}
+    facts = {n.name: n for n in nodes}
+    me = facts.get(name)
+    if me is None or me.idle is not None:
+        return None  # serves nothing: takes nothing out of rotation
+    mine = waves.wave_of(name)
+    peers = [n for n in nodes if n.model == me.model and n.name != name]
+    if not peers or others.get(me.model, 0):
+        return None
+    for peer in peers:
+        if peer.name in done:
+            return None
+        if peer.idle is None and peer.name not in failed and waves.wave_of(peer.name) != mine:
+            return None
+    out = ", ".join(p.name for p in peers)
+    return f"it is the last node serving {me.model} in rotation ({out} not serving)"
 
 
 class Rollout:

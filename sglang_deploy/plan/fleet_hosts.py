@@ -46,6 +46,17 @@ def workers(hosts):
     return found
 
 
+def served_models(hosts):
+    """{name: served model name} of every serving node (workers())."""
+    names = {name for name, _, _ in workers(hosts)}
+    found = {}
+    for name, data in hosts:
+        if name in names:
+            profile = load_profile(data.get("profile"), overrides=data.get("profile_overrides") or None)
+            found[name] = profile.model.served_name
+    return found
+
+
 def routers(hosts):
     return [router_settings(name, data) for name, data in hosts if is_router(data)]
 
@@ -102,6 +113,8 @@ class Rotation:
     local_port: int
     router_urls: list
     rolling: Rolling
+    model: str = ""  # the served model's name (the first wave's "last serving node" rule)
+    fleet_models: tuple = ()  # (name, model) of every serving node of the inventory
 
     def wrap(self, scripts_dir, cycle, restore):
         """rotation.py around the node's restart cycle (``cycle``: cycle.py's command line;
@@ -139,11 +152,14 @@ class Rotation:
 
 def rotation_for(name, data, hosts, port) -> Rotation:
     found_routers, _ = checked_fleet(hosts)
+    models = served_models(hosts)
     return Rotation(
         worker_url=worker_url(address(data, name), port),
         local_port=int(port),
         router_urls=[r.url for r in found_routers],
         rolling=rolling_settings(data),
+        model=models.get(name, ""),
+        fleet_models=tuple(sorted(models.items())),
     )
 
 

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -166,6 +167,29 @@ def test_router_down_takes_no_node_out_of_rotation(deployed, profile_dir):  # no
     assert "nothing was taken out of rotation" in run.output, run.output[-4000:]
     assert all(unit_start(name) == starts[name] for name in names)
     # The router's own steps still ran: it is back, with every node healthy.
+    assert sorted(router_view(router_port).values()) == [True] * len(names)
+
+
+def test_a_stopped_node_starts_in_the_first_wave_and_the_others_roll(deployed, profile_dir):  # noqa: F811
+    names, ports, router, router_port = deployed
+    stopped, serving = names[0], names[1:]
+    changed = sandbox_with_env(profile_dir, "after-stop", SGLANG_STANDIN_LOAD_SECONDS=3)
+    ssh(stopped, "systemctl stop sglang.service")
+    # The load starts once the router no longer sends to the stopped node (its health check).
+    deadline = time.monotonic() + 60
+    while sorted((router_view(router_port) or {}).values()) != [False] + [True] * len(serving):
+        assert time.monotonic() < deadline, router_view(router_port)
+        time.sleep(0.5)
+    starts = {name: unit_start(name) for name in serving}
+    run, result = under_load(router_port, lambda: fleet_deploy(changed, names, router))
+    assert run.returncode == 0, run.output[-4000:]
+    assert f"first wave (serving nothing: {stopped} unit stopped): {stopped} starts" in run.output, (
+        run.output[-4000:]
+    )
+    rolled = next(line.strip() for line in run.output.splitlines() if "then rolling 1 at a time: " in line)
+    assert sorted(rolled.split("then rolling 1 at a time: ")[1].split(" | ")) == serving, rolled
+    assert all(unit_start(name) != starts[name] for name in serving), "the serving nodes rolled"
+    assert result.sent > 0 and result.failed == 0, result.failures
     assert sorted(router_view(router_port).values()) == [True] * len(names)
 
 

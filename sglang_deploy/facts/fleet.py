@@ -1,0 +1,57 @@
+"""pyinfra facts about a node of a fleet, read before a restart: how every router lists it
+(node/lib/routers.py, run on the node: the node reaches the routers anyway), whether it answers
+/ping, and whether a configuration ever passed its gate there (a last known good)."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shlex
+from pathlib import Path
+
+from pyinfra.api import FactBase
+
+from sglang_deploy.node import lastgood
+from sglang_deploy.node.lib import routers
+
+# routers.py is standard library only: its source and a few lines run as one `python3 -c`.
+_VIEW_PY = (
+    Path(routers.__file__).read_text()
+    + """
+import os, sys
+worker, port, manifest = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+seen = {}
+for url in sys.argv[4:]:
+    try:
+        listed = Router(url, timeout=3.0).workers().get(normal_url(worker))
+        seen[url] = "absent" if listed is None else ("healthy" if listed["healthy"] else "unhealthy")
+    except RouterError:
+        seen[url] = "unreachable"
+try:
+    with _OPENER.open("http://127.0.0.1:%d/ping" % port, timeout=3) as answer:
+        ping = answer.status == 200
+except OSError:
+    ping = False
+print(json.dumps({"routers": seen, "ping": ping, "last_good": os.path.exists(manifest)}))
+"""
+)
+
+
+class ServingView(FactBase):
+    """
+    ``{"routers": {router URL: "healthy" | "unhealthy" | "absent" | "unreachable"}, "ping":
+    the server's /ping is 200, "last_good": a configuration passed its gate here}``; None when
+    nothing was printed (no python3).
+    """
+
+    def command(self, worker_url, local_port, last_good_dir, router_urls=()):
+        manifest = posixpath.join(last_good_dir, lastgood.MANIFEST)
+        args = [worker_url, str(int(local_port)), manifest, *router_urls]
+        return f"python3 -c {shlex.quote(_VIEW_PY)} " + " ".join(shlex.quote(a) for a in args) + " || true"
+
+    def process(self, output):
+        text = "\n".join(output).strip()
+        try:
+            return json.loads(text.splitlines()[-1]) if text else None
+        except ValueError:
+            return None
