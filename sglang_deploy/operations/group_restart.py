@@ -22,7 +22,7 @@ from pyinfra.context import ContextObject, ctx_config, ctx_host
 
 from sglang_deploy.node import group_join
 from sglang_deploy.node.cycle import LABELS
-from sglang_deploy.node.lib import result
+from sglang_deploy.node.lib import result, status
 from sglang_deploy.operations.files import hook_paths
 from sglang_deploy.operations.service import _cause
 from sglang_deploy.operations.streamed import run_streamed
@@ -222,9 +222,14 @@ class Group:
         said = throughput.took_note(self.hosts[0].name, found)
         if said:
             self.say(said[0], fg={"warning": "yellow", "error": "red"}.get(said[1]))
-        if ok or found.get("on_regression") == "warn" or not found.get("throughput"):
+        if ok:
             return None
-        return False if found.get("on_regression") == "fail" else f"{LABELS['decode']}: {_cause(output)}"
+        # A measured regression under `fail` serves unrecorded; anything else that failed (a
+        # regression under rollback, a check that could not measure) rolls back.
+        regressed = found.get("status") == status.THROUGHPUT_REGRESSION
+        if regressed and found.get("on_regression") == "fail":
+            return False
+        return f"{LABELS['decode']}: {_cause(output)}"
 
     def restore(self):
         ranks = [r for r in self.all_ranks() if self.hosts[r] not in self.state.failed_hosts]

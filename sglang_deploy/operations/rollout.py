@@ -23,6 +23,20 @@ ROLLOUT = {}  # "run" -> the Rollout shared by every node of this run
 WAVES = {}  # restart operation's hash -> its Waves run (every node restarting in it)
 
 
+def rotation_line(turn):
+    """How long a node was out of rotation and how its drain ended, from rotation.py's result."""
+    if turn.get("drained", True):
+        drain = ""
+    elif turn.get("load_unknown"):
+        drain = f", load unknown: {turn['load_unknown']}"
+    else:
+        drain = f", {turn.get('in_flight_left')} left"
+    return (
+        f"out of rotation {turn.get('out_s', 0):.1f}s (drained in {turn.get('drain_s', 0):.1f}s{drain}); "
+        f"routers: {', '.join(turn['routers'])}"
+    )
+
+
 def rollout(max_failures=0) -> Rollout:
     return ROLLOUT.setdefault("run", Rollout(max_failures))
 
@@ -81,13 +95,7 @@ def _restart(state, host, scripts, hook_python, rotation, profile_name, rollback
         return _fail(state, host, why)
     turn = found.get("rotation") or {}
     if turn.get("routers"):
-        host.log(
-            f"out of rotation {turn.get('out_s', 0):.1f}s (drained in "
-            f"{turn.get('drain_s', 0):.1f}s"
-            + ("" if turn.get("drained", True) else f", {turn.get('in_flight_left')} left")
-            + f"); routers: {', '.join(turn['routers'])}",
-            logger.info,
-        )
+        host.log(rotation_line(turn), logger.info)
     outcome = found.get("outcome")
     if outcome in ("router_unreachable", "router_failed"):
         host.log_styled(f"rollout refused: {found.get('cause')}", fg="red", log_func=logger.error)

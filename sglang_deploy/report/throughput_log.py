@@ -59,6 +59,8 @@ def took_note(host_name, found, reports=None):
         return None
     record(host_name, entry, reports or REPORTS)
     text = NOTES[host_name] = phrase(entry)
+    if entry.get("decode_tok_s") is None and not entry.get("restored"):
+        return f"decode check: {text}", "error"  # nothing measured: the restart failed
     if not entry.get("regression"):
         return f"decode check: {text}", "info"
     why = "; ".join(entry["regression"])

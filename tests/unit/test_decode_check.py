@@ -578,3 +578,9 @@ def test_the_serving_step_records_nothing_before_a_decode_check(path, monkeypatc
     assert "decode" in json.loads(cycles[0][cycles[0].index("--steps-json") + 1])
     assert not any("lastgood.py save" in c for c in host.ran if "cycle.py" not in c)  # only the cycle records
     assert any("on_regression: fail" in said for said in host.said)
+
+
+def test_an_unmeasured_check_is_said_as_an_error(tmp_path):
+    entry = {"profile": "p", "decode_tok_s": None, "error": "no tokens", "regression": [], "accepted": False}
+    text, level = throughput.took_note("node1", {"throughput": entry}, reports=tmp_path)
+    assert level == "error" and text.startswith("decode check: ")

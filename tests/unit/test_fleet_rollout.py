@@ -193,3 +193,13 @@ def test_without_routers_a_served_node_needs_no_note_and_a_rolled_back_one_says_
     )
     assert not fleet_ops._rotate(None, bad, Scripts(), "/venv/bin/python", alone, "rolled", True)
     assert fleet_ops.ROLLOUT["run"].notes == {"n2": "rolled back: serves sandbox"}
+
+
+def test_the_rotation_line_says_a_load_that_could_not_be_read():
+    turn = {"routers": ["http://r:30000"], "out_s": 3.0, "drain_s": 2.0, "drained": False}
+    unknown = fleet_ops.rotation_line(dict(turn, in_flight_left=None, load_unknown="HTTP 503"))
+    assert (
+        unknown == "out of rotation 3.0s (drained in 2.0s, load unknown: HTTP 503); routers: http://r:30000"
+    )
+    assert "2 left" in fleet_ops.rotation_line(dict(turn, in_flight_left=2))
+    assert "left" not in fleet_ops.rotation_line(dict(turn, drained=True))

@@ -229,3 +229,21 @@ def test_without_routers_nothing_rotates(make_group):
         )
     )
     assert members.cycle()[0] and not [entry for entry in LOG if "rotation.py" in entry[1]]
+
+
+@pytest.mark.parametrize("policy", ["warn", "fail"])
+def test_a_decode_check_that_could_not_measure_rolls_the_group_back_whatever_the_policy(make_group, policy):
+    def rank0(host, text):
+        if "decode_check.py" in text and "--restored" not in text:
+            entry = {"decode_tok_s": None, "error": "no tokens", "regression": [], "accepted": False}
+            return False, result(
+                20, cause="decode not measured: no tokens", throughput=entry, on_regression=policy
+            )
+        return healthy(host, text)
+
+    members = make_group()
+    members.hosts[0].script = rank0
+    ok, text = members.cycle()
+    assert not ok and text.endswith("rolled back: serving group again"), text
+    for name in ("node1", "node2"):
+        assert commands(name, "lastgood.py restore") and not commands(name, "lastgood.py save")
