@@ -219,6 +219,28 @@ def test_engine_repair_reinstalls_drifted_and_removes_strays_in_its_own_venv(run
     ]
 
 
+def test_pruning_keeps_what_another_service_of_the_node_runs_or_goes_back_to(run):
+    venvs = [{"name": n, "built_at": float(i)} for i, n in enumerate(["b-good", "b-live", "old", "mine"])]
+    found = {
+        "venvs": venvs,
+        "live": "mine",
+        "pending": None,
+        "last_good": "mine",
+        "in_use": {"b-live": ["live at /srv/b/venv"], "b-good": ["the last known good in /var/lib/sd/b"]},
+    }
+    commands, _ = run(
+        operations.old_venvs_pruned,
+        {EngineVenvs: found},
+        "/opt/sglang/venvs",
+        LINK,
+        0,
+        "/opt/sglang/venvs/mine",
+        "/opt/sd/node",
+        "/var/lib/sd/a/last-good",
+    )
+    assert commands == ["rm -rf -- /opt/sglang/venvs/old"]
+
+
 # -- files -----------------------------------------------------------------------------------
 
 
