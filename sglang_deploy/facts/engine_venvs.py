@@ -24,7 +24,9 @@ class PythonVersion(FactBase):
 
 class EngineVenvs(ScriptResult):
     """``venvs.py list``'s result line: ``{"venvs": [{"name", "built_at"}], "live", "pending",
-    "last_good"}``; None before our scripts are on the node."""
+    "last_good", "in_use": {name: [why]}}`` (``in_use``: what every service of the node runs or
+    goes back to, from every last known good beside ``last_good_dir`` and every process); None
+    before our scripts are on the node."""
 
     script = "venvs.py"
 

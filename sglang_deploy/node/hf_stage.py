@@ -7,8 +7,8 @@ Run by the interpreter of the deploy's own venv holding the pinned huggingface_h
 engine's). Asks the hub for the revision's files first: a revision the hub does not know fails
 with the hub's answer, a disk that cannot hold what is left is named ("needs X GB, Y GB free on
 host:dir") before anything is downloaded. The files go into the staging sibling
-(model_stage.py), where the hub's own download resumes a partial file on the next run; every
-file is checked against the hub's size (and LFS sha256), the manifest written, and the
+(model_stage.py; beside its target for a symlinked directory), where the hub's own download
+resumes a partial file on the next run; every file is checked against the hub's size (and LFS sha256), the manifest written, and the
 directory swapped into place only then. The token is read from a file, never an argument, and
 never printed (the hub's messages are scrubbed of it).
 """
@@ -22,10 +22,12 @@ import sys
 if __package__:
     from . import model_manifest, model_stage
     from .lib import result, status
+    from .lib.guard import guarded
 else:  # run as a script: our scripts' directory is on sys.path
     import model_manifest
     import model_stage
     from lib import result, status
+    from lib.guard import guarded
 
 GB = 1e9
 
@@ -64,7 +66,7 @@ def stage(hub, repo, revision, directory, token=None, deep=False):
         token, hub.HfApi().model_info, repo, revision=revision, files_metadata=True, token=token or None
     )
     expected = expected_files(info)
-    staging = model_stage.staging_dir(directory)
+    staging = model_stage.staging_dir(model_stage.staged_at(directory))
     have = dict(model_manifest.listing(staging)) if os.path.isdir(staging) else {}
     need = sum(size or 0 for path, (size, _) in expected.items() if have.get(path) != size)
     free = model_stage.free_bytes(staging)
@@ -72,7 +74,7 @@ def stage(hub, repo, revision, directory, token=None, deep=False):
         return (
             status.NO_SPACE,
             "needs %.2f GB, %.2f GB free on %s:%s"
-            % (need / GB, free / GB, socket.gethostname(), os.path.dirname(directory) or "/"),
+            % (need / GB, free / GB, socket.gethostname(), os.path.dirname(staging) or "/"),
             {},
         )
     os.makedirs(staging, exist_ok=True)
@@ -111,6 +113,7 @@ def stage(hub, repo, revision, directory, token=None, deep=False):
     )
 
 
+@guarded
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True)

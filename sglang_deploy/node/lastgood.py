@@ -12,19 +12,23 @@ modes, sha256s, the profile's name and the engine's installed versions. With --u
 makes sure the unit's running server was started from exactly these files and this engine (its
 main process started after each of them was last written, and systemd has loaded the installed
 unit file): files installed after the server started never passed its gate. A save of what D
-already holds changes nothing. `restore` puts the files back byte for byte with their modes,
-runs `systemctl daemon-reload`, points the engine venv link back at the venv the saved
+already holds changes nothing; a save writes its record beside the old one and swaps it in
+(node/lib/last_good_record.py): killed at any step, a complete last known good remains.
+`restore` first checks the record (every copy hashes to its manifest) and the venv it ran
+(still on the node), and refuses with nothing changed when either is not so; then it puts the
+files back byte for byte with their modes (each one whole, by rename), runs
+`systemctl daemon-reload`, points the engine venv link back at the venv the saved
 configuration ran (`venv_target`, kept on the node: nothing is installed or downloaded; a
 manifest from before venvs reinstalls the saved engine versions when they differ, with pip) and
 prints `restored <profile>`. Exit statuses: 0 done,
-10 nothing saved (status.NO_LAST_GOOD), 14 the server does not run the installed configuration
+10 nothing saved (status.NO_LAST_GOOD), 11 restore refused: the record is damaged or its venv
+gone (status.PREFLIGHT_FAILED), 14 the server does not run the installed configuration
 (status.NOT_INSTALLED_CONFIG). Every action ends with the result line (result.py): `restore`'s
 names the profile restored, `compare`'s carries {last_good, differs, not_running}, `show`'s the
 manifest it printed.
 """
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -35,16 +39,17 @@ import time
 if __package__:
     from . import venvs
     from .lib import installed, result, status, systemd
+    from .lib import last_good_record as record
+    from .lib.guard import guarded
 else:  # run as a script: our scripts' directory is on sys.path
     import venvs
     from lib import installed, result, status, systemd
+    from lib import last_good_record as record
+    from lib.guard import guarded
 
-MANIFEST = "manifest.json"
-
-
-def sha256(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+MANIFEST = record.MANIFEST
+sha256 = record.sha256
+load = record.load
 
 
 def installed_versions(venv):
@@ -149,61 +154,39 @@ def save(directory, profile, venv, files, packages, wheels_dir, unit=None):
         if not differences(load(directory), profile, files, engine, os.path.realpath(venv)):
             print("%s is already the last known good" % profile)
             return result.emit(status.READY, profile=profile, saved=False)
-    staging = directory + ".new"
-    shutil.rmtree(staging, ignore_errors=True)
-    os.makedirs(staging, mode=0o700)
-    entries = {}
-    for role, path in files.items():
-        shutil.copy2(path, os.path.join(staging, role))
-        entries[role] = {"path": path, "mode": os.stat(path).st_mode & 0o7777, "sha256": sha256(path)}
-    versions = installed_versions(venv)
-    manifest = {
-        "profile": profile,
-        "saved_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "venv": venv,
-        "venv_target": os.path.realpath(venv),
-        "files": entries,
-        "wheels_dir": wheels_dir,
-        "engine": {name: versions.get(name) for name in packages},
-    }
-    with open(os.path.join(staging, MANIFEST), "w") as f:
-        json.dump(manifest, f, indent=2, sort_keys=True)
-    # Swap in whole: a crash mid-save never leaves half a last-known-good.
-    shutil.rmtree(directory, ignore_errors=True)
-    os.rename(staging, directory)
-    remember(directory)
+
+    def fill(staging):
+        entries = {}
+        for role, path in files.items():
+            copy = os.path.join(staging, role)
+            shutil.copy2(path, copy)
+            # Hashed as copied: the record's copy is what a restore writes back.
+            entries[role] = {"path": path, "mode": os.stat(copy).st_mode & 0o7777, "sha256": sha256(copy)}
+        versions = installed_versions(venv)
+        return {
+            "profile": profile,
+            "saved_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "venv": venv,
+            "venv_target": os.path.realpath(venv),
+            "files": entries,
+            "wheels_dir": wheels_dir,
+            "engine": {name: versions.get(name) for name in packages},
+        }
+
+    # A new record beside the old, swapped in whole: killed at any step, one complete last
+    # known good remains (last_good_record.py).
+    record.replace(directory, fill)
+    record.remember(directory)
     print("saved %s as last known good" % profile)
     return result.emit(status.READY, profile=profile, saved=True)
 
 
-# Where saves went, beside this script: a person on the node runs `show` without knowing the
-# deploy's state directory (the deploy passes --dir; nothing here repeats its default).
-SAVED_DIRS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "last-good-dirs.json")
-
-
-def saved_dirs(record=None):
-    try:
-        with open(record or SAVED_DIRS) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return []
-
-
-def remember(directory, record=None):
-    record = record or SAVED_DIRS
-    known = saved_dirs(record)
-    if directory not in known:
-        with open(record + ".tmp", "w") as f:
-            json.dump(sorted(known + [directory]), f)
-        os.replace(record + ".tmp", record)
-
-
-def show(directory=None, record=None):
+def show(directory=None, known=None):
     """The manifest of one last known good, or ({dir: manifest}) of every one saved here."""
     if directory:
         manifest = load(directory)
     else:
-        manifest = {d: load(d) for d in saved_dirs(record) if load(d)}
+        manifest = {d: load(d) for d in record.saved_dirs(known) if load(d)}
     if not manifest:
         why = "no last known good %s" % (
             "in " + directory if directory else "saved on this node yet (a deploy saves one)"
@@ -227,28 +210,29 @@ def compare(directory, profile, venv, files, packages, unit):
     }
 
 
-def load(directory):
-    try:
-        with open(os.path.join(directory, MANIFEST)) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
-
-
 def restore(directory):
-    manifest = load(directory)
+    where = record.locate(directory)
+    manifest = record.load(directory)
     if manifest is None:
         why = "nothing to roll back to: no configuration has passed the gate here yet"
         print(why)
         return result.emit(status.NO_LAST_GOOD, why)
+    # Everything checked before anything is written: a refused restore leaves the node as it is.
+    why = refusal(where, manifest)
+    if why:
+        why = "not restoring %s: %s; nothing was changed" % (manifest["profile"], why)
+        print(why)
+        return result.emit(status.PREFLIGHT_FAILED, why)
     for role, entry in sorted(manifest["files"].items()):
         target = entry["path"]
         os.makedirs(os.path.dirname(target), exist_ok=True)
         temporary = target + ".lastgood"
         # A fresh mtime: these files are written now, after whatever server runs at present.
-        shutil.copyfile(os.path.join(directory, role), temporary)
+        shutil.copyfile(os.path.join(where, role), temporary)
         os.chmod(temporary, entry["mode"])
-        os.replace(temporary, target)
+        with open(temporary, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(temporary, target)  # each file whole: the old one or the restored one
     subprocess.run(["systemctl", "daemon-reload"], check=True)
     if not restore_venv(manifest):
         restore_engine(manifest)
@@ -256,14 +240,33 @@ def restore(directory):
     return result.emit(status.READY, profile=manifest["profile"])
 
 
+def venv_to_restore(manifest):
+    """The venv the last known good ran: its own (kept on the node), the pre-venvs directory
+    moved aside at the link, or None for a manifest from before venvs (the link's path itself,
+    its engine reinstalled)."""
+    link, target = manifest["venv"], manifest.get("venv_target")
+    if target is None and os.path.islink(link) and os.path.isdir(link + venvs.LEGACY):
+        target = link + venvs.LEGACY  # the directory that was at the link, moved aside
+    return None if target == link else target
+
+
+def refusal(where, manifest):
+    """Why the record at ``where`` cannot be put back (a copy damaged, its venv gone), or None."""
+    damaged = record.incomplete(where, manifest)
+    if damaged:
+        return "the last known good in %s is incomplete (%s)" % (where, "; ".join(damaged))
+    venv = venv_to_restore(manifest) or manifest["venv"]
+    if not os.path.isfile(os.path.join(venv, "bin", "python")):
+        return "the last known good's engine venv %s is gone" % venv
+    return None
+
+
 def restore_venv(manifest):
     """Point the unit's venv link back at the last known good's own venv, kept on the node for
     this: no package is downloaded or installed. False for a manifest saved before there were
     venvs per pin set, whose venv is the link's path itself (its engine is reinstalled)."""
-    link, target = manifest["venv"], manifest.get("venv_target")
-    if target is None and os.path.islink(link) and os.path.isdir(link + venvs.LEGACY):
-        target = link + venvs.LEGACY  # the directory that was at the link, moved aside
-    if target is None or target == link:
+    link, target = manifest["venv"], venv_to_restore(manifest)
+    if target is None:
         return False
     if not os.path.isfile(os.path.join(target, "bin", "python")):
         raise SystemExit("the last known good's engine venv %s is gone" % target)
@@ -302,6 +305,7 @@ def role_path(text):
     return role, path
 
 
+@guarded
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("save", "compare", "restore", "show"))

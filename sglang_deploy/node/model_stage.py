@@ -13,6 +13,11 @@ what does not match (naming it) and, only when all match, swaps the staging dire
 place. Until then the live directory is untouched: a copy that dies halfway, a corrupt shard
 or a full disk leave the node serving what it served. A staging directory left by a copy that
 died is where the next run resumes.
+
+A model directory that is a symlink (`/models/m -> /nvme/m`) is staged at its target: the
+staging sibling is beside the target (`/nvme/m.sglang-deploy-staging`, the filesystem the swap
+renames on) and the link stays. `state` names both (`target`, `staging`): the controller copies
+into that staging directory. Whatever fails, the script ends with its result line and a cause.
 """
 
 import argparse
@@ -23,16 +28,35 @@ import sys
 if __package__:
     from . import model_manifest
     from .lib import result, status
+    from .lib.guard import guarded
 else:  # run as a script: our scripts' directory is on sys.path
     import model_manifest
     from lib import result, status
+    from lib.guard import guarded
 
 STAGING_SUFFIX = ".sglang-deploy-staging"
 OLD_SUFFIX = ".sglang-deploy-old"
 
 
+def staged_at(directory):
+    """Where ``directory`` is staged and swapped: itself, or the target of a symlink there
+    (the link stays; its target is replaced)."""
+    directory = directory.rstrip("/") or "/"
+    return os.path.realpath(directory) if os.path.islink(directory) else directory
+
+
 def staging_dir(directory):
+    """The staging sibling of ``directory`` as named (a path only: the controller asks it too;
+    on the node, name ``staged_at(directory)``)."""
     return directory.rstrip("/") + STAGING_SUFFIX
+
+
+def _remove(path):
+    """Remove what is at ``path``: a link itself (never what it points at), a file, a tree."""
+    if os.path.islink(path) or os.path.isfile(path):
+        os.unlink(path)
+    elif os.path.isdir(path):
+        shutil.rmtree(path)
 
 
 def free_bytes(path):
@@ -45,10 +69,12 @@ def state(directory, deep=False):
     """What the node holds for ``directory``: the live manifest's digest and its files'
     problems (sizes; hashes when ``deep``), the staging directory's files, free disk."""
     live = model_manifest.read(directory) if os.path.isdir(directory) else None
-    staging = staging_dir(directory)
+    staging = staging_dir(staged_at(directory))
     staged = model_manifest.listing(staging) if os.path.isdir(staging) else []
     return {
         "dir": directory,
+        "target": staged_at(directory),
+        "staging": staging,
         "exists": os.path.isdir(directory),
         "digest": model_manifest.digest(live) if live else None,
         "source": (live or {}).get("source"),
@@ -64,7 +90,7 @@ def seed(directory, deep=False):
     """Hard-link into the staging directory every live file the new manifest lists with the
     same size and sha256 as the live manifest (and, ``deep``, as the file really hashes);
     returns the paths linked."""
-    staging = staging_dir(directory)
+    staging = staging_dir(staged_at(directory))
     new, live = model_manifest.read(staging), model_manifest.read(directory)
     if new is None or live is None:
         return []
@@ -86,7 +112,7 @@ def seed(directory, deep=False):
 def finish(directory):
     """Verify the staging directory against its manifest (every file hashed); remove what
     does not match or is not listed; swap it into place when everything matches."""
-    staging = staging_dir(directory)
+    staging = staging_dir(staged_at(directory))
     manifest = model_manifest.read(staging)
     if manifest is None:
         return ["%s has no manifest: nothing was staged" % staging]
@@ -103,15 +129,17 @@ def finish(directory):
         return problems
     shutil.rmtree(os.path.join(staging, ".rsync-partial"), ignore_errors=True)
     model_manifest.write(staging, manifest)
-    old = directory.rstrip("/") + OLD_SUFFIX
-    shutil.rmtree(old, ignore_errors=True)
-    if os.path.isdir(directory):
-        os.rename(directory, old)
-    os.rename(staging, directory)
-    shutil.rmtree(old, ignore_errors=True)  # a running server keeps its open files
+    target = staged_at(directory)  # a link's target: renamed on its own filesystem, the link kept
+    old = target + OLD_SUFFIX
+    _remove(old)  # a link an earlier release left here is removed, never what it points at
+    if os.path.isdir(target):
+        os.rename(target, old)
+    os.rename(staging, target)
+    _remove(old)  # a running server keeps its open files
     return []
 
 
+@guarded
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=["state", "seed", "finish"])
@@ -129,7 +157,7 @@ def main(argv=None):
     for problem in problems:
         print("model file %s" % problem, file=sys.stderr)
     if problems:
-        cause = model_manifest.describe(problems, staging_dir(directory))
+        cause = model_manifest.describe(problems, staging_dir(staged_at(directory)))
         print("staging failed: %s" % cause, file=sys.stderr)
         return result.emit(status.MODEL_MISMATCH, cause, problems=problems)
     print("model: %s staged and verified" % directory)

@@ -8,7 +8,9 @@ the unit runs through (the profile's engine.venv), switched only by the restart 
 
 `list`'s result line: {"venvs": [{"name", "built_at" (null: unfinished build)}], "live": the
 name L points at (null: none, or a directory: "legacy"), "pending": the name L.next points at,
-"last_good": the name the last known good runs}. `switch` renames L.next over L (atomic; a
+"last_good": the name the last known good runs, "in_use": {name: [why]} of every venv any
+service on this node runs or goes back to (every service's link and staged switch, every last
+known good, every running process): the venvs directory is shared, pruning keeps all of them}. `switch` renames L.next over L (atomic; a
 fresh link, so its time is the switch's); a venv directory from before venvs existed at L is
 moved aside to L.legacy first. Without L.next it changes nothing. Standard library only.
 """
@@ -22,9 +24,11 @@ import sys
 import time
 
 if __package__:
-    from .lib import result, status
+    from .lib import last_good_record, result, status
+    from .lib.guard import guarded
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import result, status
+    from lib import last_good_record, result, status
+    from lib.guard import guarded
 
 MARKER = ".sglang-deploy-venv.json"  # in a venv: written once its build finished
 PENDING = ".next"  # L.next: the venv the next restart switches to
@@ -58,18 +62,86 @@ def target_name(link, directory):
 
 
 def last_good_venv(last_good_dir):
-    # Imported here: lastgood imports this module (the venv link it restores).
-    if __package__:
-        from . import lastgood
-    else:  # run as a script: our scripts' directory is on sys.path
-        import lastgood
     try:
-        return (lastgood.load(last_good_dir) or {}).get("venv_target")
+        return (last_good_record.load(last_good_dir) or {}).get("venv_target")
     except (OSError, ValueError):
         return None
 
 
-def listing(directory, link, last_good_dir=None):
+def _venv_of(path, venvs_real):
+    """The name of the venv of ``venvs_real`` that ``path`` lies in (links on the way, the
+    engine link among them, resolved), or None."""
+    for candidate in (os.path.realpath(os.path.dirname(path)), os.path.realpath(path)):
+        rel = os.path.relpath(candidate, venvs_real)
+        if rel != "." and not rel.startswith(".."):
+            return rel.split(os.sep)[0]
+    return None
+
+
+def _records(last_good_dir):
+    """Every last known good on this node: this service's, its siblings in the state
+    directory (<state>/<service>/<name>), and every one a save here remembered."""
+    found = set(last_good_record.saved_dirs())
+    if last_good_dir:
+        found.add(last_good_dir)
+        state = os.path.dirname(os.path.dirname(last_good_dir.rstrip("/")))
+        name = os.path.basename(last_good_dir.rstrip("/"))
+        if os.path.isdir(state):
+            found.update(os.path.join(state, service, name) for service in os.listdir(state))
+    return sorted(found)
+
+
+def _process_paths(proc):
+    """(pid, path) of what each process runs: its executable, and argv's first two words when
+    they are paths (`<venv>/bin/python -m sglang…`, a script's shebang)."""
+    try:
+        pids = [pid for pid in os.listdir(proc) if pid.isdigit()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            yield pid, os.readlink(os.path.join(proc, pid, "exe"))
+        except OSError:
+            pass
+        try:
+            with open(os.path.join(proc, pid, "cmdline"), "rb") as f:
+                argv = f.read().split(b"\0")[:2]
+        except OSError:
+            continue
+        for word in argv:
+            if word.startswith(b"/"):
+                yield pid, os.fsdecode(word)
+
+
+def in_use(directory, last_good_dir=None, proc="/proc"):
+    """{venv name: [why]} for every venv of ``directory`` something on this node runs or goes
+    back to: the venvs dir is shared by every service here, so each one's engine link (and its
+    staged switch), each one's last known good, and every running process count."""
+    venvs_real = os.path.realpath(directory)
+    found = {}
+
+    def note(path, why):
+        name = _venv_of(path, venvs_real) if path else None
+        if name:
+            found.setdefault(name, []).append(why)
+
+    for record_dir in _records(last_good_dir):
+        try:
+            manifest = last_good_record.load(record_dir) or {}
+        except (OSError, ValueError):
+            continue
+        note(manifest.get("venv_target"), "the last known good in %s" % record_dir)
+        link = manifest.get("venv")
+        if link:
+            note(os.path.join(link, "bin"), "live at %s" % link)
+            if os.path.islink(link + PENDING):
+                note(os.path.join(link + PENDING, "bin"), "staged at %s" % (link + PENDING))
+    for pid, path in _process_paths(proc):
+        note(path, "run by process %s" % pid)
+    return {name: sorted(set(whys)) for name, whys in sorted(found.items())}
+
+
+def listing(directory, link, last_good_dir=None, proc="/proc"):
     names = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
     venvs = [
         {"name": name, "built_at": built_at(os.path.join(directory, name))}
@@ -84,6 +156,7 @@ def listing(directory, link, last_good_dir=None):
         "live": target_name(link, directory),
         "pending": target_name(link + PENDING, directory) if os.path.islink(link + PENDING) else None,
         "last_good": os.path.basename(good) if good else None,
+        "in_use": in_use(directory, last_good_dir, proc),
     }
 
 
@@ -123,6 +196,7 @@ def usage(path):
     return size, shutil.disk_usage(path).free
 
 
+@guarded
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("mark", "list", "switch", "usage"))

@@ -1,4 +1,10 @@
-"""Files the server runs from: the env file (secret-safe), the start-up hook, the unit."""
+"""Files the server runs from: the env file (secret-safe), the start-up hook, the unit.
+
+Each is written whole or not at all (``written_whole``): into a temporary file beside it (same
+directory, so same filesystem), created empty and private before any content lands, its owner
+and mode set, flushed, then renamed over the file. A full disk or a dropped link mid-upload
+leaves the file the server starts from as it was (pyinfra, as root, uploads in place).
+"""
 
 import difflib
 import hashlib
@@ -15,13 +21,33 @@ from sglang_deploy.plan.render import HOOK_MODULE
 
 HOOK_FILE = f"{HOOK_MODULE}.py"  # the module's one name is render.HOOK_MODULE
 HOOK_PTH = f"{HOOK_MODULE}.pth"
+# ".<name>.sglang-deploy-new" beside the file: hidden, and no name a reader picks up (not a
+# .pth or .py for the interpreter, not a unit name for systemd).
+NEW_SUFFIX = ".sglang-deploy-new"
+
+
+def written_whole(dest, source, mode, owner="root:root", upload_temp_directory=None):
+    """The commands that replace ``dest`` by ``source`` (a local path or a file object) in one
+    rename: a temporary file beside it, created empty with mode 0600 before the upload writes
+    into it (so a secret never lands in a readable file), chowned to ``owner``, set to
+    ``mode``, flushed to disk and renamed over ``dest``."""
+    directory, name = dest.rsplit("/", 1)
+    temp = shlex.quote(f"{directory}/.{name}{NEW_SUFFIX}")
+    yield f"rm -f {temp} && (umask 077 && : > {temp})"
+    yield FileUploadCommand(
+        source,
+        f"{directory}/.{name}{NEW_SUFFIX}",
+        remote_temp_filename=host.get_temp_filename(dest, temp_directory=upload_temp_directory or None),
+    )
+    yield f"chown {owner} {temp} && chmod {mode} {temp} && sync {temp} && mv -f {temp} {shlex.quote(dest)}"
 
 
 @operation()
 def secret_file(dest, content, secret_values=(), mode="0600"):
     """
-    Upload ``content`` to ``dest`` (root-owned, ``mode``), never showing secrets: the upload's
-    temporary file lives beside ``dest`` and ``--diff`` shows secret values as ``***``.
+    Upload ``content`` to ``dest`` (root-owned, ``mode``), whole or not at all and never
+    showing secrets: the upload's temporary files live beside ``dest``, created 0600 before the
+    content lands, and ``--diff`` shows secret values as ``***``.
 
     + dest: remote path; its directory must exist and be private
     + content: the file's text
@@ -37,13 +63,7 @@ def secret_file(dest, content, secret_values=(), mode="0600"):
             host.noop(f"{dest} is up to date")
         return
     _log_redacted_diff(dest, content, secret_values)
-    directory = dest.rsplit("/", 1)[0]
-    yield FileUploadCommand(
-        StringIO(content),
-        dest,
-        remote_temp_filename=host.get_temp_filename(dest, temp_directory=directory),
-    )
-    yield own
+    yield from written_whole(dest, StringIO(content), mode, upload_temp_directory=dest.rsplit("/", 1)[0])
 
 
 @operation()
@@ -67,8 +87,7 @@ def binary_file(src, dest, mode="0644"):
         verb = f"replace {dest} (sha256 {present})" if present else f"create {dest}"
         host.log(f"Will {verb} with {src} (binary, sha256 {wanted})", logger.info)
     yield f"mkdir -p {shlex.quote(dest.rsplit('/', 1)[0] or '/')}"
-    yield FileUploadCommand(src, dest, remote_temp_filename=host.get_temp_filename(dest))
-    yield f"chmod {mode} {shlex.quote(dest)}"
+    yield from written_whole(dest, src, mode)
 
 
 def _remote(dest):
@@ -131,8 +150,7 @@ def startup_hook(python, module_text, pth_text):
         found = remote.get(dest)
         if not _same_content(found, text):
             _log_redacted_diff(dest, text, ())
-            yield FileUploadCommand(StringIO(text), dest, remote_temp_filename=host.get_temp_filename(dest))
-            yield f"chmod 0644 {shlex.quote(dest)}"
+            yield from written_whole(dest, StringIO(text), "0644")
         elif found["mode"] != "644":
             yield f"chmod 0644 {shlex.quote(dest)}"
     if all(
@@ -179,5 +197,11 @@ def unit_file(unit, content, staging_dir, unit_dir="/etc/systemd/system"):
     yield f"mkdir -p {shlex.quote(staging_dir)}"
     yield FileUploadCommand(StringIO(content), staged, remote_temp_filename=host.get_temp_filename(staged))
     yield f"systemd-analyze verify {shlex.quote(staged)}"
-    yield f"install -m 0644 -o root -g root {shlex.quote(staged)} {shlex.quote(dest)}"
+    # install(1) removes its target, then writes a new one there: for a moment no unit or half
+    # of one. A copy beside it, renamed over it, is never seen half-written.
+    temp = shlex.quote(f"{unit_dir}/.{unit}{NEW_SUFFIX}")
+    yield (
+        f"install -m 0644 -o root -g root {shlex.quote(staged)} {temp} && sync {temp} && "
+        f"mv -f {temp} {shlex.quote(dest)}"
+    )
     yield "systemctl daemon-reload"

@@ -1,4 +1,5 @@
-"""Old engine venvs removed: the newest few kept, the live one and the last known good's always."""
+"""Old engine venvs removed: the newest few kept; every venv a service on the node runs or goes
+back to, always (the venvs directory is shared by every service on a node)."""
 
 import shlex
 
@@ -14,7 +15,8 @@ def old_venvs_pruned(venvs_dir, link, keep, wanted, scripts_dir, last_good_dir):
     """
     Remove the engine venvs beyond the newest ``keep`` that are neither the one the unit's link
     points at, nor the last known good's (a rollback switches back to it, with no download),
-    nor ``wanted``.
+    nor ``wanted``, nor in use by any other service of the node (its link, staged switch or
+    last known good, or a running process: venvs.py list's ``in_use``).
 
     + venvs_dir: where the venvs are
     + link: the path the unit runs through (the profile's ``engine.venv``)
@@ -30,11 +32,11 @@ def old_venvs_pruned(venvs_dir, link, keep, wanted, scripts_dir, last_good_dir):
         host.noop("no engine venvs yet")
         return
     protected = [found["live"], found["last_good"], found["pending"], wanted.rsplit("/", 1)[1]]
+    protected += list(found.get("in_use") or {})
     gone = venvs_to_remove(found["venvs"], keep, protected)
     if not gone:
         host.noop(
-            f"{len(found['venvs'])} engine venvs, at most {keep} kept besides the live "
-            f"and last known good ones"
+            f"{len(found['venvs'])} engine venvs, at most {keep} kept besides the live and those in use"
         )
         return
     host.log(f"removing engine venvs {', '.join(gone)} (keeping {keep})")

@@ -19,10 +19,10 @@ def in_repo(monkeypatch):
 @pytest.fixture(autouse=True)
 def last_good_record(tmp_path, monkeypatch):
     """Where lastgood.save remembers its directories: a test's own file, never the repo's."""
-    from sglang_deploy.node import lastgood
+    from sglang_deploy.node.lib import last_good_record
 
     record = tmp_path / "last-good-dirs.json"
-    monkeypatch.setattr(lastgood, "SAVED_DIRS", str(record))
+    monkeypatch.setattr(last_good_record, "SAVED_DIRS", str(record))
     return record
 
 

@@ -74,6 +74,18 @@ def test_a_pinned_revision_is_staged_with_its_manifest(tmp_path):
     assert again.downloads == []
 
 
+def test_a_symlinked_model_directory_is_downloaded_beside_its_target_and_the_link_stays(tmp_path):
+    target, link = tmp_path / "nvme" / "tiny", tmp_path / "models" / "tiny"
+    target.mkdir(parents=True)
+    link.parent.mkdir()
+    os.symlink(str(target), str(link))
+    code, cause, _ = hf_stage.stage(FakeHub(), REPO, COMMIT, str(link), token=TOKEN)
+    assert (code, cause) == (status.READY, None)
+    assert os.path.islink(link) and os.readlink(link) == str(target)
+    assert model_manifest.read(str(target))["source"]["huggingface"]["revision"] == COMMIT
+    assert sorted(os.listdir(tmp_path / "models")) == ["tiny"]  # nothing staged beside the link
+
+
 def test_a_wrong_revision_fails_with_the_hubs_answer_and_no_token(tmp_path):
     hub, live = FakeHub(), str(tmp_path / "models" / "tiny")
     with pytest.raises(hf_stage.HubError) as raised:

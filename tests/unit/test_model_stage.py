@@ -3,8 +3,10 @@ complete, verified staging directory; live files the new manifest lists unchange
 
 import json
 import os
+from pathlib import Path
 
 from sglang_deploy.node import model_manifest, model_stage
+from sglang_deploy.node.lib import result, status
 
 
 def write_files(directory, files):
@@ -98,3 +100,76 @@ def test_finish_stages_into_a_directory_that_did_not_exist(tmp_path):
     write_files(tmp_path / "models" / "new.sglang-deploy-staging", V1)
     assert model_stage.finish(str(live)) == []
     assert model_manifest.check(str(live), deep=True) == ([], model_manifest.read(str(live)))
+
+
+# -- a model directory that is a symlink (/models/m -> /nvme/m) ------------------------------
+
+
+def linked_v1(tmp_path):
+    """/models/m -> /nvme/m, holding V1."""
+    target = staged_v1(tmp_path / "nvme")
+    link = tmp_path / "models" / "m"
+    link.parent.mkdir(parents=True)
+    os.symlink(str(target), str(link))
+    return link, target
+
+
+def stage_through(tmp_path, link, files, command):
+    """What the controller does: the manifest and the files into the staging directory
+    `state` names, `seed` between (hard links: the staging directory is on the target's
+    filesystem); then `finish` through ``command`` (main, or the function)."""
+    found = model_stage.state(str(link))
+    staging = found.get("staging") or model_stage.staging_dir(str(link))  # as operations/model.py
+    os.makedirs(staging, exist_ok=True)
+    with open(os.path.join(staging, model_manifest.MANIFEST_NAME), "w") as f:
+        json.dump(manifest_of(tmp_path, files), f)
+    kept = model_stage.seed(str(link))
+    assert "shard-1" in kept
+    write_files(Path(staging), {"shard-2": files["shard-2"]})
+    return command(str(link))
+
+
+def test_a_symlinked_model_directory_is_staged_at_its_target_and_the_link_stays(tmp_path, capsys):
+    link, target = linked_v1(tmp_path)
+    code = stage_through(tmp_path, link, V2, lambda d: model_stage.main(["finish", "--dir", d]))
+    assert code == 0 and result.parse(capsys.readouterr().out.splitlines())["status"] == 0
+    assert os.path.islink(link) and os.readlink(link) == str(target)
+    found = model_stage.state(str(link))
+    assert found["target"] == str(target) and found["staging"] == str(target) + ".sglang-deploy-staging"
+    assert (link / "shard-2").read_bytes() == V2["shard-2"] and (target / "shard-2").read_bytes() == V2[
+        "shard-2"
+    ]
+    assert sorted(os.listdir(tmp_path / "models")) == ["m"]  # nothing staged beside the link
+    assert sorted(os.listdir(target.parent)) == ["m"]  # the old copy gone, staging swapped in
+    assert model_stage.state(str(link))["digest"] == model_manifest.digest(manifest_of(tmp_path, V2))
+    # And again (another revision later): the link still stands.
+    assert stage_through(tmp_path, link, V1, model_stage.finish) == [] and os.path.islink(link)
+    assert (link / "shard-2").read_bytes() == V1["shard-2"]
+
+
+def test_a_link_an_earlier_release_left_as_the_old_copy_is_removed_not_followed(tmp_path):
+    live = staged_v1(tmp_path)
+    elsewhere = staged_v1(tmp_path / "elsewhere")
+    os.symlink(str(elsewhere), str(live) + model_stage.OLD_SUFFIX)  # what the link-renaming swap left
+    start_staging(live, manifest_of(tmp_path, V2))
+    model_stage.seed(str(live))
+    write_files(tmp_path / "models" / "m.sglang-deploy-staging", {"shard-2": V2["shard-2"]})
+    assert model_stage.finish(str(live)) == []
+    assert (live / "shard-2").read_bytes() == V2["shard-2"]
+    assert (elsewhere / "shard-2").read_bytes() == V1["shard-2"]  # what the old link pointed at is kept
+    assert not os.path.lexists(str(live) + model_stage.OLD_SUFFIX)
+
+
+def test_any_error_still_ends_with_a_result_line_and_its_cause(tmp_path, capsys, monkeypatch):
+    live = staged_v1(tmp_path)
+    start_staging(live, manifest_of(tmp_path, V1))
+    model_stage.seed(str(live))  # complete: finish gets as far as the swap
+
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(model_stage.os, "rename", full)
+    assert model_stage.main(["finish", "--dir", str(live)]) == status.UNEXPECTED
+    found = result.parse(capsys.readouterr().out.splitlines())
+    assert found["result"] == "UNEXPECTED"
+    assert found["cause"] == "unexpected error: OSError: [Errno 28] No space left on device"

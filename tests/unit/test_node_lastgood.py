@@ -3,6 +3,7 @@ what is already recorded changes nothing; compare says what differs."""
 
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -151,3 +152,119 @@ def test_show_without_dir_finds_every_saved_one(node, last_good_record, capsys):
 def test_every_action_but_show_needs_dir():
     with pytest.raises(SystemExit):
         lastgood.main(["restore"])
+
+
+# -- killed at any step, a complete last known good remains ----------------------------------
+
+
+class Killed(Exception):
+    """The process died here (a kill -9, a power cut): nothing after this step ran."""
+
+
+# Every call that changes the filesystem is a step; a save or restore is killed before step k.
+STEPS = {
+    os: ("rename", "replace", "makedirs", "mkdir", "unlink", "remove", "rmdir", "fsync", "chmod", "symlink"),
+    shutil: ("copy2", "copyfile", "copystat", "rmtree", "move"),
+}
+
+
+def killed_at(monkeypatch, k, action):
+    """Run ``action`` with the filesystem step ``k`` (0-based) raising Killed; True when the
+    action ran to its end without reaching step k."""
+    count = {"n": 0}
+    with monkeypatch.context() as m:
+        for module, names in STEPS.items():
+            for name in names:
+
+                def step(*args, _real=getattr(module, name), **kwargs):
+                    if count["n"] == k:
+                        raise Killed()
+                    count["n"] += 1
+                    return _real(*args, **kwargs)
+
+                m.setattr(module, name, step)
+        try:
+            action()
+        except Killed:
+            return False
+    return True
+
+
+def assert_complete(directory, profiles):
+    """A last known good is there, whole: a manifest of one of ``profiles`` whose every copy
+    hashes to it, which a restore takes."""
+    from sglang_deploy.node.lib import last_good_record
+
+    manifest = lastgood.load(directory)
+    assert manifest is not None and manifest["profile"] in profiles
+    assert last_good_record.incomplete(last_good_record.locate(directory), manifest) == []
+    return manifest
+
+
+@pytest.fixture
+def quick(node, monkeypatch):
+    monkeypatch.setattr(lastgood, "installed_versions", lambda venv: {})  # no interpreter run per step
+    monkeypatch.setattr(lastgood.subprocess, "run", lambda *a, **k: None)  # no daemon-reload here
+    return node
+
+
+def fresh(quick, tmp_path, k):
+    """This node with p1 saved and the files changed to p2's, in a directory of its own."""
+    directory = str(tmp_path / ("lg-%d" % k))
+    quick["env"].write_text("A=1\n")
+    assert lastgood.save(directory, "p1", quick["venv"], quick["files"], [], None) == status.READY
+    quick["env"].write_text("A=2\n")
+    return directory
+
+
+def test_a_save_killed_at_any_step_leaves_a_complete_last_known_good(quick, tmp_path, monkeypatch):
+    k = 0
+    while True:
+        directory = fresh(quick, tmp_path, k)
+        done = killed_at(
+            monkeypatch, k, lambda: lastgood.save(directory, "p2", quick["venv"], quick["files"], [], None)
+        )
+        assert_complete(directory, ("p1", "p2"))
+        # The next save (the next deploy) finishes the job from whatever was left.
+        assert lastgood.save(directory, "p2", quick["venv"], quick["files"], [], None) == status.READY
+        assert assert_complete(directory, ("p2",))
+        assert sorted(os.listdir(tmp_path)).count(os.path.basename(directory)) == 1
+        assert not os.path.exists(directory + ".new") and not os.path.exists(directory + ".old")
+        if done:
+            break
+        k += 1
+    assert k > 8  # every step of the save was a place to die: copies, flushes, both renames
+
+
+def test_a_restore_killed_at_any_step_leaves_the_record_and_whole_files(quick, tmp_path, monkeypatch):
+    k = 0
+    while True:
+        directory = fresh(quick, tmp_path, k)
+        done = killed_at(monkeypatch, k, lambda: lastgood.restore(directory))
+        assert_complete(directory, ("p1",))
+        assert quick["env"].read_text() in ("A=1\n", "A=2\n")  # the old file or the restored one
+        assert lastgood.restore(directory) == status.READY  # the next run restores it all
+        assert quick["env"].read_text() == "A=1\n"
+        if done:
+            break
+        k += 1
+    assert k > 2
+
+
+def test_a_save_killed_between_its_renames_is_found_and_put_back(quick, tmp_path, capsys):
+    directory = fresh(quick, tmp_path, 0)
+    os.rename(directory, directory + ".old")  # the instant between the two renames
+    assert lastgood.load(directory)["profile"] == "p1"
+    assert lastgood.restore(directory) == status.READY and quick["env"].read_text() == "A=1\n"
+    assert lastgood.save(directory, "p2", quick["venv"], quick["files"], [], None) == status.READY
+    assert lastgood.load(directory)["profile"] == "p2" and not os.path.exists(directory + ".old")
+
+
+def test_a_damaged_record_is_refused_with_nothing_written(quick, tmp_path, capsys):
+    directory = fresh(quick, tmp_path, 0)
+    with open(os.path.join(directory, "env"), "w") as f:
+        f.write("A=")  # a copy cut short
+    assert lastgood.restore(directory) == status.PREFLIGHT_FAILED
+    found = result.parse(capsys.readouterr().out.splitlines())
+    assert "is incomplete (env: its saved copy differs from the manifest)" in found["cause"]
+    assert "nothing was changed" in found["cause"] and quick["env"].read_text() == "A=2\n"

@@ -2,6 +2,7 @@
 calls host.noop when there is nothing to do."""
 
 import hashlib
+import os
 
 import pytest
 from pyinfra.api import FunctionCommand
@@ -219,6 +220,28 @@ def test_engine_repair_reinstalls_drifted_and_removes_strays_in_its_own_venv(run
     ]
 
 
+def test_pruning_keeps_what_another_service_of_the_node_runs_or_goes_back_to(run):
+    venvs = [{"name": n, "built_at": float(i)} for i, n in enumerate(["b-good", "b-live", "old", "mine"])]
+    found = {
+        "venvs": venvs,
+        "live": "mine",
+        "pending": None,
+        "last_good": "mine",
+        "in_use": {"b-live": ["live at /srv/b/venv"], "b-good": ["the last known good in /var/lib/sd/b"]},
+    }
+    commands, _ = run(
+        operations.old_venvs_pruned,
+        {EngineVenvs: found},
+        "/opt/sglang/venvs",
+        LINK,
+        0,
+        "/opt/sglang/venvs/mine",
+        "/opt/sd/node",
+        "/var/lib/sd/a/last-good",
+    )
+    assert commands == ["rm -rf -- /opt/sglang/venvs/old"]
+
+
 # -- files -----------------------------------------------------------------------------------
 
 
@@ -240,9 +263,102 @@ def test_secret_file_changed_uploads_through_its_own_private_directory(run):
     commands, _ = run(
         operations.secret_file, {FileDigests: on_node("old", "600")}, "/etc/sglang/s.env", 'A="2"\n'
     )
-    upload, chmod = commands
-    assert isinstance(upload, FileUploadCommand) and upload.dest == "/etc/sglang/s.env"
-    assert chmod == "chown root:root /etc/sglang/s.env && chmod 0600 /etc/sglang/s.env"
+    create, upload, swap = commands
+    temp = "/etc/sglang/.s.env.sglang-deploy-new"
+    assert create == f"rm -f {temp} && (umask 077 && : > {temp})"
+    assert isinstance(upload, FileUploadCommand) and upload.dest == temp
+    assert (
+        swap
+        == f"chown root:root {temp} && chmod 0600 {temp} && sync {temp} && mv -f {temp} /etc/sglang/s.env"
+    )
+
+
+class Node:
+    """Runs an operation's commands on this machine, under ``root``: shell commands as they
+    are; an upload as pyinfra's SFTP does it as root (the remote file opened for writing, in
+    place), optionally dying halfway (a full disk, a dropped link)."""
+
+    def __init__(self, root, fail_uploads=False):
+        self.root, self.fail_uploads, self.upload_modes = root, fail_uploads, []
+
+    def path(self, remote):
+        return str(self.root) + remote
+
+    def run(self, commands):
+        import io
+        import subprocess
+
+        for command in commands:
+            if isinstance(command, FileUploadCommand):
+                data = command.src.getvalue() if isinstance(command.src, io.StringIO) else None
+                data = data.encode() if data is not None else open(command.src, "rb").read()
+                with open(self.path(command.dest), "wb") as f:
+                    self.upload_modes.append(os.stat(self.path(command.dest)).st_mode & 0o777)
+                    if self.fail_uploads:
+                        f.write(data[: len(data) // 2])
+                        raise OSError(28, "No space left on device")
+                    f.write(data)
+                continue
+            text = command.replace(" /", " " + str(self.root) + "/")  # every path under root
+            if os.geteuid() != 0:
+                text = text.replace("chown root:root", "true")
+            subprocess.run(["bash", "-c", text], check=True)
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda run, d, local: run(
+            operations.secret_file, {FileDigests: {}}, f"{d}/s.env", "HF_TOKEN=new-secret\n"
+        ),
+        lambda run, d, local: run(
+            operations.startup_hook,
+            {InterpreterStartup: {"purelib": d, "site_dirs": [d]}, FileDigests: {}},
+            "/v/bin/python",
+            "NEW MODULE",
+            "import new\n",
+        ),
+        lambda run, d, local: run(operations.binary_file, {}, local("w.whl", "NEW WHEEL"), f"{d}/w.whl"),
+    ],
+    ids=["env file", "start-up hook", "wheel"],
+)
+def test_a_file_the_server_starts_from_is_written_whole_or_not_at_all(run, tmp_path, write, monkeypatch):
+    d = "/etc/sglang"
+    (tmp_path / "etc" / "sglang").mkdir(parents=True)
+    monkeypatch.setattr(files_ops, "_remote", lambda dest: None)  # the wheel's digest fact
+    old = {
+        "s.env": "HF_TOKEN=old\n",
+        "sglang_deploy_env.py": "OLD",
+        "sglang_deploy_env.pth": "import old\n",
+        "w.whl": "OLD WHEEL",
+    }
+    for name, text in old.items():
+        (tmp_path / "etc" / "sglang" / name).write_text(text)
+
+    def local(name, text):
+        (tmp_path / "controller").mkdir(exist_ok=True)
+        (tmp_path / "controller" / name).write_text(text)
+        return str(tmp_path / "controller" / name)
+
+    commands, _ = write(run, d, local)
+    dying = Node(tmp_path, fail_uploads=True)
+    with pytest.raises(OSError):
+        dying.run(commands)
+    for name, text in old.items():  # the old file, whole
+        assert (tmp_path / "etc" / "sglang" / name).read_text() == text
+    assert dying.upload_modes == [0o600]  # the content landed in a private file only
+    node = Node(tmp_path)
+    node.run(commands)  # the next run
+    written = {
+        p.name: p for p in (tmp_path / "etc" / "sglang").iterdir() if p.read_text() not in old.values()
+    }
+    assert written and all(not name.startswith(".") for name in written)  # no temporary file left
+    modes = {name: os.stat(path).st_mode & 0o777 for name, path in written.items()}
+    assert modes in (
+        {"s.env": 0o600},
+        {"sglang_deploy_env.py": 0o644, "sglang_deploy_env.pth": 0o644},
+        {"w.whl": 0o644},
+    )
 
 
 def test_unit_unchanged_is_a_noop_and_changed_is_verified_before_install(run):
@@ -256,7 +372,9 @@ def test_unit_unchanged_is_a_noop_and_changed_is_verified_before_install(run):
         "mkdir -p /run/sglang-deploy",
         "systemd-analyze verify /run/sglang-deploy/sglang.service",
         "install -m 0644 -o root -g root /run/sglang-deploy/sglang.service "
-        "/etc/systemd/system/sglang.service",
+        "/etc/systemd/system/.sglang.service.sglang-deploy-new && "
+        "sync /etc/systemd/system/.sglang.service.sglang-deploy-new && "
+        "mv -f /etc/systemd/system/.sglang.service.sglang-deploy-new /etc/systemd/system/sglang.service",
         "systemctl daemon-reload",
     ]
 
@@ -418,6 +536,9 @@ def test_startup_hook_uploads_only_what_differs_and_fixes_modes(run):
     facts = {InterpreterStartup: HOOK_STARTUP, FileDigests: digests}
     commands, noops = run(operations.startup_hook, facts, "/v/bin/python", "MODULE", "import x\n")
     assert commands[0] == "chmod 0644 /v/lib/site/sglang_deploy_env.py"
-    assert isinstance(commands[1], FileUploadCommand)
-    assert commands[1].dest == "/v/lib/site/sglang_deploy_env.pth"
-    assert commands[2] == "chmod 0644 /v/lib/site/sglang_deploy_env.pth" and noops == []
+    temp = "/v/lib/site/.sglang_deploy_env.pth.sglang-deploy-new"
+    assert isinstance(commands[2], FileUploadCommand) and commands[2].dest == temp
+    assert commands[3].endswith(
+        f"chmod 0644 {temp} && sync {temp} && mv -f {temp} /v/lib/site/sglang_deploy_env.pth"
+    )
+    assert len(commands) == 4 and noops == []

@@ -214,3 +214,120 @@ def test_list_emits_its_result_line(tmp_path, capsys):
     found = result.parse(capsys.readouterr().out.splitlines())
     assert found["venvs"][0]["name"] == "a" and found["live"] is None
     assert json.dumps(found)
+
+
+# -- the venvs directory is shared by every service of the node ------------------------------
+
+
+def _service(state, service, venvs, live, good):
+    """A service's engine link at ``live`` and its last known good running ``good``, recorded
+    where the deploy keeps it (<state>/<service>/last-good)."""
+    link = str(state / service / "venv")
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    os.symlink(str(venvs / live), link)
+    record = state / service / "last-good"
+    record.mkdir()
+    (record / "manifest.json").write_text(
+        json.dumps({"profile": service, "venv": link, "venv_target": str(venvs / good), "files": {}})
+    )
+    return str(record), link
+
+
+def test_every_service_s_live_and_last_good_venv_is_in_use(tmp_path):
+    venvs, state = tmp_path / "venvs", tmp_path / "state"
+    for name in ("a-live", "a-good", "b-live", "b-good", "old"):
+        _venv(venvs, name)
+    mine, link = _service(state, "a", venvs, "a-live", "a-good")
+    _service(state, "b", venvs, "b-live", "b-good")
+    found = node_venvs.listing(str(venvs), link, mine, proc=str(tmp_path / "no-proc"))
+    assert found["live"] == "a-live" and found["last_good"] == "a-good"
+    assert sorted(found["in_use"]) == ["a-good", "a-live", "b-good", "b-live"]
+    assert found["in_use"]["b-live"] == ["live at %s" % (state / "b" / "venv")]
+    protected = [found["live"], found["last_good"], *found["in_use"]]
+    assert venvs_to_remove(found["venvs"], 0, protected) == ["old"]
+
+
+def test_a_service_recorded_elsewhere_and_a_staged_switch_are_in_use(tmp_path, last_good_record):
+    venvs = tmp_path / "venvs"
+    for name in ("c-live", "c-good", "c-next"):
+        _venv(venvs, name)
+    record, link = _service(tmp_path / "other-state", "c", venvs, "c-live", "c-good")
+    os.symlink(str(venvs / "c-next"), link + node_venvs.PENDING)
+    last_good_record.write_text(json.dumps([record]))  # where lastgood.save remembered it
+    found = node_venvs.in_use(str(venvs), None, proc=str(tmp_path / "no-proc"))
+    assert sorted(found) == ["c-good", "c-live", "c-next"]
+
+
+def test_a_venv_a_running_process_runs_is_in_use(tmp_path):
+    venvs, proc = tmp_path / "venvs", tmp_path / "proc"
+    for name in ("served", "copied", "idle"):
+        _venv(venvs, name)
+    link = tmp_path / "venv"
+    os.symlink(str(venvs / "served"), link)
+    (proc / "41").mkdir(parents=True)  # `<link>/bin/python -m sglang.launch_server`
+    (proc / "41" / "cmdline").write_bytes(b"%s/bin/python\0-m\0sglang.launch_server\0" % bytes(link))
+    (proc / "42").mkdir()  # a venv made with --copies: its own interpreter is the executable
+    os.symlink(str(venvs / "copied" / "bin" / "python"), proc / "42" / "exe")
+    (proc / "43").mkdir()  # nothing of ours
+    (proc / "43" / "cmdline").write_bytes(b"/usr/sbin/sshd\0-D\0")
+    found = node_venvs.in_use(str(venvs), None, proc=str(proc))
+    assert found == {"copied": ["run by process 42"], "served": ["run by process 41"]}
+
+
+def test_restore_refuses_with_nothing_written_when_its_venv_is_gone(tmp_path, capsys, monkeypatch):
+    good, bad = _venv(tmp_path, "good"), _venv(tmp_path, "bad")
+    link = str(tmp_path / "venv")
+    os.symlink(good, link)
+    env = tmp_path / "sglang.env"
+    env.write_text("A=1\n")
+    monkeypatch.setattr(lastgood, "installed_versions", lambda venv: {})
+    assert lastgood.save(str(tmp_path / "lg"), "p1", link, {"env": str(env)}, [], None) == status.READY
+    env.write_text("A=2\n")
+    node_venvs.point(link, bad)
+    os.unlink(os.path.join(good, "bin", "python"))  # pruned, or removed by hand
+    monkeypatch.setattr(lastgood.subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a}"))
+    assert lastgood.restore(str(tmp_path / "lg")) == status.PREFLIGHT_FAILED
+    found = result.parse(capsys.readouterr().out.splitlines())
+    assert found["cause"] == (
+        "not restoring p1: the last known good's engine venv %s is gone; nothing was changed" % good
+    )
+    assert env.read_text() == "A=2\n" and os.readlink(link) == bad
+
+
+# -- node scripts import in one direction ----------------------------------------------------
+
+
+def test_node_modules_import_each_other_without_a_cycle():
+    import ast
+    from pathlib import Path
+
+    root = Path(node_venvs.__file__).parent
+    modules = {p.stem: p for p in root.glob("*.py")} | {
+        "lib." + p.stem: p for p in (root / "lib").glob("*.py")
+    }
+    graph = {}
+    for name, path in modules.items():
+        package = "lib" if name.startswith("lib.") else ""
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):  # function-level imports too
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(
+                node, ast.ImportFrom
+            ):  # `from . import x`, `from .lib import y`, `from lib import y`
+                base = ".".join(p for p in (package if node.level else "", node.module or "") if p)
+                found |= {base} | {".".join(p for p in (base, alias.name) if p) for alias in node.names}
+        graph[name] = {m for m in found if m in modules and m != name}
+
+    def cycle_from(start, path=()):
+        for nxt in graph[start]:
+            if nxt in path:
+                return path[path.index(nxt) :] + (nxt,)
+            found = cycle_from(nxt, path + (nxt,))
+            if found:
+                return found
+        return None
+
+    cycles = [c for c in (cycle_from(m, (m,)) for m in sorted(graph)) if c]
+    assert not cycles, "import cycle: " + " -> ".join(cycles[0])
+    assert "lastgood" in graph and "lib.last_good_record" in graph["venvs"]

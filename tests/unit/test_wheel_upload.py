@@ -150,10 +150,14 @@ def test_binary_file_same_checksum_is_a_noop(monkeypatch, binary):
 
 def test_binary_file_changed_under_diff_names_checksums_and_uploads(monkeypatch, binary):
     commands, fake = run_binary_file(monkeypatch, binary, "0" * 64)
-    mkdir, upload, chmod = commands
-    assert mkdir == "mkdir -p /opt/sd/wheels"
-    assert isinstance(upload, FileUploadCommand) and upload.dest == "/opt/sd/wheels/x.whl"
-    assert chmod == "chmod 0644 /opt/sd/wheels/x.whl"
+    mkdir, create, upload, swap = commands
+    temp = "/opt/sd/wheels/.x.whl.sglang-deploy-new"
+    assert mkdir == "mkdir -p /opt/sd/wheels" and create == f"rm -f {temp} && (umask 077 && : > {temp})"
+    assert isinstance(upload, FileUploadCommand) and upload.dest == temp  # beside it, renamed over it
+    assert (
+        swap
+        == f"chown root:root {temp} && chmod 0644 {temp} && sync {temp} && mv -f {temp} /opt/sd/wheels/x.whl"
+    )
     assert fake.logs == [
         f"Will replace /opt/sd/wheels/x.whl (sha256 {'0' * 64}) with {binary} "
         f"(binary, sha256 {sha256(binary)})"
@@ -162,4 +166,4 @@ def test_binary_file_changed_under_diff_names_checksums_and_uploads(monkeypatch,
 
 def test_binary_file_new_under_diff(monkeypatch, binary):
     commands, fake = run_binary_file(monkeypatch, binary, None)
-    assert len(commands) == 3 and fake.logs[0].startswith("Will create /opt/sd/wheels/x.whl")
+    assert len(commands) == 4 and fake.logs[0].startswith("Will create /opt/sd/wheels/x.whl")
