@@ -89,7 +89,7 @@ def model_staged(target, scripts_dir, repairing=False, hub=None):
     if problem:
         yield FunctionCommand(_fail, (f"{label}: {problem}: nothing was copied",), {})
         return
-    staging = staging_dir(target.path)
+    staging = node.get("staging") or staging_dir(target.path)  # beside a symlinked directory's target
     for line in node["problems"]:
         host.log(f"{label}: re-staging {line}", logger.warning)
     yield _sh("mkdir", "-p", staging)
