@@ -6,6 +6,8 @@ import shlex
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
+from sglang_deploy import run_state
+from sglang_deploy.facts.fleet import RouterGate
 from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.node.lib import result, status
 from sglang_deploy.operations.files import hook_paths
@@ -13,11 +15,10 @@ from sglang_deploy.operations.service import _cause, _fail, _say_outcome, run_cy
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan.fleet import Rollout
 
-ROLLOUT = {}  # "run" -> the Rollout shared by every node of this run
 
-
-def rollout(max_failures=0) -> Rollout:
-    return ROLLOUT.setdefault("run", Rollout(max_failures))
+def rollout(max_failures=0, state=None) -> Rollout:
+    """This run's rolling restart, shared by every node (and serving group) of the run."""
+    return run_state.of(state).rollout_of(max_failures)
 
 
 @operation(is_idempotent=False)
@@ -40,7 +41,7 @@ def rolled_restart(scripts, hook_python, rotation, profile_name, rollback=True):
 
 
 def _rotate(state, host, scripts, hook_python, rotation, profile_name, rollback):
-    run = rollout(rotation.rolling.max_failures)
+    run = rollout(rotation.rolling.max_failures, state)
     refusal = run.refusal(host.name)
     if refusal:
         return _keep_previous(host, scripts, run, refusal)
@@ -72,7 +73,7 @@ def _rotate(state, host, scripts, hook_python, rotation, profile_name, rollback)
     if outcome in ("router_unreachable", "router_failed"):
         host.log_styled(f"rollout refused: {found.get('cause')}", fg="red", log_func=logger.error)
         run.failed(host.name, found.get("cause"))
-        run.note(host.name, "not restarted: serves its previous configuration")
+        run.note(host.name, f"not restarted: serves {_previous(found)}")
         return False
     served = _say_outcome(host, found) and found["status"] == status.READY
     if found.get("rotation_failed"):
@@ -85,16 +86,27 @@ def _rotate(state, host, scripts, hook_python, rotation, profile_name, rollback)
             run.note(host.name, f"serves {profile_name}, back in rotation")
         return True
     run.failed(host.name, found.get("cause") or outcome)
-    previous = found.get("profile")
-    run.note(
-        host.name,
-        {
-            "rolled_back": f"rolled back: serves {previous}",
-            "preflight_failed": "preflight failed: serves its previous configuration",
-            "regressed": f"serves {profile_name}, slower than its last known good (on_regression: fail)",
-        }.get(outcome, f"{outcome}: not serving"),
-    )
+    run.note(host.name, _serves_after(found, profile_name))
     return False
+
+
+def _serves_after(found, profile_name):
+    """What a node serves after a restart that did not end "served and back in rotation"."""
+    outcome, previous = found.get("outcome"), _previous(found)
+    if outcome == "served":  # the new configuration passed its gate; a router did not take it back
+        back = found.get("rotation_failed") or found.get("cause") or "?"
+        return f"serves {profile_name}, out of rotation (back in rotation failed: {back})"
+    return {
+        "rolled_back": f"rolled back: serves {previous}",
+        "preflight_failed": f"preflight failed: serves {previous}",
+        "regressed": f"serves {profile_name}, slower than its last known good (on_regression: fail)",
+    }.get(outcome, f"{outcome}: not serving")
+
+
+def _previous(found):
+    """The profile a node went back to: the cycle's, or its restore step's; else unnamed."""
+    restored = [step["profile"] for step in found.get("steps") or [] if step.get("profile")]
+    return found.get("profile") or (restored[-1] if restored else "its previous configuration")
 
 
 def _keep_previous(host, scripts, run, refusal):
@@ -141,8 +153,8 @@ def router_serving(plan, scripts_dir):
         yield f"systemctl start {shlex.quote(plan.unit)}"
         yield FunctionCommand(_router_gate, (plan, scripts_dir), {})
         return
-    ok, output = host.run_shell_command(StringCommand(plan.gate(scripts_dir, timeout=0)))
-    if ok:
+    gate = host.get_fact(RouterGate, command=plan.gate(scripts_dir, timeout=0))
+    if gate and gate.get("status") == status.READY:
         host.noop(f"router {plan.settings.url}: ready, {len(plan.worker_urls)} worker(s) healthy")
         return
     yield FunctionCommand(_router_gate, (plan, scripts_dir), {})
