@@ -11,6 +11,7 @@ from sglang_deploy import run_state
 from sglang_deploy.operations import rollout as fleet_ops
 from sglang_deploy.plan.fleet import Rolling
 from sglang_deploy.plan.fleet_hosts import Rotation
+from sglang_deploy.report import outcome
 from sglang_deploy.report import throughput_log as throughput
 
 
@@ -192,3 +193,45 @@ def test_without_routers_a_served_node_needs_no_note_and_a_rolled_back_one_says_
     )
     assert not fleet_ops._rotate(None, bad, Scripts(), "/venv/bin/python", alone, "rolled", True)
     assert run_state.of().rollout_notes() == {"n2": "rolled back: serves sandbox"}
+
+
+def test_a_node_a_dead_router_did_not_take_back_says_what_it_serves():
+    # The router died while n1 restarted: n1 serves the new configuration, out of rotation;
+    # n2 (one failure is allowed) failed its preflight: its files went back to what it serves.
+    tolerant = Rotation(
+        ROTATION.worker_url, ROTATION.local_port, ROTATION.router_urls, Rolling(1, 1, 60, 60, False)
+    )
+    dead = "router http://10.0.0.5:30000: unreachable (Connection refused)"
+    out = FakeHost(
+        "n1",
+        lambda c: (
+            False,
+            Output(
+                [
+                    line(
+                        status=4,
+                        outcome="served",
+                        cause=dead,
+                        rotation_failed=dead,
+                        rotation={"routers": ["r"], "out_s": 9.0},
+                    )
+                ]
+            ),
+        ),
+    )
+    assert fleet_ops._rotate(None, out, Scripts(), "/venv/bin/python", tolerant, "rolled", True) is False
+    steps = [
+        {"step": "restoring the last known good files", "status": 0, "cause": None, "profile": "sandbox"}
+    ]
+    refused = FakeHost(
+        "n2",
+        lambda c: (False, Output([line(status=11, outcome="preflight_failed", restored=True, steps=steps)])),
+    )
+    assert fleet_ops._rotate(None, refused, Scripts(), "/venv/bin/python", tolerant, "rolled", True) is False
+    notes = run_state.of().rollout_notes()
+    assert notes == {
+        "n1": f"serves rolled, out of rotation (back in rotation failed: {dead})",
+        "n2": "preflight failed: serves sandbox",
+    }
+    lines = outcome.with_rollout_notes([outcome.Outcome("n1", outcome.FAILED, "at 'Restart'")], notes)
+    assert "not serving" not in lines[0].line()
