@@ -1,6 +1,8 @@
-"""pyinfra facts about a node of a fleet, read before a restart: how every router lists it
-(node/lib/routers.py, run on the node: the node reaches the routers anyway), whether it answers
-/ping, and whether a configuration ever passed its gate there (a last known good)."""
+"""pyinfra facts about a fleet's hosts: how every router lists a node (node/lib/routers.py, run
+on the node: the node reaches the routers anyway), whether it answers /ping and whether a
+configuration ever passed its gate there; whether the router passes its gate now; whether a
+serving group's follower reaches rank 0's dist-init port (those two: the script's result line,
+node/lib/result.py, or None when it printed none)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 
 from pyinfra.api import FactBase
 
+from sglang_deploy.facts.serving import ScriptResult
 from sglang_deploy.node import lastgood
 from sglang_deploy.node.lib import routers
 
@@ -55,3 +58,24 @@ class ServingView(FactBase):
             return json.loads(text.splitlines()[-1]) if text else None
         except ValueError:
             return None
+
+
+class RouterGate(ScriptResult):
+    """
+    router_gate.py's result line, asked once (``--timeout 0``): ``{"status", "cause",
+    "workers", "readiness"}``. The command is built by ``RouterPlan.gate``.
+    """
+
+    def command(self, command):
+        return f"{command} || true"
+
+
+class DistInitReach(ScriptResult):
+    """
+    dist_reach.py's result line from a serving group's follower: ``{"status", "cause", ...}``,
+    status 0 when it reached rank 0's ``--dist-init-addr``. The command is built by
+    operations/group.py.
+    """
+
+    def command(self, command):
+        return f"{command} || true"

@@ -3,15 +3,14 @@
 import shlex
 from pathlib import Path
 
-from pyinfra import host, logger
+from pyinfra import host, logger, state
 from pyinfra.api import FunctionCommand, operation
 
+from sglang_deploy import run_state
 from sglang_deploy.node.lib import result
 from sglang_deploy.operations.service import _fail
 
 NODE_DIR = Path(__file__).resolve().parent.parent / "node"
-
-_HELD_LOCKS = {}  # host name -> open SSH channel holding the node's lock, or the refusal
 
 
 @operation()
@@ -19,15 +18,21 @@ def deploy_lock(path, wait_s, holder):
     """
     Hold the node's deploy lock for the rest of this run, so two operators cannot interleave
     restarts. The lock lives in an SSH session of its own: it goes away with this process,
-    however the process ends. Taking it is not a change.
+    however the process ends. Taking it is not a change. It is taken when the run executes
+    (pyinfra generates each operation again then, in order): preparing the run, and all of a
+    ``--dry`` run, runs nothing on the node.
 
     + path: lock file on the node
     + wait_s: how long to wait for another deploy to finish
     + holder: who we are, shown to whoever waits for us
     """
-    outcome = _HELD_LOCKS.get(host.name)
+    if not state.is_executing:
+        host.noop(f"the deploy lock {path} is taken when the deploy runs")
+        return
+    held = run_state.of(state).held_locks
+    outcome = held.get(host.name)
     if outcome is None:
-        outcome = _HELD_LOCKS[host.name] = _take_lock(path, wait_s, holder)
+        outcome = held[host.name] = _take_lock(path, wait_s, holder)
     if isinstance(outcome, str):
         yield FunctionCommand(_fail, (f"deploy lock {path}: {outcome}",), {})
         return

@@ -18,72 +18,81 @@ from contextlib import nullcontext
 import gevent
 from gevent.lock import BoundedSemaphore
 from pyinfra import host, logger
-from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.api import FunctionCommand, operation
+from pyinfra.context import ctx_host
 
-from sglang_deploy.facts.serving import LastGood, Serving
+from sglang_deploy import run_state
+from sglang_deploy.facts.fleet import DistInitReach
+from sglang_deploy.facts.serving import LastGood, Serving, UnitState, WorkerEnvironment
 from sglang_deploy.node import dist_reach
-from sglang_deploy.node.lib import result, status
-from sglang_deploy.operations.group_restart import Group, member_hook_paths, run_on, unit_show
+from sglang_deploy.node.lib import status
+from sglang_deploy.operations.group_restart import Group, _real, member_hook_paths, run_on, unit_show
 from sglang_deploy.operations.rollout import rollout
 from sglang_deploy.operations.service import _cause, _fail
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan import serving_group
 
-_MEMBERS = None  # {host name: Member} of this run, resolved and checked once
-MEMBERS = {}  # group -> {host name: NodePlan}
-CHANGES = {}  # group -> the operations whose change restarts the group (every member's)
-VERDICTS = {}  # group -> (ok, text): rank 0's restart of the group
-TURNS = {}  # "run" -> the semaphore that lets rolling_batch groups restart at a time
-NOTES = {}  # host name -> what the outcome line says of its group
-
 
 def member_of(pyinfra_host):
     """This host's Member, or None; the inventory's groups are checked (serving_group) before
     anything changes, once per run."""
-    global _MEMBERS
-    if _MEMBERS is None:
-        from pyinfra import state
+    from pyinfra import state
 
+    run = run_state.of(state)
+    if run.members is None:
         hosts = [(h.name, h.data) for h in state.inventory]
         limited = {h.name for h in state.inventory if state.is_host_in_limit(h)}
-        _MEMBERS = serving_group.resolve_checked(hosts, serving_group.profile_of, limited)
-    return _MEMBERS.get(pyinfra_host.name)
+        run.members = serving_group.resolve_checked(hosts, serving_group.profile_of, limited)
+    return run.members.get(pyinfra_host.name)
 
 
 def join(member, pyinfra_host, plan, changes):
     """Register this member's plan and the operations whose change restarts the group."""
-    MEMBERS.setdefault(member.group, {})[pyinfra_host.name] = plan
-    CHANGES.setdefault(member.group, []).extend(changes)
-    NOTES[pyinfra_host.name] = member.label()
+    run = run_state.of()
+    run.group_plans.setdefault(member.group, {})[pyinfra_host.name] = plan
+    run.group_changes.setdefault(member.group, []).extend(changes)
+    run.group_notes[pyinfra_host.name] = member.label()
 
 
 def changed(member):
     """An `_if` for the group's restart: did any member's configuration change?"""
+    changes = run_state.of().group_changes
 
     def any_member_changed():
-        return any(meta.is_complete() and meta.did_change() for meta in CHANGES[member.group])
+        return any(meta.is_complete() and meta.did_change() for meta in changes[member.group])
 
     return any_member_changed
 
 
-def _note(group, text):
+def _note(run, group, text):
     """The group's verdict, in every member's outcome line."""
-    for name in MEMBERS.get(group, {}):
-        NOTES[name] = f"{_MEMBERS[name].label()}: {text}" if _MEMBERS and name in _MEMBERS else text
+    members = run.members or {}
+    for name in run.group_plans.get(group, {}):
+        run.group_notes[name] = f"{members[name].label()}: {text}" if name in members else text
 
 
-def _turns(rolling):
+def _turns(run, rolling):
     """The run's turns for group restarts: ``rolling_batch`` groups restart at a time, so the
     others keep serving (the single nodes take theirs through pyinfra's _parallel)."""
-    return TURNS.setdefault("run", BoundedSemaphore(rolling.batch))
+    if run.group_turns is None:
+        run.group_turns = BoundedSemaphore(rolling.batch)
+    return run.group_turns
+
+
+def _fact_on(member_host, fact, **kwargs):
+    """A fact of another member, read from this greenlet (pyinfra's host context set to it)."""
+    member_host = _real(member_host)
+    with ctx_host.use(member_host):
+        return member_host.get_fact(fact, **kwargs)
 
 
 def _lead(state, host, member, rollback, stop_wait_s, preflight=True, rotation=None):
     ok, text = False, "rank 0's restart of the group ended unexpectedly (see above)"
+    shared = run_state.of(state)
     try:
-        group = Group(state, member, MEMBERS[member.group], stop_wait_s, rotation)
-        run = rollout(rotation.rolling.max_failures) if rotation else None
-        with _turns(rotation.rolling) if rotation else nullcontext():
+        group = Group(state, member, shared.group_plans[member.group], stop_wait_s, rotation)
+        run = rollout(rotation.rolling.max_failures, state) if rotation else None
+        with _turns(shared, rotation.rolling) if rotation else nullcontext():
             refusal = run and run.refusal(host.name)  # read once this group's turn came
             if refusal:
                 group.restore()
@@ -93,8 +102,8 @@ def _lead(state, host, member, rollback, stop_wait_s, preflight=True, rotation=N
                 if run:
                     run.succeeded(host.name) if ok else run.failed(f"group {member.group}", text)
     finally:  # the followers wait for this verdict, whatever happens here
-        VERDICTS[member.group] = (ok, text)
-    _note(member.group, "group serves" if ok else f"group failed: {text}")
+        shared.group_verdicts[member.group] = (ok, text)
+    _note(shared, member.group, "group serves" if ok else f"group failed: {text}")
     if not ok:
         host.log_styled(f"group {member.group} failed: {text}", fg="red", log_func=logger.error)
     return ok
@@ -102,7 +111,8 @@ def _lead(state, host, member, rollback, stop_wait_s, preflight=True, rotation=N
 
 def _follow(state, host, member):
     leader = state.inventory.get_host(member.leader)
-    while member.group not in VERDICTS:
+    verdicts = run_state.of(state).group_verdicts
+    while member.group not in verdicts:
         if leader in state.failed_hosts:
             host.log_styled(
                 f"{member.label()}: rank 0 {member.leader} failed before the group's "
@@ -112,7 +122,7 @@ def _follow(state, host, member):
             )
             return False
         gevent.sleep(0.2)
-    ok, text = VERDICTS[member.group]
+    ok, text = verdicts[member.group]
     if not ok:
         host.log_styled(f"{member.label()}: the group failed: {text}", fg="red", log_func=logger.error)
     return ok
@@ -139,7 +149,7 @@ def group_restarted(member, rollback=True, stop_wait_s=20.0, rotation=None):
 
 
 def _record(state, host, member, ranks, stop_wait_s):
-    group = Group(state, member, MEMBERS[member.group], stop_wait_s)
+    group = Group(state, member, run_state.of(state).group_plans[member.group], stop_wait_s)
     failure = group.record()
     if failure:
         return _fail(state, host, failure)
@@ -153,13 +163,14 @@ def _restart_because(state, host, member, why, rollback, stop_wait_s, rotation=N
 
 
 def _problems(member, stop_wait_s):
-    """What is wrong with a group that should serve: (restart?, [why], ranks to record)."""
+    """What is wrong with a group that should serve: (restart?, [why], ranks to record). Every
+    member's state is read through facts: nothing runs on a member while the run is planned."""
     from pyinfra import state
 
-    group = Group(state, member, MEMBERS[member.group], stop_wait_s)
+    group = Group(state, member, run_state.of(state).group_plans[member.group], stop_wait_s)
     restart, why, record = False, [], []
     for rank, (member_host, plan) in enumerate(zip(group.hosts, group.plans)):
-        show = unit_show(member_host, plan.unit)
+        show = _fact_on(member_host, UnitState, unit=plan.unit)
         if show.get("ActiveState") != "active":
             restart = True
             why.append(f"{group.who(rank)} is {show.get('ActiveState')}")
@@ -175,18 +186,30 @@ def _problems(member, stop_wait_s):
                 restart = True
                 why.append(f"rank 0 {member_host.name} does not serve {plan.profile.model.served_name}")
                 continue
-        ok, output = run_on(member_host, plan.scripts.workers_report())
-        report = result.parse(output.stdout_lines) or {}
+        report = (
+            _fact_on(
+                member_host,
+                WorkerEnvironment,
+                scripts_dir=plan.scripts.directory,
+                unit=plan.unit,
+                expect=plan.profile.hook_vars(),
+            )
+            or {}
+        )
         if report.get("status") != status.READY:
             why.append(
                 f"{group.who(rank)}: worker environment: "
-                f"{report.get('cause') or report.get('message') or _cause(output)}"
+                f"{report.get('cause') or report.get('message') or 'workers.py printed no result'}"
             )
         paths = member_hook_paths(member_host, plan.hook_python)
         if paths:
-            ok, output = run_on(member_host, plan.scripts.compare_last_good(paths))
-            found = LastGood().process(output.stdout_lines) if ok else None
-            if found and found["differs"]:
+            found = _fact_on(
+                member_host,
+                LastGood,
+                scripts_dir=plan.scripts.directory,
+                command=plan.scripts.compare_last_good(paths),
+            )
+            if found and found.get("status") == status.READY and found["differs"]:
                 if found["not_running"]:
                     restart = True
                     why.append(f"{group.who(rank)}: {found['not_running']}")
@@ -208,8 +231,8 @@ def group_serving(member, rollback=True, stop_wait_s=20.0, rotation=None):
     + stop_wait_s: seconds a follower has to end on rank 0's shutdown before it is killed
     + rotation: rank 0's ``fleet_plan.Rotation``, for such a restart
     """
-    plan = MEMBERS[member.group][host.name]
-    show = unit_show(host, plan.unit)
+    plan = run_state.of().group_plans[member.group][host.name]
+    show = host.get_fact(UnitState, unit=plan.unit)
     if show.get("UnitFileState") != "enabled":
         yield f"systemctl enable {shlex.quote(plan.unit)}"
     if not member.is_leader:
@@ -300,10 +323,10 @@ def group_preflight(member, scripts_dir, dist_init_addr, leader_unit, timeout_s=
     if member.is_leader:
         host.noop(f"{member.label()}: the followers check that they reach {dist_init_addr}")
         return
-    ok, output = host.run_shell_command(
-        StringCommand(_probe(scripts_dir, dist_init_addr, member.rank, timeout_s))
+    reached = host.get_fact(
+        DistInitReach, command=_probe(scripts_dir, dist_init_addr, member.rank, timeout_s)
     )
-    if ok:
+    if reached and reached.get("status") == status.READY:
         host.noop(f"node-rank {member.rank} reaches rank 0 {member.leader} at {dist_init_addr}")
         return
     yield FunctionCommand(_reach, (member, scripts_dir, dist_init_addr, leader_unit, timeout_s), {})

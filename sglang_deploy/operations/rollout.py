@@ -10,17 +10,15 @@ from gevent.lock import BoundedSemaphore
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
+from sglang_deploy import run_state
 from sglang_deploy.errors import DeployError
-from sglang_deploy.facts.fleet import ServingView
+from sglang_deploy.facts.fleet import RouterGate, ServingView
 from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.node.lib import result, status
 from sglang_deploy.operations.files import hook_paths
 from sglang_deploy.operations.service import _cause, _fail, _say_outcome, run_cycle
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan.fleet import NodeFacts, Rollout, idle_reason, last_in_rotation, plan_waves
-
-ROLLOUT = {}  # "run" -> the Rollout shared by every node of this run
-WAVES = {}  # restart operation's hash -> its Waves run (every node restarting in it)
 
 
 def rotation_line(turn):
@@ -37,8 +35,9 @@ def rotation_line(turn):
     )
 
 
-def rollout(max_failures=0) -> Rollout:
-    return ROLLOUT.setdefault("run", Rollout(max_failures))
+def rollout(max_failures=0, state=None) -> Rollout:
+    """This run's rolling restart, shared by every node (and serving group) of the run."""
+    return run_state.of(state).rollout_of(max_failures)
 
 
 @operation(is_idempotent=False)
@@ -62,7 +61,7 @@ def rolled_restart(scripts, hook_python, rotation, profile_name, rollback=True):
 
 
 def _rotate(state, host, scripts, hook_python, rotation, profile_name, rollback):
-    run = rollout(rotation.rolling.max_failures)
+    run = rollout(rotation.rolling.max_failures, state)
     waves = _waves(state, host, rotation)
     if waves is None:  # this node restarts alone: nothing to order
         return _restart(state, host, scripts, hook_python, rotation, profile_name, rollback, run, None)
@@ -100,7 +99,7 @@ def _restart(state, host, scripts, hook_python, rotation, profile_name, rollback
     if outcome in ("router_unreachable", "router_failed"):
         host.log_styled(f"rollout refused: {found.get('cause')}", fg="red", log_func=logger.error)
         run.failed(host.name, found.get("cause"))
-        run.note(host.name, "not restarted: serves its previous configuration")
+        run.note(host.name, f"not restarted: serves {_previous(found)}")
         return False
     served = _say_outcome(host, found) and found["status"] == status.READY
     if found.get("rotation_failed"):
@@ -113,15 +112,7 @@ def _restart(state, host, scripts, hook_python, rotation, profile_name, rollback
             run.note(host.name, f"serves {profile_name}, back in rotation")
         return True
     run.failed(host.name, found.get("cause") or outcome)
-    previous = found.get("profile")
-    run.note(
-        host.name,
-        {
-            "rolled_back": f"rolled back: serves {previous}",
-            "preflight_failed": "preflight failed: serves its previous configuration",
-            "regressed": f"serves {profile_name}, slower than its last known good (on_regression: fail)",
-        }.get(outcome, f"{outcome}: not serving"),
-    )
+    run.note(host.name, _serves_after(found, profile_name))
     return False
 
 
@@ -163,7 +154,8 @@ def _waves(state, host, rotation):
     op_hash = getattr(host, "current_op_hash", None)
     if state is None or op_hash is None:
         return None
-    if op_hash not in WAVES:
+    waves = run_state.of(state).waves
+    if op_hash not in waves:
         names = _restarting(state, op_hash)
         if len(names) < 2:
             return None
@@ -171,8 +163,8 @@ def _waves(state, host, rotation):
         # --parallel hosts, so below the run's host count the nodes take turns instead.
         hosts = len(list(state.inventory.get_active_hosts()))
         pool = getattr(getattr(state, "pool", None), "size", None)
-        WAVES[op_hash] = WaveRun(names, rotation, together=pool is None or pool >= hosts, hosts=hosts)
-    return WAVES[op_hash]
+        waves[op_hash] = WaveRun(names, rotation, together=pool is None or pool >= hosts, hosts=hosts)
+    return waves[op_hash]
 
 
 class WaveRun:
@@ -252,6 +244,25 @@ class WaveRun:
             self.ended[wave].set()
 
 
+def _serves_after(found, profile_name):
+    """What a node serves after a restart that did not end "served and back in rotation"."""
+    outcome, previous = found.get("outcome"), _previous(found)
+    if outcome == "served":  # the new configuration passed its gate; a router did not take it back
+        back = found.get("rotation_failed") or found.get("cause") or "?"
+        return f"serves {profile_name}, out of rotation (back in rotation failed: {back})"
+    return {
+        "rolled_back": f"rolled back: serves {previous}",
+        "preflight_failed": f"preflight failed: serves {previous}",
+        "regressed": f"serves {profile_name}, slower than its last known good (on_regression: fail)",
+    }.get(outcome, f"{outcome}: not serving")
+
+
+def _previous(found):
+    """The profile a node went back to: the cycle's, or its restore step's; else unnamed."""
+    restored = [step["profile"] for step in found.get("steps") or [] if step.get("profile")]
+    return found.get("profile") or (restored[-1] if restored else "its previous configuration")
+
+
 def _keep_previous(host, scripts, run, refusal):
     """The rollout stopped before this node: put its files back to its last known good (what
     it serves), so nothing half-applied is left for a later run to restart into."""
@@ -296,8 +307,8 @@ def router_serving(plan, scripts_dir):
         yield f"systemctl start {shlex.quote(plan.unit)}"
         yield FunctionCommand(_router_gate, (plan, scripts_dir), {})
         return
-    ok, output = host.run_shell_command(StringCommand(plan.gate(scripts_dir, timeout=0)))
-    if ok:
+    gate = host.get_fact(RouterGate, command=plan.gate(scripts_dir, timeout=0))
+    if gate and gate.get("status") == status.READY:
         host.noop(f"router {plan.settings.url}: ready, {len(plan.worker_urls)} worker(s) healthy")
         return
     yield FunctionCommand(_router_gate, (plan, scripts_dir), {})

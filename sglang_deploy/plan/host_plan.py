@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglang_deploy import run_state
 from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.hosts import REPO_ROOT, deploy_defaults
 from sglang_deploy.plan.model_sources import HubClient
@@ -163,15 +164,13 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
     )
 
 
-_WARNED: set = set()  # warning lines printed in this run: hosts sharing a profile share them
-
-
 def print_lint_warnings(plan: NodePlan, out=None) -> None:
     """Print the plan's lint warnings that this run has not printed yet (once, not once per
-    host of the same profile)."""
+    host of the same profile: the run state remembers them)."""
+    warned = run_state.of().warned
     for line in plan.lint_warnings:
-        if line not in _WARNED:
-            _WARNED.add(line)
+        if line not in warned:
+            warned.add(line)
             print(f"sglang-deploy: {line}", file=out or sys.stderr)
 
 

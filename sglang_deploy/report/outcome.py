@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from pyinfra.api.state import BaseStateCallback, StateStage
 
+from sglang_deploy import run_state
 from sglang_deploy.cli import EXIT_DEPLOY_ERROR, EXIT_UNREACHABLE
-from sglang_deploy.report import throughput_log as throughput
 
 DEPLOYED = "deployed"
 UNCHANGED = "unchanged"
@@ -118,12 +118,9 @@ def report_lines(outcomes) -> list:
     ]
 
 
-def with_rollout_notes(outcomes, notes=None):
-    """Each host's outcome with what it serves after a rolling restart, where one ran."""
-    if notes is None:
-        from sglang_deploy.operations.rollout import ROLLOUT
-
-        notes = ROLLOUT["run"].notes if "run" in ROLLOUT else {}
+def with_rollout_notes(outcomes, notes):
+    """Each host's outcome with what it serves after a rolling restart (``notes``: the run
+    state's rollout notes), where one ran."""
     return [Outcome(o.host, o.state, "; ".join(filter(None, [o.why, notes.get(o.host)]))) for o in outcomes]
 
 
@@ -185,6 +182,7 @@ class OutcomeRecorder(BaseStateCallback):
 
     def outcomes(self, state) -> list:
         executed = state.current_stage >= StateStage.Execute
+        run = run_state.of(state)
         found = []
         for host in state.inventory:
             if not state.is_host_in_limit(host):
@@ -218,16 +216,9 @@ class OutcomeRecorder(BaseStateCallback):
                 stopped_before=stopped_before,
                 aborted=self.aborted.why,
             )
-            outcome = with_note(outcome, throughput.NOTES.get(host.name))
-            found.append(with_note(outcome, group_notes().get(host.name)))
+            outcome = with_note(outcome, run.decode_notes.get(host.name))
+            found.append(with_note(outcome, run.group_notes.get(host.name)))
         return found
-
-
-def group_notes() -> dict:
-    """Each serving group member's rank and its group's verdict (operations/group.py)."""
-    from sglang_deploy.operations.group import NOTES
-
-    return NOTES
 
 
 def _names(state, op_hash) -> str:
@@ -240,21 +231,21 @@ def _changed(meta) -> bool:
     return meta.did_succeed(_raise_if_not_complete=False) and meta.did_change()
 
 
-_recorder = None
-
-
-def watch():
+def watch(state=None):
     """Start watching this run (idempotent; from config.py, before hosts are connected): its
-    error lines now, the report at exit, printed once `report_at_exit` asked for it."""
-    global _recorder
-    if _recorder is None:
-        from pyinfra import logger, state
+    error lines now, the report at exit, printed once `report_at_exit` asked for it. The
+    recorder is the run state's: one per pyinfra run."""
+    from pyinfra import logger
+    from pyinfra.context import ctx_state
 
-        _recorder = OutcomeRecorder()
-        logger.addHandler(_recorder.errors)
-        logger.addHandler(_recorder.aborted)
-        atexit.register(_report, state, _recorder)
-    return _recorder
+    state = state if state is not None else ctx_state.get()
+    run = run_state.of(state)
+    if run.recorder is None:
+        run.recorder = OutcomeRecorder()
+        logger.addHandler(run.recorder.errors)
+        logger.addHandler(run.recorder.aborted)
+        atexit.register(_report, state, run.recorder)
+    return run.recorder
 
 
 def report_at_exit():
@@ -271,7 +262,7 @@ def report_at_exit():
 def _report(state, recorder):
     if not recorder.report or not getattr(state, "initialised", False):
         return
-    outcomes = with_rollout_notes(recorder.outcomes(state))
+    outcomes = with_rollout_notes(recorder.outcomes(state), run_state.of(state).rollout_notes())
     if not outcomes:
         return
     sys.stdout.flush()

@@ -11,12 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sglang_deploy import run_state
 from sglang_deploy.plan.hosts import REPO_ROOT
 
 REPORTS = REPO_ROOT / "reports" / "throughput"
-
-# host name -> the phrase of its decode check in this run, for the per-host outcome line.
-NOTES: dict = {}
 
 
 def phrase(entry) -> str:
@@ -52,13 +50,13 @@ def read(path) -> list:
 
 def took_note(host_name, found, reports=None):
     """From a restart cycle's result line: record its decode check, keep its phrase for the
-    outcome line and return (phrase, log level: 'info' | 'warning' | 'error'), or None when
+    outcome line (the run state's decode_notes) and return (phrase, log level: 'info' | 'warning' | 'error'), or None when
     no check ran."""
     entry = found.get("throughput")
     if not entry:
         return None
     record(host_name, entry, reports or REPORTS)
-    text = NOTES[host_name] = phrase(entry)
+    text = run_state.of().decode_notes[host_name] = phrase(entry)
     if entry.get("decode_tok_s") is None and not entry.get("restored"):
         return f"decode check: {text}", "error"  # nothing measured: the restart failed
     if not entry.get("regression"):

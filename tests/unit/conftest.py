@@ -16,6 +16,24 @@ def in_repo(monkeypatch):
     return REPO_ROOT
 
 
+class FakeRun:
+    """pyinfra's state as far as the run state needs it: somewhere to live, and the stage."""
+
+    is_executing = False
+
+
+@pytest.fixture(autouse=True)
+def fresh_run():
+    """Every test is a pyinfra run of its own: a fresh run state (sglang_deploy/run_state.py)
+    on a fresh stand-in for pyinfra's state, unless the test sets pyinfra's state itself."""
+    from pyinfra.context import ctx_state
+
+    from sglang_deploy import run_state
+
+    with ctx_state.use(FakeRun()):
+        yield run_state.of()
+
+
 @pytest.fixture(autouse=True)
 def last_good_record(tmp_path, monkeypatch):
     """Where lastgood.save remembers its directories: a test's own file, never the repo's."""

@@ -444,8 +444,7 @@ def test_the_phrase_names_the_figure_and_its_change():
     assert throughput.phrase({"decode_tok_s": None, "error": "HTTP 503"}) == "decode not measured: HTTP 503"
 
 
-def test_took_note_records_on_the_controller_and_the_outcome_line_shows_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(throughput, "NOTES", {})
+def test_took_note_records_on_the_controller_and_the_outcome_line_shows_it(tmp_path, fresh_run):
     text, level = throughput.took_note("node1", {"throughput": INCIDENT}, reports=tmp_path)
     assert level == "error" and text.startswith(
         "decode check: 60.1 tok/s (-27% vs baseline 82.4): regression"
@@ -453,7 +452,7 @@ def test_took_note_records_on_the_controller_and_the_outcome_line_shows_it(tmp_p
     assert throughput.read(tmp_path / "node1.jsonl") == [dict(INCIDENT, host="node1")]
     assert throughput.took_note("node1", {"outcome": "served"}, reports=tmp_path) is None
     line = outcome.with_note(
-        outcome.Outcome("node1", outcome.FAILED, "at 'Restart'"), throughput.NOTES["node1"]
+        outcome.Outcome("node1", outcome.FAILED, "at 'Restart'"), fresh_run.decode_notes["node1"]
     ).line()
     assert line == "sglang-deploy: node1: failed (at 'Restart'; 60.1 tok/s (-27% vs baseline 82.4))"
     assert (

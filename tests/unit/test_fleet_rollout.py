@@ -7,9 +7,11 @@ import json
 import pytest
 from pyinfra.api.command import StringCommand
 
+from sglang_deploy import run_state
 from sglang_deploy.operations import rollout as fleet_ops
 from sglang_deploy.plan.fleet import Rolling
 from sglang_deploy.plan.fleet_hosts import Rotation
+from sglang_deploy.report import outcome
 from sglang_deploy.report import throughput_log as throughput
 
 
@@ -57,8 +59,7 @@ def line(**fields):
 
 
 @pytest.fixture(autouse=True)
-def fresh_rollout(monkeypatch):
-    monkeypatch.setattr(fleet_ops, "ROLLOUT", {})
+def no_hook_facts(monkeypatch):
     monkeypatch.setattr(fleet_ops, "hook_paths", lambda python: {"hook": "/h.py"})
 
 
@@ -98,7 +99,7 @@ def test_first_failure_stops_the_rollout_and_later_nodes_keep_their_configuratio
     assert rotate(later) is False
     assert later.commands == ["python3 lastgood.py restore"], "n3 must not be restarted"
     assert any("rollout stopped at n2 (scheduler died); restarted before it: n1" in m for m in later.logged)
-    notes = fleet_ops.ROLLOUT["run"].notes
+    notes = run_state.of().rollout_notes()
     assert notes == {
         "n1": "serves rolled, back in rotation",
         "n2": "rolled back: serves sandbox",
@@ -144,7 +145,6 @@ def test_router_refusal_restarts_nothing_later():
 
 def test_a_rotated_restart_says_and_records_its_decode_check(tmp_path, monkeypatch):
     monkeypatch.setattr(throughput, "REPORTS", tmp_path)
-    monkeypatch.setattr(throughput, "NOTES", {})
     slower = {
         "profile": "rolled",
         "decode_tok_s": 60.1,
@@ -177,7 +177,7 @@ def test_a_rotated_restart_says_and_records_its_decode_check(tmp_path, monkeypat
         m.startswith("decode check: 60.1 tok/s (-27% vs baseline 82.4): regression") for m in regressed.logged
     ), regressed.logged
     assert throughput.read(tmp_path / "n1.jsonl") == [dict(slower, host="n1")]
-    assert fleet_ops.ROLLOUT["run"].notes == {"n1": "rolled back: serves sandbox"}
+    assert run_state.of().rollout_notes() == {"n1": "rolled back: serves sandbox"}
 
 
 def test_without_routers_a_served_node_needs_no_note_and_a_rolled_back_one_says_what_it_serves():
@@ -192,7 +192,49 @@ def test_without_routers_a_served_node_needs_no_note_and_a_rolled_back_one_says_
         ),
     )
     assert not fleet_ops._rotate(None, bad, Scripts(), "/venv/bin/python", alone, "rolled", True)
-    assert fleet_ops.ROLLOUT["run"].notes == {"n2": "rolled back: serves sandbox"}
+    assert run_state.of().rollout_notes() == {"n2": "rolled back: serves sandbox"}
+
+
+def test_a_node_a_dead_router_did_not_take_back_says_what_it_serves():
+    # The router died while n1 restarted: n1 serves the new configuration, out of rotation;
+    # n2 (one failure is allowed) failed its preflight: its files went back to what it serves.
+    tolerant = Rotation(
+        ROTATION.worker_url, ROTATION.local_port, ROTATION.router_urls, Rolling(1, 1, 60, 60, False)
+    )
+    dead = "router http://10.0.0.5:30000: unreachable (Connection refused)"
+    out = FakeHost(
+        "n1",
+        lambda c: (
+            False,
+            Output(
+                [
+                    line(
+                        status=4,
+                        outcome="served",
+                        cause=dead,
+                        rotation_failed=dead,
+                        rotation={"routers": ["r"], "out_s": 9.0},
+                    )
+                ]
+            ),
+        ),
+    )
+    assert fleet_ops._rotate(None, out, Scripts(), "/venv/bin/python", tolerant, "rolled", True) is False
+    steps = [
+        {"step": "restoring the last known good files", "status": 0, "cause": None, "profile": "sandbox"}
+    ]
+    refused = FakeHost(
+        "n2",
+        lambda c: (False, Output([line(status=11, outcome="preflight_failed", restored=True, steps=steps)])),
+    )
+    assert fleet_ops._rotate(None, refused, Scripts(), "/venv/bin/python", tolerant, "rolled", True) is False
+    notes = run_state.of().rollout_notes()
+    assert notes == {
+        "n1": f"serves rolled, out of rotation (back in rotation failed: {dead})",
+        "n2": "preflight failed: serves sandbox",
+    }
+    lines = outcome.with_rollout_notes([outcome.Outcome("n1", outcome.FAILED, "at 'Restart'")], notes)
+    assert "not serving" not in lines[0].line()
 
 
 def test_the_rotation_line_says_a_load_that_could_not_be_read():

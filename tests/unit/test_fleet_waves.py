@@ -73,8 +73,6 @@ class Node:
 @pytest.fixture
 def roll(monkeypatch, caplog):
     EVENTS.clear()
-    monkeypatch.setattr(fleet_ops, "ROLLOUT", {})
-    monkeypatch.setattr(fleet_ops, "WAVES", {})
     monkeypatch.setattr(fleet_ops, "hook_paths", lambda python: {"hook": "/h.py"})
 
     def run(nodes, batch=1, first_wave=True, max_failures=0, pool=None, routers=(ROUTER,), models=None):

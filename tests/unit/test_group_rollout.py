@@ -7,7 +7,6 @@ import gevent
 import pytest
 
 from sglang_deploy.operations import group
-from sglang_deploy.operations import rollout as fleet
 from sglang_deploy.plan.fleet import rolling_settings
 from sglang_deploy.plan.fleet_hosts import Rotation
 from sglang_deploy.plan.hosts import deploy_defaults
@@ -42,13 +41,10 @@ class Leader:
 
 
 @pytest.fixture
-def leads(monkeypatch):
+def leads(monkeypatch, fresh_run):
     EVENTS.clear()
     monkeypatch.setattr(group, "Group", FakeGroup)
-    monkeypatch.setattr(group, "TURNS", {})
-    monkeypatch.setattr(fleet, "ROLLOUT", {})
-    monkeypatch.setattr(group, "MEMBERS", {"g1": {}, "g2": {}, "g3": {}})
-    monkeypatch.setattr(group, "VERDICTS", {})
+    fresh_run.group_plans.update({"g1": {}, "g2": {}, "g3": {}})
 
     def run(names, batch=1, failing=()):
         FakeGroup.failing = failing
@@ -57,7 +53,7 @@ def leads(monkeypatch):
         jobs = [
             gevent.spawn(
                 group._lead,
-                SimpleNamespace(),
+                None,  # pyinfra's state: the run's (conftest's fresh one)
                 Leader(f"rank0-of-{name}"),
                 SimpleNamespace(group=name, label=lambda: name),
                 True,
@@ -82,8 +78,8 @@ def test_two_groups_restart_together_with_batch_2(leads):
     assert [kind for kind, _ in EVENTS] == ["start", "start", "end", "end"]
 
 
-def test_after_a_failed_group_the_next_restarts_nothing_and_its_files_go_back(leads):
+def test_after_a_failed_group_the_next_restarts_nothing_and_its_files_go_back(leads, fresh_run):
     assert leads(["g1", "g2"], failing=("g1",)) == [False, False]
     assert EVENTS == [("start", "g1"), ("end", "g1"), ("restore", "g2")]
-    ok, text = group.VERDICTS["g2"]
+    ok, text = fresh_run.group_verdicts["g2"]
     assert not ok and text.startswith("not restarted: rollout stopped at group g1 (g1 done)")

@@ -1,0 +1,64 @@
+"""What one deploy run shares across its hosts, in one object attached to pyinfra's state.
+
+pyinfra prepares and runs every host in a greenlet of its own; what they must share (the
+rollout's progress, a serving group's members and verdict, the deploy locks held, what the
+last lines say of each host) lives here, so it lives as long as the run (pyinfra's ``State``)
+and a second run in the same process starts afresh. Operations read it with ``of(state)`` (a
+FunctionCommand's ``state``) or ``of()`` (pyinfra's current state).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyinfra.context import ctx_state
+
+from sglang_deploy.plan.fleet import Rollout
+
+ATTRIBUTE = "sglang_deploy_run"  # the attribute of pyinfra's State that holds this run's RunState
+
+
+@dataclass
+class RunState:
+    # The deploy lock (operations/deploy_lock.py): host name -> the open SSH channel holding it,
+    # or why it could not be taken.
+    held_locks: dict = field(default_factory=dict)
+    # The rolling restart (operations/rollout.py), shared by every node: created by its first.
+    rollout: Rollout | None = None
+    waves: dict = field(
+        default_factory=dict
+    )  # restart operation's hash -> its WaveRun (operations/rollout.py)
+    # Serving groups (operations/group.py): {host name: Member}, resolved and checked once.
+    members: dict | None = None
+    group_plans: dict = field(default_factory=dict)  # group -> {host name: NodePlan}
+    group_changes: dict = field(default_factory=dict)  # group -> operations whose change restarts it
+    group_verdicts: dict = field(default_factory=dict)  # group -> (ok, text): rank 0's restart
+    group_turns: object = None  # the semaphore that lets rolling_batch groups restart at a time
+    # The deploy's last lines (report/outcome.py): host name -> what they add for it.
+    group_notes: dict = field(default_factory=dict)  # its serving group's rank and verdict
+    decode_notes: dict = field(default_factory=dict)  # its decode check's phrase (throughput_log)
+    warned: set = field(default_factory=set)  # lint warning lines printed (once, not per host)
+    recorder: object = None  # report/outcome.py's OutcomeRecorder of this run
+
+    def rollout_of(self, max_failures=0) -> Rollout:
+        """The run's rolling restart (created by the first node that restarts)."""
+        if self.rollout is None:
+            self.rollout = Rollout(max_failures)
+        return self.rollout
+
+    def rollout_notes(self) -> dict:
+        """Per node, what it serves after the rolling restart (none when none ran)."""
+        return self.rollout.notes if self.rollout is not None else {}
+
+
+def of(state=None) -> RunState:
+    """The RunState of ``state`` (pyinfra's current one when None), created on first use."""
+    if state is None:
+        state = ctx_state.get()
+    if state is None:
+        raise RuntimeError("no pyinfra run: the run state lives on pyinfra's state")
+    found = getattr(state, ATTRIBUTE, None)
+    if found is None:
+        found = RunState()
+        setattr(state, ATTRIBUTE, found)
+    return found
