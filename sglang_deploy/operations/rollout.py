@@ -163,7 +163,9 @@ def _waves(state, host, rotation):
         # --parallel hosts, so below the run's host count the nodes take turns instead.
         hosts = len(list(state.inventory.get_active_hosts()))
         pool = getattr(getattr(state, "pool", None), "size", None)
-        waves[op_hash] = WaveRun(names, rotation, together=pool is None or pool >= hosts, hosts=hosts)
+        waves[op_hash] = WaveRun(
+            names, rotation, together=pool is None or pool >= hosts, hosts=hosts, state=state
+        )
     return waves[op_hash]
 
 
@@ -173,7 +175,8 @@ class WaveRun:
     (plan_fleet.plan_waves) and said once; a node starts when every earlier wave ended. Below
     pyinfra's --parallel, no first wave: ``rolling_batch`` nodes take turns."""
 
-    def __init__(self, names, rotation, together=True, hosts=None):
+    def __init__(self, names, rotation, together=True, hosts=None, state=None):
+        self.state = state  # the run whose rollout the waves share
         self.names, self.rotation, self.together = list(names), rotation, together
         self.facts, self.planned, self.waves, self.refused = {}, Event(), None, None
         self.ended, self.left = [], []
@@ -221,7 +224,7 @@ class WaveRun:
         wave = self.waves.wave_of(name)
         for ended in self.ended[:wave]:
             ended.wait()
-        run = rollout()
+        run = rollout(state=self.state)
         others = Counter(model for n, model in self.rotation.fleet_models if n not in self.facts)
         return last_in_rotation(
             name,
