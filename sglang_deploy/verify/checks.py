@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sglang_deploy.facts.gpu import ACS_UNIT, PERSISTENCED_UNIT, GpuPersistence, acs_unit_text
-from sglang_deploy.facts.serving import Serving, WorkerEnvironment
+from sglang_deploy.facts.serving import Serving, UnitState, WorkerEnvironment
 from sglang_deploy.node.lib import gpu_settings, status
 from sglang_deploy.node.lib.result import parse as parse_result
 from sglang_deploy.plan.envfile import parse_env_file
@@ -420,8 +420,10 @@ def nccl_confirmation(node, plan) -> Check:
         return Check.nothing_to_check(
             "nccl confirmation", "not requested: start once with NCCL_DEBUG=INFO in the profile's env"
         )
-    invocation = node.run(f"systemctl show -p InvocationID --value {plan.unit}").stdout.strip()
-    journal = node.run(f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={invocation}").stdout
+    invocation = _fact(node, UnitState, unit=plan.unit, properties=("InvocationID",)).get("InvocationID", "")
+    journal = node.run(
+        f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={shlex.quote(invocation)}"
+    ).stdout
     expected = {name: value for name, value in env.items() if name.startswith("NCCL_")}
     tp = _tp_size(plan)
     report = confirm(journal.splitlines(), expected, ranks_expected=tp)
@@ -476,8 +478,8 @@ def engine_venv(node, plan) -> Check:
         f"{plan.venvs_dir}/{venv_name(engine.packages, wheel_digests(plan.wheels), version.stdout.strip())}"
     )
     target = node.run(f"readlink -f {shlex.quote(engine.venv)}").stdout.strip()
-    pid = node.run(f"systemctl show -p MainPID --value {shlex.quote(plan.unit)}").stdout.strip()
-    if not pid or pid == "0":
+    pid = _fact(node, UnitState, unit=plan.unit, properties=("MainPID",)).get("MainPID", "")
+    if not pid.isdigit() or pid == "0":
         return Check("engine venv", FAILED, f"{plan.unit} is not running ({engine.venv} -> {target})")
     exe = node.run(f"readlink /proc/{int(pid)}/exe").stdout.strip()
     problems = []
@@ -616,13 +618,7 @@ def acs_unit(node, plan) -> Check:
     problems = []
     if installed.content_string != acs_unit_text(plan.scripts.directory, plan.unit):
         problems.append(f"{path} differs from its rendering")
-    state = dict(
-        line.split("=", 1)
-        for line in node.run(
-            f"systemctl show -p UnitFileState,ActiveState,Result {ACS_UNIT}"
-        ).stdout.splitlines()
-        if "=" in line
-    )
+    state = _fact(node, UnitState, unit=ACS_UNIT, properties=("UnitFileState", "ActiveState", "Result"))
     if state.get("UnitFileState") != "enabled":
         problems.append(f"{ACS_UNIT} is {state.get('UnitFileState')}, not enabled")
     if (state.get("ActiveState"), state.get("Result")) != ("active", "success"):
