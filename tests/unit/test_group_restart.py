@@ -170,6 +170,9 @@ def test_a_follower_that_never_joins_is_named_when_rank_0s_gate_gives_up(make_gr
         "followers: node-rank 1 has not joined (node-rank 1: not started); "
         "rank 0 node1 failed its gate: timeout"
     )
+    # Each member's journal came back in its result line (lib/systemd.py journal --json).
+    journals = [text for _, text in LOG if "systemd.py journal" in text]
+    assert len(journals) == 2 and all(text.endswith(" --json") for text in journals)
 
 
 ROTATION = Rotation(
