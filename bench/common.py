@@ -23,8 +23,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from sglang_deploy.facts.serving import UnitState  # noqa: E402
 from sglang_deploy.node.lib import result  # noqa: E402
 from sglang_deploy.plan.hosts import SANDBOX_PROFILES_VAR, inventory_hosts, ssh_argv  # noqa: E402
+from sglang_deploy.plan.script_commands import lock_command  # noqa: E402
 from sglang_deploy.profile.schema import load_profile  # noqa: E402
 
 SANDBOX_INVENTORY = "inventory/sandbox.py"
@@ -205,8 +207,8 @@ def wait_journal(node, invocation, pattern, timeout=60.0):
 
 
 def unit_show(node, unit, *props):
-    out = node.ssh(f"systemctl show -p {','.join(props)} {shlex.quote(unit)}")
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    fact = UnitState()
+    return fact.process(node.ssh(fact.command(unit, props)).splitlines())
 
 
 # -- The node's deploy lock, held by the bench while it restarts the unit by hand -------------
@@ -223,11 +225,8 @@ class DeployLock:
 
     def __enter__(self):
         holder = f"bench pid {os.getpid()}"
-        lock_py = f"{self.node.data['sglang_deploy_dir']}/node/lock.py"
-        command = (
-            f"python3 {shlex.quote(lock_py)} --path {shlex.quote(self.path)} "
-            f"--wait {self.wait_s} --holder {shlex.quote(holder)}"
-        )
+        scripts_dir = f"{self.node.data['sglang_deploy_dir']}/node"
+        command = lock_command(self.path, self.wait_s, holder, directory=scripts_dir)
         self.process = subprocess.Popen(
             self.node.ssh_argv(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )

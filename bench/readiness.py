@@ -68,6 +68,7 @@ from common import (  # noqa: E402
 )
 
 from sglang_deploy.node.lib import result  # noqa: E402  (common puts the repository on sys.path)
+from sglang_deploy.plan.script_commands import last_good_show_command  # noqa: E402
 
 READY_LINE = r"The server is fired up and ready to roll!"
 HTTP_UP_LINE = r"Uvicorn running on"
@@ -200,7 +201,7 @@ def gate_crash(node, profile_path, start, out):
 def last_good(node, service):
     """The profile name of the node's last known good configuration (None: nothing saved)."""
     out = node.ssh(
-        f"python3 /opt/sglang-deploy/node/lastgood.py show --dir /var/lib/sglang-deploy/{service}/last-good",
+        last_good_show_command("/opt/sglang-deploy/node", f"/var/lib/sglang-deploy/{service}/last-good"),
         check=False,
     )
     found = result.parse(out.splitlines()) or {}

@@ -8,6 +8,7 @@ import shlex
 from pyinfra.api import FactBase
 
 from sglang_deploy.facts.serving import ScriptResult
+from sglang_deploy.plan.script_commands import venvs_list_command
 
 _VERSION_PY = "import platform; print(platform.python_version())"
 
@@ -31,11 +32,4 @@ class EngineVenvs(ScriptResult):
     script = "venvs.py"
 
     def command(self, scripts_dir, venvs_dir, link, last_good_dir=None):
-        good = f" --last-good-dir {shlex.quote(last_good_dir)}" if last_good_dir else ""
-        return self._guarded(
-            scripts_dir,
-            (
-                f"python3 {shlex.quote(scripts_dir)}/venvs.py list --dir {shlex.quote(venvs_dir)} "
-                f"--link {shlex.quote(link)}{good}"
-            ),
-        )
+        return self._guarded(scripts_dir, venvs_list_command(scripts_dir, venvs_dir, link, last_good_dir))

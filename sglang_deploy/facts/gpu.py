@@ -9,12 +9,15 @@ import shlex
 import jinja2
 from pyinfra.api import FactBase
 
-from sglang_deploy.node.lib import gpu_settings
+from sglang_deploy.facts.serving import unit_show_command
+from sglang_deploy.node.lib import gpu_settings, systemd
 from sglang_deploy.plan.render import templates_dir
+from sglang_deploy.plan.script_commands import acs_command
 
 ACS_UNIT = "sglang-disable-acs.service"
 PERSISTENCED_UNIT = "nvidia-persistenced.service"
 _NO_DRIVER = "no-nvidia-driver"
+_PERSISTENCED_PROPS = ("LoadState", "UnitFileState", "ActiveState")
 
 
 def acs_unit_text(scripts_dir: str, service_unit: str) -> str:
@@ -25,7 +28,7 @@ def acs_unit_text(scripts_dir: str, service_unit: str) -> str:
         undefined=jinja2.StrictUndefined,
     )
     return template.get_template(f"{ACS_UNIT}.j2").render(
-        python="/usr/bin/python3", script=f"{scripts_dir}/acs.py", before=service_unit
+        command=acs_command(scripts_dir), before=service_unit
     )
 
 
@@ -40,13 +43,14 @@ class GpuPersistence(FactBase):
         query = " ".join(shlex.quote(arg) for arg in gpu_settings.QUERY)
         return (
             f"command -v nvidia-smi >/dev/null || {{ echo {_NO_DRIVER}; exit 0; }}; "
-            f"systemctl show -p LoadState,UnitFileState,ActiveState {PERSISTENCED_UNIT}; "
+            f"{unit_show_command(PERSISTENCED_UNIT, _PERSISTENCED_PROPS)}; "
             f"nvidia-smi {query}"
         )
 
     def process(self, output):
         if list(output) == [_NO_DRIVER]:
             return None
-        unit = dict(line.split("=", 1) for line in output if "=" in line and "," not in line)
+        # systemctl's NAME=value lines, then nvidia-smi's CSV rows (which hold no "=").
+        unit = systemd.parse_show("\n".join(line for line in output if "=" in line and "," not in line))
         rows = "\n".join(line for line in output if "=" not in line)
         return {"unit": unit, "gpus": gpu_settings.parse(rows)}

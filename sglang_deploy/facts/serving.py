@@ -8,7 +8,7 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from sglang_deploy.node.lib import result
+from sglang_deploy.node.lib import result, systemd
 from sglang_deploy.node.lib.installed import VERSIONS_PY, canonical
 from sglang_deploy.plan.script_commands import (
     drift_command,
@@ -89,7 +89,10 @@ class InterpreterStartup(FactBase):
 class UnitState(FactBase):
     """
     A systemd unit's state from ``systemctl show``: ``LoadState``, ``ActiveState``,
-    ``SubState``, ``UnitFileState``, ``MainPID``, ``NRestarts``, ``ExecMainStartTimestamp``.
+    ``SubState``, ``UnitFileState``, ``MainPID``, ``NRestarts``, ``ExecMainStartTimestamp``, or
+    the ``properties`` asked for. The controller's one reading of ``systemctl show`` (the node's
+    is node/lib/systemd.py, whose parser this uses); read afresh, outside pyinfra's fact cache,
+    through ``command``/``process`` (group_restart.unit_show, the verify checks).
     """
 
     PROPERTIES = (
@@ -102,12 +105,16 @@ class UnitState(FactBase):
         "ExecMainStartTimestamp",
     )
 
-    def command(self, unit):
-        props = ",".join(self.PROPERTIES)
-        return f"systemctl show -p {props} {shlex.quote(unit)}"
+    def command(self, unit, properties=PROPERTIES):
+        return unit_show_command(unit, properties)
 
     def process(self, output):
-        return dict(line.split("=", 1) for line in output if "=" in line)
+        return systemd.parse_show("\n".join(output))
+
+
+def unit_show_command(unit, properties=UnitState.PROPERTIES):
+    """``systemctl show`` of ``properties`` (UnitState.process, systemd.parse_show read it)."""
+    return f"systemctl show -p {','.join(properties)} -- {shlex.quote(unit)}"
 
 
 class Serving(FactBase):

@@ -1,6 +1,5 @@
 """One deploy at a time per node."""
 
-import shlex
 from pathlib import Path
 
 from pyinfra import host, logger, state
@@ -9,6 +8,7 @@ from pyinfra.api import FunctionCommand, operation
 from sglang_deploy import run_state
 from sglang_deploy.node.lib import result
 from sglang_deploy.operations.service import _fail
+from sglang_deploy.plan.script_commands import lock_command
 
 NODE_DIR = Path(__file__).resolve().parent.parent / "node"
 
@@ -46,10 +46,7 @@ def _take_lock(path, wait_s, holder):
         return "this connector cannot hold a lock (SSH only)"
     source = (NODE_DIR / "lock.py").read_text()
     channel = client.get_transport().open_session()
-    channel.exec_command(
-        f"python3 -c {shlex.quote(source)} --path {shlex.quote(path)} "
-        f"--wait {float(wait_s)} --holder {shlex.quote(holder)}"
-    )
+    channel.exec_command(lock_command(path, wait_s, holder, source=source))
     lines = channel.makefile("r")
     for line in lines:
         for event in result.events([line]):

@@ -11,6 +11,7 @@ from sglang_deploy.facts.serving import EngineDrift, FileDigests, InstalledDistr
 from sglang_deploy.node.lib.installed import canonical
 from sglang_deploy.node.venvs import MARKER, PENDING
 from sglang_deploy.operations.files import pth_directory
+from sglang_deploy.plan.script_commands import venvs_mark_command
 
 
 @operation()
@@ -96,7 +97,7 @@ def _build(venv, python, pip, packages, scripts_dir):
         f'test -f "$name" && ln -sf python "$name"; done; true'
     )
     yield pip + " ".join(shlex.quote(pin) for pin in packages)
-    yield f"python3 {shlex.quote(scripts_dir)}/venvs.py mark --venv {quoted}"
+    yield venvs_mark_command(scripts_dir, venv)
 
 
 def _keep_exact(venv, pip, packages, repair):

@@ -31,6 +31,7 @@ from sglang_deploy.operations.rollout import rollout
 from sglang_deploy.operations.service import _cause, _fail
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan import serving_group
+from sglang_deploy.plan.script_commands import dist_reach_command
 
 
 def member_of(pyinfra_host):
@@ -253,19 +254,15 @@ def group_serving(member, rollback=True, stop_wait_s=20.0, rotation=None):
 
 
 def _probe(scripts_dir, dist_init_addr, rank, timeout_s, listening_port=None):
-    return (
-        f"python3 {shlex.quote(scripts_dir)}/dist_reach.py --addr {shlex.quote(dist_init_addr)} "
-        f"--node-rank {rank} --timeout {timeout_s:g}"
-        + (f" --listening-port {listening_port}" if listening_port else "")
-    )
+    return dist_reach_command(scripts_dir, dist_init_addr, rank, timeout_s, listening_port)
 
 
 def _running_argv(leader, leader_unit):
     """Rank 0's main process's argv, or None when it cannot be read."""
-    ok, output = run_on(
-        leader,
-        f"cat /proc/$(systemctl show -p MainPID --value {shlex.quote(leader_unit)})/cmdline | tr '\\0' '\\n'",
-    )
+    pid = unit_show(leader, leader_unit).get("MainPID", "0")
+    if not pid.isdigit() or pid == "0":
+        return None
+    ok, output = run_on(leader, f"tr '\\0' '\\n' < /proc/{int(pid)}/cmdline")
     return output.stdout_lines if ok and output.stdout_lines else None
 
 

@@ -12,7 +12,6 @@ Failures are named with node/cycle.py's step labels.
 from __future__ import annotations
 
 import posixpath
-import shlex
 import time
 
 import gevent
@@ -20,6 +19,7 @@ from pyinfra import logger
 from pyinfra.api import StringCommand
 from pyinfra.context import ContextObject, ctx_config, ctx_host
 
+from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.node import group_join
 from sglang_deploy.node.cycle import LABELS
 from sglang_deploy.node.lib import result, status
@@ -51,13 +51,10 @@ def run_on(member_host, command, print_output=False):
 
 
 def unit_show(member_host, unit):
-    """A member's unit: {ActiveState, SubState, MainPID, NRestarts, UnitFileState}, {} unread."""
-    ok, output = run_on(
-        member_host,
-        f"systemctl show -p ActiveState -p SubState -p MainPID "
-        f"-p NRestarts -p UnitFileState {shlex.quote(unit)}",
-    )
-    return dict(line.split("=", 1) for line in output.stdout_lines if "=" in line) if ok else {}
+    """A member's unit (facts/serving.py UnitState, read afresh each call), {} unread."""
+    fact = UnitState()
+    ok, output = run_on(member_host, fact.command(unit))
+    return fact.process(output.stdout_lines) if ok else {}
 
 
 def _ended(show, base):
@@ -248,7 +245,7 @@ class Group:
         each follower's end, killed after stop_wait_s; None or why it failed."""
         started = time.monotonic()
         self.say(f"stopping rank 0 {self.hosts[0].name} first")
-        ok, output = self.run(0, self.plans[0].scripts.restart() + " --no-start")
+        ok, output = self.run(0, self.plans[0].scripts.stop())
         if not ok:
             return f"stopping rank 0 {self.hosts[0].name} failed: {_cause(output)}"
         rank0_s = time.monotonic() - started
@@ -256,13 +253,7 @@ class Group:
             f"rank 0 stopped in {rank0_s:.1f}s; the followers end on its shutdown "
             f"(killed after {self.stop_wait_s:g}s)"
         )
-        found = self.on(
-            self.followers,
-            lambda r: (
-                f"python3 {shlex.quote(self.plans[r].scripts.directory)}/follower.py stop "
-                f"--unit {shlex.quote(self.plans[r].unit)} --wait {self.stop_wait_s:g}"
-            ),
-        )
+        found = self.on(self.followers, lambda r: self.plans[r].scripts.follower_stop(self.stop_wait_s))
         failure = self.first_failure(found, "stopping a follower")
         if failure:
             return failure
@@ -275,9 +266,7 @@ class Group:
                 )
         # Port and GPU memory released on the followers too (nothing left to stop there).
         failure = self.first_failure(
-            self.on(
-                self.followers, lambda r: self.plans[r].scripts.restart() + " --no-start", print_output=False
-            ),
+            self.on(self.followers, lambda r: self.plans[r].scripts.stop(), print_output=False),
             "stopping a follower",
         )
         if failure:
@@ -332,13 +321,8 @@ class Group:
         start (node/group_join.py's reading), or None when the rendezvous is not the cause."""
 
         def journal(rank):
-            ok, output = self.run(
-                rank,
-                f"python3 {shlex.quote(self.plans[rank].scripts.directory)}/lib/systemd.py "
-                f"journal {shlex.quote(self.plans[rank].unit)}",
-                print_output=False,
-            )
-            return [line for line in output.stdout_lines if not line.startswith("-- cursor:")] if ok else None
+            ok, output = self.run(rank, self.plans[rank].scripts.journal(), print_output=False)
+            return (result.parse(output.stdout_lines) or {}).get("lines") if ok else None
 
         profile = self.plans[0].profile
         found = group_join.assess(
@@ -354,11 +338,7 @@ class Group:
         return found["cause"]
 
     def follower_died(self, rank, ended, gating):
-        ok, output = self.run(
-            rank,
-            f"python3 {shlex.quote(self.plans[rank].scripts.directory)}/follower.py "
-            f"cause --unit {shlex.quote(self.plans[rank].unit)}",
-        )
+        ok, output = self.run(rank, self.plans[rank].scripts.follower_cause())
         cause = (result.parse(output.stdout_lines) or {}).get("cause") or ended
         why = f"{self.who(rank)} died while the group started: {cause}"
         self.say(why, fg="red", error=True)

@@ -5,7 +5,6 @@ any host is touched."""
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from sglang_deploy.plan.fleet import (
     worker_url,
 )
 from sglang_deploy.plan.hosts import REPO_ROOT
+from sglang_deploy.plan.script_commands import rotation_command, router_gate_command
 from sglang_deploy.plan.serving_group import resolve
 from sglang_deploy.profile.schema import load_profile
 
@@ -80,17 +80,8 @@ class RouterPlan:
         return ROUTER_UNIT
 
     def gate(self, scripts_dir, timeout=None):
-        args = [
-            "--url",
-            self.settings.local_url,
-            "--timeout",
-            self.settings.gate_timeout_s if timeout is None else timeout,
-        ]
-        for url in self.worker_urls:
-            args += ["--worker", url]
-        return f"python3 {shlex.quote(scripts_dir)}/router_gate.py " + " ".join(
-            shlex.quote(str(a)) for a in args
-        )
+        timeout = self.settings.gate_timeout_s if timeout is None else timeout
+        return router_gate_command(scripts_dir, self.settings.local_url, timeout, self.worker_urls)
 
 
 def router_plan(name, hosts) -> RouterPlan:
@@ -145,9 +136,7 @@ class Rotation:
             args += ["--router", url]
         if self.rolling.without_routers:
             args.append("--allow-unreachable-routers")
-        return f"python3 {shlex.quote(scripts_dir)}/rotation.py " + " ".join(
-            shlex.quote(str(a)) for a in [*args, *tail]
-        )
+        return rotation_command(scripts_dir, *args, *tail)
 
 
 def rotation_for(name, data, hosts, port) -> Rotation:

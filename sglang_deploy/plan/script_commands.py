@@ -12,6 +12,84 @@ def _script(python, directory, script, *args):
     return f"{shlex.quote(python)} {shlex.quote(directory)}/{script} {quoted}".rstrip()
 
 
+def _if(flag, *args):
+    """``args`` when ``flag`` is set (an optional flag and its value), else nothing."""
+    return list(args) if flag else []
+
+
+def script_path(directory, script):
+    """Where one of our scripts lies on the node (to test that it is there yet)."""
+    return posixpath.join(directory, script)
+
+
+def acs_command(directory):
+    """acs.py disable, as the boot-time ACS unit runs it (facts/gpu.py renders the unit)."""
+    return _script("/usr/bin/python3", directory, "acs.py", "disable")
+
+
+def lock_command(path, wait_s, holder, directory=None, source=None):
+    """lock.py, holding the node's deploy lock while its session lasts; ``source``: lock.py's
+    text, run with ``-c`` (the deploy takes the lock before it uploads our scripts)."""
+    args = " ".join(
+        shlex.quote(str(a)) for a in ("--path", path, "--wait", float(wait_s), "--holder", holder)
+    )
+    if source is not None:
+        return f"python3 -c {shlex.quote(source)} {args}"
+    return f"{_script('python3', directory, 'lock.py')} {args}"
+
+
+def venvs_list_command(directory, venvs_dir, link, last_good_dir=None):
+    """venvs.py list: the engine venvs, the live one, the pending one, the last known good's."""
+    return _script(
+        "python3",
+        directory,
+        "venvs.py",
+        "list",
+        "--dir",
+        venvs_dir,
+        "--link",
+        link,
+        *_if(last_good_dir, "--last-good-dir", last_good_dir),
+    )
+
+
+def venvs_mark_command(directory, venv):
+    """venvs.py mark: a finished build (written last, so a half-built venv is never used)."""
+    return _script("python3", directory, "venvs.py", "mark", "--venv", venv)
+
+
+def dist_reach_command(directory, addr, rank, timeout_s, listening_port=None):
+    """dist_reach.py: a follower reaches rank 0's dist-init address."""
+    return _script(
+        "python3",
+        directory,
+        "dist_reach.py",
+        "--addr",
+        addr,
+        "--node-rank",
+        rank,
+        "--timeout",
+        f"{timeout_s:g}",
+        *_if(listening_port, "--listening-port", listening_port),
+    )
+
+
+def router_gate_command(directory, url, timeout_s, workers):
+    """router_gate.py: the router ready and every worker healthy in it."""
+    args = [arg for worker in workers for arg in ("--worker", worker)]
+    return _script("python3", directory, "router_gate.py", "--url", url, "--timeout", timeout_s, *args)
+
+
+def rotation_command(directory, *args):
+    """rotation.py with ``args`` (plan/fleet_hosts.Rotation builds them)."""
+    return _script("python3", directory, "rotation.py", *args)
+
+
+def last_good_show_command(directory, last_good_dir):
+    """lastgood.py show: the last known good's manifest, in its result line."""
+    return _script("python3", directory, "lastgood.py", "show", "--dir", last_good_dir)
+
+
 def workers_command(directory, unit, expect):
     """workers.py: the environment check of the unit's schedulers, the report in its result line."""
     return _script(
@@ -117,7 +195,7 @@ class NodeScripts:
     def _run(self, script, *args):
         return _script("python3", self.directory, script, *args)
 
-    def restart(self):
+    def restart(self, start=True):
         service = self.profile.service
         # Beyond TimeoutStopSec, so systemd's own SIGKILL has happened before we give up.
         return self._run(
@@ -128,10 +206,27 @@ class NodeScripts:
             service.port,
             "--stop-timeout",
             service.timeout_stop_sec + 30,
+            *_if(not start, "--no-start"),
         )
+
+    def stop(self):
+        """restart.py --no-start: stopped, its port and GPU memory released."""
+        return self.restart(start=False)
 
     def start(self):
         return f"systemctl start {shlex.quote(self.unit)}"
+
+    def follower_stop(self, wait_s):
+        """follower.py stop: a serving group follower's end awaited, killed after ``wait_s``."""
+        return self._run("follower.py", "stop", "--unit", self.unit, "--wait", f"{wait_s:g}")
+
+    def follower_cause(self):
+        """follower.py cause: why a follower's server ended, in its result line."""
+        return self._run("follower.py", "cause", "--unit", self.unit)
+
+    def journal(self):
+        """lib/systemd.py journal --json: the lines of the unit's current start, in its result line."""
+        return self._run("lib/systemd.py", "journal", self.unit, "--json")
 
     def gate(self):
         return self._run("gate.py", "--unit", self.unit, *gate_args(self.profile), "--json", self.gate_report)

@@ -1,12 +1,13 @@
-"""The routers' rows of `make verify`'s report: one per router host, its router_checks."""
+"""The routers' part of `make verify`'s report: one per router host, its router_checks."""
 
 from sglang_deploy.plan.fleet import is_router
 from sglang_deploy.plan.fleet_hosts import router_plan
 from sglang_deploy.plan.hosts import testinfra_host
+from sglang_deploy.verify import layout
 from sglang_deploy.verify.router_checks import ROUTER_REGISTRY, router_host_checks
-from sglang_deploy.verify.verdict import FAILED, OK, Check
+from sglang_deploy.verify.verdict import FAILED, Check
 
-__all__ = ["is_router", "router_report", "print_router_table"]
+__all__ = ["is_router", "router_report", "router_lines"]
 
 
 def router_report(name, data, everything):
@@ -15,27 +16,32 @@ def router_report(name, data, everything):
         found = router_host_checks(testinfra_host(data), plan)
     except Exception as exc:  # e.g. unreachable: still a row, with the reason
         found = [Check("host", FAILED, f"not checked: {type(exc).__name__}: {exc}")]
-    return {
+    report = {
         "host": name,
         "role": "router",
         "router": plan.settings.url,
-        "checks": [{"name": c.name, "state": c.state, "detail": c.detail} for c in found],
+        "checks": [c.as_json() for c in found],
     }
+    report["table"] = dict(zip(_header(), _row(report)))
+    return report
 
 
-def print_router_table(reports):
-    header = ("router", "url", *(entry.name for entry in ROUTER_REGISTRY))
-    rows = [header]
-    for report in reports:
-        by_name = {c["name"]: c["state"] for c in report["checks"]}
-        rows.append(
-            (report["host"], report["router"], *(by_name.get(entry.name, "-") for entry in ROUTER_REGISTRY))
-        )
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
-    print()
-    for cells in rows:
-        print("  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip())
-    for report in reports:
-        for c in report["checks"]:
-            if c["state"] != OK:
-                print(f"{report['host']}: {c['name']}: {c['state']}: {c['detail']}")
+def _header():
+    return ("router", "url", *(entry.name for entry in ROUTER_REGISTRY))
+
+
+def _row(report):
+    by_name = {c["name"]: c["state"] for c in report["checks"]}
+    return (report["host"], report["router"], *(by_name.get(entry.name, "-") for entry in ROUTER_REGISTRY))
+
+
+def router_lines(reports, width, wide, redact):
+    """The routers' table (``wide``) or one block per router, then what is not ok; redacted."""
+    if wide:
+        lines = layout.table([_header()] + [_row(r) for r in reports], redact)
+    else:
+        lines = []
+        for report in reports:
+            title = f"{report['host']} (router at {report['router']})"
+            lines += [*layout.block(title, report["checks"], width, redact), ""]
+    return lines + layout.problems(reports, width, redact)

@@ -8,7 +8,7 @@ look is never "ok". ``applies=False`` marks a warning that says there was nothin
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 OK = "ok"
 WARNING = "warning"
@@ -22,6 +22,9 @@ class Check:
     state: str  # OK, WARNING, FAILED, or "not checked (<tool> missing)"
     detail: str = ""
     applies: bool = True  # False: nothing to check here (a skip in tests/host)
+    # What the per-host table shows of it, as values (the profile last passed, a member's
+    # rank): the table reads these, never the detail's prose. Redacted like the detail.
+    data: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.state not in (OK, WARNING, FAILED) and not _NOT_CHECKED.match(self.state):
@@ -42,6 +45,10 @@ class Check:
     @property
     def checked(self) -> bool:
         return not self.state.startswith("not checked")
+
+    def as_json(self) -> dict:
+        """The check in reports/verify.json, and as the table's cells read it."""
+        return {"name": self.name, "state": self.state, "detail": self.detail, "data": dict(self.data)}
 
     def line(self) -> str:
         return "%s: %s%s" % (self.name, self.state, " - " + self.detail if self.detail else "")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from sglang_deploy.plan.host_plan import plan_for
-from sglang_deploy.verify import checks, summary
+from sglang_deploy.verify import checks, env_checks, service_checks, summary
 from sglang_deploy.verify.verdict import FAILED, OK, WARNING
 
 SECRET = "hf_" + secrets.token_hex(16)
@@ -116,10 +116,10 @@ def test_every_registered_check_runs_and_no_detail_carries_a_secret(plan):
 
 
 def test_env_file_check_asserts_modes_and_every_value(plan):
-    assert checks.env_file(deployed(plan), plan).state == OK
+    assert env_checks.env_file(deployed(plan), plan).state == OK
     name = next(iter(plan.profile.hook_vars()))
     edited = plan.env_text.replace(f'{name}="', f'{name}="edited-')
-    found = checks.env_file(
+    found = env_checks.env_file(
         deployed(
             plan,
             **{
@@ -136,12 +136,12 @@ def test_env_file_check_asserts_modes_and_every_value(plan):
 
 
 def test_unit_check_asserts_content_verify_enabled_and_running(plan):
-    assert checks.unit(deployed(plan), plan).state == OK
+    assert env_checks.unit(deployed(plan), plan).state == OK
     path = f"{plan.unit_dir}/{plan.unit}"
     node = deployed(plan, **{path: File(path, content_string=plan.unit_text.replace("Restart=", "#"))})
     node.running = False
     node.outputs["systemd-analyze"] = Result(1, stderr="Unknown key")
-    found = checks.unit(node, plan)
+    found = env_checks.unit(node, plan)
     assert found.state == FAILED
     assert "differs from the profile's rendering" in found.detail and "-#" in found.detail
     assert "systemd-analyze verify: Unknown key" in found.detail and "not running" in found.detail
@@ -150,21 +150,21 @@ def test_unit_check_asserts_content_verify_enabled_and_running(plan):
 def test_serving_needs_the_port_listening_on_every_address(plan):
     ready = json.dumps({"health": 200, "models": [plan.profile.model.served_name], "ready": True})
     node = Node(outputs={"urllib": Result(0, ready)})
-    assert checks.serving(node, plan).state == OK
+    assert service_checks.serving(node, plan).state == OK
     node.listening = False
-    assert checks.serving(node, plan).state == FAILED
-    assert "nothing listens on 0.0.0.0" in checks.serving(node, plan).detail
+    assert service_checks.serving(node, plan).state == FAILED
+    assert "nothing listens on 0.0.0.0" in service_checks.serving(node, plan).detail
 
 
 def test_workers_env_needs_tp_size_schedulers_each_with_every_variable(plan):
     worker = {"pid": 7, "title": "sglang::scheduler_TP0", "ok": True, "error": None, "mismatches": []}
     report = {"status": 0, "message": None, "workers": [worker]}
-    found = checks.workers_env(Node(outputs={"workers.py": Result(0, json.dumps(report))}), plan)
+    found = env_checks.workers_env(Node(outputs={"workers.py": Result(0, json.dumps(report))}), plan)
     assert found.state == FAILED and found.detail == "1 schedulers, tp-size 8"
     name = next(iter(plan.profile.hook_vars()))
     worker = {**worker, "ok": False, "mismatches": [{"var": name, "expected": "a", "actual": "b"}]}
     report = {"status": 7, "message": None, "workers": [worker] * 8}
-    found = checks.workers_env(Node(outputs={"workers.py": Result(0, json.dumps(report))}), plan)
+    found = env_checks.workers_env(Node(outputs={"workers.py": Result(0, json.dumps(report))}), plan)
     assert found.state == FAILED and f"pid 7: {name} is 'b', expected 'a'" in found.detail
 
 
@@ -180,12 +180,12 @@ def test_hook_check_asserts_site_dir_every_value_and_precedence(plan):
             "getsitepackages": Result(0, json.dumps([site])),
         }
     )
-    assert checks.hook(node, plan).state == OK
+    assert env_checks.hook(node, plan).state == OK
     node.outputs[f"env -i {name}=set-by-caller"] = probe(env)
-    found = checks.hook(node, plan)
+    found = env_checks.hook(node, plan)
     assert found.state == FAILED and f"the hook overrides {name} that the caller set" in found.detail
     node.outputs["env -i"] = Result(0, json.dumps({"hook": None, "env": {}}))
-    assert "did not import sglang_deploy_env" in checks.hook(node, plan).detail
+    assert "did not import sglang_deploy_env" in env_checks.hook(node, plan).detail
 
 
 def test_last_good_asserts_its_env_copy_is_private_and_still_names_the_profile(plan):
@@ -199,15 +199,15 @@ def test_last_good_asserts_its_env_copy_is_private_and_still_names_the_profile(p
         },
         outputs={"manifest.json": Result(0, manifest)},
     )
-    found = checks.last_good(node, plan)
+    found = service_checks.last_good(node, plan)
     assert found.state == FAILED and f"{directory}/env is 644 root:root, not 600 root:root" in found.detail
-    assert checks.last_passed({"last good": {"state": found.state, "detail": found.detail}}) == "baseline"
+    assert checks.last_passed({"last good": found.as_json()}) == "baseline"
     node.files[f"{directory}/env"].mode = 0o600
-    assert checks.last_good(node, plan).state == OK
+    assert service_checks.last_good(node, plan).state == OK
 
 
 def test_nothing_to_check_is_a_warning_that_does_not_apply(plan):
-    for found in (checks.last_good(Node(), plan), checks.last_start(Node(), plan)):
+    for found in (service_checks.last_good(Node(), plan), service_checks.last_start(Node(), plan)):
         assert found.state == WARNING and not found.applies
 
 
@@ -227,16 +227,19 @@ def group_plans():
 def test_a_followers_dummy_health_is_its_serving_and_the_group_is_judged_at_rank_0():
     follower = group_plans()["node2"]
     dummy = json.dumps({"health": 200, "models": [], "ready": False})
-    found = checks.serving(Node(outputs={"urllib": Result(0, dummy)}), follower)
+    found = service_checks.serving(Node(outputs={"urllib": Result(0, dummy)}), follower)
     assert found.state == OK and "rank 0 node1 serves the API" in found.detail
     # The same answer from rank 0 is no readiness.
-    assert checks.serving(Node(outputs={"urllib": Result(0, dummy)}), group_plans()["node1"]).state == FAILED
+    assert (
+        service_checks.serving(Node(outputs={"urllib": Result(0, dummy)}), group_plans()["node1"]).state
+        == FAILED
+    )
     ready = json.dumps({"health": 200, "models": [follower.profile.model.served_name], "ready": True})
     node = Node(outputs={"http://10.0.0.1:30000 ": Result(0, ready), "urllib": Result(0, dummy)})
-    found = checks.serving_group(node, follower)
+    found = service_checks.serving_group(node, follower)
     assert found.state == OK
     assert found.detail.startswith("group g1 node-rank 1 of 2: rank 0 node1 serves")
-    found = checks.serving_group(Node(outputs={"urllib": Result(0, dummy)}), follower)
+    found = service_checks.serving_group(Node(outputs={"urllib": Result(0, dummy)}), follower)
     assert found.state == FAILED and "rank 0 node1 does not serve at 10.0.0.1:30000" in found.detail
 
 
@@ -244,15 +247,53 @@ def test_a_group_member_runs_its_share_of_the_schedulers_and_a_lone_host_has_no_
     worker = {"pid": 7, "title": "sglang::scheduler_TP4", "ok": True, "error": None, "mismatches": []}
     report = json.dumps({"status": 0, "message": None, "workers": [worker] * 4})
     assert (
-        checks.workers_env(Node(outputs={"workers.py": Result(0, report)}), group_plans()["node2"]).state
+        env_checks.workers_env(Node(outputs={"workers.py": Result(0, report)}), group_plans()["node2"]).state
         == OK
     )
-    alone = checks.serving_group(Node(), plan)
+    alone = service_checks.serving_group(Node(), plan)
     assert (alone.state, alone.detail) == (OK, "serves alone (no serving_group)")
-    assert checks._group_cell({"serving group": {"state": OK, "detail": alone.detail}}) == "-"
+    assert service_checks._group_cell({"serving group": alone.as_json()}) == "-"
 
 
 def test_the_table_shows_each_members_rank_and_the_groups_verdict():
-    detail = "group g1 node-rank 1 of 2: rank 0 node1 serves tiny at 10.0.0.1:30000"
-    assert checks._group_cell({"serving group": {"state": OK, "detail": detail}}) == "g1 rank 1/2: ok"
-    assert checks._group_cell({"serving group": {"state": WARNING, "detail": "serves alone"}}) == "-"
+    follower = group_plans()["node2"]
+    found = service_checks.serving_group(Node(), follower).as_json()
+    assert service_checks._group_cell({"serving group": found}) == "g1 rank 1/2: failed"
+    # The cell reads the check's data, never its prose: a detail that reads like a rank is none.
+    prose = {"state": OK, "detail": "group g9 node-rank 5 of 6", "data": {}}
+    assert service_checks._group_cell({"serving group": prose}) == "-"
+
+
+def test_what_the_table_reads_of_a_check_is_redacted_like_its_detail(plan):
+    """A check's data (here the profile a node's last good names) is node output too."""
+    directory = plan.scripts.last_good_dir
+    manifest = json.dumps({"profile": f"leak-{SECRET}", "saved_at": "2026-11-30 19:00:00 UTC"})
+    node = Node(
+        files={
+            directory: File(directory, mode=0o700),
+            directory.rsplit("/", 1)[0]: File(directory.rsplit("/", 1)[0], mode=0o755),
+            f"{directory}/env": File(f"{directory}/env", mode=0o600),
+        },
+        outputs={"manifest.json": Result(0, manifest)},
+    )
+    found = service_checks.last_good(node, plan)
+    assert found.data["profile"] == "leak-***" and SECRET not in json.dumps(found.as_json())
+    assert checks.last_passed({"last good": found.as_json()}) == "leak-***"
+
+
+def test_the_last_start_cell_is_the_time_to_ready_not_the_whole_detail(plan):
+    report = {
+        "status": 0,
+        "status_name": "READY",
+        "elapsed_s": 12.34,
+        "phases": {"loading": 10.0, "ready": 12.34},
+    }
+    found = service_checks.last_start(Node(outputs={"gate": Result(0, json.dumps(report))}), plan)
+    assert found.detail == "ready in 12.3s (loading 10.0s)"
+    assert service_checks._last_start_cell({"last start": found.as_json()}) == "ready in 12.3s"
+
+
+def test_the_columns_follow_the_subjects_whatever_was_imported_first():
+    modules = [entry.function.__module__.rsplit(".", 1)[1] for entry in checks.REGISTRY]
+    assert modules == sorted(modules, key=checks.SUBJECTS.index)
+    assert [e.name for e in checks.REGISTRY][:4] == ["last good", "serving", "serving group", "last start"]

@@ -51,7 +51,10 @@ class Leader:
     def run_shell_command(self, command, print_output=False):
         text = str(command)
         if text.startswith("systemctl show"):
-            return True, SimpleNamespace(stdout_lines=[f"ActiveState={self.active}"], stderr_lines=[])
+            pid = 4242 if self.active == "active" else 0
+            return True, SimpleNamespace(
+                stdout_lines=[f"ActiveState={self.active}", f"MainPID={pid}"], stderr_lines=[]
+            )
         assert "/cmdline" in text
         return self.active == "active", SimpleNamespace(stdout_lines=self.argv, stderr_lines=[])
 

@@ -153,12 +153,12 @@ def test_a_follower_that_never_joins_is_named_when_rank_0s_gate_gives_up(make_gr
         if "gate.py" in text:
             return False, result(4, cause="timeout: last phase: starting (120.0s)")
         if "systemd.py journal" in text:
-            return True, ["[2026-12-01 03:00:00 TP0] Init parallel begin.", "-- cursor: c"]
+            return True, result(lines=["[2026-12-01 03:00:00 TP0] Init parallel begin."], cursor="c")
         return healthy(host, text)
 
     def follower(host, text):  # its unit runs, its schedulers never got as far as the rendezvous
         if "systemd.py journal" in text:
-            return True, ["[2026-12-01 03:00:00] server_args=...", "-- cursor: c"]
+            return True, result(lines=["[2026-12-01 03:00:00] server_args=..."], cursor="c")
         return healthy(host, text)
 
     members = make_group(follower)
@@ -170,6 +170,9 @@ def test_a_follower_that_never_joins_is_named_when_rank_0s_gate_gives_up(make_gr
         "followers: node-rank 1 has not joined (node-rank 1: not started); "
         "rank 0 node1 failed its gate: timeout"
     )
+    # Each member's journal came back in its result line (lib/systemd.py journal --json).
+    journals = [text for _, text in LOG if "systemd.py journal" in text]
+    assert len(journals) == 2 and all(text.endswith(" --json") for text in journals)
 
 
 ROTATION = Rotation(

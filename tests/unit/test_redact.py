@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy.profile.schema import load_profile
-from sglang_deploy.verify import checks, summary
+from sglang_deploy.verify import service_checks, summary
 from sglang_deploy.verify.redact import MASK, Redactor
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -231,7 +231,7 @@ def test_a_check_detail_never_carries_a_secret(monkeypatch):
         "status_name": "FAILED",
         "cause_text": f"Traceback: bad token {SECRET}; env HF_TOKEN=hf_value_never_exported",
     }
-    found = checks.last_start(NodeWithOutput(json.dumps(report)), plan)
+    found = service_checks.last_start(NodeWithOutput(json.dumps(report)), plan)
     assert SECRET not in found.detail and "hf_value_never_exported" not in found.detail
     assert found.detail.startswith("FAILED: Traceback: bad token ***")
 
@@ -247,6 +247,7 @@ def test_summary_row_says_which_profile_was_checked_and_which_last_passed():
                 "state": "warning",
                 "detail": "sandbox (passed the gate at 2026-11-30 19:00:00 UTC; verified against "
                 "sandbox-eagle3: rolled back?)",
+                "data": {"profile": "sandbox", "saved_at": "2026-11-30 19:00:00 UTC"},
             },
         ],
     }

@@ -7,11 +7,13 @@ can point them at fakes.
     journal_read(matches, after_cursor=None)    -> ([(monotonic_s or None, message)], cursor)
     start_matches(unit, show)                   -> journalctl match arguments for one start
 
-CLI: python3 systemd.py show UNIT PROP...   |   python3 systemd.py journal UNIT [--lines N]
+CLI: python3 systemd.py show UNIT PROP...   |   python3 systemd.py journal UNIT [--lines N] [--json]
+(--json: only a result line, node/lib/result.py, whose "lines" and "cursor" the controller reads)
 """
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -163,6 +165,7 @@ def main(argv=None):
     p_journal.add_argument("unit")
     p_journal.add_argument("--since-cursor")
     p_journal.add_argument("--lines", type=int, default=0, help="only the last N lines")
+    p_journal.add_argument("--json", action="store_true", help="only the result line, with the lines")
     args = parser.parse_args(argv)
     if args.cmd == "show":
         for key, value in unit_show(args.unit, args.props or UNIT_PROPS, systemctl=args.systemctl).items():
@@ -171,10 +174,24 @@ def main(argv=None):
         lines, cursor = journal_lines(
             args.unit, args.since_cursor, journalctl=args.journalctl, systemctl=args.systemctl
         )
-        for line in lines[-args.lines :] if args.lines else lines:
+        lines = lines[-args.lines :] if args.lines else lines
+        if args.json:
+            result, status = _protocol()
+            return result.emit(status.READY, lines=lines, cursor=cursor)
+        for line in lines:
             print(line)
         print("-- cursor: %s" % cursor)
     return 0
+
+
+def _protocol():
+    """result.py and status.py, also when this file runs as a script (lib/systemd.py)."""
+    if __package__:
+        from . import result, status
+    else:
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from lib import result, status
+    return result, status
 
 
 if __name__ == "__main__":

@@ -1,0 +1,125 @@
+"""`make verify`'s checks of the GPU node: GPUs, links, ACS and IOMMU (verify/gpu_health.py),
+and the node's own settings: OS packages, persistence mode, the boot-time ACS unit."""
+
+from __future__ import annotations
+
+import shlex
+
+from sglang_deploy.facts.gpu import ACS_UNIT, PERSISTENCED_UNIT, GpuPersistence, acs_unit_text
+from sglang_deploy.facts.serving import UnitState
+from sglang_deploy.node.lib import gpu_settings, result
+from sglang_deploy.verify.gpu_health import (
+    acs_check,
+    gpus_check,
+    iommu_check,
+    is_pcie_tuned,
+    parse_gpus,
+    topology_check,
+)
+from sglang_deploy.verify.registry import read_fact, tool_output, verify_check
+from sglang_deploy.verify.verdict import FAILED, OK, Check
+
+NVIDIA_SMI_GPUS = (
+    "nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits"
+)
+
+
+@verify_check("gpus", warning_fails=False)
+def gpus(node, plan) -> list[Check]:
+    """GPU count and model, link types, ACS on PCIe bridges, IOMMU: tools missing on a node
+    make a check "not checked", never "ok"."""
+    listing = tool_output(node, "nvidia-smi", NVIDIA_SMI_GPUS)
+    found = gpus_check(listing)
+    needed = plan.scripts.gpus_needed()
+    if found.ok and len(parse_gpus(listing)) < needed:
+        found = Check(found.name, FAILED, f"{found.detail}; {needed} needed")
+    iommu_dir = node.run("ls /sys/class/iommu 2>/dev/null")
+    return [
+        found,
+        topology_check(
+            tool_output(node, "nvidia-smi", "nvidia-smi topo -m"),
+            pcie_tuned_profile=is_pcie_tuned(plan.profile.hook_vars()),
+        ),
+        acs_check(tool_output(node, "lspci", "lspci -vvv")),
+        iommu_check(node.run("cat /proc/cmdline").stdout, iommu_dir.stdout if iommu_dir.rc == 0 else None),
+    ]
+
+
+_NODE_SETTINGS = ("os packages", "persistence mode", "acs unit")
+
+
+def _node_settings_cell(by_name):
+    """The table's "node settings": failed if any of its checks failed, else ok."""
+    states = [by_name[name]["state"] for name in _NODE_SETTINGS if name in by_name]
+    return FAILED if FAILED in states else OK if states else "-"
+
+
+@verify_check("os packages", column="node settings", cell=_node_settings_cell)
+def node_settings(node, plan) -> list[Check]:
+    """What the node itself needs: the OS packages, GPU persistence mode (with the driver and
+    model the profile asks for) and, opt-in, the boot-time ACS unit."""
+    return [os_packages(node, plan), persistence(node, plan), acs_unit(node, plan)]
+
+
+def os_packages(node, plan) -> Check:
+    """Every package the recipe needs (group_data/all.py os_packages) is installed."""
+    if not plan.os_packages:
+        return Check.nothing_to_check("os packages", "none asked for (os_packages is empty)")
+    names = " ".join(shlex.quote(name) for name in plan.os_packages)
+    found = node.run(f"dpkg-query -W -f '${{Package}} ${{db:Status-Status}}\\n' {names}")
+    installed = {line.split()[0] for line in found.stdout.splitlines() if line.split()[1:] == ["installed"]}
+    missing = [name for name in plan.os_packages if name not in installed]
+    if missing:
+        return Check("os packages", FAILED, f"not installed: {', '.join(missing)}")
+    return Check("os packages", OK, f"{len(plan.os_packages)} installed")
+
+
+def persistence(node, plan) -> Check:
+    """Persistence mode on for every GPU, and nvidia-persistenced's unit enabled where the
+    driver ships it (gpu.persistence_mode); the driver version and model the profile asks for."""
+    found = read_fact(node, GpuPersistence)
+    if found is None:
+        return Check.nothing_to_check("persistence mode", "no GPU: nvidia-smi not found")
+    gpu = plan.profile.gpu
+    problems = gpu_settings.problems(found["gpus"], min_driver=gpu.min_driver, model=gpu.model)
+    if gpu.persistence_mode:
+        off = gpu_settings.persistence_off(found["gpus"])
+        if off:
+            problems.append(f"persistence mode off on GPU {', '.join(off)}")
+        unit = found["unit"]
+        if unit.get("LoadState") == "loaded" and unit.get("UnitFileState") not in ("enabled", "static"):
+            problems.append(f"{PERSISTENCED_UNIT} is {unit.get('UnitFileState')}, not enabled")
+    if problems:
+        return Check("persistence mode", FAILED, "; ".join(problems))
+    return Check(
+        "persistence mode",
+        OK,
+        gpu_settings.summary(found["gpus"]) + (", persistence mode on" if gpu.persistence_mode else ""),
+    )
+
+
+def acs_unit(node, plan) -> Check:
+    """With pcie.disable_acs: the boot-time unit as rendered, enabled, and its run succeeded
+    (its last line: what it cleared, or that the node has no PCI bridge)."""
+    path = f"{plan.unit_dir}/{ACS_UNIT}"
+    if not plan.profile.pcie.disable_acs:
+        if node.file(path).exists:
+            return Check("acs unit", FAILED, f"{path} is installed, pcie.disable_acs is false")
+        return Check.nothing_to_check("acs unit", "not asked for (pcie.disable_acs: false)")
+    installed = node.file(path)
+    if not installed.exists:
+        return Check("acs unit", FAILED, f"{path} is missing")
+    problems = []
+    if installed.content_string != acs_unit_text(plan.scripts.directory, plan.unit):
+        problems.append(f"{path} differs from its rendering")
+    state = read_fact(node, UnitState, unit=ACS_UNIT, properties=("UnitFileState", "ActiveState", "Result"))
+    if state.get("UnitFileState") != "enabled":
+        problems.append(f"{ACS_UNIT} is {state.get('UnitFileState')}, not enabled")
+    if (state.get("ActiveState"), state.get("Result")) != ("active", "success"):
+        problems.append(f"{ACS_UNIT} is {state.get('ActiveState')} ({state.get('Result')})")
+    journal = node.run(f"journalctl --no-pager -o cat -u {ACS_UNIT}").stdout.splitlines()
+    said = [line for line in result.progress(journal) if line.strip()]  # acs.py's lines, not its result
+    last = said[-1] if said else "no output in the journal"
+    if problems:
+        return Check("acs unit", FAILED, f"{'; '.join(problems)}; last: {last}")
+    return Check("acs unit", OK, f"enabled, ran at boot or deploy: {last}")
