@@ -21,10 +21,16 @@ from sglang_deploy.operations.prerequisites import os_prerequisites
 from sglang_deploy.plan.fleet import is_router
 from sglang_deploy.plan.fleet_hosts import fleet_hosts, rotation_for, router_plan
 from sglang_deploy.plan.host_plan import node_script_files, plan_for, plan_holder, print_lint_warnings
+from sglang_deploy.plan.settings import settings_of
 from sglang_deploy.report.outcome import report_at_exit
 
 # Every run ends with one line per host: deployed, unchanged, failed or unreachable (and why).
 report_at_exit()
+
+# The host's settings (sglang_deploy/plan/settings.py): a key that is no setting, or a bad value,
+# stops the run here, before any host is touched.
+with exit_on_deploy_error(host.name):
+    settings = settings_of(host.data)
 
 # A router host (the inventory's `routers` group) runs SGLang's router in front of the nodes:
 # its lock first (one rollout of the fleet at a time), its service after the nodes' steps.
@@ -33,23 +39,23 @@ if is_router(host):
         router = router_plan(host.name, fleet_hosts(inventory))
     sglang.deploy_lock(
         name="Rollout lock",
-        path=f"{host.data.run_dir}/rollout.lock",
-        wait_s=float(host.data.deploy_lock_wait_s),
+        path=f"{settings.run_dir}/rollout.lock",
+        wait_s=float(settings.deploy_lock_wait_s),
         holder=plan_holder(),
     )
-    os_prerequisites(name="OS prerequisites", packages=list(host.data.os_packages or []))
-    sglang.node_scripts(name="On-node scripts (router)", files=node_script_files(host.data.sglang_deploy_dir))
+    os_prerequisites(name="OS prerequisites", packages=list(settings.os_packages))
+    sglang.node_scripts(name="On-node scripts (router)", files=node_script_files(settings.sglang_deploy_dir))
 else:
     # 1. Read this host's profile and lint it; a bad profile or a lint error stops the run before
     #    any host is touched. Lint warnings are printed once per profile.
     with exit_on_deploy_error(host.name):
         # A serving group's member (a multi-node server) runs its rank's flags (serving_group.py).
-        plan = plan_for(host.data, member=serving_group.member_of(host))
-        rotation = rotation_for(host.name, host.data, fleet_hosts(inventory), plan.profile.service.port)
+        plan = plan_for(settings, member=serving_group.member_of(host))
+        rotation = rotation_for(host.name, settings, fleet_hosts(inventory), plan.profile.service.port)
     print_lint_warnings(plan)
 
     # 2. The OS: Debian or Ubuntu (any other stops this host here, with nothing changed), with
-    #    the packages the recipe needs (group_data/all.py os_packages); apt only for a missing one.
+    #    the packages the recipe needs (the os_packages setting); apt only for a missing one.
     os_prerequisites(name="OS prerequisites", packages=plan.os_packages)
 
     # 3. One deploy at a time per node: wait for another operator's to end, or fail saying whose.
@@ -161,7 +167,7 @@ else:
     #     rank 0 out of rotation, `rolling_batch` groups at a time.
     if plan.group:
         serving_group.join(plan.group, host, plan, [engine, env_file, hook, unit, *staged_models])
-        stop_wait_s = float(host.data.get("group_follower_stop_s"))
+        stop_wait_s = float(settings.group_follower_stop_s)
         serving_group.group_restarted(
             name="Restart serving group (configuration changed)",
             member=plan.group,
@@ -215,7 +221,7 @@ else:
 # The router: its pinned venv, its unit (worker URLs, policy, health checks), a restart only
 # when either changed, then its gate (/readiness 200, every expected worker healthy).
 if is_router(host):
-    router_dir = f"{host.data.sglang_deploy_dir}/router-wheels"
+    router_dir = f"{settings.sglang_deploy_dir}/router-wheels"
     for wheel in router.wheels:
         sglang.binary_file(
             name=f"Router wheel {wheel.name}", src=str(wheel), dest=f"{router_dir}/{wheel.name}"
@@ -231,15 +237,15 @@ if is_router(host):
         name="Router unit",
         unit=router.unit,
         content=router.unit_text,
-        staging_dir=host.data.run_dir,
-        unit_dir=host.data.unit_dir,
+        staging_dir=settings.run_dir,
+        unit_dir=settings.unit_dir,
     )
     sglang.router_restarted(
         name="Router restart (configuration changed)",
         plan=router,
-        scripts_dir=f"{host.data.sglang_deploy_dir}/node",
+        scripts_dir=f"{settings.sglang_deploy_dir}/node",
         _if=any_changed(router_venv, router_unit),
     )
     sglang.router_serving(
-        name="Router serving", plan=router, scripts_dir=f"{host.data.sglang_deploy_dir}/node"
+        name="Router serving", plan=router, scripts_dir=f"{settings.sglang_deploy_dir}/node"
     )
