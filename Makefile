@@ -128,6 +128,12 @@ schema:
 	$(PYTHON) -m sglang_deploy.profile.lint --schema > schema/profile.schema.json.tmp
 	mv schema/profile.schema.json.tmp schema/profile.schema.json
 
+# docs/settings.md and docs/profile-keys.md from the settings and profile models (committed; a
+# unit test keeps them current).
+.PHONY: docs
+docs:
+	$(PYTHON) -m sglang_deploy.docs
+
 # Reinstall exactly the engine distributions whose installed files drifted, then restart.
 .PHONY: repair
 repair: wheels

@@ -14,12 +14,19 @@ reports no changes.
 
 from pyinfra import host
 
+from sglang_deploy.cli import exit_on_deploy_error
 from sglang_deploy.plan.fleet import is_router
+from sglang_deploy.plan.settings import settings_of
 from sglang_deploy.recipes import router, router_rollout_lock, serving_node
 from sglang_deploy.report.outcome import report_at_exit
 
 # Every run ends with one line per host: deployed, unchanged, failed or unreachable (and why).
 report_at_exit()
+
+# The host's settings (sglang_deploy/plan/settings.py): a key that is no setting, or a bad
+# value, stops the run here, before any host is touched.
+with exit_on_deploy_error(host.name):
+    settings_of(host.data)
 
 # pyinfra orders operations by where they are called: these lines are the fleet's order.
 if is_router(host):

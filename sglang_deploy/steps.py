@@ -19,6 +19,7 @@ from sglang_deploy.operations.gpu_node import persistence_mode, unit_absent, uni
 from sglang_deploy.operations.prerequisites import os_prerequisites
 from sglang_deploy.plan.fleet_hosts import fleet_hosts, rotation_for, router_plan
 from sglang_deploy.plan.host_plan import node_script_files, plan_for, plan_holder, print_lint_warnings
+from sglang_deploy.plan.settings import settings_of
 
 # --- a serving node (alone, or a member of a serving group) ---------------------------------
 
@@ -166,7 +167,7 @@ def restarted_if_changed(plan, changes):
             name="Restart serving group (configuration changed)",
             member=plan.group,
             rollback=plan.rollback,
-            stop_wait_s=float(host.data.get("group_follower_stop_s")),
+            stop_wait_s=float(settings_of(host.data).group_follower_stop_s),
             rotation=plan.rotation,
             _if=serving_group.changed(plan.group),
         )
@@ -190,7 +191,7 @@ def serving(plan):
             name="Serving group",
             member=plan.group,
             rollback=plan.rollback,
-            stop_wait_s=float(host.data.get("group_follower_stop_s")),
+            stop_wait_s=float(settings_of(host.data).group_follower_stop_s),
             rotation=plan.rotation,
         )
     else:
@@ -230,23 +231,25 @@ def rollout_lock():
     """One rollout of the fleet at a time: taken before any node restarts."""
     sglang.deploy_lock(
         name="Rollout lock",
-        path=f"{host.data.run_dir}/rollout.lock",
-        wait_s=float(host.data.deploy_lock_wait_s),
+        path=f"{settings_of(host.data).run_dir}/rollout.lock",
+        wait_s=float(settings_of(host.data).deploy_lock_wait_s),
         holder=plan_holder(),
     )
 
 
 def router_prerequisites():
     """The OS packages and our on-node scripts (the router's gate)."""
-    os_prerequisites(name="OS prerequisites", packages=list(host.data.os_packages or []))
-    sglang.node_scripts(name="On-node scripts (router)", files=node_script_files(host.data.sglang_deploy_dir))
+    settings = settings_of(host.data)
+    os_prerequisites(name="OS prerequisites", packages=list(settings.os_packages))
+    sglang.node_scripts(name="On-node scripts (router)", files=node_script_files(settings.sglang_deploy_dir))
 
 
 def router_service(router):
     """The router's pinned venv and its unit (worker URLs, policy, health checks); a restart only
     when either changed, then its gate (/readiness 200, every expected worker healthy)."""
-    router_dir = f"{host.data.sglang_deploy_dir}/router-wheels"
-    scripts_dir = f"{host.data.sglang_deploy_dir}/node"
+    settings = settings_of(host.data)
+    router_dir = f"{settings.sglang_deploy_dir}/router-wheels"
+    scripts_dir = f"{settings.sglang_deploy_dir}/node"
     for wheel in router.wheels:
         sglang.binary_file(
             name=f"Router wheel {wheel.name}", src=str(wheel), dest=f"{router_dir}/{wheel.name}"
@@ -262,8 +265,8 @@ def router_service(router):
         name="Router unit",
         unit=router.unit,
         content=router.unit_text,
-        staging_dir=host.data.run_dir,
-        unit_dir=host.data.unit_dir,
+        staging_dir=settings.run_dir,
+        unit_dir=settings.unit_dir,
     )
     sglang.router_restarted(
         name="Router restart (configuration changed)",

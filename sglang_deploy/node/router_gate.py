@@ -2,7 +2,7 @@
 healthy, polled until --timeout (0: look once).
 
     python3 router_gate.py --url http://127.0.0.1:30000 --worker http://10.0.0.11:30001 ...
-        [--timeout 60]
+        --timeout SECONDS
 
 Ends with one result line: {"workers": {url: "healthy" | "unhealthy" | "not listed"},
 "readiness": status code}; exit 0 when ready, 4 (TIMEOUT) otherwise, naming what is missing.
@@ -44,7 +44,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True)
     parser.add_argument("--worker", action="append", default=[])
-    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--timeout", type=float, required=True)  # the router_gate_timeout_s setting
     parser.add_argument("--interval", type=float, default=0.5)
     args = parser.parse_args(argv)
     router = Router(args.url)

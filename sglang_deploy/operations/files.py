@@ -18,6 +18,7 @@ from pyinfra.facts.files import FileContents
 
 from sglang_deploy.facts.serving import FileDigests, InterpreterStartup
 from sglang_deploy.plan.render import HOOK_MODULE
+from sglang_deploy.plan.settings import default
 
 HOOK_FILE = f"{HOOK_MODULE}.py"  # the module's one name is render.HOOK_MODULE
 HOOK_PTH = f"{HOOK_MODULE}.pth"
@@ -178,7 +179,7 @@ def pth_directory(startup):
 
 
 @operation()
-def unit_file(unit, content, staging_dir, unit_dir="/etc/systemd/system"):
+def unit_file(unit, content, staging_dir, unit_dir=default("unit_dir")):
     """
     Install a unit file once ``systemd-analyze verify`` accepted it, then daemon-reload; a
     rejected unit never replaces the one a running server came from.

@@ -9,6 +9,7 @@ from pyinfra.facts.files import File
 from sglang_deploy.facts.gpu import PERSISTENCED_UNIT, GpuPersistence
 from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.node.lib import gpu_settings
+from sglang_deploy.plan.settings import default
 
 
 @operation()
@@ -64,7 +65,7 @@ def unit_active(unit):
 
 
 @operation()
-def unit_absent(unit, unit_dir="/etc/systemd/system"):
+def unit_absent(unit, unit_dir=default("unit_dir")):
     """
     No such unit installed by us: disabled, stopped, its file removed (a setting turned off).
 

@@ -2,8 +2,9 @@
 routers' settings (validated before anything changes), their systemd unit, the URLs routers and
 nodes know each other by, and the order of a rolling restart.
 
-Defaults of every setting are in group_data/all.py (``router_*``, ``rolling_*``); a router host
-is a host of the inventory's ``routers`` group (its data has ``role: router``).
+The settings (``router_*``, ``rolling_*``), their defaults and checks are in
+sglang_deploy/plan/settings.py; a router host is a host of the inventory's ``routers`` group
+(its data has ``role: router``).
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ import shlex
 from dataclasses import dataclass, field
 
 from sglang_deploy.errors import DeployError
+from sglang_deploy.plan.settings import settings_of
 
 ROUTERS_GROUP = "routers"
-# sglang-router 0.3.2's --policy choices (launch_router --help).
-ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
 ROUTER_UNIT = "sglang-router.service"
 
 
@@ -25,20 +25,13 @@ def is_router(host) -> bool:
     if groups is not None and any(getattr(g, "name", g) == ROUTERS_GROUP for g in groups):
         return True
     data = getattr(host, "data", host)
-    return _get(data, "role") == "router"
-
-
-def _get(data, key, default=None):
-    if hasattr(data, "get"):
-        value = data.get(key)
-    else:
-        value = getattr(data, key, None)
-    return default if value is None else value
+    return settings_of(data).role == "router"
 
 
 def address(data, name=None) -> str:
     """How other hosts reach this one: ``fleet_address``, else its SSH hostname."""
-    return str(_get(data, "fleet_address") or _get(data, "ssh_hostname") or name)
+    settings = settings_of(data, name)
+    return str(settings.fleet_address or settings.ssh_hostname or name)
 
 
 @dataclass(frozen=True)
@@ -53,15 +46,14 @@ class Rolling:
 
 def rolling_settings(data) -> Rolling:
     """The run's rolling settings; DeployError naming the bad one."""
-    batch = _integer(data, "rolling_batch", minimum=1)
-    max_failures = _integer(data, "rolling_max_failures", minimum=0)
+    settings = settings_of(data)
     return Rolling(
-        batch=batch,
-        max_failures=max_failures,
-        drain_timeout_s=_seconds(data, "rolling_drain_timeout_s"),
-        healthy_timeout_s=_seconds(data, "rolling_healthy_timeout_s"),
-        without_routers=_flag(_get(data, "rolling_without_routers", False), "rolling_without_routers"),
-        first_wave=_flag(_get(data, "rolling_first_wave", True), "rolling_first_wave"),
+        batch=settings.rolling_batch,
+        max_failures=settings.rolling_max_failures,
+        drain_timeout_s=settings.rolling_drain_timeout_s,
+        healthy_timeout_s=settings.rolling_healthy_timeout_s,
+        without_routers=settings.rolling_without_routers,
+        first_wave=settings.rolling_first_wave,
     )
 
 
@@ -82,6 +74,7 @@ class RouterSettings:
     health_success_threshold: int
     health_check_timeout_s: int
     gate_timeout_s: float
+    unit_dir: str  # where its unit is installed
     extra_args: tuple = field(default=())
 
     @property
@@ -95,40 +88,25 @@ class RouterSettings:
 
 def router_settings(name, data) -> RouterSettings:
     """One router's settings from its host data; DeployError naming the bad one."""
-    policy = str(_get(data, "router_policy"))
-    if policy not in ROUTER_POLICIES:
-        raise DeployError(
-            f"{name}: router_policy: unknown policy {policy!r} "
-            f"(sglang-router 0.3.2 knows {', '.join(ROUTER_POLICIES)})"
-        )
-    packages = tuple(_get(data, "router_packages") or ())
-    if not any(p.partition("==")[0].replace("_", "-") == "sglang-router" for p in packages) or not all(
-        "==" in p for p in packages
-    ):
-        raise DeployError(
-            f"{name}: router_packages: exact pins (name==version) including "
-            f"sglang-router, got {list(packages)}"
-        )
-    extra = _get(data, "router_extra_args") or ()
-    if isinstance(extra, str):
-        extra = shlex.split(extra)
+    settings = settings_of(data, name)
     return RouterSettings(
         name=name,
-        address=address(data, name),
-        bind=str(_get(data, "router_bind")),
-        port=_integer(data, "router_port", minimum=1, maximum=65535, who=name),
-        prometheus_port=_integer(data, "router_prometheus_port", minimum=1, maximum=65535, who=name),
-        policy=policy,
-        venv=str(_get(data, "router_venv")),
-        python=str(_get(data, "router_python")),
-        packages=packages,
-        find_links=_get(data, "router_find_links"),
-        health_check_interval_s=_integer(data, "router_health_check_interval_s", minimum=1, who=name),
-        health_failure_threshold=_integer(data, "router_health_failure_threshold", minimum=1, who=name),
-        health_success_threshold=_integer(data, "router_health_success_threshold", minimum=1, who=name),
-        health_check_timeout_s=_integer(data, "router_health_check_timeout_s", minimum=1, who=name),
-        gate_timeout_s=_seconds(data, "router_gate_timeout_s", name),
-        extra_args=tuple(str(a) for a in extra),
+        address=address(settings, name),
+        bind=settings.router_bind,
+        port=settings.router_port,
+        prometheus_port=settings.router_prometheus_port,
+        policy=settings.router_policy,
+        venv=settings.router_venv,
+        python=settings.router_python,
+        packages=tuple(settings.router_packages),
+        find_links=settings.router_find_links,
+        health_check_interval_s=settings.router_health_check_interval_s,
+        health_failure_threshold=settings.router_health_failure_threshold,
+        health_success_threshold=settings.router_health_success_threshold,
+        health_check_timeout_s=settings.router_health_check_timeout_s,
+        gate_timeout_s=float(settings.router_gate_timeout_s),
+        unit_dir=settings.unit_dir,
+        extra_args=tuple(settings.router_extra_args),
     )
 
 
@@ -415,39 +393,6 @@ class Rollout:
 
     def note(self, name, text):
         self.notes[name] = text
-
-
-def _integer(data, key, minimum=None, maximum=None, who=None):
-    raw = _get(data, key)
-    try:
-        value = int(raw)
-        if str(value) != str(raw).strip() and not isinstance(raw, int):
-            raise ValueError
-    except (TypeError, ValueError):
-        raise DeployError(f"{who + ': ' if who else ''}{key}: expected an integer, got {raw!r}") from None
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        bounds = f"at least {minimum}" if maximum is None else f"between {minimum} and {maximum}"
-        raise DeployError(f"{who + ': ' if who else ''}{key}: {value} is not {bounds}")
-    return value
-
-
-def _seconds(data, key, who=None):
-    raw = _get(data, key)
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise DeployError(f"{who + ': ' if who else ''}{key}: expected seconds, got {raw!r}") from None
-    if value <= 0:
-        raise DeployError(f"{who + ': ' if who else ''}{key}: must be more than 0, got {raw!r}")
-    return value
-
-
-def _flag(value, key):
-    if isinstance(value, str):
-        if value.lower() not in ("true", "false", "yes", "no", "1", "0"):
-            raise DeployError(f"{key}: expected true or false, got {value!r}")
-        return value.lower() in ("true", "yes", "1")
-    return bool(value)
 
 
 def _num(value):

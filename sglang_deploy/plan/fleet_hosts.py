@@ -23,7 +23,8 @@ from sglang_deploy.plan.fleet import (
 )
 from sglang_deploy.plan.hosts import REPO_ROOT
 from sglang_deploy.plan.script_commands import rotation_command, router_gate_command
-from sglang_deploy.plan.serving_group import resolve
+from sglang_deploy.plan.serving_group import profile_of, resolve
+from sglang_deploy.plan.settings import settings_of
 from sglang_deploy.profile.schema import load_profile
 
 
@@ -41,8 +42,7 @@ def workers(hosts):
     for name, data in hosts:
         if is_router(data) or (name in members and not members[name].is_leader):
             continue
-        profile = load_profile(data.get("profile"), overrides=data.get("profile_overrides") or None)
-        found.append((name, address(data, name), profile.service.port))
+        found.append((name, address(data, name), profile_of(data).service.port))
     return found
 
 
@@ -64,7 +64,9 @@ def routers(hosts):
 def checked_fleet(hosts):
     """(routers, workers), with ports checked against each other."""
     found_routers, found_workers = routers(hosts), workers(hosts)
-    check_ports(found_routers, found_workers, {name: data.get("ssh_port") for name, data in hosts})
+    check_ports(
+        found_routers, found_workers, {name: settings_of(data, name).ssh_port for name, data in hosts}
+    )
     return found_routers, found_workers
 
 
@@ -78,6 +80,10 @@ class RouterPlan:
     @property
     def unit(self):
         return ROUTER_UNIT
+
+    @property
+    def unit_path(self):
+        return f"{self.settings.unit_dir}/{ROUTER_UNIT}"
 
     def gate(self, scripts_dir, timeout=None):
         timeout = self.settings.gate_timeout_s if timeout is None else timeout

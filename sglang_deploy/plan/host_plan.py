@@ -11,12 +11,13 @@ from pathlib import Path
 
 from sglang_deploy import run_state
 from sglang_deploy.errors import DeployError
-from sglang_deploy.plan.hosts import REPO_ROOT, deploy_defaults
+from sglang_deploy.plan.hosts import REPO_ROOT
 from sglang_deploy.plan.model_sources import HubClient
 from sglang_deploy.plan.model_sources import targets as staging_targets
 from sglang_deploy.plan.render import render_env_file, render_hook_module, render_hook_pth, render_unit
 from sglang_deploy.plan.script_commands import NodeScripts
 from sglang_deploy.plan.serving_group import apply as apply_group
+from sglang_deploy.plan.settings import Settings, settings_of
 from sglang_deploy.plan.venv_names import venv_name, wheel_digests
 from sglang_deploy.profile.lint import finding_lines
 from sglang_deploy.profile.schema import Profile, load_profile
@@ -47,7 +48,7 @@ class NodePlan:
     rollback: bool
     repair: tuple | None
     lint_warnings: list  # the profile's lint warnings, one line each, naming its file
-    venvs_dir: str = ""  # one engine venv per pin set (group_data/all.py)
+    venvs_dir: str = ""  # one engine venv per pin set (plan/settings.py)
     venvs_keep: int = 0
     venv: str | None = None  # this pin set's venv on the node: bind_venv() names it
     os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
@@ -57,6 +58,9 @@ class NodePlan:
     hf_token: str | None = field(default=None, repr=False)  # the profile's HF_TOKEN secret
     group: object = None  # serving_group.Member of a multi-node server; None: serves alone
     rotation: object = None  # fleet_hosts.Rotation: the routers this node serves behind
+    settings: Settings | None = field(
+        default=None, repr=False
+    )  # the host's settings (plan/settings.py) it was made from
 
     def bind_venv(self, python_version: str) -> str:
         """Name the venv of this plan's pin set on a node whose ``engine.python`` is
@@ -104,22 +108,24 @@ def plan_holder():
 
 
 def plan_for(data, operator_env=None, member=None) -> NodePlan:
-    """The plan for a host whose data is ``data`` (pyinfra host.data or a plain mapping);
+    """The plan for a host whose data is ``data`` (pyinfra host.data, a plain mapping or its
+    Settings: every key checked, plan/settings.py);
     ``member``: its place in a serving group (serving_group.resolve), whose flags it runs."""
     operator_env = os.environ if operator_env is None else operator_env
-    overrides = _get(data, "profile_overrides") or None
-    profile = load_profile(_get(data, "profile"), overrides=overrides)
+    settings = settings_of(data)
+    overrides = settings.profile_overrides or None
+    profile = load_profile(settings.profile, overrides=overrides)
     lint_warnings = _lint(profile, overrides)
     profile = apply_group(profile, member)
     service = profile.service.name
     unit = f"{service}.service"
-    deploy_dir = _get(data, "sglang_deploy_dir")
-    env_dir = _get(data, "env_dir")
-    run_dir = _get(data, "run_dir")
+    deploy_dir = settings.sglang_deploy_dir
+    env_dir = settings.env_dir
+    run_dir = settings.run_dir
     secrets = profile.env_file_vars(operator_env)
     venv_python = f"{profile.engine.venv}/bin/python"
     env_path = f"{env_dir}/{service}.env"
-    unit_path = f"{_get(data, 'unit_dir')}/{unit}"
+    unit_path = f"{settings.unit_dir}/{unit}"
     wheels = _wheel_files(profile.engine.find_links)
     wheels_dir = f"{deploy_dir}/wheels" if wheels else None
     return NodePlan(
@@ -134,7 +140,7 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
         hook_python=profile.engine.python if profile.hook.system_wide else venv_python,
         deploy_dir=deploy_dir,
         env_dir=env_dir,
-        unit_dir=_get(data, "unit_dir"),
+        unit_dir=settings.unit_dir,
         run_dir=run_dir,
         wheels=wheels,
         scripts=NodeScripts(
@@ -142,25 +148,26 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
             unit,
             profile,
             files={"env": env_path, "unit": unit_path},
-            last_good_dir=f"{_get(data, 'state_dir')}/{service}/last-good",
+            last_good_dir=f"{settings.state_dir}/{service}/last-good",
             wheels_dir=wheels_dir,
             run_dir=run_dir,
-            min_free_gib=float(_setting(data, "venv_min_free_gib")),
+            min_free_gib=float(settings.venv_min_free_gib),
         ),
         lock_path=f"{run_dir}/{service}.lock",
-        lock_wait_s=float(_get(data, "deploy_lock_wait_s")),
+        lock_wait_s=float(settings.deploy_lock_wait_s),
         lock_holder=plan_holder(),
-        rollback=_flag(_get(data, "rollback")),
-        repair=((f"{deploy_dir}/node", profile.engine.drift_check) if _flag(_get(data, "repair")) else None),
+        rollback=settings.rollback,
+        repair=((f"{deploy_dir}/node", profile.engine.drift_check) if settings.repair else None),
         lint_warnings=lint_warnings,
-        venvs_dir=_setting(data, "venvs_dir"),
-        venvs_keep=int(_setting(data, "venvs_keep")),
-        os_packages=list(_setting(data, "os_packages")),
+        venvs_dir=settings.venvs_dir,
+        venvs_keep=settings.venvs_keep,
+        os_packages=list(settings.os_packages),
         models=staging_targets(profile),
         hf_venv=f"{deploy_dir}/hf-venv",
-        hf_pin=_get(data, "huggingface_hub_pin"),
+        hf_pin=settings.huggingface_hub_pin,
         hf_token=secrets.get("HF_TOKEN"),
         group=member,
+        settings=settings,
     )
 
 
@@ -191,26 +198,6 @@ def _display(path: Path) -> str:
         return str(path.relative_to(REPO_ROOT))
     except ValueError:
         return str(path)
-
-
-def _get(data, key):
-    return data.get(key) if hasattr(data, "get") else getattr(data, key)
-
-
-def _setting(data, key):
-    """Host data ``key``, or group_data/all.py's default where the data (a plain mapping, not
-    pyinfra's layered host data) lacks it."""
-    value = _get(data, key)
-    return deploy_defaults()[key] if value is None else value
-
-
-def _flag(value):
-    """A boolean from host data, where `--data rollback=false` arrives as a string."""
-    if isinstance(value, str):
-        if value.lower() not in ("true", "false", "yes", "no", "1", "0"):
-            raise DeployError(f"expected true or false, got {value!r}")
-        return value.lower() in ("true", "yes", "1")
-    return bool(value)
 
 
 def _wheel_files(find_links):

@@ -1,7 +1,7 @@
 """Hosts for pyinfra inventories and testinfra, from one place.
 
-Two sources, one shape: a list of ``(name, data)`` pairs where ``data`` holds pyinfra's
-``ssh_*`` keys plus ``profile`` / ``profile_overrides``:
+Two sources, one shape: a list of ``(name, data)`` pairs where ``data`` is host data: pyinfra's
+``ssh_*`` keys plus settings (sglang_deploy/plan/settings.py), ``profile`` and others:
 
 - ``gpu_hosts()`` reads the operator's hosts file (``inventory/hosts.yml`` or
   ``$SGLANG_DEPLOY_HOSTS``), documented in ``inventory/hosts.example.yml``;
@@ -20,11 +20,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sglang_deploy.errors import DeployError
+from sglang_deploy.plan.settings import FIELDS, FLEET_KEYS, check_keys, validate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOSTS_FILE_VAR = "SGLANG_DEPLOY_HOSTS"
 DEFAULT_HOSTS_FILE = REPO_ROOT / "inventory" / "hosts.yml"
 SANDBOX_STATE_FILE = REPO_ROOT / ".sandbox" / "state.json"
+GROUP_DATA_ALL = REPO_ROOT / "group_data" / "all.py"
 SANDBOX_PROFILE = "sandbox"
 SANDBOX_ROUTER_WHEELS = "build/router-wheels"
 # Per-node profiles for the sandbox, e.g. "node1=sandbox,node2=sandbox-eagle3".
@@ -36,47 +38,17 @@ SANDBOX_GROUPS_VAR = "SGLANG_DEPLOY_SANDBOX_GROUPS"
 SANDBOX_DIST_INIT_OFFSET = 1000
 
 
-class SshEntry(BaseModel):
-    """How the controller reaches a host, and how the fleet's other hosts do."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    ssh_hostname: str | None = None
-    ssh_user: str | None = None
-    ssh_port: int | None = Field(default=None, ge=1, le=65535)
-    ssh_key: str | None = None
-    # How routers reach this node, or nodes this router (default: ssh_hostname).
-    fleet_address: str | None = None
-
-
-class HostEntry(SshEntry):
-    """One host of the hosts file; every key optional except where defaults lack it."""
-
-    profile: str | None = None
-    profile_overrides: dict[str, Any] = Field(default_factory=dict)
-    # Serving groups (multi-node servers): sglang_deploy/plan/serving_group.py.
-    serving_group: str | None = None
-    node_rank: int | None = Field(default=None, ge=0)
-    cluster_address: str | None = None
-    socket_ifname: str | None = None
-
-
-class RouterEntry(SshEntry):
-    """One router host: SSH keys plus its router_* settings (group_data/all.py)."""
-
-    router_port: int | None = None
-    router_prometheus_port: int | None = None
-    router_policy: str | None = None
-    router_extra_args: list[str] | None = None
-
-
 class HostsFile(BaseModel):
+    """The sections of a hosts file; each entry is host data, checked against the settings
+    (sglang_deploy/plan/settings.py) and pyinfra's own keys."""
+
     model_config = ConfigDict(extra="forbid")
 
-    defaults: HostEntry = Field(default_factory=HostEntry)
-    hosts: dict[str, HostEntry | None]
-    routers: dict[str, RouterEntry | None] = Field(default_factory=dict)
-    # Fleet-wide settings for every host: rolling_* and router_* keys of group_data/all.py.
+    # Applied to every host (a host's own keys win); routers get its ssh_* keys only.
+    defaults: dict[str, Any] = Field(default_factory=dict)
+    hosts: dict[str, dict[str, Any] | None]
+    routers: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
+    # Settings of the whole fleet, for every host: the router_* and rolling_* ones.
     fleet: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -109,19 +81,16 @@ def _read_hosts_file(path):
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
+        if first["type"] == "extra_forbidden" and len(first["loc"]) == 1:
+            check_keys({first["loc"][0]: None}, str(path), known=tuple(HostsFile.model_fields))
         raise DeployError(f"{path}: {where}: {first['msg']}") from None
     if not parsed.hosts:
         raise DeployError(f"{path}: no hosts listed under 'hosts:'")
-    unknown = [key for key in parsed.fleet if not key.startswith(("rolling_", "router_"))]
-    if unknown:
-        raise DeployError(
-            f"{path}: fleet: {unknown[0]}: only rolling_* and router_* settings "
-            "(group_data/all.py) belong here"
-        )
-    defaults = parsed.defaults.model_dump(exclude_none=True, exclude_defaults=True)
+    _check_fleet(parsed.fleet, path)
+    defaults = _entry(parsed.defaults, path, "defaults")
     hosts = []
     for name, entry in parsed.hosts.items():
-        data = {**defaults, **(entry.model_dump(exclude_none=True, exclude_defaults=True) if entry else {})}
+        data = {**defaults, **_entry(entry, path, f"hosts.{name}")}
         data.setdefault("ssh_hostname", name)
         hosts.append((name, {**parsed.fleet, **data}))
     ssh_defaults = {k: v for k, v in defaults.items() if k.startswith("ssh_")}
@@ -129,10 +98,28 @@ def _read_hosts_file(path):
     for name, entry in parsed.routers.items():
         if name in parsed.hosts:
             raise DeployError(f"{path}: routers: {name} is also under hosts")
-        data = {**ssh_defaults, **(entry.model_dump(exclude_none=True) if entry else {})}
+        data = {**ssh_defaults, **_entry(entry, path, f"routers.{name}")}
         data.setdefault("ssh_hostname", name)
         routers.append((name, {**parsed.fleet, **data, "role": "router"}))
     return hosts, routers
+
+
+def _entry(entry, path, section) -> dict:
+    """One host's keys as given (unset ones left out), once each is known and its value valid."""
+    data = {key: value for key, value in (entry or {}).items() if value is not None}
+    validate(data, str(path), path=f"{section}.")
+    return data
+
+
+def _check_fleet(fleet, path) -> None:
+    for key in fleet:
+        if key in FIELDS and key not in FLEET_KEYS:
+            raise DeployError(
+                f"{path}: fleet.{key}: only rolling_* and router_* settings belong here "
+                "(per host: under defaults or hosts; docs/settings.md)"
+            )
+    check_keys(fleet, str(path), known=FLEET_KEYS, path="fleet.")
+    validate(fleet, str(path), path="fleet.")
 
 
 def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict]]:
@@ -235,13 +222,20 @@ def _profile_choices(spec: str) -> dict[str, str]:
     return choices
 
 
-def deploy_defaults() -> dict:
-    """The host data defaults of group_data/all.py (deploy-level paths and switches)."""
-    return {
-        key: value
-        for key, value in runpy.run_path(str(REPO_ROOT / "group_data" / "all.py")).items()
-        if not key.startswith("_")
-    }
+def deploy_defaults(path: Path = GROUP_DATA_ALL) -> dict:
+    """Group `all`'s data as pyinfra reads it from group_data/all.py: every setting's default
+    (sglang_deploy/plan/settings.py) and any the site set there; DeployError for a key there
+    that is no setting, or a bad value."""
+    values = {key: value for key, value in runpy.run_path(str(path)).items() if not key.startswith("_")}
+    validate(values, _display(path))
+    return values
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
 
 
 def inventory_hosts(inventory_file) -> list[tuple[str, dict]]:

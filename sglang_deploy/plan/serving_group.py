@@ -1,7 +1,7 @@
 """Serving groups: hosts that serve one model together (multi-node tensor parallelism).
 
 An operator puts the hosts of one multi-node server in a group with host data (documented in
-inventory/hosts.example.yml, defaults in group_data/all.py):
+inventory/hosts.example.yml; the settings in sglang_deploy/plan/settings.py):
 
     serving_group: NAME     hosts with the same NAME run one server (SGLang --nnodes)
     node_rank: R            optional: the host's --node-rank; without it, the order of the
@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sglang_deploy.errors import DeployError
+from sglang_deploy.plan.settings import settings_of
 
 
 @dataclass(frozen=True)
@@ -71,40 +72,36 @@ class Member:
         return f"group {self.group} node-rank {self.rank} of {self.size}"
 
 
-def _get(data, key):
-    return data.get(key) if hasattr(data, "get") else getattr(data, key, None)
-
-
 def resolve(hosts) -> dict:
     """{host name: Member} for every host of ``hosts`` ((name, data) pairs, in inventory order)
     that names a serving_group; DeployError (naming the hosts) for an inconsistent group."""
     groups: dict = {}
     for name, data in hosts:
-        group = _get(data, "serving_group")
-        if group:
-            groups.setdefault(str(group), []).append((name, data))
+        settings = settings_of(data, name)
+        if settings.serving_group:
+            groups.setdefault(settings.serving_group, []).append((name, settings))
     members = {}
     for group, listed in groups.items():
         ranked = _ranked(group, listed)
         names = tuple(name for name, _ in ranked)
-        leader_data = ranked[0][1]
-        address = _get(leader_data, "cluster_address") or _get(leader_data, "ssh_hostname") or names[0]
-        for rank, (name, data) in enumerate(ranked):
+        leader = ranked[0][1]
+        address = leader.cluster_address or leader.ssh_hostname or names[0]
+        for rank, (name, settings) in enumerate(ranked):
             members[name] = Member(
                 group=group,
                 host=name,
                 rank=rank,
                 hosts=names,
                 leader_address=str(address),
-                socket_ifname=_get(data, "socket_ifname") or None,
+                socket_ifname=settings.socket_ifname or None,
             )
     return members
 
 
 def _ranked(group, listed):
-    """The group's (name, data) by rank: explicit node_rank on every member, or none (the
+    """The group's (name, settings) by rank: explicit node_rank on every member, or none (the
     inventory's order)."""
-    explicit = [(name, _get(data, "node_rank")) for name, data in listed]
+    explicit = [(name, settings.node_rank) for name, settings in listed]
     given = [(name, rank) for name, rank in explicit if rank is not None]
     if not given:
         return listed
@@ -114,13 +111,7 @@ def _ranked(group, listed):
             f"serving group {group}: node_rank is set on some members but not "
             f"on {unset}: set it on every member, or on none (inventory order)"
         )
-    try:
-        ranks = {name: int(rank) for name, rank in given}
-    except (TypeError, ValueError):
-        raise DeployError(
-            f"serving group {group}: node_rank must be a whole number: "
-            + ", ".join(f"{name}={rank!r}" for name, rank in given)
-        ) from None
+    ranks = dict(given)  # whole numbers: the settings' node_rank
     if sorted(ranks.values()) != list(range(len(listed))):
         raise DeployError(
             f"serving group {group}: node_rank must be 0..{len(listed) - 1}, "
@@ -233,5 +224,5 @@ def profile_of(data):
     """A host's profile, from its data (the loader the plan uses)."""
     from sglang_deploy.profile.schema import load_profile
 
-    get = data.get if hasattr(data, "get") else lambda key: getattr(data, key, None)
-    return load_profile(get("profile"), overrides=get("profile_overrides") or None)
+    settings = settings_of(data)
+    return load_profile(settings.profile, overrides=settings.profile_overrides or None)

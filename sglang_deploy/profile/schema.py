@@ -165,7 +165,7 @@ class HuggingFaceRepo(_Section):
         _pattern(
             r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?", "a Hugging Face repo id (owner/name)"
         ),
-    ]
+    ]  # owner/name on the Hugging Face Hub
     # A commit, never a branch or tag: a branch moves, so the same profile would stage another
     # model tomorrow.
     revision: Annotated[
@@ -213,7 +213,7 @@ ModelSource = Annotated[Source, BeforeValidator(_source_word, json_schema_input_
 
 class Model(_Section):
     path: AbsPath  # on the node; nothing is downloaded at start-up
-    served_name: Word
+    served_name: Word  # --served-model-name: the model name clients ask for
     # How `path` gets there: `path` (already on the node), {controller: DIR} or
     # {huggingface: {repo: R, revision: COMMIT}}; staged and verified by model_staging.py.
     source: ModelSource = Field(default_factory=Source)
@@ -257,7 +257,7 @@ class Throughput(_Section):
     streaming chat completions at temperature 0, one at a time. The defaults take about 13 s at
     60 tok/s; no expectation set: the figures are recorded, nothing is judged."""
 
-    enabled: bool = True
+    enabled: bool = True  # false: no decode check after a restart
     requests: int = Field(5, ge=1, le=100)  # timed requests; the median is the figure
     warmup_requests: int = Field(1, ge=0, le=20)  # untimed, first (caches, CUDA graphs' paths)
     max_tokens: int = Field(128, ge=2, le=4096)  # tokens decoded per request
@@ -297,18 +297,18 @@ class Hook(_Section):
 class Profile(_Section):
     """One serving configuration. `name` and `source` come from the files, not from keys."""
 
-    description: Description
-    engine: Engine
-    model: Model
+    description: Description  # one line: what this configuration is (the unit's Description=)
+    engine: Engine  # what is installed and how: the venv, its pinned packages, the drift check
+    model: Model  # what is served, and where its files come from
     server_args: dict[FlagName, ArgValue] = {}  # argv, in order; true: bare flag; false/null: none
     env: dict[EnvName, EnvValue] = {}  # env file and start-up hook
     secrets: dict[EnvName, Secret] = {}  # env file only, from the operator's environment
-    service: Service = Field(default_factory=Service)
-    readiness: Readiness = Field(default_factory=Readiness)
-    hook: Hook = Field(default_factory=Hook)
+    service: Service = Field(default_factory=Service)  # the systemd unit and the server's address
+    readiness: Readiness = Field(default_factory=Readiness)  # the gate after a (re)start
+    hook: Hook = Field(default_factory=Hook)  # the start-up hook: env in a Python started by hand
     throughput: Throughput = Field(default_factory=Throughput)
-    gpu: Gpu = Field(default_factory=Gpu)
-    pcie: Pcie = Field(default_factory=Pcie)
+    gpu: Gpu = Field(default_factory=Gpu)  # what the node's GPUs and driver must be, and their settings
+    pcie: Pcie = Field(default_factory=Pcie)  # the PCIe fabric between the GPUs
     _name: str = PrivateAttr("")
     _source: tuple[Path, ...] = PrivateAttr(())
 

@@ -62,7 +62,7 @@ def packages(node, plan, scripts_dir):
 
 @router_check("router unit")
 def unit(node, plan, scripts_dir):
-    path = f"/etc/systemd/system/{plan.unit}"
+    path = plan.unit_path
     installed = node.file(path)
     if not installed.exists:
         return Check("router unit", FAILED, f"{path} is missing")

@@ -219,7 +219,7 @@ def test_hosts_file_routers_and_fleet_settings(tmp_path):
         )
     ]
     path.write_text("hosts: {gpu1: {}}\nfleet: {profile: x}\n")
-    with pytest.raises(DeployError, match="fleet: profile"):
+    with pytest.raises(DeployError, match="fleet.profile: only rolling_"):
         gpu_hosts(path)
 
 

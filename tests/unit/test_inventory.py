@@ -26,7 +26,7 @@ def test_example_hosts_file_is_valid_and_layers_defaults():
     "text, message",
     [
         ("hosts: [unclosed", "not valid YAML"),
-        ("hosts:\n  a:\n    ssh_prot: 22\n", "hosts.a.ssh_prot: Extra inputs are not permitted"),
+        ("hosts:\n  a:\n    ssh_prot: 22\n", "hosts.a.ssh_prot: unknown key (did you mean 'ssh_port'?)"),
         (
             "hosts:\n  a:\n    ssh_port: 70000\n",
             "hosts.a.ssh_port: Input should be less than or equal to 65535",

@@ -1,0 +1,424 @@
+"""Deploy and host settings: the schema of pyinfra's host data, and `settings_of`.
+
+This is the one place for their defaults: a setting no host data gives gets the default written
+next to its field below (group_data/all.py hands them to pyinfra as group `all`'s data). Any of
+them can be set for a host (its inventory entry: inventory/hosts.yml, the sandbox inventory),
+for a group (group_data/<group>.py) or for a run (`pyinfra ... --data rollback=false`). A key
+that is neither a setting nor pyinfra's own stops the deploy before any host is touched, naming
+the key, where it was set and the nearest setting. What the server runs is not here: that is
+the profile's (sglang_deploy/profile/schema.py). docs/settings.md lists every setting
+(`make docs`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import shlex
+from collections.abc import Mapping
+from functools import cache
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from sglang_deploy.errors import DeployError
+from sglang_deploy.profile.schema import AbsPath, Pin
+
+# sglang-router 0.3.2's --policy choices (launch_router --help).
+ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+Seconds = Annotated[float, Field(gt=0)]
+
+
+def _router_policy(value: Any) -> Any:
+    if value not in ROUTER_POLICIES:
+        raise ValueError(f"unknown policy {value!r} (sglang-router 0.3.2 knows {', '.join(ROUTER_POLICIES)})")
+    return value
+
+
+def _router_pins(pins: list[str]) -> list[str]:
+    if not any(pin.partition("==")[0].replace("_", "-").lower() == "sglang-router" for pin in pins):
+        raise ValueError(f"exact pins (name==version) including sglang-router, got {pins}")
+    return pins
+
+
+def _words(value: Any) -> Any:
+    # `--data router_extra_args="--retry-max-retries 3"` arrives as one string.
+    return shlex.split(value) if isinstance(value, str) else value
+
+
+RouterPolicy = Annotated[str, AfterValidator(_router_policy)]
+RouterPins = Annotated[list[Pin], AfterValidator(_router_pins)]
+Words = Annotated[list[str], BeforeValidator(_words, json_schema_input_type=str | list[str])]
+
+
+class _Group(BaseModel):
+    """A group of settings (a section of docs/settings.md; host data itself is flat)."""
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+
+class WhatToServe(_Group):
+    """What to serve"""
+
+    profile: str = Field(
+        "baseline",
+        min_length=1,
+        description="The profile: a name under profiles/ or a path to a profile file.",
+    )
+    profile_overrides: dict[str, Any] = Field(
+        {},
+        description='Mapping deep-merged over the profile for this host, e.g. `{"service": {"port": 30001}}`.',
+    )
+
+
+class ServingGroups(_Group):
+    """Serving groups: one model on several nodes (sglang_deploy/plan/serving_group.py)"""
+
+    serving_group: str | None = Field(
+        None,
+        description="Hosts with the same serving_group run one multi-node server (SGLang --nnodes, the "
+        "profile's server_args.nnodes); unset: the host serves on its own.",
+    )
+    node_rank: int | None = Field(
+        None,
+        ge=0,
+        description="The member's --node-rank; unset: the order of the group's hosts in the inventory (first: rank 0).",
+    )
+    cluster_address: str | None = Field(
+        None,
+        description="The host's address on the cluster network; rank 0's is the group's --dist-init-addr host "
+        "(port: the profile's service.dist_init_port). Unset: its ssh_hostname.",
+    )
+    socket_ifname: str | None = Field(
+        None,
+        description="The host's cluster network interface: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME in its env "
+        "file (unset: NCCL and gloo pick one).",
+    )
+    group_follower_stop_s: Seconds = Field(
+        20,
+        description="Coordinated stop: rank 0 stops first and broadcasts the shutdown; a follower still running "
+        "this many seconds after rank 0 is gone is killed (SGLang's followers ignore SIGTERM).",
+    )
+
+
+class NodePaths(_Group):
+    """Where things go on the node"""
+
+    sglang_deploy_dir: AbsPath = Field(
+        "/opt/sglang-deploy",
+        description="On-node scripts (gate, restart, worker check), uploaded wheels, tool venvs.",
+    )
+    env_dir: AbsPath = Field(
+        "/etc/sglang", description="Env files (root, 0700 directory, 0600 files): `<env_dir>/<service>.env`."
+    )
+    unit_dir: AbsPath = Field(
+        "/etc/systemd/system", description="systemd units: `<unit_dir>/<service>.service`."
+    )
+    venvs_dir: AbsPath = Field(
+        "/opt/sglang/venvs",
+        description="Engine venvs, one per pin set (named after its pins, wheels and Python version); the unit "
+        "runs through the profile's engine.venv, a link the restart cycle points at one of them.",
+    )
+    state_dir: AbsPath = Field(
+        "/var/lib/sglang-deploy",
+        description="Node-side state: the last configuration that passed the gate, per service.",
+    )
+    run_dir: AbsPath = Field(
+        "/run/sglang-deploy",
+        description="Runtime files of a deploy (lost on reboot): the deploy lock, units being verified, the "
+        "readiness gate's report of the last start.",
+    )
+
+
+class TheOs(_Group):
+    """The OS"""
+
+    os_packages: list[str] = Field(
+        ["python3", "python3-venv", "pciutils", "rsync", "iproute2"],
+        description="Debian/Ubuntu packages the recipe needs on the node, installed with apt when missing (the "
+        "package index is refreshed only then): venvs, lspci/setpci for the ACS check and unit, rsync for "
+        "copying files where both ends have it, `ss` for make verify's port check.",
+    )
+
+
+class ModelStaging(_Group):
+    """Model staging"""
+
+    huggingface_hub_pin: Pin = Field(
+        "huggingface_hub==2.4.0",
+        description="Models with `source: {huggingface: ...}` are downloaded on the node by this huggingface_hub, "
+        "in a venv of its own under sglang_deploy_dir (hf-venv), never the engine's.",
+    )
+
+
+class Deploys(_Group):
+    """Deploys: the lock, rollback, repair"""
+
+    deploy_lock_wait_s: float = Field(
+        600,
+        ge=0,
+        description="One deploy at a time per node (and one rollout per fleet): how long a second deploy waits "
+        "before it fails saying who holds the lock. The lock goes away with the deploy that holds it.",
+    )
+    rollback: bool = Field(
+        True,
+        description="When a new configuration fails its readiness gate, restore the last one that passed, restart "
+        "on it and gate again (the deploy still fails). `--data rollback=false` leaves a failed node as it is, "
+        "for debugging.",
+    )
+    repair: bool = Field(
+        False,
+        description="`make repair` (`--data repair=true`): force-reinstall the engine distributions whose installed "
+        "files drifted from their wheels' RECORD (the profile's engine.drift_check), then restart.",
+    )
+
+
+class EngineVenvs(_Group):
+    """Engine venvs"""
+
+    venvs_keep: int = Field(
+        3,
+        ge=0,
+        description="How many engine venvs to keep (newest first); older ones go, but never the live one nor the "
+        "last known good's, so rolling back an engine change needs no download.",
+    )
+    venv_min_free_gib: float = Field(
+        2.0,
+        ge=0,
+        description="Free disk (GiB) that must remain beside the engine venvs: a new venv needs the live one's size "
+        "plus this; preflight refuses before anything is built or stopped.",
+    )
+
+
+class Connection(_Group):
+    """How the controller reaches a host (pyinfra's own keys: unset, pyinfra's defaults; its other ssh_* keys pass through)"""
+
+    ssh_hostname: str | None = Field(None, description="The address to reach (unset: the host's name).")
+    ssh_user: str | None = Field(None, description="The login user.")
+    ssh_port: Port | None = Field(None, description="The SSH port (unset: 22).")
+    ssh_key: str | None = Field(None, description="A private key file on the controller.")
+
+
+class Fleet(_Group):
+    """Fleets: SGLang's router in front of the serving nodes (sglang_deploy/plan/fleet.py)"""
+
+    role: Literal["router"] | None = Field(
+        None,
+        description="`router`: the host runs SGLang's router (so does every host of the inventory's `routers` group).",
+    )
+    fleet_address: str | None = Field(
+        None,
+        description="How other hosts reach this one (routers -> nodes, nodes -> routers); unset: its ssh_hostname.",
+    )
+
+
+class Router(_Group):
+    """The router (on router hosts)"""
+
+    router_packages: RouterPins = Field(
+        ["sglang-router==0.3.2"],
+        description="The router's exact pins (including sglang-router), in a venv of its own, installed from "
+        "router_find_links or from the index.",
+    )
+    router_find_links: str | None = Field(
+        None,
+        description="A directory of wheels on the controller (relative: to the repository), uploaded and installed "
+        "from (`make router-wheels`); unset: the package index.",
+    )
+    router_venv: AbsPath = Field("/opt/sglang-router/venv", description="The router's venv on its host.")
+    router_python: str = Field(
+        "python3", min_length=1, description="The interpreter that creates the router's venv."
+    )
+    router_bind: str = Field(
+        "0.0.0.0", min_length=1, description="The address the router and its exporter listen on."
+    )
+    router_port: Port = Field(30000, description="The router's port: clients send their requests here.")
+    router_prometheus_port: Port = Field(
+        29000,
+        description="The router's Prometheus exporter (the router will not start when this port is taken).",
+    )
+    router_policy: RouterPolicy = Field(
+        "round_robin", description=f"One of sglang-router's policies: {', '.join(ROUTER_POLICIES)}."
+    )
+    router_health_check_interval_s: int = Field(
+        2,
+        ge=1,
+        description="Seconds between the router's health checks of its workers (its own default is far slower: a "
+        "node that comes back would wait a minute for its first check).",
+    )
+    router_health_check_timeout_s: int = Field(
+        5, ge=1, description="Seconds one health check of a worker may take."
+    )
+    router_health_failure_threshold: int = Field(
+        3, ge=1, description="Failed health checks in a row before the router takes a worker out."
+    )
+    router_health_success_threshold: int = Field(
+        1, ge=1, description="Passed health checks in a row before the router sends a worker requests again."
+    )
+    router_extra_args: Words = Field(
+        [],
+        description='Extra arguments for sglang_router.launch_router, e.g. `["--retry-max-retries", "3"]`.',
+    )
+    router_gate_timeout_s: Seconds = Field(
+        120, description="How long the router's gate waits for /readiness 200 and every worker healthy."
+    )
+
+
+class RollingRestarts(_Group):
+    """Rolling restarts (every run that restarts nodes)"""
+
+    rolling_batch: int = Field(
+        1,
+        ge=1,
+        description="Nodes (or serving groups) restarted at a time: each is taken out of every router, drained, "
+        "restarted through its gate, put back and waited for until every router lists it healthy. Without "
+        "routers the batches still keep the other nodes serving.",
+    )
+    rolling_max_failures: int = Field(
+        0,
+        ge=0,
+        description="Once more than this many nodes failed, the rollout stops: later nodes keep their previous "
+        "configuration.",
+    )
+    rolling_drain_timeout_s: Seconds = Field(
+        120, description="How long a node out of rotation may take to finish its requests in flight."
+    )
+    rolling_healthy_timeout_s: Seconds = Field(
+        120, description="How long a restarted node may take until every router lists it healthy."
+    )
+    rolling_without_routers: bool = Field(
+        False,
+        description="A router that does not answer before a node leaves rotation stops the rollout; true rolls on "
+        "without it (that router then keeps sending to the restarting node until its health check).",
+    )
+    rolling_first_wave: bool = Field(
+        True,
+        description="Nodes that serve nothing (not installed, unit stopped or failed, healthy in no router) "
+        "restart together in a first wave, before the serving ones roll; false rolls every node in batches.",
+    )
+
+
+# In docs/settings.md's order.
+GROUPS = (
+    WhatToServe,
+    ServingGroups,
+    NodePaths,
+    TheOs,
+    ModelStaging,
+    Deploys,
+    EngineVenvs,
+    Connection,
+    Fleet,
+    Router,
+    RollingRestarts,
+)
+
+
+class Settings(*reversed(GROUPS)):
+    """Every setting of one host (host data is flat: group_data/all.py, the inventory, --data)."""
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True, frozen=True)
+
+
+# -- Reading host data -----------------------------------------------------------------------
+
+FIELDS = tuple(Settings.model_fields)
+# The keys a hosts file's `fleet:` section may set: settings of the whole fleet.
+FLEET_KEYS = tuple(name for group in (Router, RollingRestarts) for name in group.model_fields)
+
+
+def default(key: str) -> Any:
+    """The default of setting ``key`` (where an operation needs one without host data)."""
+    return Settings.model_fields[key].get_default(call_default_factory=True)
+
+
+def group_defaults() -> dict[str, Any]:
+    """What group_data/all.py gives pyinfra: every setting's default but pyinfra's own keys
+    (Connection: pyinfra keeps its defaults for those)."""
+    return {key: default(key) for key in FIELDS if key not in Connection.model_fields}
+
+
+@cache
+def pyinfra_keys() -> frozenset:
+    """Host data keys pyinfra itself reads: its connectors' (ssh_*, docker_*, ...). Keys
+    starting with ``_`` are its operation arguments (``_sudo``, ...) and are legal too."""
+    from pyinfra.api.connectors import get_all_connectors
+
+    return frozenset(key for connector in get_all_connectors().values() for key in connector.data_meta or {})
+
+
+def check_keys(data: Mapping[str, Any], where: str, known: tuple | None = None, path: str = "") -> None:
+    """DeployError naming the first key of ``data`` that is no setting (of ``known``; default:
+    every setting) nor pyinfra's, where it was set, and the nearest known key. ``path``: the
+    key path down to ``data`` in a file (``hosts.gpu1.``), written before the key."""
+    choices = FIELDS if known is None else known
+    legal = set(choices) if known is not None else set(FIELDS) | pyinfra_keys()
+    for key in data:
+        if isinstance(key, str) and (key in legal or (known is None and key.startswith("_"))):
+            continue
+        close = difflib.get_close_matches(str(key), sorted(legal), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else "the settings: docs/settings.md"
+        raise DeployError(f"{where}: {path}{key}: unknown key ({hint})")
+
+
+def validate(data: Mapping[str, Any], where: str = "host data", path: str = "") -> Settings:
+    """The settings ``data`` (one mapping) sets, every other at its default; DeployError for
+    an unknown key or a bad value, naming it and ``where`` (``path``: as for check_keys)."""
+    return _validated([(where, data)], path)
+
+
+def settings_of(data, who: str | None = None) -> Settings:
+    """The settings of a host whose data is ``data``: pyinfra's host data (each of its layers
+    checked: --data, the inventory's entry, group data, group_data/all.py) or a plain mapping
+    ((name, data) pairs of plan/hosts.py and the tests; ``who`` names it in errors)."""
+    if isinstance(data, Settings):
+        return data
+    if isinstance(data, Mapping):
+        return _validated([(who or "host data", data)])
+    return _validated(_pyinfra_layers(data))
+
+
+def _pyinfra_layers(data) -> list[tuple[str, Mapping]]:
+    """pyinfra's host data as (where, mapping), first the one that wins (pyinfra's order)."""
+    host = data.host
+    inventory = host.inventory
+    layers = [
+        (f"data host {host.name} was given during the deploy", data.override_datas),
+        ("--data", inventory.get_override_data()),
+        (f"host {host.name} in the inventory", inventory.get_host_data(host.name)),
+    ]
+    layers += [
+        (f"group {group}'s data (group_data/{group}.py or the inventory)", inventory.get_group_data(group))
+        for group in reversed(host.groups)  # the last group's value wins, as in pyinfra
+    ]
+    layers += [
+        ("group all's data (group_data/all.py)", inventory.get_data()),
+        ("a @deploy's data defaults", host.get_deploy_data()),
+    ]
+    return layers
+
+
+def _validated(layers: list[tuple[str, Mapping]], path: str = "") -> Settings:
+    for where, layer in layers:
+        check_keys(layer, where, path=path)
+    merged: dict[str, Any] = {}
+    for _, layer in reversed(layers):
+        merged.update((key, value) for key, value in layer.items() if key in Settings.model_fields)
+    try:
+        return Settings.model_validate(merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = err["loc"][0]
+        where = next(where for where, layer in layers if key in layer)
+        raise DeployError(f"{where}: {path}{key}: {reason(err)}") from None
+
+
+def reason(err: Mapping[str, Any]) -> str:
+    """One pydantic error as the operator reads it (the value it got, where it is plain)."""
+    if err["type"] == "value_error":
+        return str(err["ctx"]["error"])
+    value = err["input"]
+    if value is None or isinstance(value, (str, int, float)):
+        return f"{err['msg']} (got {value!r})"
+    return err["msg"]
