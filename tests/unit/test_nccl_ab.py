@@ -125,9 +125,9 @@ def _stats(a_rounds, b_rounds, world=2):
 
 def test_verdict_on_the_reference_capture():
     stats = _stats([CAPTURE_A], [CAPTURE_B])
-    cmp = nccl_ab.compare(stats, "b", "a")
+    cmp = allreduce_stats.compare(stats, "b", "a")
     assert cmp[262144]["ratio"] == pytest.approx(28.5 / 39.2)
-    line = nccl_ab.verdict("NCCL_PROTO=LL", cmp)
+    line = allreduce_stats.verdict("NCCL_PROTO=LL", cmp)
     assert line == (
         "NCCL_PROTO=LL: +38% at 256 KB (faster), \u221271% at 64 MB (slower); "
         "faster at 4 KB, 64 KB, 256 KB; slower at 1 MB, 16 MB, 64 MB"
@@ -141,9 +141,9 @@ def test_small_differences_and_noisy_rounds_are_no_effect():
         [{4096: 30.0, 65536: 25.0}, {4096: 30.0, 65536: 35.0}],
         [{4096: 30.9, 65536: 36.0}, {4096: 30.9, 65536: 36.0}],
     )
-    cmp = nccl_ab.compare(stats, "b", "a")
+    cmp = allreduce_stats.compare(stats, "b", "a")
     assert not any(c["significant"] for c in cmp.values())
-    assert nccl_ab.verdict("all", cmp) == "all: no effect beyond noise at any size (4 KB\u201364 KB)"
+    assert allreduce_stats.verdict("all", cmp) == "all: no effect beyond noise at any size (4 KB\u201364 KB)"
     assert allreduce_stats.overall_cause(cmp) == "no-effect"
 
 
