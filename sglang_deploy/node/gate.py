@@ -1,6 +1,6 @@
 """Readiness gate for an SGLang systemd unit, run on the node right after a (re)start.
 
-Ready means three things seen together (docs/architecture.md, "Which endpoint means what"):
+Ready means three things seen together (docs/sglang.md, "Which endpoint means what"):
 GET /v1/models lists the served name (it already answers during warmup, so alone it proves
 nothing), GET /ping answers 200 (SGLang 0.5.23's is_healthy(): a flag, set when the warmup's
 generation succeeded, cleared by SIGTERM; answered at once) and the start's journal holds
