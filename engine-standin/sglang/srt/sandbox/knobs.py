@@ -1,4 +1,4 @@
-"""The stand-in's knobs: SGLANG_STANDIN_* environment variables (docs/architecture.md).
+"""The stand-in's knobs: SGLANG_STANDIN_* environment variables (engine-standin/README.md, "Knobs").
 
 Read once, in the launching process, and handed to every subprocess, so that all ranks
 agree; a value that does not parse is an error at start (exit 2), never a silent default.
