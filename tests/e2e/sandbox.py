@@ -88,13 +88,14 @@ def start_deploy(profiles: dict, limit=None, extra_env=None, args=()) -> subproc
     )
 
 
-def wait_for_output(process: subprocess.Popen, text: str, timeout: float) -> str:
-    """Read a background deploy's output until ``text`` appears."""
+def wait_for_output(process: subprocess.Popen, text, timeout: float) -> str:
+    """Read a background deploy's output until ``text`` (or any of a tuple of texts) appears."""
     deadline = time.monotonic() + timeout
+    texts = (text,) if isinstance(text, str) else tuple(text)
     seen = []
     for line in process.stdout:
         seen.append(line)
-        if text in line:
+        if any(t in line for t in texts):
             return "".join(seen)
         assert time.monotonic() < deadline, f"no {text!r} within {timeout}s:\n{''.join(seen)}"
     raise AssertionError(f"deploy ended without {text!r}:\n{''.join(seen)}")

@@ -168,7 +168,9 @@ def test_an_interrupted_copy_resumes_and_the_old_model_serves_meanwhile(staged, 
     started = unit_start(NODE)
     first = start_deploy({NODE: profile}, limit=NODE)
     try:
-        seen = wait_for_output(first, "extra-2.bin", timeout=120)  # extra-1 is copied by then
+        # Per-file uploads name the file; rsync's progress counts the files left (extra-1 is
+        # copied by then either way).
+        seen = wait_for_output(first, ("extra-2.bin", "to-chk=1/2"), timeout=120)
     finally:
         first.kill()  # halfway, as an operator's laptop might die
         first.wait()

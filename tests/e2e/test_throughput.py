@@ -68,7 +68,7 @@ def node_history():
 def serving_rate():
     """Decode tok/s of what node1 serves now, measured on the node with the check's own code."""
     code = (
-        "import sys; sys.path.insert(0, '/opt/sglang-deploy/node'); import decode_rate; "
+        "import sys; sys.path.insert(0, '/opt/sglang-deploy/node'); from lib import decode_rate; "
         "print(decode_rate.measure('http://127.0.0.1:%d/v1/chat/completions', "
         "'tiny-standin', [], 2, 0, 24, 30)['decode_tok_s'])" % node_history()[-1]["port"]
     )
