@@ -87,7 +87,7 @@ def _fact_on(member_host, fact, **kwargs):
         return member_host.get_fact(fact, **kwargs)
 
 
-def _lead(state, host, member, rollback, stop_wait_s, preflight=True, rotation=None):
+def _lead(state, host, member, rollback, stop_wait_s, rotation=None):
     ok, text = False, "rank 0's restart of the group ended unexpectedly (see above)"
     shared = run_state.of(state)
     try:
@@ -99,7 +99,7 @@ def _lead(state, host, member, rollback, stop_wait_s, preflight=True, rotation=N
                 group.restore()
                 text = f"not restarted: {refusal}; every member's files went back to its last known good"
             else:
-                ok, text = group.cycle(rollback, preflight)
+                ok, text = group.cycle(rollback)
                 if run:
                     run.succeeded(host.name) if ok else run.failed(f"group {member.group}", text)
     finally:  # the followers wait for this verdict, whatever happens here
