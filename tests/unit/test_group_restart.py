@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import gevent
 import pytest
 
+from sglang_deploy import run_state
 from sglang_deploy.node.lib import status
 from sglang_deploy.operations import group_restart as group_cycle
 from sglang_deploy.plan import serving_group
@@ -337,3 +338,19 @@ def test_a_regression_without_rollback_serves_unrecorded_whatever_the_policy(mak
     )
     for name in ("node1", "node2"):
         assert not commands(name, "lastgood.py save") and not commands(name, "lastgood.py restore")
+
+
+def test_the_serving_check_judges_a_group_running_an_unrecorded_configuration_from_the_gate(
+    make_group, monkeypatch
+):
+    from sglang_deploy.operations import group
+
+    members = make_group()
+    plans = {h.name: p for h, p in zip(members.hosts, members.plans)}
+    run_state.of(members.state).group_plans["g1"] = plans
+    monkeypatch.setattr(group, "Group", lambda state, member, plans, stop_wait_s: members)
+    assert group._check_and_record(members.state, members.hosts[0], members.member, [1], True, 5)
+    assert commands("node1", "gate.py") and commands("node1", "decode_check.py")
+    assert not commands("node1", "restart.py")
+    for name in ("node1", "node2"):
+        assert commands(name, "lastgood.py save")
