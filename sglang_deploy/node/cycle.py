@@ -10,7 +10,8 @@ rolls back like a failed gate, under `fail` it leaves the new configuration serv
 (DECODE_UNMEASURED, or one that died) is a failed step whatever the policy: it rolls back.
 With --running the server already runs what is installed (the deploy started it, or a run that
 died midway left it unrecorded): the cycle starts at the gate, so nothing is recorded as the
-last known good without its decode check.
+last known good without its decode check. The decisions are decide()'s, which a serving
+group's restart runs too, with steps that act across its members (operations/group_restart.py).
 
     python3 cycle.py --steps-json '{"preflight": CMD, "switch": CMD, "restart": CMD,
                                     "gate": CMD, "workers": CMD, "save": CMD, "restore": CMD}'
@@ -50,14 +51,70 @@ LABELS = {
 }
 
 
+def decide(run, rollback=True, running=False):
+    """The restart cycle's decisions, written once: node/cycle.py runs them on a node, a serving
+    group's restart (operations/group_restart.py) across its members. ``run(step, profile=None)``
+    runs one step and returns (ok, its result line as a dict, {} when it printed none); the
+    steps are STEPS' and OPTIONAL_STEPS' ("decode" is (True, {}) where there is no check),
+    plus "rollback" (restore, after a failure past the stop: the runner may announce it) and
+    "remeasure" (the restored server's decode rate, with its profile; never fails). Returns
+    (outcome, details for the result line: "restored", and "profile" after a rollback)."""
+
+    def all_of(*names):
+        return all(run(name)[0] for name in names)
+
+    if running:
+        passed = all_of("gate", "workers")
+    elif not (run("preflight")[0] and run("switch")[0]):  # nothing stopped yet
+        return "preflight_failed", {"restored": run("restore")[0]}
+    else:
+        passed = all_of("restart", "gate", "workers")
+    if passed:
+        decoded, found = run("decode")
+        if decoded:
+            if run("save")[0]:
+                return "served", {}
+            # Not recorded: the next crash or deploy would restore an older configuration
+            # than the one serving, and a crash-loop of this one nothing: roll back now.
+        elif found.get("status") == status.THROUGHPUT_REGRESSION:  # slower: its policy decides
+            if not (rollback and found.get("on_regression") == "rollback"):
+                return "regressed", {"restored": False}
+        # else the check could not measure (or died): the server does not decode, a failed step
+    if not rollback:
+        return "failed", {"restored": False}
+    restored, found = run("rollback")
+    if not restored:
+        return "rollback_failed", {"restored": False, "profile": None}
+    previous = found.get("profile")
+    # The workers are not checked against this profile's env: they run the previous one's.
+    if not all_of("restart", "gate"):
+        return "rollback_failed", {"restored": True, "profile": previous}
+    run("remeasure", previous)
+    return "rolled_back", {"restored": True, "profile": previous}
+
+
 class Cycle:
+    """decide()'s steps on this node: each one of our scripts, run here."""
+
     def __init__(self, commands):
         self.commands = commands
         self.steps = []  # {"step", "status", "cause"} of every step run, in order
         self.details = {}  # the decode check's figures and policy, for the result line
 
+    def step(self, name, profile=None):
+        """decide()'s runner: (ok, the step's result line)."""
+        if name == "decode" and "decode" not in self.commands:
+            return True, {}
+        if name == "rollback":
+            print("rolling back to the last configuration that passed the gate", flush=True)
+            return self.run("restore", "rollback")
+        if name == "remeasure":
+            self.remeasured(profile)
+            return True, {}
+        return self.run(name)
+
     def run(self, name, label=None):
-        """Run one step, streaming its progress lines; True when it succeeded."""
+        """Run one step, streaming its progress lines: (ok, its result line)."""
         code, lines = result.run_streaming(self.commands[name])
         found = result.parse(lines) or {}
         cause = found.get("cause")
@@ -74,10 +131,7 @@ class Cycle:
                 **({"profile": found["profile"]} if "profile" in found else {}),
             )
         )
-        return code == status.READY
-
-    def all(self, *names):
-        return all(self.run(name) for name in names)
+        return code == status.READY, dict(found, status=code)
 
     def end(self, outcome, **details):
         failed = [step for step in self.steps if step["status"] != status.READY]
@@ -94,50 +148,25 @@ class Cycle:
             **dict(self.details, **details),
         )
 
-    def decoded(self):
-        """The decode check, where there is one: True unless it found a regression."""
-        return "decode" not in self.commands or self.run("decode")
-
     def remeasured(self, profile):
         """After a rollback, the restored server's decode rate, recorded under its own profile
         (its figure goes to the result's "restored_throughput"; it never fails the cycle)."""
         if "decode" not in self.commands or not profile:
             return
-        command = "%s --restored --profile %s" % (self.commands["decode"], shlex.quote(profile))
-        found = result.parse(result.run_streaming(command)[1]) or {}
+        found = result.parse(result.run_streaming(restored_decode(self.commands["decode"], profile))[1]) or {}
         if "throughput" in found:
             self.details["restored_throughput"] = found["throughput"]
 
 
+def restored_decode(decode, profile):
+    """The decode check's command line for the restored server, recorded under its profile."""
+    return "%s --restored --profile %s" % (decode, shlex.quote(profile))
+
+
 def cycle(commands, rollback=True, running=False):
     c = Cycle(commands)
-    if running:
-        passed = c.all("gate", "workers")
-    elif not (c.run("preflight") and c.run("switch")):  # nothing stopped yet
-        return c.end("preflight_failed", restored=c.run("restore"))
-    else:
-        passed = c.all("restart", "gate", "workers")
-    if passed:
-        if c.decoded():
-            if c.run("save"):
-                return c.end("served")
-            # Not recorded: the next crash or deploy would restore an older configuration
-            # than the one serving, and a crash-loop of this one nothing: roll back now.
-        elif c.steps[-1]["status"] == status.THROUGHPUT_REGRESSION:  # slower: its policy decides
-            if not (rollback and c.details.get("on_regression") == "rollback"):
-                return c.end("regressed", restored=False)
-        # else the check could not measure (or died): the server does not decode, a failed step
-    if not rollback:
-        return c.end("failed", restored=False)
-    print("rolling back to the last configuration that passed the gate", flush=True)
-    if not c.run("restore", "rollback"):
-        return c.end("rollback_failed", restored=False, profile=None)
-    previous = c.steps[-1].get("profile")
-    # The workers are not checked against this profile's env: they run the previous one's.
-    outcome = "rolled_back" if c.all("restart", "gate") else "rollback_failed"
-    if outcome == "rolled_back":
-        c.remeasured(previous)
-    return c.end(outcome, restored=True, profile=previous)
+    outcome, details = decide(c.step, rollback, running)
+    return c.end(outcome, **details)
 
 
 def main(argv=None):

@@ -87,7 +87,7 @@ def _fact_on(member_host, fact, **kwargs):
         return member_host.get_fact(fact, **kwargs)
 
 
-def _lead(state, host, member, rollback, stop_wait_s, preflight=True, rotation=None):
+def _lead(state, host, member, rollback, stop_wait_s, rotation=None):
     ok, text = False, "rank 0's restart of the group ended unexpectedly (see above)"
     shared = run_state.of(state)
     try:
@@ -99,7 +99,7 @@ def _lead(state, host, member, rollback, stop_wait_s, preflight=True, rotation=N
                 group.restore()
                 text = f"not restarted: {refusal}; every member's files went back to its last known good"
             else:
-                ok, text = group.cycle(rollback, preflight)
+                ok, text = group.cycle(rollback)
                 if run:
                     run.succeeded(host.name) if ok else run.failed(f"group {member.group}", text)
     finally:  # the followers wait for this verdict, whatever happens here
@@ -149,12 +149,22 @@ def group_restarted(member, rollback=True, stop_wait_s=20.0, rotation=None):
         yield FunctionCommand(_follow, (member,), {})
 
 
-def _record(state, host, member, ranks, stop_wait_s):
-    group = Group(state, member, run_state.of(state).group_plans[member.group], stop_wait_s)
-    failure = group.record()
-    if failure:
-        return _fail(state, host, failure)
-    group.say("recorded as last known good on " + ", ".join(group.who(r) for r in ranks))
+def _check_and_record(state, host, member, ranks, rollback, stop_wait_s):
+    """Members that serve a configuration other than their last known good: judged from the
+    gate on like any restart (gate, workers, decode check), then recorded or rolled back, as a
+    single node's is (node/cycle.py --running)."""
+    run = run_state.of(state)
+    group = Group(state, member, run.group_plans[member.group], stop_wait_s)
+    group.say(
+        "serving a configuration other than the last known good on "
+        + ", ".join(group.who(r) for r in ranks)
+        + ": checking it before recording it"
+    )
+    ok, text = group.cycle(rollback, running=True)
+    if not ok:
+        _note(run, member.group, f"group failed: {text}")
+        return _fail(state, host, f"group {member.group} failed: {text}")
+    group.say("recorded as last known good on every member")
     return True
 
 
@@ -225,10 +235,12 @@ def group_serving(member, rollback=True, stop_wait_s=20.0, rotation=None):
     A serving group that serves is left alone: every member's unit enabled and active, rank 0
     serving the model (a follower's dummy /health is never readiness), every member's workers
     carrying the profile's environment, what runs recorded as every member's last known good.
-    A member down, or one not running what is installed, restarts the group through rank 0.
+    A member down, or one not running what is installed, restarts the group through rank 0; a
+    group that runs what is installed but not what is recorded is judged from the gate on
+    (decode check included) before it is recorded, or rolled back.
 
     + member: serving_group.Member of this host
-    + rollback: restore every member's last known good when such a restart fails its gate
+    + rollback: restore every member's last known good when such a restart or check fails
     + stop_wait_s: seconds a follower has to end on rank 0's shutdown before it is killed
     + rotation: rank 0's ``fleet_plan.Rotation``, for such a restart
     """
@@ -245,7 +257,7 @@ def group_serving(member, rollback=True, stop_wait_s=20.0, rotation=None):
     elif why:
         yield FunctionCommand(_fail, (f"group {member.group}: {'; '.join(why)}",), {})
     elif record:
-        yield FunctionCommand(_record, (member, record, stop_wait_s), {})
+        yield FunctionCommand(_check_and_record, (member, record, rollback, stop_wait_s), {})
     else:
         host.noop(
             f"group {member.group} serves {plan.profile.model.served_name}: rank 0 "

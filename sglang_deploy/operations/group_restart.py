@@ -1,12 +1,13 @@
 """A serving group's restart, driven from the controller across its members' connections
 (operations/group.py runs it inside rank 0's operation; docs/architecture.md "Serving groups").
 
-The steps and their order are the single-node cycle's (node/cycle.py: preflight, venv switch,
-restart, readiness gate, workers, decode check, last known good saved; on failure the last known
-good restored and restarted), with the group's own orders inside them: rank 0 stops first and
-the followers end on its shutdown; every member starts; rank 0 alone is gated (it serves the
-API) while the followers' units are watched; every other step runs on every member at once.
-Failures are named with node/cycle.py's step labels.
+The cycle's decisions are the single node's, run by the same function (node/cycle.py's
+decide(): preflight, venv switch, restart, readiness gate, workers, decode check, last known good
+saved; on failure the last known good restored and restarted); this module gives it steps that
+act across the members: rank 0 stops first and the followers end on its shutdown; every member
+starts; rank 0 alone is gated (it serves the API) while the followers' units are watched; the
+decode check is rank 0's; every other step runs on every member at once. Failures are named
+with node/cycle.py's step labels.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from pyinfra.context import ContextObject, ctx_config, ctx_host
 
 from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.node import group_join
-from sglang_deploy.node.cycle import LABELS
-from sglang_deploy.node.lib import result, status
+from sglang_deploy.node.cycle import LABELS, decide, restored_decode
+from sglang_deploy.node.lib import result
 from sglang_deploy.operations.files import hook_paths
 from sglang_deploy.operations.service import _cause
 from sglang_deploy.operations.streamed import run_streamed
@@ -66,6 +67,14 @@ def _ended(show, base):
     return None
 
 
+# node/cycle.py's steps that run on every member at once, by their command line
+EVERYWHERE = {
+    "preflight": lambda plan: plan.scripts.preflight(f"{plan.venv}/bin/python"),
+    "switch": lambda plan: plan.scripts.switch(),
+    "workers": lambda plan: plan.scripts.workers(),
+}
+
+
 class Group:
     """One serving group's members, by rank, and the steps of its coordinated restart."""
 
@@ -80,6 +89,8 @@ class Group:
         self.config = ctx_config.get()  # pyinfra's context, for the greenlets of `on`
         self.t0 = time.monotonic()
         self.said = set()  # what say() said already (a follower's death, said as it is seen)
+        self.failures = []  # why each step of the cycle that failed did, in order
+        self.decoded = {}  # rank 0's decode check's result line
 
     @property
     def followers(self):
@@ -118,77 +129,80 @@ class Group:
     def all_ranks(self):
         return range(len(self.hosts))
 
-    # -- The cycle ------------------------------------------------------------------------------
+    # -- The cycle: node/cycle.py's decisions (decide()), with steps across the members ---------
 
-    def cycle(self, rollback=True, preflight=True):
-        """Preflight everywhere; rank 0 out of its routers' rotation (when the fleet has
-        routers) and drained; stop rank 0 first, then the followers; start every member; gate
-        rank 0 while watching the followers; workers everywhere; record the last known good
-        everywhere; rank 0 back in rotation. A failure after the stop rolls every member back
-        together (and rank 0 goes back in rotation serving the previous configuration)."""
+    def cycle(self, rollback=True, running=False):
+        """node/cycle.py's cycle across the members (step()), rank 0 out of its routers' rotation
+        from its switch until it serves again (the new configuration, or the previous one after
+        a rollback). ``running``: the group runs what is installed: the cycle starts at the gate."""
         gone = [h.name for h in self.hosts if h in self.state.failed_hosts]
-        if gone:
-            self.restore()
-            return False, (
-                f"{', '.join(gone)} failed before the restart (its cause is above): nothing was stopped"
-            )
         engines = {h.name: posixpath.basename(plan.venv or "") for h, plan in zip(self.hosts, self.plans)}
-        if len(set(engines.values())) > 1:  # the same pins, wheels and Python on every member
-            self.restore()
-            return False, (
+        if gone:
+            refused = f"{', '.join(gone)} failed before the restart (its cause is above): nothing was stopped"
+        elif len(set(engines.values())) > 1:  # the same pins, wheels and Python on every member
+            refused = (
                 "members would run different engine venvs: "
                 + ", ".join(f"{name} {venv}" for name, venv in engines.items())
                 + "; nothing was stopped"
             )
-        if preflight:
-            failure = self.first_failure(
-                self.on(
-                    self.all_ranks(),
-                    lambda r: self.plans[r].scripts.preflight(f"{self.plans[r].venv}/bin/python"),
-                ),
-                LABELS["preflight"],
-            ) or self.first_failure(
-                self.on(self.all_ranks(), lambda r: self.plans[r].scripts.switch()), LABELS["switch"]
-            )
-            if failure:
-                self.restore()
-                return False, f"{failure}; nothing was stopped"
-        refused = self.take_out()
+        else:
+            refused = None
         if refused:
-            self.restore()
+            if not running:  # what this run installed goes back; a running group keeps its files
+                self.restore()
             return False, refused
-        ok, text = self.restart(rollback)
+        outcome, details = decide(self.step, rollback, running)
+        text = self.verdict(outcome, details.get("profile") or "?", details.get("restored"))
         back = self.put_back()
-        return (ok and not back), (f"{text}; {back}" if back else text)
+        return (outcome == "served" and not back), (f"{text}; {back}" if back else text)
 
-    def restart(self, rollback):
-        """From the stop on: restart, gate, workers, decode check, record; or roll back."""
-        why = self.restart_and_gate() or self.first_failure(
-            self.on(self.all_ranks(), lambda r: self.plans[r].scripts.workers()), LABELS["workers"]
-        )
-        if not why:
-            why = self.decode_check()
-            if why is False:  # on_regression: fail: it serves, unrecorded
-                return False, "decode check regressed (on_regression: fail): the group serves, not recorded"
-        if not why:
-            why = self.record()
-            if not why:
-                return True, f"serving ({self.plans[0].profile.name})"
+    def step(self, name, profile=None):
+        """decide()'s runner: node/cycle.py's step ``name`` across the members: (ok, rank 0's
+        result line)."""
+        if name == "remeasure":
+            return self.remeasure(profile), {}
+        reads = {"decode": self.decode_check, "restore": self.restored, "rollback": self.roll_back}
+        if name in reads:  # the steps whose result decide() reads
+            failure, found = reads[name]()
+        elif name in EVERYWHERE:
+            command = EVERYWHERE[name]
+            failure = self.first_failure(
+                self.on(self.all_ranks(), lambda r: command(self.plans[r])), LABELS[name]
+            )
+            # The last step before anything stops: rank 0 out of rotation.
+            failure, found = (failure or (self.take_out() if name == "switch" else None)), {}
+        else:
+            failure, found = {"restart": self.restart, "gate": self.gate, "save": self.record}[name](), {}
+        if failure:
+            self.failures.append(failure)
+        return not failure, found
+
+    def said_failure(self):
+        """The first failure, said once (a follower's death is said as it is seen)."""
+        why = self.failures[0]
         if why not in self.said:
             self.say(why, fg="red", error=True)
-        if not rollback:
-            return False, f"{why}; rollback disabled: the group is left as it is"
-        self.say("rolling back every member to its last known good", fg="yellow")
-        found = self.restore()
-        failure = self.first_failure(found, "restoring the last known good")
-        if failure:
-            return False, f"{why}; rollback failed: {failure}"
-        previous = (result.parse(found[0][1].stdout_lines) or {}).get("profile") or "?"
-        again = self.restart_and_gate()
-        if again:
-            return False, f"{why}; rollback to {previous} failed too: {again}"
-        self.say(f"rolled back: serving {previous} again", fg="yellow", error=True)
-        return False, f"{why}; rolled back: serving {previous} again"
+        return why
+
+    def verdict(self, outcome, previous, restored):
+        """decide()'s outcome in the group's words."""
+        if outcome == "served":
+            return f"serving ({self.plans[0].profile.name})"
+        if outcome == "preflight_failed":
+            return f"{self.failures[0]}; nothing was stopped"
+        if outcome == "regressed":
+            policy = self.decoded.get("on_regression")
+            unless = "" if policy == "fail" else "; rollback disabled"
+            return f"decode check regressed (on_regression: {policy}{unless}): the group serves, not recorded"
+        why = self.said_failure()
+        if outcome == "failed":
+            return f"{why}; rollback disabled: the group is left as it is"
+        if outcome == "rolled_back":
+            self.say(f"rolled back: serving {previous} again", fg="yellow", error=True)
+            return f"{why}; rolled back: serving {previous} again"
+        if restored:
+            return f"{why}; rollback to {previous} failed too: {self.failures[-1]}"
+        return f"{why}; rollback failed: {self.failures[-1]}"
 
     def take_out(self):
         """Rank 0 out of every router and drained before the group stops (the routers then send
@@ -197,7 +211,7 @@ class Group:
             return None
         ok, output = self.run(0, self.rotation.out(self.plans[0].scripts.directory))
         if not ok:
-            return f"rotation: {_cause(output)}; nothing was stopped"
+            return f"rotation: {_cause(output)}"
         self.taken_out = (result.parse(output.stdout_lines) or {}).get("rotation") or {}
         return None
 
@@ -209,28 +223,48 @@ class Group:
         return None if ok else f"back in rotation failed: {_cause(output)}"
 
     def decode_check(self):
-        """Rank 0's decode check (it serves the API), when the profile has one: None when it
-        passed or only warns, False under on_regression: fail, why under rollback."""
+        """Rank 0's decode check (it serves the API), when the profile has one: (None, or why
+        it failed; its result line)."""
         command = self.plans[0].scripts.decode_check()
         if not command:
-            return None
+            return None, {}
         ok, output = self.run(0, command)
-        found = result.parse(output.stdout_lines) or {}
+        self.decoded = found = result.parse(output.stdout_lines) or {}
         said = throughput.took_note(self.hosts[0].name, found)
         if said:
             self.say(said[0], fg={"warning": "yellow", "error": "red"}.get(said[1]))
-        if ok:
-            return None
-        # A measured regression under `fail` serves unrecorded; anything else that failed (a
-        # regression under rollback, a check that could not measure) rolls back.
-        regressed = found.get("status") == status.THROUGHPUT_REGRESSION
-        if regressed and found.get("on_regression") == "fail":
-            return False
-        return f"{LABELS['decode']}: {_cause(output)}"
+        return (None if ok else f"{LABELS['decode']}: {_cause(output)}"), found
+
+    def remeasure(self, profile):
+        """After a rollback, rank 0's restored decode rate, recorded under its own profile; it
+        never fails the cycle."""
+        command = self.plans[0].scripts.decode_check()
+        if command and profile:
+            found = result.parse(self.run(0, restored_decode(command, profile))[1].stdout_lines) or {}
+            said = throughput.took_restored_note(
+                self.hosts[0].name, {"restored_throughput": found.get("throughput")}
+            )
+            if said:
+                self.say(said)
+        return True
 
     def restore(self):
         ranks = [r for r in self.all_ranks() if self.hosts[r] not in self.state.failed_hosts]
         return self.on(ranks, lambda r: self.plans[r].scripts.restore_last_good())
+
+    def restored(self):
+        """Every member's last known good files back: (None, or why not; rank 0's result)."""
+        found = self.restore()
+        rank0 = found.get(0)
+        return (
+            self.first_failure(found, "restoring the last known good"),
+            (result.parse(rank0[1].stdout_lines) or {}) if rank0 else {},
+        )
+
+    def roll_back(self):
+        self.said_failure()
+        self.say("rolling back every member to its last known good", fg="yellow")
+        return self.restored()
 
     def record(self):
         def save(rank):
@@ -277,16 +311,13 @@ class Group:
         )
         return None
 
-    def restart_and_gate(self):
-        """Stop, start every member, gate rank 0 watching the followers: None, or why not."""
+    def restart(self):
+        """Stop, then start every member: None, or why not."""
         failure = self.stop()
         if failure:
             return failure
         self.say("starting every member")
-        failure = self.first_failure(
-            self.on(self.all_ranks(), lambda r: self.plans[r].scripts.start()), "start"
-        )
-        return failure or self.gate()
+        return self.first_failure(self.on(self.all_ranks(), lambda r: self.plans[r].scripts.start()), "start")
 
     def gate(self):
         """Rank 0's readiness gate (the served name, /ping, "fired up") while every follower's

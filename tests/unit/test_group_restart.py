@@ -8,11 +8,14 @@ from types import SimpleNamespace
 import gevent
 import pytest
 
+from sglang_deploy import run_state
+from sglang_deploy.node.lib import status
 from sglang_deploy.operations import group_restart as group_cycle
 from sglang_deploy.plan import serving_group
 from sglang_deploy.plan.fleet import rolling_settings
 from sglang_deploy.plan.fleet_hosts import Rotation
 from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.report import throughput_log as throughput
 
 LOG = []
 
@@ -250,3 +253,104 @@ def test_a_decode_check_that_could_not_measure_rolls_the_group_back_whatever_the
     assert not ok and text.endswith("rolled back: serving group again"), text
     for name in ("node1", "node2"):
         assert commands(name, "lastgood.py restore") and not commands(name, "lastgood.py save")
+
+
+# The cycle's decisions are node/cycle.py's (decide()): where the group once decided otherwise,
+# the single node's rule holds.
+
+
+def test_a_running_group_is_checked_from_the_gate_before_it_is_recorded(make_group):
+    # As a single node's --running: nothing is recorded without its gate and decode check.
+    ok, text = make_group().cycle(running=True)
+    assert (ok, text) == (True, "serving (baseline)")
+    assert not [entry for entry in LOG if "preflight.py" in entry[1] or "restart.py" in entry[1]]
+    assert not [entry for entry in LOG if "systemctl start" in entry[1]]
+    assert (
+        commands("node1", "gate.py")
+        < commands("node1", "decode_check.py")
+        < commands("node1", "lastgood.py save")
+    )
+    for name in ("node1", "node2"):
+        assert commands(name, "workers.py") and commands(name, "lastgood.py save")
+
+
+def test_a_running_group_that_fails_its_gate_rolls_every_member_back(make_group):
+    def rank0(host, text):
+        if "gate.py" in text and not host.starts:
+            return False, result(4, cause="timeout: last phase: starting (120.0s)")
+        if "systemd.py journal" in text:
+            return True, result(lines=[], cursor="c")
+        return healthy(host, text)
+
+    members = make_group()
+    members.hosts[0].script = rank0
+    ok, text = members.cycle(running=True)
+    assert not ok and text.endswith("rolled back: serving group again"), text
+    for name in ("node1", "node2"):
+        assert len(commands(name, "lastgood.py restore")) == 1 and len(commands(name, "systemctl start")) == 1
+        assert not commands(name, "lastgood.py save")
+
+
+def test_a_refused_save_rolls_every_member_back(make_group):
+    def follower(host, text):
+        if "lastgood.py save" in text:
+            return False, result(status.NO_SPACE, cause="no space left on device")
+        return healthy(host, text)
+
+    ok, text = make_group(follower).cycle()
+    assert not ok and text.startswith("recording last known good failed on node2 (node-rank 1): no space")
+    assert text.endswith("rolled back: serving group again")
+    for name in ("node1", "node2"):
+        assert commands(name, "lastgood.py restore")
+
+
+def test_after_a_rollback_rank_0s_restored_server_is_measured_again(make_group, monkeypatch, tmp_path):
+    monkeypatch.setattr(throughput, "REPORTS", tmp_path)
+    members = make_group(follower_dies_on_first_start)
+
+    def rank0(host, text):
+        if "decode_check.py" in text and "--restored" in text:
+            entry = {"decode_tok_s": 80.0, "restored": True, "profile": "group"}
+            return True, result(throughput=entry)
+        return healthy(host, text)
+
+    members.hosts[0].script = rank0
+    ok, text = members.cycle()
+    assert not ok and text.endswith("rolled back: serving group again")
+    measured = commands("node1", "decode_check.py", "--restored --profile group")
+    assert len(measured) == 1 and measured[0] > commands("node1", "lastgood.py restore")[0]
+    assert any("decode check after the rollback: group serves at 80.0 tok/s" in t for _, t in LOG)
+    assert (tmp_path / "node1.jsonl").exists()
+
+
+def test_a_regression_without_rollback_serves_unrecorded_whatever_the_policy(make_group):
+    # --no-rollback wins over `on_regression: rollback`: it serves, is not recorded, nothing goes back.
+    def rank0(host, text):
+        if "decode_check.py" in text:
+            return False, result(status.THROUGHPUT_REGRESSION, cause="slower", on_regression="rollback")
+        return healthy(host, text)
+
+    members = make_group()
+    members.hosts[0].script = rank0
+    ok, text = members.cycle(rollback=False)
+    assert not ok and text == (
+        "decode check regressed (on_regression: rollback; rollback disabled): the group serves, not recorded"
+    )
+    for name in ("node1", "node2"):
+        assert not commands(name, "lastgood.py save") and not commands(name, "lastgood.py restore")
+
+
+def test_the_serving_check_judges_a_group_running_an_unrecorded_configuration_from_the_gate(
+    make_group, monkeypatch
+):
+    from sglang_deploy.operations import group
+
+    members = make_group()
+    plans = {h.name: p for h, p in zip(members.hosts, members.plans)}
+    run_state.of(members.state).group_plans["g1"] = plans
+    monkeypatch.setattr(group, "Group", lambda state, member, plans, stop_wait_s: members)
+    assert group._check_and_record(members.state, members.hosts[0], members.member, [1], True, 5)
+    assert commands("node1", "gate.py") and commands("node1", "decode_check.py")
+    assert not commands("node1", "restart.py")
+    for name in ("node1", "node2"):
+        assert commands(name, "lastgood.py save")

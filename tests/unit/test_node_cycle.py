@@ -197,3 +197,86 @@ def test_a_refused_save_without_rollback_is_left_as_it_is(tmp_path, capsys):
     code, found, ran, _ = _run(tmp_path, capsys, rollback=False, save=[(status.NO_SPACE, "full")])
     assert found["outcome"] == "failed" and found["restored"] is False and code == status.NO_SPACE
     assert ran == ["preflight", "switch", "restart", "gate", "workers", "save"]
+
+
+REGRESSED = {"status": status.THROUGHPUT_REGRESSION}
+UNMEASURED = {"status": status.DECODE_UNMEASURED, "on_regression": "warn"}
+CYCLE = ["preflight", "switch", "restart", "gate", "workers", "decode"]
+ROLLBACK = ["rollback", "restart", "gate"]
+
+
+@pytest.mark.parametrize(
+    "settings, failing, outcome, details, ran",
+    [
+        ({}, {}, "served", {}, CYCLE + ["save"]),
+        ({}, {"preflight": [{}]}, "preflight_failed", {"restored": True}, ["preflight", "restore"]),
+        ({"running": True}, {}, "served", {}, ["gate", "workers", "decode", "save"]),
+        (
+            {"running": True},
+            {"gate": [{}]},
+            "rolled_back",
+            {"restored": True, "profile": "previous"},
+            ["gate", "rollback", "restart", "gate", "remeasure"],
+        ),
+        ({}, {"decode": [dict(REGRESSED, on_regression="fail")]}, "regressed", {"restored": False}, CYCLE),
+        (
+            {},
+            {"decode": [dict(REGRESSED, on_regression="rollback")]},
+            "rolled_back",
+            {"restored": True, "profile": "previous"},
+            CYCLE + ROLLBACK + ["remeasure"],
+        ),
+        (
+            {"rollback": False},
+            {"decode": [dict(REGRESSED, on_regression="rollback")]},
+            "regressed",
+            {"restored": False},
+            CYCLE,
+        ),
+        (
+            {},
+            {"decode": [UNMEASURED]},
+            "rolled_back",
+            {"restored": True, "profile": "previous"},
+            CYCLE + ROLLBACK + ["remeasure"],
+        ),
+        ({"rollback": False}, {"decode": [UNMEASURED]}, "failed", {"restored": False}, CYCLE),
+        (
+            {},
+            {"save": [{}]},
+            "rolled_back",
+            {"restored": True, "profile": "previous"},
+            CYCLE + ["save"] + ROLLBACK + ["remeasure"],
+        ),
+        (
+            {},
+            {"gate": [{}], "rollback": [{}]},
+            "rollback_failed",
+            {"restored": False, "profile": None},
+            ["preflight", "switch", "restart", "gate", "rollback"],
+        ),
+        (
+            {},
+            {"gate": [{}, {}]},
+            "rollback_failed",
+            {"restored": True, "profile": "previous"},
+            ["preflight", "switch", "restart", "gate"] + ROLLBACK,
+        ),
+    ],
+)
+def test_the_decisions_are_made_once_whatever_runs_the_steps(settings, failing, outcome, details, ran):
+    # decide() is what a node's cycle and a serving group's restart both run: here with a runner
+    # whose steps pass unless ``failing`` gives a step's failed results, run by run.
+    steps = []
+
+    def run(name, profile=None):
+        steps.append(name)
+        assert profile == ("previous" if name == "remeasure" else None)
+        failures = failing.get(name, [])
+        n = steps.count(name) - 1
+        if n < len(failures):
+            return False, failures[n]
+        return True, {"profile": "previous"} if name == "rollback" else {}
+
+    assert cycle.decide(run, **settings) == (outcome, details)
+    assert steps == ran
