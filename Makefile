@@ -118,6 +118,14 @@ test: setup test-unit test-e2e
 clean:
 	rm -rf build engine-standin/build .pytest_cache
 
+# Locks (locks/, committed): every distribution of each profile's engine closure with its
+# sha256, resolved by uv for the nodes' platform (engine.platform, engine.python_version).
+# PROFILE=name: that profile's lock only. Prints what moved in the closure.
+PROFILE ?=
+.PHONY: lock
+lock: wheels
+	$(PYTHON) -m sglang_deploy.plan.locks lock $(PROFILE)
+
 # Profiles: schema, flag names, NCCL lint (warnings printed; --strict makes them fatal).
 .PHONY: lint-profiles schema
 lint-profiles:
