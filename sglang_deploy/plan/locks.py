@@ -284,3 +284,8 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def node_lock_path(scripts_dir: str, engine) -> str:
+    """Where the deploy puts ``engine``'s lock on a node: beside our scripts' directory."""
+    return f"{scripts_dir.rsplit('/', 1)[0]}/locks/{lock_name(engine)}"

@@ -636,3 +636,7 @@ def acs_unit(node, plan) -> Check:
     if problems:
         return Check("acs unit", FAILED, f"{'; '.join(problems)}; last: {last}")
     return Check("acs unit", OK, f"enabled, ran at boot or deploy: {last}")
+
+
+# Checks defined in modules of their own register on import (their order: the table's).
+from sglang_deploy.verify import lock_exactness  # noqa: E402, F401
