@@ -126,6 +126,13 @@ PROFILE ?=
 lock: wheels
 	$(PYTHON) -m sglang_deploy.plan.locks lock $(PROFILE)
 
+# The locked wheels of PROFILE's lock (and the pinned uv wheel the nodes build venvs with),
+# downloaded once into build/wheelhouse/<lock>/, every sha256 checked; kept between runs.
+.PHONY: wheelhouse
+wheelhouse: wheels
+	@test -n "$(PROFILE)" || { echo "make wheelhouse PROFILE=<name>"; exit 2; }
+	$(PYTHON) -m sglang_deploy.plan.wheelhouse $(PROFILE)
+
 # Profiles: schema, flag names, NCCL lint (warnings printed; --strict makes them fatal).
 .PHONY: lint-profiles schema
 lint-profiles:
