@@ -118,6 +118,21 @@ test: setup test-unit test-e2e
 clean:
 	rm -rf build engine-standin/build .pytest_cache
 
+# Locks (locks/, committed): every distribution of each profile's engine closure with its
+# sha256, resolved by uv for the nodes' platform (engine.platform, engine.python_version).
+# PROFILE=name: that profile's lock only. Prints what moved in the closure.
+PROFILE ?=
+.PHONY: lock
+lock: wheels
+	$(PYTHON) -m sglang_deploy.plan.locks lock $(PROFILE)
+
+# The locked wheels of PROFILE's lock (and the pinned uv wheel the nodes build venvs with),
+# downloaded once into build/wheelhouse/<lock>/, every sha256 checked; kept between runs.
+.PHONY: wheelhouse
+wheelhouse: wheels
+	@test -n "$(PROFILE)" || { echo "make wheelhouse PROFILE=<name>"; exit 2; }
+	$(PYTHON) -m sglang_deploy.plan.wheelhouse $(PROFILE)
+
 # Profiles: schema, flag names, NCCL lint (warnings printed; --strict makes them fatal).
 .PHONY: lint-profiles schema
 lint-profiles:

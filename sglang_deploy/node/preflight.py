@@ -3,7 +3,7 @@
     <venv>/bin/python preflight.py --unit sglang.service --argv-json '["--model-path", ...]'
         [--gpus-needed 8] [--min-driver 550.54.15] [--gpu-model H200]
         [--min-free-gib 2 --disk-path /opt/sglang] [--no-argv]
-        [--new-venv /opt/sglang/venvs/NAME --live-venv /opt/sglang/venv]
+        [--new-venv /opt/sglang/venvs/NAME --live-venv /opt/sglang/venv] [--lock LOCK.txt]
 
 Run by the venv's interpreter, so the engine's own argument parser judges the argv
 (`sglang.srt.server_args.prepare_server_args`, the same call on SGLang and on the stand-in),
@@ -14,7 +14,7 @@ config.json whose files have their manifest's sizes (model_manifest.py); enough 
 the NVIDIA driver version and GPU model the profile's `gpu:` section asks for (gpu_settings.py);
 the port is free or held by this unit's own processes; free disk (and room for a new engine
 venv: the live one's size plus --min-free-gib); the engine's installed files
-match their wheels' RECORD (--drift). One line per check: `preflight ok: …`, `… skipped: …`,
+match their wheels' RECORD (--drift); the venv holds exactly its lock (--lock, exact.py). One line per check: `preflight ok: …`, `… skipped: …`,
 `… warning: …` or `… failed: …`; then the result line (result.py) with every check, the
 warnings and, as its cause, the failures; exit 0 when nothing failed, else status.PREFLIGHT_FAILED.
 """
@@ -30,10 +30,11 @@ import subprocess
 import sys
 
 if __package__:
-    from . import drift, flags, model_manifest, venvs
+    from . import drift, exact, flags, model_manifest, venvs
     from .lib import gpu_settings, procs, result, status, systemd
 else:  # run as a script: our scripts' directory is on sys.path
     import drift
+    import exact
     import flags
     import model_manifest
     import venvs
@@ -172,6 +173,24 @@ def check_drift(names, allow):
     return verdict, "engine drift: %s%s" % ("; ".join(problems), suffix)
 
 
+def check_lock(path):
+    """The venv holds exactly its lock (exact.py), for this Python: nothing extra, nothing
+    missing, the same versions."""
+    if not path:
+        return None
+    try:
+        with open(path) as lock:
+            found = exact.check(lock.read())
+    except OSError as exc:
+        return "failed", "the engine's lock cannot be read: %s" % exc
+    if found["status"] == status.READY:
+        return "ok", "the engine venv holds exactly its lock (%d distributions)" % found["locked"]
+    return "failed", "the engine venv is not its lock %s: %s (`make repair` reinstalls it)" % (
+        os.path.basename(path),
+        "; ".join(exact.problems(found)[:10]),
+    )
+
+
 def check_disk(path, min_free_gib):
     while not os.path.exists(path):
         path = os.path.dirname(path)
@@ -229,6 +248,7 @@ def main(argv=None):
         help="engine distributions whose installed files must match RECORD",
     )
     parser.add_argument("--allow-drift", action="store_true", help="drift warns instead of failing")
+    parser.add_argument("--lock", help="the engine's lock file: the venv must hold exactly it")
     parser.add_argument("--new-venv", help="an engine venv about to be built: is there room?")
     parser.add_argument("--live-venv", help="the link to the live engine venv (its size)")
     args = parser.parse_args(argv)
@@ -248,6 +268,7 @@ def main(argv=None):
         if args.new_venv
         else check_disk(args.disk_path, args.min_free_gib),
         None if args.no_argv else check_drift(args.drift, args.allow_drift),
+        None if args.no_argv else check_lock(args.lock),
     ]
     checks = [{"verdict": verdict, "text": text} for verdict, text in filter(None, results)]
     for check in checks:

@@ -14,8 +14,30 @@ from sglang_deploy.operations.files import pth_directory
 from sglang_deploy.plan.script_commands import venvs_mark_command
 
 
+def locked_install(venv, lock, wheels_dir=None, uv="python3 -m uv"):
+    """The command installing exactly ``lock`` into ``venv``: every sha256 required, no
+    dependency resolution; from ``wheels_dir`` alone (no index) when given. ``uv``: how the
+    node runs uv (uv_tool's venv); the lock decides, so pip's resolver is never asked."""
+    offline = f"--no-index --find-links {shlex.quote(wheels_dir)} " if wheels_dir else ""
+    return (
+        f"{uv} pip install --python {shlex.quote(venv)}/bin/python --require-hashes --no-deps "
+        f"--no-config {offline}-r {shlex.quote(lock)}"
+    )
+
+
+def uv_tool(tool_venv, python, uv_wheel):
+    """Commands making ``tool_venv`` hold the uv wheel (pip, offline: its one use), and how to
+    run that uv."""
+    quoted = shlex.quote(tool_venv)
+    commands = [
+        f"test -x {quoted}/bin/uv || {{ rm -rf {quoted} && {shlex.quote(python)} -m venv {quoted} && "
+        f"{quoted}/bin/pip install --quiet --no-index --no-deps {shlex.quote(uv_wheel)}; }}"
+    ]
+    return commands, f"{quoted}/bin/uv"
+
+
 @operation()
-def engine(venv, link, python, packages, scripts_dir, wheels_dir=None, repair=None):
+def engine(venv, link, python, packages, scripts_dir, wheels_dir=None, repair=None, lock=None, uv=None):
     """
     Build ``venv`` holding exactly the pinned ``packages`` unless a finished build is there,
     and stage ``link`` (what the unit runs through) to be pointed at it by the next restart:
@@ -29,6 +51,9 @@ def engine(venv, link, python, packages, scripts_dir, wheels_dir=None, repair=No
     + wheels_dir: remote directory of uploaded wheels; when given pip installs from it alone
     + repair: ``(scripts_dir, distributions)``: force-reinstall those of the distributions
       whose installed files drifted from their RECORD
+    + lock: the lock file on the node: the venv is built without pip and holds exactly it
+      (``locked_install``; ``wheels_dir`` then is the lock's wheelhouse)
+    + uv: the node's uv command (``uv_tool``), which installs the lock
     """
     venvs_dir, name = venv.rsplit("/", 1)
     found = host.get_fact(
@@ -39,7 +64,12 @@ def engine(venv, link, python, packages, scripts_dir, wheels_dir=None, repair=No
         f"--no-index --find-links {shlex.quote(wheels_dir)} " if wheels_dir else ""
     )
     changed = False
-    if not built:
+    if not built and lock:
+        yield from _build(
+            venv, python, locked_install(venv, lock, wheels_dir, uv), [], scripts_dir, with_pip=False
+        )
+        changed = True
+    elif not built:
         yield from _build(venv, python, pip, packages, scripts_dir)
         changed = True
     else:
@@ -85,12 +115,13 @@ def tool_venv(venv, python, packages, wheels_dir=None):
         host.noop(f"{venv} holds {', '.join(packages)}")
 
 
-def _build(venv, python, pip, packages, scripts_dir):
+def _build(venv, python, pip, packages, scripts_dir, with_pip=True):
     """A fresh venv: an unfinished build's leftovers go first. The interpreter is a copy
-    (--copies), so /proc/<pid>/exe of a server names the venv it started from."""
+    (--copies), so /proc/<pid>/exe of a server names the venv it started from. A locked
+    venv has no pip: it would be a distribution the lock does not hold."""
     quoted = shlex.quote(venv)
     yield f"rm -rf {quoted} && mkdir -p {shlex.quote(venv.rsplit('/', 1)[0])}"
-    yield f"{shlex.quote(python)} -m venv --copies {quoted}"
+    yield f"{shlex.quote(python)} -m venv --copies {'' if with_pip else '--without-pip '}{quoted}"
     # One copy of the interpreter is enough: its other names point at it.
     yield (
         f"cd {quoted}/bin && for name in python3 python3.*; do "

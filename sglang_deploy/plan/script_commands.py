@@ -104,6 +104,11 @@ def workers_command(directory, unit, expect):
     )
 
 
+def exact_command(python, directory, lock):
+    """exact.py run by the venv's interpreter: does the venv hold exactly ``lock``?"""
+    return _script(python, directory, "exact.py", "--lock", lock)
+
+
 def drift_command(venv, directory, distributions, pins=()):
     """drift.py run by the venv's interpreter: the report in its result line."""
     pin_args = ["--pins", *pins] if pins else []

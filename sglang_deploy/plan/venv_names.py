@@ -66,6 +66,14 @@ def venv_name(packages, wheels, python_version: str) -> str:
     return _NAME_UNSAFE.sub("_", f"{name}-{version}") + f"-{digest}"
 
 
+def locked_venv_name(first_pin: str, lock_digest: str, python_version: str) -> str:
+    """A venv built from a lock: the first pin, readable, then a short hash of the lock's
+    content digest (every name, version and sha256 it installs) and the interpreter's version."""
+    digest = hashlib.sha256(f"{lock_digest} {python_version}".encode()).hexdigest()[:12]
+    name, _, version = first_pin.partition("==")
+    return _NAME_UNSAFE.sub("_", f"{name}-{version}") + f"-{digest}"
+
+
 def wheel_digests(paths) -> dict:
     """{file name: sha256} of local wheel files."""
     return {Path(p).name: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths}

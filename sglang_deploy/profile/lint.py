@@ -1,5 +1,6 @@
 """Check profiles before a deploy: the schema (through the loader), the flag names against the
-pinned engine's option list (engine_flags), then the NCCL variables.
+pinned engine's option list (engine_flags), then the NCCL variables, the model sources, and
+that the engine packages are those of the profile's lock (locks/, plan/locks.py).
 
     python -m sglang_deploy.profile.lint [--strict] [PROFILE_OR_PATH ...]   # default: profiles/*.yml
     python -m sglang_deploy.profile.lint --schema                            # JSON Schema of a profile
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from sglang_deploy.errors import ProfileError
+from sglang_deploy.plan.locks import lock_problems
 from sglang_deploy.plan.model_sources import lint_sources
 from sglang_deploy.profile.engine_flags import lint_flags
 from sglang_deploy.profile.nccl_lint import Finding, lint_env
@@ -28,7 +30,12 @@ def lint_profile(profile: Profile, *, pcie_only: bool = True) -> list[Finding]:
     """The findings of one loaded profile: its flag names, then its NCCL variables. Every node
     this project provisions is PCIe-only, so `pcie_only` is true unless a caller knows better;
     profiles do not say (yet)."""
-    return lint_flags(profile) + lint_env(profile.env, pcie_only=pcie_only) + lint_sources(profile)
+    return (
+        lint_flags(profile)
+        + lint_env(profile.env, pcie_only=pcie_only)
+        + lint_sources(profile)
+        + [Finding("error", "engine.packages", why) for why in lock_problems(profile)]
+    )
 
 
 def finding_lines(profile: Profile, *, where: str | None = None) -> tuple[list[str], list[str]]:

@@ -124,6 +124,14 @@ Pin = Annotated[
         "an exact pin (name==version)",
     ),
 ]
+LockPlatform = Annotated[
+    str,
+    _pattern(
+        r"(x86_64|aarch64)-manylinux_2_[0-9]+",
+        "a platform as uv names it: <x86_64|aarch64>-manylinux_2_<glibc minor>, e.g. x86_64-manylinux_2_34",
+    ),
+]
+PythonVersion = Annotated[str, _pattern(r"3\.[0-9]+", "a Python version X.Y, e.g. 3.12")]
 # The venv path is written unquoted into ExecStart= and shell-free commands: keep it plain.
 VenvPath = Annotated[
     str, _pattern(r"(/[A-Za-z0-9._+@-]+)+", "an absolute path of letters, digits and ._+@- (no trailing /)")
@@ -157,6 +165,16 @@ class Engine(_Section):
     # the incident's real cause was untracked edits inside installed SGLang files.
     drift_check: list[Word] = ["sglang"]
     allow_drift: bool = False  # true: a drifted engine only warns; false: no restart
+    # The nodes' platform, which `make lock` resolves the closure of `packages` for
+    # (locks/, sglang_deploy/plan/locks.py): CPU architecture and glibc as a manylinux tag
+    # (SGLang 0.5.23 ships manylinux_2_34 wheels only: Ubuntu 24.04, Debian 12 and newer), and
+    # the X.Y of `python` on the nodes. Preflight refuses a lock made for another one.
+    platform: LockPlatform = "x86_64-manylinux_2_34"
+    python_version: PythonVersion = "3.12"  # Ubuntu 24.04's python3
+    # wheelhouse: every locked wheel is downloaded once on the controller (`make wheelhouse`)
+    # and uploaded to the nodes, which need no route to an index; index: the nodes download
+    # the locked wheels themselves (hashes still required).
+    install_from: Literal["wheelhouse", "index"] = "wheelhouse"
 
 
 class HuggingFaceRepo(_Section):

@@ -12,6 +12,7 @@ module of its subject (a new subject: a new module, named in SUBJECTS):
 - service_checks: last known good, serving, the serving group, the last start
 - env_checks: env file, unit, start-up hook, the workers' environment, NCCL's confirmation
 - engine_checks: engine drift, the engine venv that runs, model files
+- lock_checks: the engine venv holds exactly its lock
 - gpu_checks: GPUs, links, ACS, IOMMU, the node's settings
 
 Every check's detail and data pass through the profile's Redactor: node output (journal lines,
@@ -30,7 +31,7 @@ from sglang_deploy.verify.verdict import Check
 __all__ = ["REGISTRY", "SUBJECTS", "host_checks", "last_passed", "verify_check"]
 
 # The subjects, in the table's column order (within one, the order of its functions).
-SUBJECTS = ("service_checks", "env_checks", "engine_checks", "gpu_checks")
+SUBJECTS = ("service_checks", "env_checks", "engine_checks", "lock_checks", "gpu_checks")
 for _subject in SUBJECTS:
     importlib.import_module(f"sglang_deploy.verify.{_subject}")  # registers its checks
 REGISTRY.sort(key=lambda entry: SUBJECTS.index(entry.function.__module__.rsplit(".", 1)[1]))

@@ -1,0 +1,291 @@
+"""Locks: every distribution of an engine's closure, pinned with its sha256, for the nodes'
+platform. One lock per pin set (``engine.packages`` + ``engine.platform`` +
+``engine.python_version``), committed under locks/.
+
+    python -m sglang_deploy.plan.locks lock [PROFILE ...]    # `make lock [PROFILE=...]`
+
+uv resolves the closure (`uv pip compile --generate-hashes --python-platform ...
+--python-version ...`): it resolves for a platform other than the controller's, which pip
+cannot. A lock's file is named after the pin set (``<first pin>-<pins digest>.txt``), so the
+profiles sharing pins share it, and a changed pin set is a new file: the old one stays for a
+rollback. Its header names what it was made from:
+
+    # pins: sglang==0.5.23
+    # platform: x86_64-manylinux_2_34
+    # python: 3.12
+    # profiles: baseline, eagle3-2step
+    ...
+
+then uv's requirements (``name==version`` and its ``--hash=sha256:...`` lines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglang_deploy.errors import DeployError
+from sglang_deploy.node.lib.installed import canonical
+
+REPO = Path(__file__).resolve().parents[2]
+LOCKS_DIR = REPO / "locks"
+INDEX_URL = "https://pypi.org/simple"
+# PyPI's own torch wheels for Linux x86_64 are CUDA builds (their nvidia-* dependencies carry
+# the CUDA libraries): no CUDA-specific index is needed for SGLang 0.5.23's closure.
+INDEX_NOTE = f"{INDEX_URL} (torch's CUDA wheels are PyPI's own: no CUDA index)"
+_HEADER = re.compile(r"#\s*(?P<key>[a-z][a-z ]*):\s*(?P<value>.*)")
+_REQ = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==(?P<version>[^\s;\\]+)")
+_HASH = re.compile(r"--hash=sha256:(?P<hash>[0-9a-f]{64})")
+
+
+@dataclass(frozen=True)
+class Locked:
+    name: str  # as the lock spells it
+    version: str
+    hashes: frozenset  # sha256 of every file of that version the lock accepts
+
+
+@dataclass(frozen=True)
+class Lock:
+    header: dict  # {key: value} of the `# key: value` lines before the first requirement
+    entries: dict  # {canonical name: Locked}
+    body: str  # the requirements, as uv wrote them
+
+    @property
+    def pins(self) -> list[str]:
+        return [p.strip() for p in self.header.get("pins", "").split(",") if p.strip()]
+
+    @property
+    def digest(self) -> str:
+        """sha256 of what the lock installs (names, versions, hashes): a venv's identity."""
+        wanted = sorted((k, e.version, sorted(e.hashes)) for k, e in self.entries.items())
+        return hashlib.sha256(json.dumps(wanted).encode()).hexdigest()
+
+
+def parse_lock(text: str) -> Lock:
+    """A lock file's header and entries; DeployError on a requirement without a hash."""
+    header, entries, body, current = {}, {}, [], None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not entries and (not stripped or stripped.startswith("#")):
+            found = _HEADER.fullmatch(stripped)  # the header: comments before the first requirement
+            if found:
+                header[found["key"].strip()] = found["value"].strip()
+            continue
+        body.append(line)
+        if not stripped or stripped.startswith("#"):
+            continue
+        requirement = _REQ.match(stripped)
+        if requirement:
+            current = Locked(requirement["name"], requirement["version"], frozenset())
+            entries[canonical(current.name)] = current
+        elif current is None:
+            raise DeployError(f"lock: {stripped!r} is not name==version")
+        hashes = frozenset(m["hash"] for m in _HASH.finditer(stripped))
+        if hashes:
+            current = Locked(current.name, current.version, current.hashes | hashes)
+            entries[canonical(current.name)] = current
+    unhashed = sorted(e.name for e in entries.values() if not e.hashes)
+    if unhashed:
+        raise DeployError(f"lock: no sha256 for {', '.join(unhashed)}")
+    return Lock(header, entries, "\n".join(body).strip() + "\n")
+
+
+def pin_set(engine) -> dict:
+    """What a lock is made from: the profile's pins (canonical, sorted) and the platform."""
+    pins = sorted(canonical(p.partition("==")[0]) + "==" + p.partition("==")[2] for p in engine.packages)
+    return {"pins": pins, "platform": engine.platform, "python": engine.python_version}
+
+
+def lock_name(engine) -> str:
+    """``<first pin>-<digest of the pin set>.txt``, e.g. ``sglang-0.5.23-3f9a0c1d2e4b.txt``."""
+    digest = hashlib.sha256(json.dumps(pin_set(engine), sort_keys=True).encode()).hexdigest()[:12]
+    first = engine.packages[0].partition("==")
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", f"{first[0]}-{first[2]}") + f"-{digest}.txt"
+
+
+def lock_path(engine, locks_dir: Path = LOCKS_DIR) -> Path:
+    return Path(locks_dir) / lock_name(engine)
+
+
+def load_lock(path: Path) -> Lock:
+    return parse_lock(Path(path).read_text())
+
+
+def update_command(profile_name: str) -> str:
+    return f"make lock PROFILE={profile_name}"
+
+
+def lock_problems(profile, locks_dir: Path = LOCKS_DIR) -> list[str]:
+    """Why ``profile``'s lock does not hold its engine packages (none: it does)."""
+    engine, path = profile.engine, lock_path(profile.engine, locks_dir)
+    fix = f"`{update_command(profile.name)}` updates it"
+    if not path.is_file():
+        previous = previous_lock(profile.name, locks_dir)
+        if previous is not None:
+            old = load_lock(previous)
+            return [
+                f"engine.packages {', '.join(engine.packages)} ({engine.platform}, Python "
+                f"{engine.python_version}) no longer match its lock {_shown(previous)} (pins "
+                f"{', '.join(old.pins)}, {old.header.get('platform')}, Python {old.header.get('python')}): {fix}"
+            ]
+        return [f"engine.packages {', '.join(engine.packages)} have no lock ({_shown(path)}): {fix}"]
+    lock = load_lock(path)
+    wanted = pin_set(engine)
+    made = {
+        "pins": sorted(canonical(p.partition("==")[0]) + "==" + p.partition("==")[2] for p in lock.pins),
+        "platform": lock.header.get("platform"),
+        "python": lock.header.get("python"),
+    }
+    problems = [f"{_shown(path)} was made for {k} {made[k]}, the profile has {wanted[k]}: {fix}"
+                for k in ("pins", "platform", "python") if made[k] != wanted[k]]  # fmt: skip
+    for pin in engine.packages:
+        name, _, version = pin.partition("==")
+        found = lock.entries.get(canonical(name))
+        if found is None or found.version != version:
+            problems.append(f"{_shown(path)} does not hold {pin}: {fix}")
+    return problems
+
+
+def previous_lock(profile_name: str, locks_dir: Path = LOCKS_DIR):
+    """The newest lock whose header names ``profile_name`` among its profiles, or None."""
+    found = []
+    for path in Path(locks_dir).glob("*.txt"):
+        profiles = load_lock(path).header.get("profiles", "")
+        if profile_name in [p.strip() for p in profiles.split(",")]:
+            found.append((path.stat().st_mtime, path.name, path))
+    return max(found)[2] if found else None
+
+
+def closure_changes(old: Lock | None, new: Lock) -> list[str]:
+    """What moved between two locks: `added x 1.0`, `removed y 2.0`, `x 1.0 -> 1.1`, and
+    `x 1.0: other files` when the version stayed and its hashes changed."""
+    before = old.entries if old else {}
+    lines = []
+    for key in sorted(set(before) | set(new.entries)):
+        was, now = before.get(key), new.entries.get(key)
+        if was is None:
+            lines.append(f"added {now.name} {now.version}")
+        elif now is None:
+            lines.append(f"removed {was.name} {was.version}")
+        elif was.version != now.version:
+            lines.append(f"{now.name} {was.version} -> {now.version}")
+        elif was.hashes != now.hashes:
+            lines.append(f"{now.name} {now.version}: other files (hashes changed)")
+    return lines
+
+
+def render_lock(header: dict, body: str) -> str:
+    head = ["# sglang-deploy lock: every distribution of the engine venv, with its sha256."]
+    head += [f"# {key}: {value}" for key, value in header.items()]
+    return "\n".join(head) + "\n" + body.strip() + "\n"
+
+
+def uv_compile(engine, uv=(sys.executable, "-m", "uv"), find_links=(), cwd=REPO) -> str:
+    """uv's hashed requirements of ``engine``'s closure for its platform (no header)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        # A fixed name, run from its directory: uv's `# via -r engine-packages.in` stays the same.
+        (Path(scratch) / "engine-packages.in").write_text("\n".join(engine.packages) + "\n")
+        command = [*uv, "pip", "compile", "--quiet", "--no-header", "--generate-hashes"]
+        command += ["--python-platform", engine.platform, "--python-version", engine.python_version]
+        command += ["--index-url", INDEX_URL]
+        for link in find_links:
+            command += ["--find-links", str(Path(cwd) / link)]
+        command.append("engine-packages.in")
+        done = subprocess.run(command, cwd=scratch, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise DeployError(f"uv pip compile failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def make_lock(profile, profiles_sharing, locks_dir: Path = LOCKS_DIR, compile_=uv_compile, out=None):
+    """Resolve ``profile``'s lock, write it and print what moved; the path written."""
+    out = out or sys.stdout
+    engine, path = profile.engine, lock_path(profile.engine, locks_dir)
+    previous = path if path.is_file() else previous_lock(profile.name, locks_dir)
+    old = load_lock(previous) if previous else None
+    started = time.monotonic()
+    body = compile_(engine, find_links=engine.find_links)
+    seconds = time.monotonic() - started
+    header = {
+        "pins": ", ".join(engine.packages),
+        "platform": engine.platform,
+        "python": engine.python_version,
+        "profiles": ", ".join(sorted(profiles_sharing)),
+        "index": INDEX_NOTE + (f"; find-links: {', '.join(engine.find_links)}" if engine.find_links else ""),
+        "made by": "uv pip compile --generate-hashes --python-platform "
+        f"{engine.platform} --python-version {engine.python_version}",
+        "update": update_command(profile.name),
+    }
+    lock = parse_lock(render_lock(header, body))
+    moved = closure_changes(old, lock)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_lock(header, body))
+    if previous is not None and previous != path:
+        _forget_profiles(previous, profiles_sharing)
+    print(f"{_shown(path)}: {len(lock.entries)} distributions, resolved in {seconds:.1f} s", file=out)
+    since = f" since {_shown(previous)}" if previous else ""
+    print(f"  {len(moved)} changes in the closure{since}", file=out)
+    for line in moved:
+        print(f"  {line}", file=out)
+    return path
+
+
+def _forget_profiles(path: Path, names) -> None:
+    """The old lock stays (a rollback installs it) but no longer names these profiles."""
+    lock = load_lock(path)
+    kept = [p.strip() for p in lock.header.get("profiles", "").split(",") if p.strip() not in names]
+    header = {k: v for k, v in lock.header.items() if k != "profiles"}
+    header["profiles"] = ", ".join(p for p in kept if p) or "(none now)"
+    path.write_text(render_lock(header, lock.body))
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def main(argv=None) -> int:
+    from sglang_deploy.profile.lint import default_profiles
+    from sglang_deploy.profile.schema import load_profile
+
+    parser = argparse.ArgumentParser(
+        prog="python -m sglang_deploy.plan.locks", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("command", choices=["lock"])
+    parser.add_argument("profiles", nargs="*", help="profile names or files (default: every profile)")
+    args = parser.parse_args(argv)
+    every = [load_profile(ref) for ref in default_profiles()]
+    wanted = [load_profile(ref) for ref in args.profiles] if args.profiles else every
+    done = set()
+    for profile in wanted:
+        name = lock_name(profile.engine)
+        if name in done:
+            continue
+        done.add(name)
+        sharing = [p.name for p in every if lock_name(p.engine) == name] or [profile.name]
+        try:
+            make_lock(profile, sharing)
+        except DeployError as exc:
+            print(f"{profile.name}: {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+def node_lock_path(scripts_dir: str, engine) -> str:
+    """Where the deploy puts ``engine``'s lock on a node: beside our scripts' directory."""
+    return f"{scripts_dir.rsplit('/', 1)[0]}/locks/{lock_name(engine)}"

@@ -1,0 +1,132 @@
+"""The wheelhouse (plan/wheelhouse.py): a wheel whose sha256 the lock refuses is named and
+nothing is accepted; a missing wheel names the command fetching it; only the wheels a node
+lacks are uploaded (operations/wheelhouse_upload.py); the engine installs exactly the lock,
+offline, with uv (operations/engine.py)."""
+
+import hashlib
+import io
+from pathlib import Path
+
+import pytest
+from pyinfra.api.command import FileUploadCommand
+
+from sglang_deploy.errors import DeployError
+from sglang_deploy.facts.engine_venvs import EngineVenvs
+from sglang_deploy.facts.serving import FileDigests
+from sglang_deploy.operations import wheelhouse_upload
+from sglang_deploy.operations.engine import engine, uv_tool
+from sglang_deploy.plan import locks, wheelhouse
+from sglang_deploy.plan.venv_names import locked_venv_name
+from tests.unit.test_operations import LINK, V, run  # noqa: F401  (run: the fixture)
+
+GOOD, OTHER = b"wheel bytes", b"other bytes"
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+LOCK = locks.parse_lock(
+    f"# pins: idna==3.20\nidna==3.20 \\\n    --hash=sha256:{sha(GOOD)}\nh11==0.16.0 \\\n    --hash=sha256:{'e' * 64}\n"
+)
+
+
+def test_a_wheel_whose_hash_differs_is_refused_and_named(tmp_path):
+    (tmp_path / "idna-3.20-py3-none-any.whl").write_bytes(OTHER)
+    accepted, missing, refused = wheelhouse.check_wheels(LOCK, tmp_path)
+    assert "idna" not in accepted and "idna==3.20" in missing and "h11==0.16.0" in missing
+    (why,) = refused
+    assert why.startswith("idna-3.20-py3-none-any.whl: sha256 " + sha(OTHER))
+    assert "not one the lock accepts for idna==3.20" in why
+
+
+def test_a_wheel_matching_its_hash_is_accepted(tmp_path):
+    (tmp_path / "idna-3.20-py3-none-any.whl").write_bytes(GOOD)
+    accepted, missing, refused = wheelhouse.check_wheels(LOCK, tmp_path)
+    assert accepted == {"idna": tmp_path / "idna-3.20-py3-none-any.whl"}
+    assert missing == ["h11==0.16.0"] and refused == []
+
+
+def test_a_missing_wheel_names_the_command_that_fetches_it():
+    text = wheelhouse.missing_message(["h11==0.16.0"], "sandbox", Path("build/wheelhouse/x"))
+    assert "lacks 1 locked wheels (h11==0.16.0)" in text and "`make wheelhouse PROFILE=sandbox`" in text
+
+
+def test_build_refuses_a_download_that_does_not_match(tmp_path, monkeypatch):
+    class Profile:
+        name = "p"
+
+        class engine:  # noqa: N801
+            find_links = []
+            platform = "x86_64-manylinux_2_34"
+            python_version = "3.12"
+
+    monkeypatch.setattr(wheelhouse, "load_lock", lambda path: LOCK)
+    monkeypatch.setattr(wheelhouse, "lock_path", lambda engine: Path("locks/l.txt"))
+
+    def corrupt(lock, wanted, directory, engine):
+        (directory / "idna-3.20-py3-none-any.whl").write_bytes(OTHER)
+        (directory / "h11-0.16.0-py3-none-any.whl").write_bytes(b"x")
+
+    with pytest.raises(DeployError) as refused:
+        wheelhouse.build(Profile, tmp_path, download=corrupt, out=io.StringIO())
+    assert "idna-3.20-py3-none-any.whl: sha256" in str(refused.value)
+    assert "h11-0.16.0-py3-none-any.whl: sha256" in str(refused.value)
+    assert "`make wheelhouse PROFILE=p` fetches them" in str(refused.value)
+
+
+def test_pip_platforms_cover_older_manylinux_tags():
+    tags = wheelhouse.pip_platforms("x86_64-manylinux_2_34")
+    assert tags[0] == "manylinux_2_34_x86_64" and "manylinux_2_17_x86_64" in tags
+    assert tags[-1] == "manylinux2014_x86_64" and "manylinux_2_35_x86_64" not in tags
+
+
+def test_only_the_wheels_a_node_lacks_are_uploaded(tmp_path):
+    a, b, c = (tmp_path / f"{n}-1.0-py3-none-any.whl" for n in "abc")
+    for path in (a, b, c):
+        path.write_bytes(path.name.encode())
+    local = {p: sha(p.name.encode()) for p in (a, b, c)}
+    remote = {"/w/" + a.name: {"sha256": local[a]}, "/w/" + b.name: {"sha256": "0" * 64}}
+    assert wheelhouse_upload.wheels_to_upload(local, "/w", remote) == [
+        (b, "/w/" + b.name),
+        (c, "/w/" + c.name),
+    ]
+
+
+def test_the_upload_operation_sends_what_differs_and_the_lock(tmp_path, run):  # noqa: F811
+    wheel, lock = tmp_path / "a-1.0-py3-none-any.whl", tmp_path / "l.txt"
+    wheel.write_bytes(b"a")
+    lock.write_text("x")
+    have = {"/w/a-1.0-py3-none-any.whl": {"sha256": sha(b"a")}}
+    commands, _ = run(wheelhouse_upload.wheelhouse, {FileDigests: have}, [wheel], "/w", lock, "/l/l.txt")
+    uploads = [c for c in commands if isinstance(c, FileUploadCommand)]
+    assert [u.dest for u in uploads] == ["/l/l.txt"]
+    have["/l/l.txt"] = {"sha256": sha(b"x")}
+    commands, noops = run(wheelhouse_upload.wheelhouse, {FileDigests: have}, [wheel], "/w", lock, "/l/l.txt")
+    assert commands == [] and noops == ["/w holds the 1 wheels of l.txt"]
+
+
+def test_a_locked_venv_is_built_without_pip_from_the_wheelhouse_alone(run):  # noqa: F811
+    facts = {EngineVenvs: {"venvs": [], "live": "old", "pending": None, "last_good": None}}
+    commands, _ = run(
+        engine, facts, V, LINK, "python3", ["sglang==0.5.23+sandbox"], "/opt/sd/node",
+        wheels_dir="/opt/sd/wheelhouse/L", lock="/opt/sd/locks/L.txt", uv="/opt/sd/uv/bin/uv",
+    )  # fmt: skip
+    assert commands[1] == f"python3 -m venv --copies --without-pip {V}"
+    assert commands[3] == (
+        f"/opt/sd/uv/bin/uv pip install --python {V}/bin/python --require-hashes --no-deps --no-config "
+        "--no-index --find-links /opt/sd/wheelhouse/L -r /opt/sd/locks/L.txt"
+    )
+    assert not any(" pip install --no-input" in c for c in commands)
+
+
+def test_uv_comes_from_its_wheel_into_a_tool_venv_offline():
+    commands, uv = uv_tool("/opt/sd/uv", "python3", "/w/uv-0.13.9-py3-none-any.whl")
+    assert uv == "/opt/sd/uv/bin/uv"
+    assert "pip install --quiet --no-index --no-deps /w/uv-0.13.9-py3-none-any.whl" in commands[0]
+
+
+def test_the_venv_is_named_after_the_locks_content():
+    one = locked_venv_name("sglang==0.5.23", LOCK.digest, "3.11.2")
+    assert one.startswith("sglang-0.5.23-") and one != locked_venv_name("sglang==0.5.23", "f" * 64, "3.11.2")
+    assert one != locked_venv_name("sglang==0.5.23", LOCK.digest, "3.12.1")
