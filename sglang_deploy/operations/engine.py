@@ -20,7 +20,7 @@ def locked_install(venv, lock, wheels_dir=None, uv="python3 -m uv"):
     node runs uv (uv_tool's venv); the lock decides, so pip's resolver is never asked."""
     offline = f"--no-index --find-links {shlex.quote(wheels_dir)} " if wheels_dir else ""
     return (
-        f"{uv} pip install --python {shlex.quote(venv)}/bin/python --require-hashes --no-deps "
+        f"{uv} pip install --python={shlex.quote(venv)}/bin/python --require-hashes --no-deps "
         f"--no-config {offline}-r {shlex.quote(lock)}"
     )
 
