@@ -85,7 +85,7 @@ verify:
 
 demo: setup sandbox deploy verify
 
-test-unit: lint lint-profiles
+test-unit: lint lint-profiles wheels
 	$(PYTEST) tests/unit -q
 
 # Format and lint (ruff, configured in pyproject.toml); `make format` rewrites what it can.

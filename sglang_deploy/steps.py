@@ -117,9 +117,25 @@ def preflight(plan):
 
 
 def engine(plan):
-    """The wheels the profile installs from (the sandbox's stand-in, or none), then this pin
-    set's venv, built beside the live one (which keeps serving); the unit's link is staged to
-    point at it at the restart."""
+    """This pin set's venv, built beside the live one (which keeps serving); the unit's link is
+    staged to point at it at the restart. A locked engine (locks/) gets the lock and the wheels
+    the node lacks from the controller's wheelhouse, and uv builds the venv with exactly the
+    lock, hashes required, no index; an unlocked one, the profile's find-links wheels and pip."""
+    locked = plan.locked
+    if locked is not None:
+        with exit_on_deploy_error(host.name):
+            wheels = locked.wheels()
+        sglang.wheelhouse(
+            name=f"Engine wheelhouse ({locked.local_lock.name})",
+            wheels=wheels,
+            remote_dir=locked.remote_wheelhouse or f"{plan.deploy_dir}/wheelhouse",
+            lock=locked.local_lock,
+            remote_lock=locked.remote_lock,
+        )
+        sglang.tool_venv(
+            name="uv", venv=locked.uv_venv, python="python3", packages=[locked.uv_pin],
+            wheels_dir=locked.remote_wheelhouse,
+        )  # fmt: skip
     for wheel in plan.wheels:
         sglang.binary_file(name=f"Wheel {wheel.name}", src=str(wheel), dest=f"{plan.wheels_dir}/{wheel.name}")
     return sglang.engine(
@@ -129,8 +145,10 @@ def engine(plan):
         python=plan.profile.engine.python,
         packages=plan.profile.engine.packages,
         scripts_dir=plan.scripts.directory,
-        wheels_dir=plan.wheels_dir,
+        wheels_dir=locked.remote_wheelhouse if locked else plan.wheels_dir,
         repair=plan.repair,
+        lock=locked.remote_lock if locked else None,
+        uv=locked.uv if locked else None,
     )
 
 

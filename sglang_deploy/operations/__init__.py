@@ -21,6 +21,7 @@ from sglang_deploy.operations.rollout import rolled_restart, router_restarted, r
 from sglang_deploy.operations.script_upload import node_scripts
 from sglang_deploy.operations.service import preflight, serving
 from sglang_deploy.operations.venv_pruning import old_venvs_pruned
+from sglang_deploy.operations.wheelhouse_upload import wheelhouse
 
 __all__ = [
     "engine",
@@ -42,5 +43,6 @@ __all__ = [
     "manifest_recorded",
     "node_scripts",
     "old_venvs_pruned",
+    "wheelhouse",
     "model_staged",
 ]

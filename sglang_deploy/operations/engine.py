@@ -72,6 +72,8 @@ def engine(venv, link, python, packages, scripts_dir, wheels_dir=None, repair=No
     elif not built:
         yield from _build(venv, python, pip, packages, scripts_dir)
         changed = True
+    elif lock:
+        changed = yield from _keep_locked(venv, lock, wheels_dir, uv, repair)
     else:
         changed = yield from _keep_exact(venv, pip, packages, repair)
     if found["live"] is None:
@@ -145,6 +147,25 @@ def _keep_exact(venv, pip, packages, repair):
         site = pth_directory(host.get_fact(InterpreterStartup, python=f"{venv}/bin/python"))
         yield f"cd {shlex.quote(site)} && rm -f -- " + " ".join(shlex.quote(p) for p in strays)
     return bool(differing or drifted or strays)
+
+
+def _keep_locked(venv, lock, wheels_dir, uv, repair):
+    """A finished locked venv is its lock (preflight and verify check it: exact.py); under
+    repair it is synced to the lock (an extra distribution removed, a missing one installed)
+    and the distributions whose files drifted are reinstalled from their locked wheels."""
+    if not repair:
+        return False
+    offline = f"--no-index --find-links {shlex.quote(wheels_dir)} " if wheels_dir else ""
+    python = f"--python={shlex.quote(venv)}/bin/python"
+    yield f"{uv} pip sync {python} --require-hashes --no-config {offline}{shlex.quote(lock)}"
+    drifted, strays = _drift(venv, *repair)
+    if drifted:
+        names = " ".join(f"--reinstall-package {shlex.quote(pin.partition('==')[0])}" for pin in drifted)
+        yield f"{locked_install(venv, lock, wheels_dir, uv)} {names}"
+    if strays:
+        site = pth_directory(host.get_fact(InterpreterStartup, python=f"{venv}/bin/python"))
+        yield f"cd {shlex.quote(site)} && rm -f -- " + " ".join(shlex.quote(p) for p in strays)
+    return True
 
 
 def _drift(venv, scripts_dir, distributions):

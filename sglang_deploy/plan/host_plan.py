@@ -12,6 +12,7 @@ from pathlib import Path
 from sglang_deploy import run_state
 from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.hosts import REPO_ROOT
+from sglang_deploy.plan.locked_engine import LockedEngine, locked_engine
 from sglang_deploy.plan.model_sources import HubClient
 from sglang_deploy.plan.model_sources import targets as staging_targets
 from sglang_deploy.plan.render import render_env_file, render_hook_module, render_hook_pth, render_unit
@@ -58,6 +59,7 @@ class NodePlan:
     hf_token: str | None = field(default=None, repr=False)  # the profile's HF_TOKEN secret
     group: object = None  # serving_group.Member of a multi-node server; None: serves alone
     rotation: object = None  # fleet_hosts.Rotation: the routers this node serves behind
+    locked: LockedEngine | None = None  # the engine's lock and wheels; None: pip resolves
     settings: Settings | None = field(
         default=None, repr=False
     )  # the host's settings (plan/settings.py) it was made from
@@ -68,9 +70,11 @@ class NodePlan:
         hook goes into it, drift and the manifest read it. The unit runs through
         ``engine.venv``, the link the restart cycle points at it."""
         engine = self.profile.engine
-        self.venv = (
-            f"{self.venvs_dir}/{venv_name(engine.packages, wheel_digests(self.wheels), python_version)}"
-        )
+        if self.locked is not None:
+            name = self.locked.venv_name(engine.packages, python_version)
+        else:
+            name = venv_name(engine.packages, wheel_digests(self.wheels), python_version)
+        self.venv = f"{self.venvs_dir}/{name}"
         self.scripts.venv = self.venv
         if not self.profile.hook.system_wide:
             self.hook_python = f"{self.venv}/bin/python"
@@ -126,7 +130,9 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
     venv_python = f"{profile.engine.venv}/bin/python"
     env_path = f"{env_dir}/{service}.env"
     unit_path = f"{settings.unit_dir}/{unit}"
-    wheels = _wheel_files(profile.engine.find_links)
+    locked = locked_engine(profile, deploy_dir)
+    # A locked engine installs from the lock's wheelhouse: find_links only made the lock.
+    wheels = [] if locked else _wheel_files(profile.engine.find_links)
     wheels_dir = f"{deploy_dir}/wheels" if wheels else None
     return NodePlan(
         profile=profile,
@@ -152,6 +158,7 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
             wheels_dir=wheels_dir,
             run_dir=run_dir,
             min_free_gib=float(settings.venv_min_free_gib),
+            lock=locked.remote_lock if locked else None,
         ),
         lock_path=f"{run_dir}/{service}.lock",
         lock_wait_s=float(settings.deploy_lock_wait_s),
@@ -168,6 +175,7 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
         hf_token=secrets.get("HF_TOKEN"),
         group=member,
         settings=settings,
+        locked=locked,
     )
 
 

@@ -137,7 +137,7 @@ def lock_problems(profile, locks_dir: Path = LOCKS_DIR) -> list[str]:
                 f"{engine.python_version}) no longer match its lock {_shown(previous)} (pins "
                 f"{', '.join(old.pins)}, {old.header.get('platform')}, Python {old.header.get('python')}): {fix}"
             ]
-        return [f"engine.packages {', '.join(engine.packages)} have no lock ({_shown(path)}): {fix}"]
+        return []  # never locked: unlocked_warning says so
     lock = load_lock(path)
     wanted = pin_set(engine)
     made = {
@@ -153,6 +153,17 @@ def lock_problems(profile, locks_dir: Path = LOCKS_DIR) -> list[str]:
         if found is None or found.version != version:
             problems.append(f"{_shown(path)} does not hold {pin}: {fix}")
     return problems
+
+
+def unlocked_warning(profile, locks_dir: Path = LOCKS_DIR) -> str | None:
+    """A profile whose pin set was never locked installs as pip resolves it on the day: say so
+    (a lock that named the profile and no longer matches is lock_problems' error)."""
+    if lock_path(profile.engine, locks_dir).is_file() or previous_lock(profile.name, locks_dir):
+        return None
+    return (
+        f"engine.packages {', '.join(profile.engine.packages)} have no lock: pip resolves their "
+        f"dependencies on each node, on the day it is built; `{update_command(profile.name)}` locks them"
+    )
 
 
 def previous_lock(profile_name: str, locks_dir: Path = LOCKS_DIR):

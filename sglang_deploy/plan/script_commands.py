@@ -184,7 +184,9 @@ class NodeScripts:
     """Command lines of our on-node scripts (sglang_deploy/node/, uploaded to ``directory``)
     for one unit and its profile."""
 
-    def __init__(self, directory, unit, profile, files, last_good_dir, wheels_dir, run_dir, min_free_gib=2.0):
+    def __init__(
+        self, directory, unit, profile, files, last_good_dir, wheels_dir, run_dir, min_free_gib=2.0, lock=None
+    ):
         self.directory = directory
         self.unit = unit
         self.profile = profile
@@ -193,6 +195,7 @@ class NodeScripts:
         self.wheels_dir = wheels_dir
         self.run_dir = run_dir  # the deploy's runtime files (gate reports)
         self.min_free_gib = min_free_gib  # free disk left beside the engine venvs
+        self.lock = lock  # the engine's lock on the node (exact.py checks the venv holds it), or None
         # The venv of the profile's pin set (NodePlan.bind_venv); until named, the link the
         # unit runs through (profile.engine.venv), i.e. the live one.
         self.venv = profile.engine.venv
@@ -300,6 +303,8 @@ class NodeScripts:
         flags = ["--drift", *engine.drift_check] if argv_check else ["--no-argv"]
         flags += ["--allow-drift"] if engine.allow_drift or allow_drift else []
         flags += ["--new-venv", new_venv, "--live-venv", engine.venv] if new_venv else []
+        # Under repair an extra or missing distribution is what is about to be fixed.
+        flags += ["--lock", self.lock] if self.lock and argv_check and not allow_drift else []
         return _script(
             python,
             self.directory,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from sglang_deploy.errors import ProfileError
-from sglang_deploy.plan.locks import lock_problems
+from sglang_deploy.plan.locks import lock_problems, unlocked_warning
 from sglang_deploy.plan.model_sources import lint_sources
 from sglang_deploy.profile.engine_flags import lint_flags
 from sglang_deploy.profile.nccl_lint import Finding, lint_env
@@ -35,6 +35,7 @@ def lint_profile(profile: Profile, *, pcie_only: bool = True) -> list[Finding]:
         + lint_env(profile.env, pcie_only=pcie_only)
         + lint_sources(profile)
         + [Finding("error", "engine.packages", why) for why in lock_problems(profile)]
+        + [Finding("warning", "engine.packages", why) for why in [unlocked_warning(profile)] if why]
     )
 
 

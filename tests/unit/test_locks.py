@@ -7,7 +7,7 @@ import io
 import pytest
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.plan import locks
+from sglang_deploy.plan import locks, wheelhouse
 from sglang_deploy.profile.lint import lint_profile
 from sglang_deploy.profile.schema import load_profile
 
@@ -115,10 +115,10 @@ def test_lint_refuses_a_lock_edited_to_other_pins(tmp_path):
     assert any("does not hold fastapi==0.165.0" in p for p in problems)
 
 
-def test_lint_refuses_a_profile_without_lock(tmp_path):
+def test_a_profile_never_locked_is_warned_of(tmp_path):
     findings = lint_profile(_profile(tmp_path, ["sglang==9.9.9"]))
     (finding,) = [f for f in findings if "lock" in f.message]
-    assert finding.severity == "error" and "have no lock" in finding.message
+    assert finding.severity == "warning" and "have no lock" in finding.message
     assert "make lock PROFILE=p" in finding.message
 
 
@@ -138,7 +138,11 @@ def test_the_baseline_lock_is_the_real_closure():
     assert lock.header["python"] == "3.12" and "no CUDA index" in lock.header["index"]
 
 
-def test_the_sandbox_lock_holds_the_standin_and_its_real_dependencies():
+def test_the_sandbox_lock_holds_the_standin_built_here():
     lock = locks.load_lock(locks.lock_path(load_profile("sandbox").engine))
     assert lock.entries["sglang"].version == "0.5.23+sandbox" and lock.header["python"] == "3.11"
-    assert {"fastapi", "uvicorn", "orjson", "pydantic", "pydantic-core"} <= set(lock.entries)
+    # `make wheels` (a prerequisite of `make test-unit`) builds the bytes the lock holds: a change
+    # to engine-standin/ needs `make lock PROFILE=sandbox`.
+    wheel = next((locks.REPO / "build" / "wheels").glob("sglang-0.5.23+sandbox-*.whl"), None)
+    assert wheel is not None, "no stand-in wheel: run `make wheels`"
+    assert wheelhouse.sha256(wheel) in lock.entries["sglang"].hashes, "stale lock: `make lock PROFILE=sandbox`"
