@@ -9,14 +9,23 @@ process exits and the kernel releases the lock. Nothing stale survives a crashed
 While it waits it prints `{"event": "waiting", "holder": "<holder> since <time>"}`; if the lock
 stays busy, `{"event": "busy", "holder": ...}` and exits 9 (status.LOCKED). One JSON event per
 line, read by result.events on the controller.
-Standard library only: it is sent inline, before our scripts (result.py, status.py) are on the
-node, so it writes its events itself.
+With --cycles-dir (the service's detached restart cycles, node/detach.py), the lock is not
+given while a cycle of the service still runs: a deploy whose controller died leaves its cycle
+running to the end. It prints `{"event": "cycle_running", "unit", "started", "profile"}`, then
+the cycle's progress as `{"event": "cycle_progress", "line"}` events, and takes the lock once
+the cycle ended; still running at --wait: `busy`, the holder being that cycle. Every cycle that
+ended while no controller watched it is then said once, `{"event": "previous_cycle", "started",
+"profile", "outcome", "cause", "restored_profile", "exit_status"}`, and marked reported.
+Standard library only: it is sent inline, before our scripts (result.py, status.py, detach.py)
+are on the node, so it writes its events and reads the cycle files itself.
 """
 
 import argparse
 import fcntl
+import glob
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -35,11 +44,114 @@ def try_lock(fd):
         return False
 
 
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _cycles(directory, systemctl):
+    """The service's detached cycles not reported yet: (meta, running, result line or None,
+    exit status or None), oldest first (the files of node/detach.py)."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(directory, "cycle-*.json"))):
+        base = path[: -len(".json")]
+        try:
+            meta = json.loads(_read(path) or "")
+        except ValueError:
+            continue
+        if os.path.exists(base + ".reported"):
+            continue
+        end = _read(base + ".end")
+        running = end is None and _active(meta.get("unit", ""), systemctl)
+        end = end if running else _read(base + ".end")
+        line = None
+        for text in reversed((_read(base + ".result") or "").splitlines()):
+            try:
+                line = json.loads(text)
+                break
+            except ValueError:
+                continue
+        try:
+            code = json.loads(end)["exit_status"] if end else None
+        except (ValueError, KeyError, TypeError):
+            code = None
+        found.append((dict(meta, base=base), running, line if isinstance(line, dict) else None, code))
+    return sorted(found, key=lambda one: one[0].get("started_at", 0))
+
+
+def _active(unit, systemctl):
+    try:
+        done = subprocess.run(
+            [systemctl, "is-active", unit], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+    except OSError:
+        return False
+    return done.stdout.decode().strip() in ("active", "activating", "deactivating", "reloading")
+
+
+def wait_for_cycles(directory, systemctl, deadline):
+    """Until no cycle of the service runs (its progress as events); the one still running at
+    the deadline, or None."""
+    while True:
+        running = [meta for meta, busy, _, _ in _cycles(directory, systemctl) if busy]
+        if not running:
+            return None
+        meta = running[0]
+        event(
+            "cycle_running", unit=meta.get("unit"), started=meta.get("started"), profile=meta.get("profile")
+        )
+        offset = 0
+        while _active(meta.get("unit", ""), systemctl) and time.monotonic() < deadline:
+            offset = _progress(meta["base"] + ".log", offset)
+            time.sleep(0.5)
+        offset = _progress(meta["base"] + ".log", offset)
+        if time.monotonic() >= deadline and _active(meta.get("unit", ""), systemctl):
+            return meta
+
+
+def _progress(log, offset):
+    """The log's whole lines from ``offset`` as events; the offset after them."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+    except OSError:
+        return offset
+    chunk = chunk[: chunk.rfind(b"\n") + 1]
+    for line in chunk.decode("utf-8", errors="replace").splitlines():
+        event("cycle_progress", line=line)
+    return offset + len(chunk)
+
+
+def report_cycles(directory, systemctl):
+    """Say each cycle that ended while no controller watched it, once."""
+    for meta, running, line, code in _cycles(directory, systemctl):
+        if running:
+            continue
+        line = line or {}
+        restored = [s.get("profile") for s in line.get("steps") or [] if s.get("profile")]
+        event(
+            "previous_cycle",
+            started=meta.get("started"),
+            profile=meta.get("profile"),
+            outcome=line.get("outcome"),
+            cause=line.get("cause"),
+            restored_profile=line.get("profile") or (restored[-1] if restored else None),
+            exit_status=code,
+        )
+        os.close(os.open(meta["base"] + ".reported", os.O_WRONLY | os.O_CREAT, 0o600))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--path", required=True)
     parser.add_argument("--wait", type=float, default=600.0)
     parser.add_argument("--holder", required=True)
+    parser.add_argument("--cycles-dir", help="the service's detached restart cycles (node/detach.py)")
+    parser.add_argument("--systemctl", default="systemctl")
     args = parser.parse_args(argv)
     os.makedirs(os.path.dirname(args.path), exist_ok=True)
     fd = os.open(args.path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -56,6 +168,16 @@ def main(argv=None):
         time.sleep(0.2)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{args.holder} since {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n".encode(), 0)
+    if args.cycles_dir and os.path.isdir(args.cycles_dir):
+        still = wait_for_cycles(args.cycles_dir, args.systemctl, deadline)
+        if still is not None:
+            event(
+                "busy",
+                holder="the restart cycle %s (started %s), still running"
+                % (still.get("unit"), still.get("started")),
+            )
+            return LOCKED_STATUS
+        report_cycles(args.cycles_dir, args.systemctl)
     event("locked")
     sys.stdin.read()  # until the deploy's session closes
     os.ftruncate(fd, 0)

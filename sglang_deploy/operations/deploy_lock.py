@@ -8,7 +8,7 @@ from pyinfra.api import FunctionCommand, operation
 from sglang_deploy import run_state
 from sglang_deploy.node.lib import result
 from sglang_deploy.operations.service import _fail
-from sglang_deploy.plan.script_commands import lock_command
+from sglang_deploy.plan.script_commands import cycles_dir_of_lock, lock_command
 
 NODE_DIR = Path(__file__).resolve().parent.parent / "node"
 
@@ -39,6 +39,28 @@ def deploy_lock(path, wait_s, holder):
     host.noop(f"holding the deploy lock {path}")
 
 
+def previous_cycle_line(event, waited=False):
+    """What a restart cycle that ended with no controller watching left the node serving."""
+    when = "ended while this run waited for it" if waited else "finished while no controller watched"
+    outcome, cause = event.get("outcome"), event.get("cause")
+    restored = event.get("restored_profile") or "its previous configuration"
+    said = {
+        "served": f"served {event.get('profile')}",
+        "rolled_back": f"rolled back: serves {restored} ({cause})",
+        "preflight_failed": f"preflight failed: serves {restored} ({cause})",
+        "router_unreachable": f"not restarted: {cause}",
+        "router_failed": f"not restarted: {cause}",
+        "regressed": f"serves {event.get('profile')}, unrecorded: {cause}",
+    }.get(outcome)
+    if said is None:
+        said = (
+            f"{outcome}: {cause}"
+            if outcome
+            else f"it ended with no result (exit status {event.get('exit_status')}): state unknown"
+        )
+    return f"the restart of the previous run (started {event.get('started')}) {when}: {said}"
+
+
 def _take_lock(path, wait_s, holder):
     """The channel holding the lock, or a one-line reason why it could not be taken."""
     client = getattr(host.connector, "client", None)
@@ -46,13 +68,27 @@ def _take_lock(path, wait_s, holder):
         return "this connector cannot hold a lock (SSH only)"
     source = (NODE_DIR / "lock.py").read_text()
     channel = client.get_transport().open_session()
-    channel.exec_command(lock_command(path, wait_s, holder, source=source))
+    channel.exec_command(
+        lock_command(path, wait_s, holder, source=source, cycles_dir=cycles_dir_of_lock(path))
+    )
     lines = channel.makefile("r")
+    waited_for = set()  # the cycles this run waited for (and followed) before the lock
     for line in lines:
         for event in result.events([line]):
             if event["event"] == "locked":
                 return channel
-            if event["event"] == "waiting":
+            if event["event"] == "cycle_running":
+                waited_for.add(event["started"])
+                host.log(
+                    f"the restart of a previous run (started {event['started']}, {event['profile']}) "
+                    f"still runs on the node: waiting up to {wait_s:.0f}s for it, following it",
+                    logger.warning,
+                )
+            elif event["event"] == "cycle_progress":
+                host.log(f"  {event['line']}", logger.info)
+            elif event["event"] == "previous_cycle":
+                host.log(previous_cycle_line(event, event["started"] in waited_for), logger.warning)
+            elif event["event"] == "waiting":
                 host.log(
                     f"waiting up to {wait_s:.0f}s for the deploy lock, held by {event['holder']}",
                     logger.warning,

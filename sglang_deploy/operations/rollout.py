@@ -81,7 +81,7 @@ def _restart(state, host, scripts, hook_python, rotation, profile_name, rollback
         scripts.directory, scripts.cycle(hook_paths(hook_python), rollback), scripts.restore_last_good()
     )
     try:
-        found, output = run_cycle(host, command)
+        found, output = run_cycle(host, command, scripts)
     except Exception as exc:  # the connection went away mid-restart
         why = f"{host.name} became unreachable mid-rollout ({type(exc).__name__}: {exc})"
         run.failed(host.name, why)

@@ -11,7 +11,7 @@ from pyinfra.facts.files import File
 from sglang_deploy.facts.serving import LastGood, Preflight, Serving, UnitState, WorkerEnvironment
 from sglang_deploy.node.lib import result, status
 from sglang_deploy.operations.files import hook_paths
-from sglang_deploy.operations.streamed import run_streamed
+from sglang_deploy.operations.streamed import run_detached, run_streamed
 from sglang_deploy.report import throughput_log as throughput
 
 
@@ -85,11 +85,13 @@ def _gate_steps(scripts):
     return [("readiness gate", scripts.gate()), ("worker environment check", scripts.workers())]
 
 
-def run_cycle(host, command):
+def run_cycle(host, command, scripts=None):
     """Run a restart cycle (node/cycle.py, or rotation.py around it), streaming its output; its
     result (None when it printed none) and output. Failed steps and the decode check's figure
-    are said here, once for every caller."""
-    _, output = run_streamed(host, command)
+    are said here, once for every caller. With ``scripts`` (the node's NodeScripts) it runs
+    detached from this SSH session (streamed.run_detached): a controller that dies leaves it
+    running to its end."""
+    _, output = run_detached(host, scripts, command) if scripts is not None else run_streamed(host, command)
     found = result.parse(output.stdout_lines)
     if found is None:
         return None, output
@@ -106,7 +108,7 @@ def _restart_or_roll_back(state, host, scripts, hook_python, rollback, running=F
     one that did back, restart on it and gate again. Either way a failed change fails the
     deploy. A failed preflight stops nothing: the files go back and the server keeps serving.
     ``running``: the server already runs what is installed: the cycle starts at the gate."""
-    found, output = run_cycle(host, scripts.cycle(hook_paths(hook_python), rollback, running))
+    found, output = run_cycle(host, scripts.cycle(hook_paths(hook_python), rollback, running), scripts)
     if found is None:
         host.log_styled(f"restart cycle failed: {_cause(output)}", fg="red", log_func=logger.error)
         return False

@@ -27,15 +27,55 @@ def acs_command(directory):
     return _script("/usr/bin/python3", directory, "acs.py", "disable")
 
 
-def lock_command(path, wait_s, holder, directory=None, source=None):
+def lock_command(path, wait_s, holder, directory=None, source=None, cycles_dir=None):
     """lock.py, holding the node's deploy lock while its session lasts; ``source``: lock.py's
-    text, run with ``-c`` (the deploy takes the lock before it uploads our scripts)."""
-    args = " ".join(
-        shlex.quote(str(a)) for a in ("--path", path, "--wait", float(wait_s), "--holder", holder)
-    )
+    text, run with ``-c`` (the deploy takes the lock before it uploads our scripts);
+    ``cycles_dir``: the service's detached restart cycles, one still running keeps the lock."""
+    parts = ("--path", path, "--wait", float(wait_s), "--holder", holder)
+    args = " ".join(shlex.quote(str(a)) for a in (*parts, *_if(cycles_dir, "--cycles-dir", cycles_dir)))
     if source is not None:
         return f"python3 -c {shlex.quote(source)} {args}"
     return f"{_script('python3', directory, 'lock.py')} {args}"
+
+
+def cycles_dir(run_dir, service):
+    """Where a service's detached restart cycles keep their files (node/detach.py)."""
+    return posixpath.join(run_dir, service)
+
+
+def cycles_dir_of_lock(lock_path):
+    """The cycles directory of the service whose deploy lock is ``lock_path`` (RUN_DIR/SERVICE.lock)."""
+    run_dir, name = posixpath.split(lock_path)
+    return cycles_dir(run_dir, name[: -len(".lock")] if name.endswith(".lock") else name)
+
+
+def detach_start_command(directory, cycles, service, cycle_id, profile, command):
+    """detach.py start: ``command`` (a restart cycle) as a transient systemd unit of its own."""
+    args = [
+        "--dir",
+        cycles,
+        "--service",
+        service,
+        "--id",
+        cycle_id,
+        "--profile",
+        profile,
+        "--command",
+        command,
+    ]
+    return _script("python3", directory, "detach.py", "start", *args)
+
+
+def detach_follow_command(directory, cycles, cycle_id, offset, for_s):
+    """detach.py follow: the cycle's progress from byte ``offset``, for up to ``for_s`` seconds."""
+    args = ["--dir", cycles, "--id", cycle_id, "--from-offset", int(offset), "--for", f"{for_s:g}"]
+    return _script("python3", directory, "detach.py", "follow", *args)
+
+
+def detach_status_command(directory, cycles, mark_reported=False):
+    """detach.py status: the cycles no controller reported yet."""
+    args = ["--dir", cycles, *_if(mark_reported, "--mark-reported")]
+    return _script("python3", directory, "detach.py", "status", *args)
 
 
 def venvs_list_command(directory, venvs_dir, link, last_good_dir=None):
@@ -202,6 +242,21 @@ class NodeScripts:
 
     def _run(self, script, *args):
         return _script("python3", self.directory, script, *args)
+
+    @property
+    def cycles_dir(self):
+        """Where this service's detached restart cycles keep their files."""
+        return cycles_dir(self.run_dir, self.profile.service.name)
+
+    def detach_start(self, command, cycle_id):
+        """detach.py start: the restart cycle ``command`` detached from the deploy's session."""
+        service = self.profile.service.name
+        return detach_start_command(
+            self.directory, self.cycles_dir, service, cycle_id, self.profile.name, command
+        )
+
+    def detach_follow(self, cycle_id, offset, for_s=10.0):
+        return detach_follow_command(self.directory, self.cycles_dir, cycle_id, offset, for_s)
 
     def restart(self, start=True):
         service = self.profile.service

@@ -101,3 +101,77 @@ class FakeSystemctl:
 def fake_systemctl(tmp_path):
     """A fake systemctl in the test's directory (FakeSystemctl.path), for --systemctl."""
     return FakeSystemctl(tmp_path)
+
+
+# systemd as far as detached restart cycles (node/detach.py) need it: `systemd-run --unit=U
+# ... -- CMD` runs CMD in the background, in a session of its own (it outlives its caller, as a
+# transient unit outlives the SSH session), with the --setenv variables; `systemctl is-active U`
+# answers from units/U, "active" until CMD ended ("inactive", as a collected unit).
+FAKE_SYSTEMD_RUN = r"""
+import os, subprocess, sys
+here = os.path.dirname(os.path.abspath(__file__))
+args = sys.argv[1:]
+with open(os.path.join(here, "systemd-run.calls"), "a") as f:
+    f.write(" ".join(args) + "\n")
+unit = next(a.split("=", 1)[1] for a in args if a.startswith("--unit="))
+env = dict(os.environ)
+env.update(a[len("--setenv="):].split("=", 1) for a in args if a.startswith("--setenv="))
+command = args[args.index("--") + 1:]
+state = os.path.join(here, "units", unit)
+os.makedirs(os.path.dirname(state), exist_ok=True)
+open(state, "w").write("active")
+supervise = "import subprocess, sys; subprocess.call(sys.argv[2:]); open(sys.argv[1], 'w').write('inactive')"
+subprocess.Popen([sys.executable, "-c", supervise, state] + command, env=env, start_new_session=True,
+                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+"""
+
+FAKE_IS_ACTIVE = r"""
+import os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+try:
+    print(open(os.path.join(here, "units", sys.argv[2])).read())
+except OSError:
+    print("inactive")
+"""
+
+
+class FakeSystemd:
+    def __init__(self, directory):
+        self.dir = directory
+        self.booted = directory / "systemd-booted"
+        self.booted.mkdir()
+        for name, text in (("systemd-run", FAKE_SYSTEMD_RUN), ("systemctl", FAKE_IS_ACTIVE)):
+            path = directory / name
+            path.write_text(f"#!{sys.executable}\n{text}")
+            path.chmod(0o755)
+        self.systemd_run, self.systemctl = str(directory / "systemd-run"), str(directory / "systemctl")
+
+    def state(self, unit):
+        path = self.dir / "units" / unit
+        return path.read_text() if path.exists() else "inactive"
+
+    def set_state(self, unit, state):
+        (self.dir / "units").mkdir(exist_ok=True)
+        (self.dir / "units" / unit).write_text(state)
+
+    def calls(self):
+        path = self.dir / "systemd-run.calls"
+        return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.fixture
+def fake_systemd(tmp_path):
+    """A fake systemd-run and systemctl (is-active) in bin/ of the test's directory."""
+    (tmp_path / "bin").mkdir()
+    return FakeSystemd(tmp_path / "bin")
+
+
+@pytest.fixture
+def cycle_in_session(monkeypatch):
+    """Restart cycles run as on a node without systemd, in the SSH session: for tests of the
+    decisions around a cycle, whose stand-in hosts answer its command (test_node_detach.py
+    covers the detached run, which ends with the same output)."""
+    from sglang_deploy.operations import service
+    from sglang_deploy.operations.streamed import run_streamed
+
+    monkeypatch.setattr(service, "run_detached", lambda host, scripts, command: run_streamed(host, command))

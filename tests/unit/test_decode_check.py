@@ -17,6 +17,8 @@ from sglang_deploy.node.lib import decode_rate, result, status
 from sglang_deploy.report import outcome
 from sglang_deploy.report import throughput_log as throughput
 
+pytestmark = pytest.mark.usefixtures("cycle_in_session")
+
 
 class _Streamer(BaseHTTPRequestHandler):
     """SSE chat completions at ``rate`` tok/s: a role chunk, ``tokens`` content chunks (the

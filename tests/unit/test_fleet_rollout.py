@@ -14,6 +14,8 @@ from sglang_deploy.plan.fleet_hosts import Rotation
 from sglang_deploy.report import outcome
 from sglang_deploy.report import throughput_log as throughput
 
+pytestmark = pytest.mark.usefixtures("cycle_in_session")
+
 
 class Output:
     def __init__(self, lines):

@@ -16,6 +16,8 @@ from sglang_deploy.plan.fleet import rolling_settings
 from sglang_deploy.plan.fleet_hosts import Rotation
 from sglang_deploy.plan.hosts import deploy_defaults
 
+pytestmark = pytest.mark.usefixtures("cycle_in_session")
+
 EVENTS = []
 ROUTER = "http://10.0.0.5:30000"
 ACTIVE = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running"}

@@ -26,6 +26,7 @@ def test_status_values_are_distinct_and_described(capsys):
         status.THROUGHPUT_REGRESSION,
         status.ACS_NOT_CLEARED,
         status.DECODE_UNMEASURED,
+        status.NO_SYSTEMD,
         status.MODEL_MISMATCH,
         status.NO_SPACE,
         status.HUB_ERROR,

@@ -21,7 +21,10 @@ import json
 import os
 import subprocess
 
-from . import status
+from . import output, status
+
+if __name__ == "lib.result":  # imported by one of our scripts running on a node (not the controller)
+    output.guard()  # a progress line to a closed SSH channel must not kill it (output.py)
 
 RESULT_FILE_VAR = "SGLANG_DEPLOY_RESULT_FILE"
 # Claimed at import: this process writes its result there, the processes it starts do not see it.
@@ -85,5 +88,5 @@ def run_streaming(command):
     for line in proc.stdout:
         lines.append(line.rstrip("\n"))
         if progress([line]):
-            print(line, end="", flush=True)
+            output.say(line.rstrip("\n"))
     return proc.wait(), lines

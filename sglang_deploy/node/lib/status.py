@@ -32,6 +32,7 @@ MEASUREMENT_FAILED = 17
 THROUGHPUT_REGRESSION = 18
 ACS_NOT_CLEARED = 19
 DECODE_UNMEASURED = 20
+NO_SYSTEMD = 21
 MODEL_MISMATCH = 30
 NO_SPACE = 31
 HUB_ERROR = 32
@@ -58,6 +59,7 @@ DESCRIPTIONS = {
     THROUGHPUT_REGRESSION: "decode tok/s below the profile's expectation (min_decode_tok_s, max_regression_pct)",
     ACS_NOT_CLEARED: "ACS could not be cleared on a PCI bridge (or pciutils is missing)",
     DECODE_UNMEASURED: "the decode check could not measure: the server did not answer, erred or streamed too few tokens",
+    NO_SYSTEMD: "no systemd on this node (systemd-run): the restart cycle cannot run detached from the deploy",
     MODEL_MISMATCH: "a model directory's files do not match its manifest (missing, truncated, altered)",
     NO_SPACE: "not enough free disk for the model being staged",
     HUB_ERROR: "the Hugging Face Hub refused the model's repo or revision (its answer is the cause)",
