@@ -145,4 +145,6 @@ def test_the_sandbox_lock_holds_the_standin_built_here():
     # to engine-standin/ needs `make lock PROFILE=sandbox`.
     wheel = next((locks.REPO / "build" / "wheels").glob("sglang-0.5.23+sandbox-*.whl"), None)
     assert wheel is not None, "no stand-in wheel: run `make wheels`"
-    assert wheelhouse.sha256(wheel) in lock.entries["sglang"].hashes, "stale lock: `make lock PROFILE=sandbox`"
+    assert wheelhouse.sha256(wheel) in lock.entries["sglang"].hashes, (
+        "stale lock: `make lock PROFILE=sandbox`"
+    )
