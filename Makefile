@@ -13,6 +13,12 @@ DEEP      ?=
 PYINFRA   ?= $(PYTHON) -m pyinfra
 PYTEST    ?= $(PYTHON) -m pytest
 WHEELS    := build/wheels
+# The wheelhouses a deploy of INVENTORY installs engines from (`make wheelhouse`): the sandbox
+# profiles' (the stand-in, a few MB) for the sandbox; for real nodes, run `make wheelhouse
+# PROFILE=<name>` once per profile (the baseline's closure is several GB), or set
+# engine.install_from: index.
+WHEELHOUSE_PROFILES ?= $(if $(findstring sandbox,$(INVENTORY)),sandbox)
+ENGINE_WHEELHOUSES := $(addprefix wheelhouse-,$(WHEELHOUSE_PROFILES))
 # LIMIT=node1,node2: only those hosts (pyinfra's --limit, once per name).
 comma     := ,
 LIMIT_ARGS = $(addprefix --limit ,$(subst $(comma), ,$(LIMIT)))
@@ -67,11 +73,11 @@ router-wheels:
 sandbox-down:
 	$(PYTHON) sandbox/sandbox.py down
 
-deploy: wheels $(if $(filter-out 0,$(ROUTERS)),router-wheels)
+deploy: wheels $(ENGINE_WHEELHOUSES) $(if $(filter-out 0,$(ROUTERS)),router-wheels)
 	$(PYINFRA) -y $(INVENTORY) deploy.py $(LIMIT_ARGS)
 
 # What a deploy would change, with diffs (secret values shown as ***); changes nothing.
-plan: wheels
+plan: wheels $(ENGINE_WHEELHOUSES)
 	$(PYINFRA) $(INVENTORY) deploy.py --dry --diff $(LIMIT_ARGS) < /dev/null
 
 # testinfra assertions, then the per-host report (also as JSON, for machines), printed whether
@@ -104,7 +110,7 @@ format:
 # 2. the fleet: 3 nodes behind a router node (with a router in the inventory every restart
 #    goes through it, so the fleet gets a sandbox of its own).
 E2E_PHASES := "--nodes 3 --bare 1|e2e and not fleet" "--nodes 3 --routers 1|fleet"
-test-e2e: wheels router-wheels
+test-e2e: wheels router-wheels $(ENGINE_WHEELHOUSES)
 	@status=0; for phase in $(E2E_PHASES); do \
 	  $(PYTHON) sandbox/sandbox.py up $${phase%%|*} || { status=1; break; }; \
 	  $(PYTEST) -m "$${phase#*|}" tests/e2e -q --durations=15 || status=$$?; \
@@ -117,6 +123,10 @@ test: setup test-unit test-e2e
 
 clean:
 	rm -rf build engine-standin/build .pytest_cache
+
+.PHONY: wheelhouse-%
+wheelhouse-%: wheels
+	$(PYTHON) -m sglang_deploy.plan.wheelhouse $*
 
 # Locks (locks/, committed): every distribution of each profile's engine closure with its
 # sha256, resolved by uv for the nodes' platform (engine.platform, engine.python_version).
@@ -151,7 +161,7 @@ docs:
 
 # Reinstall exactly the engine distributions whose installed files drifted, then restart.
 .PHONY: repair
-repair: wheels
+repair: wheels $(ENGINE_WHEELHOUSES)
 	$(PYINFRA) -y $(INVENTORY) deploy.py --data repair=true
 
 # The option list of the pinned engine's parser, which `make lint-profiles` checks flag names

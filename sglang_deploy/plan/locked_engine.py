@@ -74,7 +74,7 @@ class LockedEngine:
             raise DeployError(
                 f"{self.profile_name}: wheels refused, nothing installed: " + "; ".join(refused)
             )
-        uv = wheel_for(self.wheelhouse, "uv", UV_PIN.partition("==")[2])
+        uv = wheel_for(directory, "uv", UV_PIN.partition("==")[2]) if directory.is_dir() else []
         if not uv:
             missing.append(UV_PIN)
         if missing:

@@ -1,0 +1,74 @@
+"""plan/locked_engine.py: a locked profile's wheels from the controller's wheelhouse, checked
+before any host is touched; the venv named after what the lock installs."""
+
+import shutil
+
+import pytest
+
+from sglang_deploy.errors import DeployError
+from sglang_deploy.plan import locks
+from sglang_deploy.plan.locked_engine import locked_engine
+from sglang_deploy.plan.wheelhouse import UV_PIN, lock_wheels_dir, sha256
+from sglang_deploy.profile.schema import load_profile
+
+UV_WHEEL = f"uv-{UV_PIN.partition('==')[2]}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    """The sandbox profile's locked engine with a wheelhouse of its own: the stand-in wheel the
+    lock holds, and a uv wheel."""
+    profile = load_profile("sandbox")
+    found = locked_engine(profile, "/opt/sd", wheelhouse=tmp_path)
+    directory = lock_wheels_dir(profile.engine, tmp_path)
+    directory.mkdir(parents=True)
+    wheel = next((locks.REPO / "build" / "wheels").glob("sglang-0.5.23+sandbox-*.whl"))
+    shutil.copy(wheel, directory / wheel.name)
+    (directory / UV_WHEEL).write_bytes(b"uv")
+    return found, directory, wheel.name
+
+
+def test_the_node_gets_the_locked_wheels_and_uv(sandbox):
+    found, directory, standin = sandbox
+    assert [p.name for p in found.wheels()] == [standin, UV_WHEEL]
+    assert found.remote_wheelhouse == f"/opt/sd/wheelhouse/{found.local_lock.stem}"
+    assert found.remote_lock == f"/opt/sd/locks/{found.local_lock.name}"
+
+
+def test_a_wheel_missing_from_the_wheelhouse_is_named_with_the_command_that_fetches_it(sandbox):
+    found, directory, standin = sandbox
+    (directory / standin).unlink()
+    with pytest.raises(DeployError) as raised:
+        found.wheels()
+    assert "lacks 1 locked wheels (sglang==0.5.23+sandbox)" in str(raised.value)
+    assert "`make wheelhouse PROFILE=sandbox` fetches them" in str(raised.value)
+
+
+def test_a_wheel_whose_hash_differs_from_the_lock_is_refused_and_named(sandbox):
+    found, directory, standin = sandbox
+    (directory / standin).write_bytes(b"a re-uploaded file")
+    with pytest.raises(DeployError) as raised:
+        found.wheels()
+    message = str(raised.value)
+    assert "wheels refused, nothing installed" in message and standin in message
+    assert sha256(directory / standin) in message
+
+
+def test_installed_from_an_index_the_node_gets_no_wheels(tmp_path):
+    profile = load_profile("sandbox", overrides={"engine": {"install_from": "index"}})
+    found = locked_engine(profile, "/opt/sd", wheelhouse=tmp_path)
+    assert found.wheels() == [] and found.remote_wheelhouse is None
+
+
+def test_the_venv_is_named_after_what_the_lock_installs_whatever_the_pin_order(sandbox):
+    found, _, _ = sandbox
+    name = found.venv_name(["sglang==0.5.23+sandbox"], "3.11.2")
+    assert name.startswith("sglang-0.5.23+sandbox-") and name == found.venv_name(
+        ["sglang==0.5.23+sandbox"], "3.11.2"
+    )
+    assert name != found.venv_name(["sglang==0.5.23+sandbox"], "3.11.4")  # another interpreter
+
+
+def test_a_profile_whose_pins_were_never_locked_installs_as_before():
+    profile = load_profile("sandbox", overrides={"engine": {"packages": ["sglang==0.5.24+sandbox"]}})
+    assert locked_engine(profile, "/opt/sd") is None
