@@ -170,8 +170,14 @@ def test_make_verify_shows_each_members_rank_and_the_groups_verdict(profile_dir)
     )
     print(done.stdout[-3000:])
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
-    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("node")}
-    assert "g1 rank 0/2: ok" in rows["node1"] and "g1 rank 1/2: ok" in rows["node2"]
+    # The full table row of each host is in the JSON (the terminal shows a block per host).
+    rows = {
+        r["host"]: r["table"]
+        for r in json.loads((REPO_ROOT / "reports/verify.json").read_text())
+        if "table" in r
+    }
+    cells = {host: " ".join(str(cell) for cell in row.values()) for host, row in rows.items()}
+    assert "g1 rank 0/2: ok" in cells["node1"] and "g1 rank 1/2: ok" in cells["node2"], rows
 
 
 def test_a_follower_that_fails_its_start_is_named_and_the_group_rolls_back(profile_dir):
