@@ -64,17 +64,22 @@ class NodePlan:
         default=None, repr=False
     )  # the host's settings (plan/settings.py) it was made from
 
-    def bind_venv(self, python_version: str) -> str:
-        """Name the venv of this plan's pin set on a node whose ``engine.python`` is
-        ``python_version``: the engine step builds it, preflight runs its parser, the start-up
-        hook goes into it, drift and the manifest read it. The unit runs through
-        ``engine.venv``, the link the restart cycle points at it."""
+    def venv_for(self, python_version: str) -> str:
+        """The venv of this plan's pin set on a node whose ``engine.python`` is
+        ``python_version``: named after its lock, or after its pins and wheels."""
         engine = self.profile.engine
         if self.locked is not None:
             name = self.locked.venv_name(engine.packages, python_version)
         else:
             name = venv_name(engine.packages, wheel_digests(self.wheels), python_version)
-        self.venv = f"{self.venvs_dir}/{name}"
+        return f"{self.venvs_dir}/{name}"
+
+    def bind_venv(self, python_version: str) -> str:
+        """Name the venv of this plan's pin set on a node whose ``engine.python`` is
+        ``python_version``: the engine step builds it, preflight runs its parser, the start-up
+        hook goes into it, drift and the manifest read it. The unit runs through
+        ``engine.venv``, the link the restart cycle points at it."""
+        self.venv = self.venv_for(python_version)
         self.scripts.venv = self.venv
         if not self.profile.hook.system_wide:
             self.hook_python = f"{self.venv}/bin/python"

@@ -12,7 +12,6 @@ from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.node.lib import status
 from sglang_deploy.node.lib.result import parse as parse_result
 from sglang_deploy.plan.script_commands import model_check_command
-from sglang_deploy.plan.venv_names import venv_name, wheel_digests
 from sglang_deploy.verify.registry import read_fact, verify_check
 from sglang_deploy.verify.verdict import FAILED, OK, WARNING, Check
 
@@ -52,9 +51,7 @@ def engine_venv(node, plan) -> Check:
     version = node.run(
         f"{shlex.quote(engine.python)} -c {shlex.quote('import platform; print(platform.python_version())')}"
     )
-    wanted = (
-        f"{plan.venvs_dir}/{venv_name(engine.packages, wheel_digests(plan.wheels), version.stdout.strip())}"
-    )
+    wanted = plan.venv_for(version.stdout.strip())
     target = node.run(f"readlink -f {shlex.quote(engine.venv)}").stdout.strip()
     pid = read_fact(node, UnitState, unit=plan.unit, properties=("MainPID",)).get("MainPID", "")
     if not pid.isdigit() or pid == "0":

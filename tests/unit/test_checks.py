@@ -297,3 +297,21 @@ def test_the_columns_follow_the_subjects_whatever_was_imported_first():
     modules = [entry.function.__module__.rsplit(".", 1)[1] for entry in checks.REGISTRY]
     assert modules == sorted(modules, key=checks.SUBJECTS.index)
     assert [e.name for e in checks.REGISTRY][:4] == ["last good", "serving", "serving group", "last start"]
+
+
+def test_a_locked_engine_s_venv_is_the_one_named_after_its_lock():
+    from sglang_deploy.verify import engine_checks
+
+    plan = plan_for({**HOST_DATA, "profile": "sandbox"}, operator_env={})
+    assert plan.locked is not None
+    wanted = plan.venv_for("3.11.2")
+    node = Node(
+        outputs={
+            "platform.python_version": Result(0, "3.11.2\n"),
+            "readlink -f": Result(0, wanted + "\n"),
+            "systemctl show": Result(0, "MainPID=442\n"),
+            "readlink /proc/442/exe": Result(0, wanted + "/bin/python\n"),
+        }
+    )
+    found = engine_checks.engine_venv(node, plan)
+    assert found.state == OK and wanted.rsplit("/", 1)[1] in found.detail
