@@ -7,6 +7,7 @@ from pyinfra.api import FunctionCommand, operation
 
 from sglang_deploy import run_state
 from sglang_deploy.node.lib import result
+from sglang_deploy.operations import remote
 from sglang_deploy.operations.service import _fail
 from sglang_deploy.plan.script_commands import lock_command
 
@@ -40,13 +41,15 @@ def deploy_lock(path, wait_s, holder):
 
 
 def _take_lock(path, wait_s, holder):
-    """The channel holding the lock, or a one-line reason why it could not be taken."""
+    """The channel holding the lock, or a one-line reason why it could not be taken. The
+    helper runs as the deploy's other commands do (sudo and all: remote.unix_command): the
+    lock file is root's."""
     client = getattr(host.connector, "client", None)
     if client is None:
         return "this connector cannot hold a lock (SSH only)"
     source = (NODE_DIR / "lock.py").read_text()
     channel = client.get_transport().open_session()
-    channel.exec_command(lock_command(path, wait_s, holder, source=source))
+    channel.exec_command(remote.unix_command(host, lock_command(path, wait_s, holder, source=source)))
     lines = channel.makefile("r")
     for line in lines:
         for event in result.events([line]):
@@ -59,4 +62,6 @@ def _take_lock(path, wait_s, holder):
                 )
             elif event["event"] == "busy":
                 return f"held by {event['holder']} (waited {wait_s:.0f}s)"
-    return f"lock helper exited with status {channel.recv_exit_status()}"
+    code = channel.recv_exit_status()
+    said = [line.strip() for line in channel.makefile_stderr("r") if line.strip()]
+    return f"lock helper exited with status {code}" + (f": {said[-1][:300]}" if said else "")

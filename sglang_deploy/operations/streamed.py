@@ -10,17 +10,20 @@ from pyinfra.api import StringCommand
 from pyinfra.connectors.util import CommandOutput, OutputLine
 
 from sglang_deploy.node.lib import result
+from sglang_deploy.operations import remote
 
 
 def run_streamed(host, command):
     """Run ``command`` (a command line of our scripts) on ``host`` printing its output as it
     comes; (ok, output) with the script's result line as the output's last stdout line."""
     path = f"/tmp/sglang-deploy-result-{uuid.uuid4().hex}.json"
-    ok, output = host.run_shell_command(
-        StringCommand(f"export {result.RESULT_FILE_VAR}={shlex.quote(path)}; {command}"), print_output=True
+    ok, output = remote.run(
+        host,
+        StringCommand(f"export {result.RESULT_FILE_VAR}={shlex.quote(path)}; {command}"),
+        print_output=True,
     )
     if result.parse(output.stdout_lines) is not None:  # a script that printed its own
         return ok, output
-    _, written = host.run_shell_command(StringCommand(f"cat {path} 2>/dev/null; rm -f {path}"))
+    _, written = remote.run(host, StringCommand(f"cat {path} 2>/dev/null; rm -f {path}"))
     lines = [line for line in written.stdout_lines if result.parse([line]) is not None]
     return ok, CommandOutput([*output.combined_lines, *(OutputLine("stdout", line) for line in lines)])
