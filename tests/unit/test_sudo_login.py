@@ -400,3 +400,28 @@ def test_a_string_command_keeps_its_stdin_through_run():
     host = Host(SUDO)
     remote.run(host, StringCommand("cat", _stdin="x\n"))
     assert host.ran == [("cat", {"_sudo": True, "_stdin": "x\n"})]
+
+
+def test_a_function_command_sees_its_operations_sudo_in_a_real_pyinfra_run():
+    """pyinfra itself (the local connector; nothing is run): while a FunctionCommand of an
+    operation given `_sudo` executes, remote.arguments sees it."""
+    from pyinfra.api import operation
+    from pyinfra.api.connect import connect_all
+    from pyinfra.api.operation import add_op
+    from pyinfra.api.operations import run_ops
+
+    seen = []
+
+    def record(state, host):
+        seen.append(remote.arguments(host))
+        return True
+
+    @operation()
+    def probe():
+        yield FunctionCommand(record, (), {})
+
+    state = State(Inventory((["@local"], {})), Config())
+    connect_all(state)
+    add_op(state, probe, _sudo=True, _sudo_user="svc")
+    run_ops(state)
+    assert seen == [{"_sudo": True, "_sudo_user": "svc"}]
