@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Sandbox nodes: Debian bookworm systemd-nspawn containers reachable over SSH on loopback.
 
-    python3 sandbox/sandbox.py up [--nodes N] [--bare B] [--routers R]
+    python3 sandbox/sandbox.py up [--nodes N] [--bare B] [--routers R] [--sudo-user]
                                                 create/boot node1..nodeN (idempotent): the
                                                 last B of them boot from the bare image, and
-                                                R more nodes are recorded with role "router"
+                                                R more nodes are recorded with role "router";
+                                                --sudo-user: the deploy logs in as `deploy`
+                                                and becomes root with sudo
     python3 sandbox/sandbox.py down             stop every recorded node, remove per-node state
     python3 sandbox/sandbox.py status           one line per node
 
@@ -16,7 +18,14 @@ inventory/sandbox.py reads:
 
     {"key": "<abs private key>", "nodes": [{"name": "node1", "ssh_host": "127.0.0.1",
       "ssh_port": 2201, "ssh_user": "root", "server_port": 30001, "pid": 12345,
-      "rootfs": "<abs>", "console_log": "<abs>", "bare": false}]}
+      "rootfs": "<abs>", "console_log": "<abs>", "bare": false, "sudo": false,
+      "login_users": ["root", "deploy"]}]}
+
+Every image has a second login, `deploy` (SUDO_USER): the same key, and a passwordless sudo
+(/etc/sudoers.d/deploy), as the `ubuntu`/`admin` users of real GPU fleets. `up --sudo-user` (or
+SANDBOX_SUDO_USER=1) records `"ssh_user": "deploy", "sudo": true`, which inventory/sandbox.py
+turns into pyinfra's `_sudo`; without it the nodes are reached as root. A kept node built
+before the image had the user is rebuilt when the sudo user is asked for.
 
 A bare node (`--bare B`: the last B nodes) boots from a second cached image, `<cache>-bare`,
 holding only what systemd, sshd and the deploy lock need (BARE_PACKAGES: no python3-venv,
@@ -60,10 +69,14 @@ DEFAULT_CACHE = "/var/cache/sglang-deploy/sandbox/bookworm"
 SSH_BASE_PORT = 2200
 SERVER_BASE_PORT = 30000
 SSH_HOST = "127.0.0.1"
-PACKAGES = "systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,curl,procps,iproute2"
-# A fresh OS install: systemd as PID 1, sshd, and python3 (pyinfra's facts and the deploy lock
-# run it); everything else the recipe needs is the deploy's job (group_data/all.py os_packages).
-BARE_PACKAGES = "systemd,systemd-sysv,dbus,openssh-server,python3"
+PACKAGES = "systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,curl,procps,iproute2,sudo"
+# A fresh OS install: systemd as PID 1, sshd, python3 (pyinfra's facts and the deploy lock run
+# it) and sudo (the login user's way to root, as on a cloud image); everything else the recipe
+# needs is the deploy's job (group_data/all.py os_packages).
+BARE_PACKAGES = "systemd,systemd-sysv,dbus,openssh-server,python3,sudo"
+# The non-root login with a passwordless sudo that every image has (`up --sudo-user` uses it).
+SUDO_USER = "deploy"
+SUDOERS_LINE = f"{SUDO_USER} ALL=(ALL:ALL) NOPASSWD: ALL\n"
 IMAGE_STAMP = ".sandbox-image"
 # Timers that would run apt (holding the dpkg lock, reaching the network) behind a deploy's back.
 MASKED_UNITS = ("apt-daily.timer", "apt-daily-upgrade.timer")
@@ -111,20 +124,37 @@ class SandboxError(Exception):
 # ---------------------------------------------------------------- pure logic (unit-tested)
 
 
-def node_record(index, sandbox_dir, pid=None, bare=False):
-    """The state entry of node `index` (1-based) under `sandbox_dir`."""
+def node_record(index, sandbox_dir, pid=None, bare=False, sudo_user=False):
+    """The state entry of node `index` (1-based) under `sandbox_dir`, built from an image
+    with both logins (root and SUDO_USER); reached as the one `sudo_user` picks."""
     node_dir = Path(sandbox_dir).resolve() / "nodes" / f"node{index}"
-    return {
-        "name": f"node{index}",
-        "ssh_host": SSH_HOST,
-        "ssh_port": SSH_BASE_PORT + index,
-        "ssh_user": "root",
-        "server_port": SERVER_BASE_PORT + index,
-        "pid": pid,
-        "rootfs": str(node_dir / "rootfs"),
-        "console_log": str(node_dir / "console.log"),
-        "bare": bare,
-    }
+    return login(
+        {
+            "name": f"node{index}",
+            "ssh_host": SSH_HOST,
+            "ssh_port": SSH_BASE_PORT + index,
+            "ssh_user": "root",
+            "server_port": SERVER_BASE_PORT + index,
+            "pid": pid,
+            "rootfs": str(node_dir / "rootfs"),
+            "console_log": str(node_dir / "console.log"),
+            "bare": bare,
+            "login_users": ["root", SUDO_USER],
+        },
+        sudo_user,
+    )
+
+
+def login(node, sudo_user):
+    """The node's record reached as SUDO_USER with sudo (`sudo_user`), or as root."""
+    return dict(node, ssh_user=SUDO_USER if sudo_user else "root", sudo=bool(sudo_user))
+
+
+def lacks_login(node, sudo_user):
+    """Why a recorded node cannot be reached as asked (built before images had SUDO_USER)."""
+    if sudo_user and SUDO_USER not in node.get("login_users", ["root"]):
+        return f"built without the {SUDO_USER} user, sudo user wanted"
+    return None
 
 
 def bare_indices(count, bare):
@@ -323,6 +353,7 @@ HOST_TOOLS = {
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",
     "cp": "coreutils",
+    "chroot": "coreutils",
     "mountpoint": "util-linux",
 }
 
@@ -426,7 +457,19 @@ def ensure_nspawn_tmpfs():
 
 def image_stamp(packages=PACKAGES):
     """What the cached image was built from; a different stamp means rebuild."""
-    return f"debootstrap --variant=minbase --include={packages} bookworm"
+    return f"debootstrap --variant=minbase --include={packages} bookworm; login {SUDO_USER} with sudo"
+
+
+def add_sudo_user(rootfs):
+    """SUDO_USER in the image: a home, a shell, and sudo to anything without a password (its
+    authorized key is each node's: configure_sshd)."""
+    res = run(["chroot", str(rootfs), "useradd", "--create-home", "--shell", "/bin/bash", SUDO_USER])
+    if res.returncode != 0:
+        raise SandboxError(f"adding the {SUDO_USER} user to the image failed: {res.stderr.strip()}")
+    sudoers = Path(rootfs) / "etc/sudoers.d" / SUDO_USER
+    sudoers.parent.mkdir(parents=True, exist_ok=True)
+    sudoers.write_text(SUDOERS_LINE)
+    os.chmod(sudoers, 0o440)
 
 
 def ensure_image(image, packages=PACKAGES):
@@ -452,6 +495,11 @@ def ensure_image(image, packages=PACKAGES):
         if code != 0:
             remove_tree(tmp)
             raise SandboxError(f"debootstrap failed (exit {code}), log {log}:\n" + tail(log))
+        try:
+            add_sudo_user(tmp)
+        except BaseException:
+            remove_tree(tmp)
+            raise
         (tmp / IMAGE_STAMP).write_text(image_stamp(packages) + "\n")
         if image.exists():
             old = image.parent / f".{image.name}.tmp-old-{os.getpid()}"
@@ -525,12 +573,30 @@ def configure_sshd(rootfs, port, pubkey):
     res = run(["ssh-keygen", "-A", "-f", str(rootfs)])
     if res.returncode != 0:
         raise SandboxError(f"ssh-keygen -A failed: {res.stderr.strip()}")
-    ssh_dir = rootfs / "root/.ssh"
-    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+    authorize(rootfs, "root", pubkey)
+    authorize(rootfs, SUDO_USER, pubkey)
+
+
+def passwd_entry(rootfs, user):
+    """(uid, gid, home) of `user` in the rootfs's /etc/passwd."""
+    for line in (Path(rootfs) / "etc/passwd").read_text().splitlines():
+        fields = line.split(":")
+        if len(fields) >= 7 and fields[0] == user:
+            return int(fields[2]), int(fields[3]), fields[5]
+    raise SandboxError(f"no user {user} in {rootfs}/etc/passwd (an image from before it: rebuild it)")
+
+
+def authorize(rootfs, user, pubkey):
+    """The sandbox key in `user`'s authorized_keys, owned by them (sshd's StrictModes)."""
+    uid, gid, home = passwd_entry(rootfs, user)
+    ssh_dir = Path(rootfs) / home.lstrip("/") / ".ssh"
+    ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(ssh_dir, 0o700)
     keys = ssh_dir / "authorized_keys"
     keys.write_text(Path(pubkey).read_text())
     os.chmod(keys, 0o600)
+    for path in (ssh_dir, keys):
+        os.chown(path, uid, gid)
 
 
 def stage_model(rootfs):
@@ -697,9 +763,10 @@ def with_roles(nodes, serving):
     return [dict(node, role="router" if node_index(node["name"]) > serving else "node") for node in nodes]
 
 
-def cmd_up(count, bare=0, routers=0):
+def cmd_up(count, bare=0, routers=0, sudo_user=False):
     """Make node1..node{count+routers} run, keeping the healthy ones: the last `bare` serving
-    nodes boot bare, the last `routers` of them all are router nodes."""
+    nodes boot bare, the last `routers` of them all are router nodes; `sudo_user`: every node
+    is reached as SUDO_USER with sudo (else as root)."""
     serving, count = count, count + routers
     check_host()
     sandbox_dir, state_file, image = paths()
@@ -711,16 +778,18 @@ def cmd_up(count, bare=0, routers=0):
         by_name = {n["name"]: n for n in recorded}
         bares = bare_indices(serving, bare)
         wanted = [
-            by_name.get(f"node{i}") or node_record(i, sandbox_dir, bare=i in bares)
+            login(by_name.get(f"node{i}") or node_record(i, sandbox_dir, bare=i in bares), sudo_user)
             for i in range(1, count + 1)
         ]
-        rebuild = retire_unhealthy(wanted, by_name, key, min(timeout, 20), bares)
+        rebuild = retire_unhealthy(wanted, by_name, key, min(timeout, 20), bares, sudo_user)
         if not rebuild:
             write_state(state_file, key, merge_nodes(recorded, with_roles(wanted, serving)))
             print(f"{count} node(s) already running")
             return
         fresh = [
-            node_record(node_index(n["name"]), sandbox_dir, bare=node_index(n["name"]) in bares)
+            node_record(
+                node_index(n["name"]), sandbox_dir, bare=node_index(n["name"]) in bares, sudo_user=sudo_user
+            )
             for n in rebuild
         ]
         check_ports_free(fresh)
@@ -767,16 +836,28 @@ def launch_all(fresh, images, pubkey):
     return [n for n in fresh if n["pid"]], errors
 
 
-def retire_unhealthy(wanted, recorded, key, timeout, bares=()):
+def retire_unhealthy(wanted, recorded, key, timeout, bares=(), sudo_user=False):
     """Stop the wanted nodes that are not running well, or not from the image asked for
-    (bare or not); returns those to (re)build."""
-    alive = [n for n in wanted if is_node_nspawn(n.get("pid"), n["name"], n["rootfs"])]
-    unhealthy = wait_running(alive, key, timeout) if alive else {}
+    (bare or not, with the sudo user when it is wanted); returns those to (re)build."""
     other_image = {
         n["name"]: "built bare, full wanted" if n.get("bare") else "built full, bare wanted"
         for n in wanted
         if bool(n.get("bare")) != (node_index(n["name"]) in bares)
     }
+    other_image.update(
+        {
+            n["name"]: lacks_login(n, sudo_user)
+            for n in wanted
+            if n["name"] not in other_image and lacks_login(n, sudo_user)
+        }
+    )
+    # Those are rebuilt whatever their health (one without the sudo user cannot be probed as it).
+    alive = [
+        n
+        for n in wanted
+        if n["name"] not in other_image and is_node_nspawn(n.get("pid"), n["name"], n["rootfs"])
+    ]
+    unhealthy = wait_running(alive, key, timeout) if alive else {}
     rebuild = [n for n in wanted if n not in alive or n["name"] in unhealthy or n["name"] in other_image]
     for node in rebuild:
         stopped = stop(node)
@@ -854,6 +935,13 @@ def main(argv=None):
         "python3-venv, curl or model directory); default 0",
     )
     up.add_argument(
+        "--sudo-user",
+        action="store_true",
+        default=os.environ.get("SANDBOX_SUDO_USER", "") not in ("", "0"),
+        help=f"reach the nodes as {SUDO_USER} with a passwordless sudo, not as root "
+        "(default: $SANDBOX_SUDO_USER)",
+    )
+    up.add_argument(
         "--routers",
         type=int,
         default=os.environ.get("ROUTERS") or "0",
@@ -868,7 +956,7 @@ def main(argv=None):
                 raise SandboxError("--nodes must be between 1 and 99")
             if not 0 <= args.routers <= 9:
                 raise SandboxError("--routers must be between 0 and 9")
-            cmd_up(args.nodes, args.bare, args.routers)
+            cmd_up(args.nodes, args.bare, args.routers, args.sudo_user)
         elif args.command == "down":
             cmd_down()
         else:

@@ -38,6 +38,7 @@ class RunState:
     group_notes: dict = field(default_factory=dict)  # its serving group's rank and verdict
     decode_notes: dict = field(default_factory=dict)  # its decode check's phrase (throughput_log)
     warned: set = field(default_factory=set)  # lint warning lines printed (once, not per host)
+    told_no_systemd: set = field(default_factory=set)  # hosts told their restart runs in the session
     recorder: object = None  # report/outcome.py's OutcomeRecorder of this run
 
     def rollout_of(self, max_failures=0) -> Rollout:

@@ -7,6 +7,7 @@ from pyinfra.api import FunctionCommand, operation
 
 from sglang_deploy import run_state
 from sglang_deploy.node.lib import result
+from sglang_deploy.operations import remote
 from sglang_deploy.operations.service import _fail
 from sglang_deploy.plan.script_commands import cycles_dir_of_lock, lock_command
 
@@ -62,14 +63,18 @@ def previous_cycle_line(event, waited=False):
 
 
 def _take_lock(path, wait_s, holder):
-    """The channel holding the lock, or a one-line reason why it could not be taken."""
+    """The channel holding the lock, or a one-line reason why it could not be taken. The
+    helper runs as the deploy's other commands do (sudo and all: remote.unix_command): the
+    lock file is root's."""
     client = getattr(host.connector, "client", None)
     if client is None:
         return "this connector cannot hold a lock (SSH only)"
     source = (NODE_DIR / "lock.py").read_text()
     channel = client.get_transport().open_session()
     channel.exec_command(
-        lock_command(path, wait_s, holder, source=source, cycles_dir=cycles_dir_of_lock(path))
+        remote.unix_command(
+            host, lock_command(path, wait_s, holder, source=source, cycles_dir=cycles_dir_of_lock(path))
+        )
     )
     lines = channel.makefile("r")
     waited_for = set()  # the cycles this run waited for (and followed) before the lock
@@ -95,4 +100,6 @@ def _take_lock(path, wait_s, holder):
                 )
             elif event["event"] == "busy":
                 return f"held by {event['holder']} (waited {wait_s:.0f}s)"
-    return f"lock helper exited with status {channel.recv_exit_status()}"
+    code = channel.recv_exit_status()
+    said = [line.strip() for line in channel.makefile_stderr("r") if line.strip()]
+    return f"lock helper exited with status {code}" + (f": {said[-1][:300]}" if said else "")

@@ -3,7 +3,9 @@
 Each is written whole or not at all (``written_whole``): into a temporary file beside it (same
 directory, so same filesystem), created empty and private before any content lands, its owner
 and mode set, flushed, then renamed over the file. A full disk or a dropped link mid-upload
-leaves the file the server starts from as it was (pyinfra, as root, uploads in place).
+leaves the file the server starts from as it was (pyinfra, as root, uploads in place). The env
+file's content goes on a command's stdin (remote.secret_write): pyinfra's upload as a sudo
+user would first leave it in a /tmp file every local user can read.
 """
 
 import difflib
@@ -17,17 +19,17 @@ from pyinfra.api.command import FileUploadCommand
 from pyinfra.facts.files import FileContents
 
 from sglang_deploy.facts.serving import FileDigests, InterpreterStartup
+from sglang_deploy.operations.remote import NEW_SUFFIX, secret_write
 from sglang_deploy.plan.render import HOOK_MODULE
 from sglang_deploy.plan.settings import default
 
 HOOK_FILE = f"{HOOK_MODULE}.py"  # the module's one name is render.HOOK_MODULE
 HOOK_PTH = f"{HOOK_MODULE}.pth"
-# ".<name>.sglang-deploy-new" beside the file: hidden, and no name a reader picks up (not a
-# .pth or .py for the interpreter, not a unit name for systemd).
-NEW_SUFFIX = ".sglang-deploy-new"
+# NEW_SUFFIX: ".<name>.sglang-deploy-new" beside the file: hidden, and no name a reader picks up
+# (not a .pth or .py for the interpreter, not a unit name for systemd).
 
 
-def written_whole(dest, source, mode, owner="root:root", upload_temp_directory=None):
+def written_whole(dest, source, mode, owner="root:root"):
     """The commands that replace ``dest`` by ``source`` (a local path or a file object) in one
     rename: a temporary file beside it, created empty with mode 0600 before the upload writes
     into it (so a secret never lands in a readable file), chowned to ``owner``, set to
@@ -38,7 +40,7 @@ def written_whole(dest, source, mode, owner="root:root", upload_temp_directory=N
     yield FileUploadCommand(
         source,
         f"{directory}/.{name}{NEW_SUFFIX}",
-        remote_temp_filename=host.get_temp_filename(dest, temp_directory=upload_temp_directory or None),
+        remote_temp_filename=host.get_temp_filename(dest),
     )
     yield f"chown {owner} {temp} && chmod {mode} {temp} && sync {temp} && mv -f {temp} {shlex.quote(dest)}"
 
@@ -46,9 +48,10 @@ def written_whole(dest, source, mode, owner="root:root", upload_temp_directory=N
 @operation()
 def secret_file(dest, content, secret_values=(), mode="0600"):
     """
-    Upload ``content`` to ``dest`` (root-owned, ``mode``), whole or not at all and never
-    showing secrets: the upload's temporary files live beside ``dest``, created 0600 before the
-    content lands, and ``--diff`` shows secret values as ``***``.
+    Write ``content`` to ``dest`` (root-owned, ``mode``), whole or not at all and never
+    showing secrets: the content travels on a command's stdin into a file beside ``dest``,
+    0600 from its creation, removed on any failure (no copy in /tmp, none left behind), and
+    ``--diff`` shows secret values as ``***``.
 
     + dest: remote path; its directory must exist and be private
     + content: the file's text
@@ -64,7 +67,7 @@ def secret_file(dest, content, secret_values=(), mode="0600"):
             host.noop(f"{dest} is up to date")
         return
     _log_redacted_diff(dest, content, secret_values)
-    yield from written_whole(dest, StringIO(content), mode, upload_temp_directory=dest.rsplit("/", 1)[0])
+    yield secret_write(dest, content, mode)
 
 
 @operation()

@@ -24,6 +24,7 @@ from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.node import group_join
 from sglang_deploy.node.cycle import LABELS, decide, restored_decode
 from sglang_deploy.node.lib import result
+from sglang_deploy.operations import remote
 from sglang_deploy.operations.files import hook_paths
 from sglang_deploy.operations.service import _cause
 from sglang_deploy.operations.streamed import run_streamed
@@ -48,7 +49,7 @@ def run_on(member_host, command, print_output=False):
     """A command on another member, from this greenlet (pyinfra's host context set to it)."""
     member_host = _real(member_host)
     with ctx_host.use(member_host):
-        return member_host.run_shell_command(StringCommand(command), print_output=print_output)
+        return remote.run(member_host, StringCommand(command), print_output=print_output)
 
 
 def unit_show(member_host, unit):
@@ -112,7 +113,7 @@ class Group:
         with ctx_config.use(self.config), ctx_host.use(member_host):
             if print_output:
                 return run_streamed(member_host, command)
-            return member_host.run_shell_command(StringCommand(command))
+            return remote.run(member_host, StringCommand(command))
 
     def on(self, ranks, command_of, print_output=True):
         """Run a command on several members at once: {rank: (ok, output)}."""

@@ -23,6 +23,7 @@ from sglang_deploy.facts.serving import ModelState
 from sglang_deploy.node import model_manifest
 from sglang_deploy.node.lib import result
 from sglang_deploy.node.model_stage import PREVIOUS_SUFFIX, staging_dir
+from sglang_deploy.operations import remote
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan.hosts import ssh_argv
 from sglang_deploy.plan.model_sources import (
@@ -132,7 +133,7 @@ def model_staged(target, scripts_dir, repairing=False, hub=None):
             logger.warning,
         )
         yield model_stage_command(scripts_dir, "drop-live", target.path)
-    if need and node["rsync"] and shutil.which("rsync"):
+    if need and node["rsync"] and shutil.which("rsync") and remote.rsync_path(host) is not False:
         yield FunctionCommand(_rsync, (label, local_dir, staging, need), {})
     else:
         yield from _uploads(label, local_dir, staging, need)
@@ -171,13 +172,16 @@ def _downloaded(label, target, scripts_dir, repairing, hub):
             f"{wanted['huggingface']['revision'][:12]})"
         )
         return
-    token_file = None
+    token_file, secret = None, {}
     if hub.token:
         private = f"{hub.run_dir}/hub"
         token_file = f"{private}/token-{hashlib.sha256(target.path.encode()).hexdigest()[:12]}"
         yield _sh("mkdir", "-p", "-m", "0700", private)
         yield _sh("chmod", "0700", private)
-        yield FileUploadCommand(StringIO(hub.token), token_file)
+        # Written just before the download, on stdin (never pyinfra's /tmp copy of an upload
+        # as a sudo user), and removed after it whatever happened (hf_stage.py removes it
+        # once read; the shell and the finally below if it never got that far).
+        secret = {"before": remote.secret_write(token_file, hub.token), "after": _sh("rm", "-f", token_file)}
     in_place, now = _swap_mode()
     command = hf_stage_command(
         hub.python,
@@ -191,7 +195,7 @@ def _downloaded(label, target, scripts_dir, repairing, hub):
     )
     if token_file:  # gone whatever the download did
         command = f"{command}; status=$?; rm -f {shlex.quote(token_file)}; exit $status"
-    yield FunctionCommand(_finish, (label, command), {})
+    yield FunctionCommand(_finish, (label, command), secret)
 
 
 def _uploads(label, local_dir, staging, need):
@@ -242,6 +246,8 @@ def _rsync(state, host, label, local_dir, staging, need):
     ssh = ssh_argv(host.name, data, "")[:-2]
     target = ssh_argv(host.name, data, "")[-2]
     argv = rsync_argv(ssh, target, local_dir, staging)
+    if remote.rsync_path(host):  # a sudo login: the node's rsync writes root's directory as root
+        argv.insert(1, f"--rsync-path={remote.rsync_path(host)}")
     host.log(
         f"{label}: rsync of {len(need)} file(s), {sum(e['size'] for e in need) / 1e6:.1f} MB", logger.info
     )
@@ -278,8 +284,21 @@ def _die_with_parent():
         pass
 
 
-def _finish(state, host, label, command):
-    ok, output = run_streamed(host, command)
+def _finish(state, host, label, command, before=None, after=None):
+    """Run ``command`` (a node script) streamed; ``before``/``after``: commands run first and,
+    whatever happens, last (a secret written for it, then removed)."""
+    try:
+        if before is not None:
+            wrote, said = remote.run(host, before)
+            if not wrote:
+                cause = "\n".join(said.stderr_lines[-3:])
+                return _fail(
+                    state, host, f"{label}: writing the Hub token failed: {cause}; nothing was staged"
+                )
+        ok, output = run_streamed(host, command)
+    finally:
+        if after is not None:
+            remote.run(host, after)
     found = result.parse(output.stdout_lines)
     if not ok or not found or found["status"] != 0:
         cause = (found or {}).get("cause") or "\n".join(output.stderr_lines[-3:])

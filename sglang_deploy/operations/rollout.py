@@ -15,6 +15,7 @@ from sglang_deploy.errors import DeployError
 from sglang_deploy.facts.fleet import RouterGate, ServingView
 from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.node.lib import result, status
+from sglang_deploy.operations import remote
 from sglang_deploy.operations.files import hook_paths
 from sglang_deploy.operations.service import _cause, _fail, _say_outcome, run_cycle
 from sglang_deploy.operations.streamed import run_streamed
@@ -269,7 +270,7 @@ def _previous(found):
 def _keep_previous(host, scripts, run, refusal):
     """The rollout stopped before this node: put its files back to its last known good (what
     it serves), so nothing half-applied is left for a later run to restart into."""
-    ok, output = host.run_shell_command(StringCommand(scripts.restore_last_good()))
+    ok, output = remote.run(host, StringCommand(scripts.restore_last_good()))
     found = result.parse(output.stdout_lines) or {}
     if found.get("status") == status.NO_LAST_GOOD:
         serves = "nothing yet (no configuration ever passed its gate here)"
@@ -321,8 +322,9 @@ def _router_gate(state, host, plan, scripts_dir):
     ok, output = run_streamed(host, plan.gate(scripts_dir))
     if not ok:
         host.log_styled(f"router gate failed: {_cause(output)}", fg="red", log_func=logger.error)
-        _, journal = host.run_shell_command(
-            StringCommand(f"journalctl -u {shlex.quote(plan.unit)} -n 15 --no-pager -o cat | cut -c1-300")
+        _, journal = remote.run(
+            host,
+            StringCommand(f"journalctl -u {shlex.quote(plan.unit)} -n 15 --no-pager -o cat | cut -c1-300"),
         )
         for line in journal.stdout_lines:
             host.log(f"  {plan.unit}: {line}", logger.error)

@@ -10,6 +10,7 @@ from pyinfra.facts.files import File
 
 from sglang_deploy.facts.serving import LastGood, Preflight, Serving, UnitState, WorkerEnvironment
 from sglang_deploy.node.lib import result, status
+from sglang_deploy.operations import remote
 from sglang_deploy.operations.files import hook_paths
 from sglang_deploy.operations.streamed import run_detached, run_streamed
 from sglang_deploy.report import throughput_log as throughput
@@ -175,7 +176,7 @@ def _last_good_is_what_serves(state, host, scripts, hook_python, rollback):
     (a deploy died before restarting), what is installed never passed a gate: restart through
     the gate, with rollback."""
     paths = hook_paths(hook_python)
-    ok, output = host.run_shell_command(StringCommand(scripts.compare_last_good(paths)))
+    ok, output = remote.run(host, StringCommand(scripts.compare_last_good(paths)))
     found = LastGood().process(output.stdout_lines) if ok else None
     if found is None:
         host.log_styled(

@@ -12,26 +12,29 @@ from pyinfra import logger
 from pyinfra.api import StringCommand
 from pyinfra.connectors.util import CommandOutput, OutputLine
 
+from sglang_deploy import run_state
 from sglang_deploy.node.lib import result, status
+from sglang_deploy.operations import remote
 
 
 def run_streamed(host, command):
     """Run ``command`` (a command line of our scripts) on ``host`` printing its output as it
     comes; (ok, output) with the script's result line as the output's last stdout line."""
     path = f"/tmp/sglang-deploy-result-{uuid.uuid4().hex}.json"
-    ok, output = host.run_shell_command(
-        StringCommand(f"export {result.RESULT_FILE_VAR}={shlex.quote(path)}; {command}"), print_output=True
+    ok, output = remote.run(
+        host,
+        StringCommand(f"export {result.RESULT_FILE_VAR}={shlex.quote(path)}; {command}"),
+        print_output=True,
     )
     if result.parse(output.stdout_lines) is not None:  # a script that printed its own
         return ok, output
-    _, written = host.run_shell_command(StringCommand(f"cat {path} 2>/dev/null; rm -f {path}"))
+    _, written = remote.run(host, StringCommand(f"cat {path} 2>/dev/null; rm -f {path}"))
     lines = [line for line in written.stdout_lines if result.parse([line]) is not None]
     return ok, CommandOutput([*output.combined_lines, *(OutputLine("stdout", line) for line in lines)])
 
 
 FOLLOW_S = 10.0  # one follow call's length: a lost channel costs at most this much re-reading
 FOLLOW_RETRIES = 3  # follow calls in a row that may fail (a glitch of the link) before giving up
-_TOLD_NO_SYSTEMD = set()  # hosts told once that their restart runs in the SSH session
 
 
 def run_detached(host, scripts, command, follow_s=FOLLOW_S):
@@ -45,8 +48,9 @@ def run_detached(host, scripts, command, follow_s=FOLLOW_S):
     ok, output = run_streamed(host, scripts.detach_start(command, cycle_id))
     started = result.parse(output.stdout_lines)
     if started is not None and started["status"] == status.NO_SYSTEMD:
-        if host.name not in _TOLD_NO_SYSTEMD:
-            _TOLD_NO_SYSTEMD.add(host.name)
+        told = run_state.of().told_no_systemd  # said once per host and run
+        if host.name not in told:
+            told.add(host.name)
             host.log(
                 f"{started['cause']}: the restart runs in this SSH session "
                 "(a controller that dies mid-restart stops it there)",

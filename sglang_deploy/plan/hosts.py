@@ -93,7 +93,8 @@ def _read_hosts_file(path):
         data = {**defaults, **_entry(entry, path, f"hosts.{name}")}
         data.setdefault("ssh_hostname", name)
         hosts.append((name, {**parsed.fleet, **data}))
-    ssh_defaults = {k: v for k, v in defaults.items() if k.startswith("ssh_")}
+    # How to log in and become root, too: sudo and pyinfra's `_` keys (`_sudo`, `_sudo_user`, ...).
+    ssh_defaults = {k: v for k, v in defaults.items() if k.startswith(("ssh_", "_")) or k == "sudo"}
     routers = []
     for name, entry in parsed.routers.items():
         if name in parsed.hosts:
@@ -105,10 +106,20 @@ def _read_hosts_file(path):
 
 
 def _entry(entry, path, section) -> dict:
-    """One host's keys as given (unset ones left out), once each is known and its value valid."""
+    """One host's keys as given (unset ones left out), once each is known and its value valid;
+    ``sudo`` given as pyinfra takes it too (``_sudo``)."""
     data = {key: value for key, value in (entry or {}).items() if value is not None}
-    validate(data, str(path), path=f"{section}.")
-    return data
+    return with_sudo(data, validate(data, str(path), path=f"{section}.").sudo, f"{path}: {section}")
+
+
+def with_sudo(data: dict, sudo: bool, where: str) -> dict:
+    """``data`` with pyinfra's ``_sudo`` set as its ``sudo`` setting says (when it sets one);
+    DeployError when both are set and disagree."""
+    if "sudo" not in data:
+        return data
+    if "_sudo" in data and bool(data["_sudo"]) != sudo:
+        raise DeployError(f"{where}: sudo: {data['sudo']!r} and _sudo: {data['_sudo']!r} disagree (set one)")
+    return {**data, "_sudo": sudo}
 
 
 def _check_fleet(fleet, path) -> None:
@@ -186,7 +197,8 @@ def sandbox_routers(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, di
 
 
 def _sandbox_ssh(node, key) -> dict:
-    """How pyinfra reaches a sandbox node."""
+    """How pyinfra reaches a sandbox node: as root, or as the login user with sudo of a node
+    recorded with ``"sudo": true`` (`sandbox.py up --sudo-user`)."""
     return {
         "ssh_hostname": node["ssh_host"],
         "ssh_port": node["ssh_port"],
@@ -195,6 +207,7 @@ def _sandbox_ssh(node, key) -> dict:
         # Throwaway nodes get new host keys on every rebuild.
         "ssh_strict_host_key_checking": "off",
         "ssh_known_hosts_file": "/dev/null",
+        **({"sudo": True, "_sudo": True} if node.get("sudo") else {}),
     }
 
 
@@ -261,7 +274,9 @@ def testinfra_host(data):
         warnings.filterwarnings("ignore", "Unknown ssh-ed25519 host key", UserWarning)
 
     url = f"paramiko://{data.get('ssh_user', 'root')}@{data['ssh_hostname']}:{data.get('ssh_port', 22)}"
-    return testinfra.get_host(url, ssh_identity_file=data.get("ssh_key"))
+    # A sudo login reads root's files (the env file, the units) through sudo, as the deploy does.
+    sudo = bool(data.get("_sudo") or data.get("sudo"))
+    return testinfra.get_host(url, ssh_identity_file=data.get("ssh_key"), sudo=sudo)
 
 
 def ssh_argv(name, data, command):

@@ -208,6 +208,12 @@ class Connection(_Group):
     ssh_user: str | None = Field(None, description="The login user.")
     ssh_port: Port | None = Field(None, description="The SSH port (unset: 22).")
     ssh_key: str | None = Field(None, description="A private key file on the controller.")
+    sudo: bool = Field(
+        False,
+        description="Log in as ssh_user and run every command as root through a passwordless sudo (pyinfra's "
+        "`_sudo`, which a hosts file's `sudo: true` and the sandbox's `--sudo-user` nodes set); secrets still "
+        "reach the node in no file another user can read. For every host of one run: `pyinfra --sudo`.",
+    )
 
 
 class Fleet(_Group):

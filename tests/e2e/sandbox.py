@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -101,28 +102,36 @@ def wait_for_output(process: subprocess.Popen, text, timeout: float) -> str:
     raise AssertionError(f"deploy ended without {text!r}:\n{''.join(seen)}")
 
 
-def ssh(node_name, command, check=True, stdin=None) -> str:
-    """Run a shell command on the node over real SSH; its stdout."""
+def ssh_argv(node_name, command, as_login=False) -> list[str]:
+    """ssh to the node running ``command`` as root: through `sudo -n` on a node reached as a
+    sudo user (`sandbox.py up --sudo-user`), unless ``as_login`` (as the login user itself)."""
     key, all_nodes = nodes()
     node = all_nodes[node_name]
+    if node.get("sudo") and not as_login:
+        command = f"sudo -n sh -c {shlex.quote(command)}"
+    return [
+        "ssh",
+        "-i",
+        key,
+        "-p",
+        str(node["ssh_port"]),
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "LogLevel=ERROR",
+        "-o",
+        "BatchMode=yes",
+        f"{node['ssh_user']}@{node['ssh_host']}",
+        command,
+    ]
+
+
+def ssh(node_name, command, check=True, stdin=None, as_login=False) -> str:
+    """Run a shell command on the node over real SSH, as root (see ssh_argv); its stdout."""
     done = subprocess.run(
-        [
-            "ssh",
-            "-i",
-            key,
-            "-p",
-            str(node["ssh_port"]),
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "LogLevel=ERROR",
-            "-o",
-            "BatchMode=yes",
-            f"{node['ssh_user']}@{node['ssh_host']}",
-            command,
-        ],
+        ssh_argv(node_name, command, as_login),
         capture_output=True,
         timeout=120,
         input=stdin,

@@ -1,11 +1,14 @@
 """Operations case by case: what each yields for a given node state (facts faked), and that it
 calls host.noop when there is nothing to do."""
 
+import base64
 import hashlib
 import os
+import subprocess
+import time
 
 import pytest
-from pyinfra.api import FunctionCommand
+from pyinfra.api import FunctionCommand, StringCommand
 from pyinfra.api.command import FileUploadCommand
 from pyinfra.context import ctx_host
 
@@ -259,18 +262,14 @@ def test_secret_file_with_wrong_mode_is_fixed_without_upload(run):
     assert commands == ["chown root:root /etc/sglang/s.env && chmod 0600 /etc/sglang/s.env"]
 
 
-def test_secret_file_changed_uploads_through_its_own_private_directory(run):
+def test_secret_file_changed_is_written_from_stdin_never_from_an_upload(run):
     commands, _ = run(
-        operations.secret_file, {FileDigests: on_node("old", "600")}, "/etc/sglang/s.env", 'A="2"\n'
+        operations.secret_file, {FileDigests: on_node("old", "600")}, "/etc/sglang/s.env", 'A="secret"\n'
     )
-    create, upload, swap = commands
-    temp = "/etc/sglang/.s.env.sglang-deploy-new"
-    assert create == f"rm -f {temp} && (umask 077 && : > {temp})"
-    assert isinstance(upload, FileUploadCommand) and upload.dest == temp
-    assert (
-        swap
-        == f"chown root:root {temp} && chmod 0600 {temp} && sync {temp} && mv -f {temp} /etc/sglang/s.env"
-    )
+    (write,) = commands  # no FileUploadCommand: as a sudo user, pyinfra's goes through /tmp
+    assert isinstance(write, StringCommand) and "secret" not in write.get_raw_value()
+    assert "secret" in base64.b64decode(write.connector_arguments["_stdin"].split("\n", 1)[1]).decode()
+    assert 'mv -f "$new" /etc/sglang/s.env' in write.get_raw_value()
 
 
 class Node:
@@ -286,9 +285,11 @@ class Node:
 
     def run(self, commands):
         import io
-        import subprocess
 
         for command in commands:
+            if isinstance(command, StringCommand):  # a secret, on the command's stdin
+                self.run_with_stdin(command)
+                continue
             if isinstance(command, FileUploadCommand):
                 data = command.src.getvalue() if isinstance(command.src, io.StringIO) else None
                 data = data.encode() if data is not None else open(command.src, "rb").read()
@@ -299,10 +300,35 @@ class Node:
                         raise OSError(28, "No space left on device")
                     f.write(data)
                 continue
-            text = command.replace(" /", " " + str(self.root) + "/")  # every path under root
-            if os.geteuid() != 0:
-                text = text.replace("chown root:root", "true")
-            subprocess.run(["bash", "-c", text], check=True)
+            subprocess.run(["bash", "-c", self.under_root(command)], check=True)
+
+    def under_root(self, text):
+        text = text.replace(" /", " " + str(self.root) + "/").replace("=/", "=" + str(self.root) + "/")
+        if os.geteuid() != 0:
+            text = text.replace("chown root:root", "true")
+        return text
+
+    def run_with_stdin(self, command):
+        """As pyinfra's SSH connector sends `_stdin`; a failing "upload" is a link that drops
+        halfway through it: what arrived so far, then end of input."""
+        data = command.connector_arguments["_stdin"].encode()
+        shell = subprocess.Popen(
+            ["bash", "-c", self.under_root(command.get_raw_value())], stdin=subprocess.PIPE
+        )
+        if self.fail_uploads:  # past the digest line, half of the content
+            digest_line = data.index(b"\n") + 1
+            shell.stdin.write(data[: digest_line + (len(data) - digest_line) // 2])
+            shell.stdin.flush()
+            new = self.path("/etc/sglang/.s.env.sglang-deploy-new")
+            deadline = time.monotonic() + 10
+            while shell.poll() is None and not os.path.exists(new) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.upload_modes.append(os.stat(new).st_mode & 0o777)
+        else:
+            shell.stdin.write(data)
+        shell.stdin.close()
+        if shell.wait(timeout=30) != 0:
+            raise OSError(5, "the link dropped")
 
 
 @pytest.mark.parametrize(

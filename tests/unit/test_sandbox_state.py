@@ -25,6 +25,8 @@ def test_node_record_ports_and_paths(tmp_path):
         "rootfs": str(tmp_path.resolve() / "nodes/node3/rootfs"),
         "console_log": str(tmp_path.resolve() / "nodes/node3/console.log"),
         "bare": False,
+        "login_users": ["root", "deploy"],
+        "sudo": False,
     }
 
 
@@ -210,7 +212,7 @@ def test_apt_hosts_are_debian_and_ubuntu(tmp_path, monkeypatch, text, apt):
 
 
 def test_missing_tools_map_to_their_packages():
-    present = {"ssh", "ssh-keygen", "cp", "mountpoint"}
+    present = {"ssh", "ssh-keygen", "cp", "chroot", "mountpoint"}
     which = lambda tool: f"/usr/bin/{tool}" if tool in present else None  # noqa: E731
     assert sandbox.missing_packages(which) == ["debootstrap", "systemd-container"]
     assert sandbox.missing_packages(lambda tool: "/bin/x") == []
@@ -288,3 +290,73 @@ def test_router_nodes_come_after_the_serving_ones(tmp_path):
     roles = [(n["name"], n["role"]) for n in sandbox.with_roles(nodes, 2)]
     assert roles == [("node1", "node"), ("node2", "node"), ("node3", "router")]
     assert sandbox.main(["up", "--nodes", "2", "--routers", "10"]) == 1
+
+
+# -- the sudo login (`up --sudo-user`) ---------------------------------------------------------
+
+
+def test_a_sudo_user_node_is_recorded_with_its_login_user_and_sudo(tmp_path):
+    node = sandbox.node_record(2, tmp_path, sudo_user=True)
+    assert node["ssh_user"] == "deploy" and node["sudo"] is True
+    assert sandbox.login(node, False)["ssh_user"] == "root" and sandbox.login(node, False)["sudo"] is False
+
+
+def test_both_images_have_sudo_and_an_image_from_before_the_user_is_rebuilt():
+    assert "sudo" in sandbox.PACKAGES.split(",") and "sudo" in sandbox.BARE_PACKAGES.split(",")
+    assert "login deploy with sudo" in sandbox.image_stamp(sandbox.BARE_PACKAGES)
+    old_stamp = f"debootstrap --variant=minbase --include={sandbox.BARE_PACKAGES} bookworm"
+    assert sandbox.image_stamp(sandbox.BARE_PACKAGES) != old_stamp
+    assert sandbox.HOST_TOOLS["chroot"] == "coreutils"
+
+
+def test_the_image_gets_the_user_and_a_passwordless_sudo(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(
+        sandbox, "run", lambda argv: ran.append(argv) or sandbox.subprocess.CompletedProcess(argv, 0)
+    )
+    sandbox.add_sudo_user(tmp_path)
+    assert ran == [["chroot", str(tmp_path), "useradd", "--create-home", "--shell", "/bin/bash", "deploy"]]
+    sudoers = tmp_path / "etc/sudoers.d/deploy"
+    assert sudoers.read_text() == "deploy ALL=(ALL:ALL) NOPASSWD: ALL\n"
+    assert oct(sudoers.stat().st_mode & 0o777) == "0o440"  # sudo ignores a writable one
+
+
+def test_each_login_gets_the_nodes_key_owned_by_it(tmp_path):
+    uid, gid = os.getuid(), os.getgid()
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/passwd").write_text(
+        f"root:x:0:0:root:/root:/bin/bash\ndeploy:x:{uid}:{gid}::/home/deploy:/bin/bash\n"
+    )
+    (tmp_path / "id.pub").write_text("ssh-ed25519 AAAA sandbox\n")
+    sandbox.authorize(tmp_path, "deploy", tmp_path / "id.pub")
+    keys = tmp_path / "home/deploy/.ssh/authorized_keys"
+    assert keys.read_text() == "ssh-ed25519 AAAA sandbox\n"
+    assert (keys.stat().st_uid, keys.stat().st_gid) == (uid, gid)
+    assert oct(keys.stat().st_mode & 0o777) == "0o600" and oct(keys.parent.stat().st_mode & 0o777) == "0o700"
+    with pytest.raises(sandbox.SandboxError, match="no user admin"):
+        sandbox.authorize(tmp_path, "admin", tmp_path / "id.pub")
+
+
+def test_a_kept_node_built_before_the_sudo_user_is_rebuilt_when_it_is_wanted(tmp_path, monkeypatch):
+    old = {
+        k: v for k, v in sandbox.node_record(1, tmp_path, pid=7).items() if k not in ("login_users", "sudo")
+    }
+    new = sandbox.node_record(2, tmp_path, pid=8)
+    monkeypatch.setattr(sandbox, "is_node_nspawn", lambda *a: True)
+    monkeypatch.setattr(sandbox, "wait_running", lambda nodes, key, timeout: {})
+    monkeypatch.setattr(sandbox, "stop", lambda node: "")
+    wanted = [sandbox.login(n, True) for n in (old, new)]
+    assert [n["name"] for n in sandbox.retire_unhealthy(wanted, {}, "k", 1, sudo_user=True)] == ["node1"]
+    assert sandbox.retire_unhealthy(wanted, {}, "k", 1, sudo_user=False) == []
+    assert sandbox.lacks_login(new, True) is None
+
+
+def test_up_takes_the_sudo_user_from_its_flag_or_the_environment(monkeypatch):
+    seen = []
+    monkeypatch.setattr(sandbox, "cmd_up", lambda *args: seen.append(args))
+    assert sandbox.main(["up", "--nodes", "2", "--sudo-user"]) == 0
+    monkeypatch.setenv("SANDBOX_SUDO_USER", "1")
+    assert sandbox.main(["up", "--nodes", "2"]) == 0
+    monkeypatch.setenv("SANDBOX_SUDO_USER", "0")
+    assert sandbox.main(["up", "--nodes", "2"]) == 0
+    assert seen == [(2, 0, 0, True), (2, 0, 0, True), (2, 0, 0, False)]

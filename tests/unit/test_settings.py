@@ -153,7 +153,13 @@ def test_group_data_all_py_takes_every_default_from_the_model():
     assigned = [node for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))]
     assert assigned == [], "group_data/all.py writes a default of its own: write it in plan/settings.py"
     assert deploy_defaults() == group_defaults()
-    assert set(group_defaults()) == set(settings.FIELDS) - {"ssh_hostname", "ssh_user", "ssh_port", "ssh_key"}
+    assert set(group_defaults()) == set(settings.FIELDS) - {
+        "ssh_hostname",
+        "ssh_user",
+        "ssh_port",
+        "ssh_key",
+        "sudo",
+    }
 
 
 def test_the_router_gate_timeout_is_the_settings_passed_explicitly():

@@ -1,0 +1,206 @@
+"""The main scenarios as a login user with sudo, as real GPU fleets are reached (`ubuntu`,
+`admin`): the sandbox's `deploy` user (`sandbox.py up --nodes 2 --bare 1 --sudo-user`: node2
+bare). Bare node -> serving, a re-run that changes nothing, a restart, a rollback, model
+staging, `make verify`; and the Hugging Face token nowhere but its two root-only files: a search
+of the node's whole filesystem after a passing and after a failing run, and /tmp, /var/tmp and
+/dev/shm polled all along.
+
+    python3 sandbox/sandbox.py up --nodes 2 --bare 1 --sudo-user
+    python3 -m pytest -m sudo tests/e2e/test_sudo_login.py -q -s
+"""
+
+import secrets
+import subprocess
+import threading
+import time
+
+import pytest
+
+from .sandbox import (  # noqa: F401 (a fixture)
+    deploy,
+    nodes,
+    profile_dir,
+    ssh,
+    ssh_argv,
+    unit_start,
+    verify,
+    wipe,
+    write_profile,
+)
+
+pytestmark = pytest.mark.sudo
+
+NODE = "node2"  # the bare one
+TOKEN = "hf_" + secrets.token_hex(16)
+# The only files that may ever hold the token: the env file and its last known good copy.
+SECRET_COPIES = {
+    "/etc/sglang/sglang.env": "/etc/sglang",
+    "/var/lib/sglang-deploy/sglang/last-good/env": "/var/lib/sglang-deploy/sglang/last-good",
+}
+# Every top-level directory but the kernel's: the token is read from stdin, never an argument.
+SEARCH = (
+    'IFS= read -r t; for d in /* /dev/shm; do case "$d" in /proc|/sys|/dev) continue;; esac; '
+    'grep -rlsF -e "$t" "$d"; done; true'
+)
+POLL = (
+    "IFS= read -r t; while :; do "
+    'for f in $(grep -rlsF -e "$t" /tmp /var/tmp /dev/shm); do echo "hit $f"; done; '
+    'for f in /tmp/pyinfra-*; do [ -e "$f" ] && echo "seen $(stat -c %a "$f") $f"; done; '
+    "sleep 0.2; done"
+)
+
+
+def run(profiles, **kwargs):
+    return deploy(profiles, limit=NODE, extra_env={"HF_TOKEN": TOKEN}, **kwargs)
+
+
+def holders():
+    """Every file of the node that holds the token."""
+    return sorted(set(ssh(NODE, SEARCH, stdin=TOKEN + "\n").split()))
+
+
+@pytest.fixture(scope="module")
+def tmp_poll():
+    """/tmp, /var/tmp and /dev/shm searched for the token every 0.2 s while the module runs;
+    pyinfra's upload copies (/tmp/pyinfra-*) noted with their modes."""
+    seen = []
+    poller = subprocess.Popen(
+        ssh_argv(NODE, POLL), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+    )
+    poller.stdin.write(TOKEN + "\n")
+    poller.stdin.flush()
+    reader = threading.Thread(target=lambda: seen.extend(poller.stdout), daemon=True)
+    reader.start()
+    yield seen
+    poller.kill()
+    poller.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def login():
+    _, all_nodes = nodes()
+    for name in ("node1", NODE):
+        assert all_nodes[name]["ssh_user"] == "deploy" and all_nodes[name]["sudo"] is True, (
+            "boot with: sandbox.py up --nodes 2 --bare 1 --sudo-user"
+        )
+    assert all_nodes[NODE]["bare"] is True
+    return all_nodes[NODE]
+
+
+def test_the_login_is_not_root_and_sudo_needs_no_password(login):
+    assert ssh(NODE, "id -un", as_login=True).strip() == "deploy"
+    assert ssh(NODE, "sudo -n id -u", as_login=True).strip() == "0"
+    assert ssh(NODE, "id -u").strip() == "0"  # the tests' own root checks go through sudo
+
+
+@pytest.fixture(scope="module")
+def served(login, tmp_poll, profile_dir):
+    wipe(NODE)
+    started = time.monotonic()
+    first = run({NODE: "sandbox"})
+    assert first.returncode == 0, first.output[-6000:]
+    return first, time.monotonic() - started
+
+
+def test_a_bare_node_serves_when_deployed_as_the_sudo_user(served):
+    first, seconds = served
+    assert TOKEN not in first.output
+    assert ssh(NODE, "systemctl is-active sglang.service").strip() == "active"
+    assert "config.json" in ssh(NODE, "cat /models/tiny-standin/.sglang-deploy-manifest.json")
+    for path, directory in SECRET_COPIES.items():
+        assert ssh(NODE, f"stat -c '%a %U %G' {path}").strip() == "600 root root", path
+        assert ssh(NODE, f"stat -c '%a %U' {directory}").strip() == "700 root", directory
+    print(f"\nbare node -> serving as a sudo user: {seconds:.1f}s")
+
+
+def test_after_a_passing_run_only_the_two_root_files_hold_the_token(served):
+    assert holders() == sorted(SECRET_COPIES)
+
+
+def test_a_rerun_changes_nothing_and_restarts_nothing(served):
+    before = unit_start(NODE)
+    again = run({NODE: "sandbox"})
+    assert again.returncode == 0 and again.changed == 0, again.output[-5000:]
+    assert unit_start(NODE) == before
+
+
+def test_a_changed_value_restarts_through_the_gate(served, profile_dir):
+    changed = write_profile(
+        profile_dir,
+        "sudo-restart",
+        """
+        extends: {profiles}/sandbox.yml
+        env:
+          NCCL_NTHREADS: 256
+        """,
+    )
+    before = unit_start(NODE)
+    done = run({NODE: changed})
+    assert done.returncode == 0, done.output[-5000:]
+    assert unit_start(NODE) != before
+    assert "NCCL_NTHREADS=256" in ssh(NODE, "cat /etc/sglang/sglang.env")
+    assert verify({NODE: changed}).returncode == 0
+
+
+def test_a_crashing_start_is_rolled_back_and_leaves_the_token_in_its_two_files_only(served, profile_dir):
+    crashing = write_profile(
+        profile_dir,
+        "sudo-crash",
+        """
+        extends: {profiles}/sandbox.yml
+        env:
+          SGLANG_STANDIN_FAIL: crash-load
+          SGLANG_STANDIN_FAIL_AFTER_SECONDS: 1
+        """,
+    )
+    failed = run({NODE: crashing})
+    assert failed.returncode != 0
+    assert f"[{NODE}] rolled back: serving" in failed.output, failed.output[-5000:]
+    assert TOKEN not in failed.output
+    assert ssh(NODE, "systemctl is-active sglang.service").strip() == "active"
+    assert holders() == sorted(SECRET_COPIES)  # after a failing run too
+
+
+def test_a_model_directory_is_restaged_through_sudo(served):
+    ssh(NODE, "rm /models/tiny-standin/.sglang-deploy-manifest.json /models/tiny-standin/config.json")
+    done = run({NODE: "sandbox"})
+    assert done.returncode == 0, done.output[-5000:]
+    assert ssh(NODE, "test -s /models/tiny-standin/config.json && echo ok").strip() == "ok"
+    assert "config.json" in ssh(NODE, "cat /models/tiny-standin/.sglang-deploy-manifest.json")
+    assert verify({NODE: "sandbox"}).returncode == 0
+
+
+def test_a_failing_hub_download_leaves_no_token_file(served, profile_dir):
+    hub = write_profile(
+        profile_dir,
+        "sudo-hub",
+        """
+        extends: {profiles}/sandbox.yml
+        model:
+          path: /models/sudo-hub-missing
+          source:
+            huggingface: {{repo: sglang-deploy/no-such-repo, revision: "0000000000000000000000000000000000000000"}}
+        """,
+    )
+    failed = run({NODE: hub})
+    assert failed.returncode != 0
+    if "staging failed" not in failed.output:
+        pytest.skip("the run stopped before the download (no Hub client venv on this sandbox)")
+    assert TOKEN not in failed.output
+    assert ssh(NODE, "ls -A /run/sglang-deploy/hub 2>/dev/null || true").strip() == ""
+    assert holders() == sorted(SECRET_COPIES)
+
+
+def test_the_node_serves_its_profile_and_make_verify_passes_as_the_sudo_user(served):
+    done = run({NODE: "sandbox"})
+    assert done.returncode == 0, done.output[-5000:]
+    verified = verify({NODE: "sandbox"})
+    assert verified.returncode == 0, verified.stdout[-5000:]
+    assert TOKEN not in verified.stdout + verified.stderr
+
+
+def test_no_temporary_file_ever_held_the_token(served, tmp_poll):
+    """Last: the poll ran through every run above."""
+    assert not [line for line in tmp_poll if line.startswith("hit ")], tmp_poll
+    uploads = sorted({line.split()[-1] for line in tmp_poll if line.startswith("seen ")})
+    print(f"\npyinfra upload copies seen in /tmp (no secret among them): {len(uploads)}")
