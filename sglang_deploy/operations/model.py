@@ -59,7 +59,7 @@ def _say(state, host, message):
 
 
 @operation()
-def model_staged(target, scripts_dir, repairing=False, hub=None):
+def model_staged(target, scripts_dir, repairing=False, hub=None, in_group=False):
     """
     Stage ``target`` (a ``model_staging.StagingTarget``) on the node when its manifest differs
     from the source's: free disk checked first, files copied into a staging sibling (rsync
@@ -70,13 +70,14 @@ def model_staged(target, scripts_dir, repairing=False, hub=None):
     + scripts_dir: where our on-node scripts are
     + repairing: also hash the live files and re-stage those that do not match
     + hub: ``HubClient`` (venv python, token, private runtime directory) for Hub sources
+    + in_group: the host is a serving group's member (its restart has no model step)
     """
     label = f"{target.role} {target.path}"
     if host.get_fact(File, path=f"{scripts_dir}/model_stage.py") is None:
         host.noop(f"{label}: staged once our scripts are on the node (a dry run of a first deploy)")
         return
     if target.source.kind == "huggingface":
-        yield from _downloaded(label, target, scripts_dir, repairing, hub)
+        yield from _downloaded(label, target, scripts_dir, repairing, hub, in_group)
         return
     local_dir = require_dir(target.controller_dir, target.role)
     manifest = local_manifest(local_dir)
@@ -89,7 +90,7 @@ def model_staged(target, scripts_dir, repairing=False, hub=None):
     if node["digest"] == wanted and not (repairing and node["problems"]):
         host.noop(f"{label} matches its manifest ({len(manifest['files'])} files, {size / GB:.2f} GB)")
         return
-    in_place, now = _swap_mode()
+    in_place, now = _swap_mode(in_group)
     source = manifest_source(target)
     if node.get("pending") == wanted and node.get("pending_source") == source:
         # Staged and verified by a run that died before its restart: still a change to make.
@@ -141,13 +142,11 @@ def model_staged(target, scripts_dir, repairing=False, hub=None):
     yield FunctionCommand(_finish, (label, finish), {})
 
 
-def _swap_mode():
+def _swap_mode(in_group):
     """(in_place, now): ``model_keep_previous: false`` swaps at once, the old weights removed; a
     serving group's member swaps at once, keeping them (its restart has no model step)."""
-    from sglang_deploy.operations.group import member_of  # the group operations import ours
-
     in_place = not settings_of(host.data).model_keep_previous
-    return in_place, not in_place and member_of(host) is not None
+    return in_place, not in_place and in_group
 
 
 def _freed(manifest, node):
@@ -158,7 +157,7 @@ def _freed(manifest, node):
     )
 
 
-def _downloaded(label, target, scripts_dir, repairing, hub):
+def _downloaded(label, target, scripts_dir, repairing, hub, in_group):
     """Download on the node (node/hf_stage.py): nothing when the live manifest records this
     repo and revision (and, repairing, its files still hash to it)."""
     wanted = manifest_source(target)
@@ -182,7 +181,7 @@ def _downloaded(label, target, scripts_dir, repairing, hub):
         # as a sudo user), and removed after it whatever happened (hf_stage.py removes it
         # once read; the shell and the finally below if it never got that far).
         secret = {"before": remote.secret_write(token_file, hub.token), "after": _sh("rm", "-f", token_file)}
-    in_place, now = _swap_mode()
+    in_place, now = _swap_mode(in_group)
     command = hf_stage_command(
         hub.python,
         scripts_dir,

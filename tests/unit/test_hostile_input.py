@@ -343,7 +343,7 @@ def run_on_node(commands, cwd):
 def model_source(tmp_path, monkeypatch):
     cache = tmp_path / "cache"  # the manifest cache: this test's own
     monkeypatch.setattr(model_ops, "local_manifest", lambda d: model_sources.local_manifest(d, cache))
-    monkeypatch.setattr(model_ops, "_swap_mode", lambda: (False, False))  # the default setting
+    monkeypatch.setattr(model_ops, "_swap_mode", lambda in_group: (False, False))  # the default setting
     source = tmp_path / "controller" / "model"
     for name, text in HOSTILE_FILES.items():
         (source / name).parent.mkdir(parents=True, exist_ok=True)
@@ -397,7 +397,7 @@ def test_restaging_a_hostile_directory_replaces_only_what_changed(tmp_path, mode
 
 
 def test_the_hub_token_directory_is_quoted(tmp_path, monkeypatch):
-    monkeypatch.setattr(model_ops, "_swap_mode", lambda: (False, False))
+    monkeypatch.setattr(model_ops, "_swap_mode", lambda in_group: (False, False))
     run_dir = tmp_path / "run $(touch pwned) dir"
     run_dir.mkdir()
     hub = HubClient(python="python3", run_dir=str(run_dir), token="hf_secret")

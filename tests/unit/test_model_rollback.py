@@ -206,7 +206,9 @@ def test_a_symlinked_model_directory_swaps_and_rolls_back_at_its_target(tmp_path
 def source(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setattr(model_ops, "local_manifest", lambda d: model_sources.local_manifest(d, cache))
-    monkeypatch.setattr(model_ops, "_swap_mode", lambda: (False, False), raising=False)  # the default
+    monkeypatch.setattr(
+        model_ops, "_swap_mode", lambda in_group: (False, False), raising=False
+    )  # the default
     found = tmp_path / "controller" / "v2"
     write_files(found, V2)
     return found
@@ -244,7 +246,7 @@ def test_a_disk_without_room_for_both_copies_is_refused_naming_the_setting(tmp_p
 
 
 def test_model_keep_previous_false_removes_the_live_weights_first(tmp_path, source, monkeypatch):
-    monkeypatch.setattr(model_ops, "_swap_mode", lambda: (True, False), raising=False)
+    monkeypatch.setattr(model_ops, "_swap_mode", lambda in_group: (True, False), raising=False)
     live = live_v1(tmp_path / "models" / "m")
     commands, _ = model_step(tmp_path, source, live, free=1500)  # V1's shard-2 frees 1000 more
     assert any("drop-live" in str(getattr(c, "get_raw_value", lambda: c)()) for c in commands)
@@ -268,16 +270,13 @@ def test_a_deploy_killed_after_staging_still_restarts_on_the_next_run(tmp_path, 
     assert model_step(tmp_path, source, live)[1].noops
 
 
-def test_the_swap_mode_follows_the_setting_and_serving_groups(monkeypatch):
+def test_the_swap_mode_follows_the_setting_and_serving_groups():
     from types import SimpleNamespace
 
-    from sglang_deploy.operations import group
-
-    for keep, member, mode in (
-        (True, None, (False, False)),
-        (False, None, (True, False)),
-        (True, "g", (False, True)),
+    for keep, in_group, mode in (
+        (True, False, (False, False)),
+        (False, False, (True, False)),
+        (True, True, (False, True)),
     ):
-        monkeypatch.setattr(group, "member_of", lambda h, member=member: member)
         with ctx_host.use(SimpleNamespace(data={"model_keep_previous": keep})):
-            assert model_ops._swap_mode() == mode
+            assert model_ops._swap_mode(in_group) == mode

@@ -262,7 +262,6 @@ def test_a_cycle_lost_for_good_is_said_to_go_on_on_the_node(node, monkeypatch):
 
 def test_without_systemd_the_cycle_runs_in_the_session_said_once(node, tmp_path, monkeypatch):
     node.go.write_text("")
-    monkeypatch.setattr(streamed, "_TOLD_NO_SYSTEMD", set())
     host = LocalHost()
     for _ in range(2):
         ok, output = streamed.run_detached(host, Scripts(node, tmp_path / "none"), node.cycle)

@@ -40,7 +40,7 @@ class Host:
     def __init__(self, arguments=None, lines=('{"status": 0}',)):
         self.current_op_global_arguments = arguments
         self.ran, self.lines = [], list(lines)
-        self.data = SimpleNamespace()
+        self.data = {}  # host data: every setting at its default
         self.connector_data = {}
 
     def run_shell_command(self, command, **kwargs):
