@@ -6,8 +6,6 @@ import json
 import posixpath
 import shlex
 
-from sglang_deploy.plan.model_sources import manifest_source, served_dirs, targets
-
 
 def _script(python, directory, script, *args):
     quoted = " ".join(shlex.quote(str(arg)) for arg in args)
@@ -162,25 +160,14 @@ def manifest_command(venv, directory, distributions):
     return _script(f"{venv}/bin/python", directory, "drift.py", "--manifest", *distributions)
 
 
-def model_stage_command(directory, action, model_dir, deep=False, in_place=False, now=False, want=None):
-    """model_stage.py: a model directory's state, seed, finish, pending or drop-live; swap
-    with ``want`` ({dir: source}) (node/model_stage.py)."""
+def model_stage_command(directory, action, model_dir, deep=False):
+    """model_stage.py: a model directory's state, seed or finish (node/model_stage.py)."""
     return _script(
-        "python3",
-        directory,
-        "model_stage.py",
-        action,
-        *_if(model_dir, "--dir", model_dir),
-        *_if(deep, "--deep"),
-        *_if(in_place, "--in-place"),
-        *_if(now, "--now"),
-        *_if(want, "--want-json", json.dumps(want, sort_keys=True)),
+        "python3", directory, "model_stage.py", action, "--dir", model_dir, *(["--deep"] if deep else [])
     )
 
 
-def hf_stage_command(
-    python, directory, source, model_dir, token_file=None, deep=False, in_place=False, now=False
-):
+def hf_stage_command(python, directory, source, model_dir, token_file=None, deep=False):
     """hf_stage.py run by the Hub client's venv: download a pinned revision into model_dir."""
     return _script(
         python,
@@ -194,8 +181,6 @@ def hf_stage_command(
         model_dir,
         *(["--token-file", token_file] if token_file else []),
         *(["--deep"] if deep else []),
-        *_if(in_place, "--in-place"),
-        *_if(now, "--now"),
     )
 
 
@@ -359,8 +344,6 @@ class NodeScripts:
             args += ["--file", f"{role}={path}"]
         for pin in self.profile.engine.packages:
             args += ["--package", pin.partition("==")[0]]
-        for model_dir in served_dirs(self.profile):
-            args += ["--model", model_dir]
         if self.wheels_dir:
             args += ["--wheels-dir", self.wheels_dir]
         return self._run("lastgood.py", *args)
@@ -422,8 +405,6 @@ class NodeScripts:
         }
         if self.decode_check():
             steps["decode"] = self.decode_check()
-        if self.model_swap():
-            steps["model"] = self.model_swap()
         return self._run(
             "cycle.py",
             "--steps-json",
@@ -431,14 +412,6 @@ class NodeScripts:
             *([] if rollback else ["--no-rollback"]),
             *(["--running"] if running else []),
         )
-
-    def model_swap(self):
-        """model_stage.py swap: the models the profile stages, swapped in when one waits
-        (staged and verified with the profile's source); None when it stages none."""
-        wanted = {target.path: manifest_source(target) for target in targets(self.profile)}
-        if not wanted:
-            return None
-        return model_stage_command(self.directory, "swap", None, want=wanted)
 
     @property
     def throughput_history(self):
