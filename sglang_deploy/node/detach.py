@@ -4,6 +4,7 @@
                             --profile NAME --command 'ROTATION OR CYCLE COMMAND'
     python3 detach.py follow --dir DIR --id ID --from-offset N [--for 10]
     python3 detach.py status --dir DIR [--mark-reported]
+    python3 detach.py ack --dir DIR --id ID    # the controller has read the cycle's end
     python3 detach.py run --dir DIR --id ID      # the unit's own process (start runs it)
 
 `start` launches the command as a transient systemd service, sglang-deploy-cycle-<service>-<id>
@@ -19,7 +20,9 @@ while another cycle of the service runs, LOCKED.
 for up to --for seconds or until the cycle ended; its result line says where it stopped
 ("offset": the next call's --from-offset, so no line is shown twice or skipped), "state"
 ("running" or "ended") and, once ended, the cycle's own result line ("cycle", null when it
-wrote none) and "exit_status". An ended cycle that was followed to its end is marked reported.
+wrote none) and "exit_status". The controller that read the end says so with `ack`, which
+marks the cycle reported: never `follow` itself, whose SSH session may outlive a controller
+that died (the cycle would then be marked reported with nobody having read it).
 
 `status` lists the cycles nobody reported yet (still running, or ended while no controller
 watched), each with its result; --mark-reported marks the ended ones reported.
@@ -239,7 +242,6 @@ def follow(args):
         _show(shown)
         offset += len(shown)
         if ended:
-            _mark_reported(args.dir, args.id)
             return result.emit(
                 status.READY,
                 None,
@@ -271,14 +273,21 @@ def report(args):
     return result.emit(status.READY, None, cycles=listed)
 
 
+def ack(args):
+    if not os.path.exists(paths(args.dir, args.id)["meta"]):
+        return result.emit(status.UNEXPECTED, "no restart cycle %s in %s" % (args.id, args.dir))
+    _mark_reported(args.dir, args.id)
+    return result.emit(status.READY, None)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="action", required=True)
-    parsers = {name: sub.add_parser(name) for name in ("start", "run", "follow", "status")}
+    parsers = {name: sub.add_parser(name) for name in ("start", "run", "follow", "status", "ack")}
     for one in parsers.values():
         one.add_argument("--dir", required=True, help="the service's cycle files (0700)")
         one.add_argument("--systemctl", default="systemctl")
-    for name in ("start", "run", "follow"):
+    for name in ("start", "run", "follow", "ack"):
         parsers[name].add_argument("--id", required=True)
     parsers["start"].add_argument("--service", required=True)
     parsers["start"].add_argument("--profile", default="")
@@ -290,7 +299,8 @@ def main(argv=None):
     parsers["follow"].add_argument("--interval", type=float, default=0.25)
     parsers["status"].add_argument("--mark-reported", action="store_true")
     args = parser.parse_args(argv)
-    return {"start": start, "run": run, "follow": follow, "status": report}[args.action](args)
+    actions = {"start": start, "run": run, "follow": follow, "status": report, "ack": ack}
+    return actions[args.action](args)
 
 
 if __name__ == "__main__":

@@ -85,6 +85,9 @@ def run_detached(host, scripts, command, follow_s=FOLLOW_S):
         offset = found["offset"]
         if found["state"] == "ended":
             break
+    # Read: no later run need report it (a controller that dies before this line leaves it
+    # to the next run, which says it once more rather than never).
+    remote.run(host, StringCommand(scripts.detach_ack(cycle_id)))
     cycle = found.get("cycle")
     if cycle is None:
         exit_status = found.get("exit_status")

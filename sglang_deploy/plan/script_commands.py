@@ -72,6 +72,11 @@ def detach_follow_command(directory, cycles, cycle_id, offset, for_s):
     return _script("python3", directory, "detach.py", "follow", *args)
 
 
+def detach_ack_command(directory, cycles, cycle_id):
+    """detach.py ack: this controller read the cycle's end (no later run reports it)."""
+    return _script("python3", directory, "detach.py", "ack", "--dir", cycles, "--id", cycle_id)
+
+
 def detach_status_command(directory, cycles, mark_reported=False):
     """detach.py status: the cycles no controller reported yet."""
     args = ["--dir", cycles, *_if(mark_reported, "--mark-reported")]
@@ -257,6 +262,9 @@ class NodeScripts:
 
     def detach_follow(self, cycle_id, offset, for_s=10.0):
         return detach_follow_command(self.directory, self.cycles_dir, cycle_id, offset, for_s)
+
+    def detach_ack(self, cycle_id):
+        return detach_ack_command(self.directory, self.cycles_dir, cycle_id)
 
     def restart(self, start=True):
         service = self.profile.service

@@ -151,6 +151,26 @@ def test_a_cycle_that_ended_unwatched_is_reported_once_by_the_next_run(node):
     assert result.parse(node.detach("status")[1])["cycles"] == []
 
 
+def test_a_follow_whose_controller_died_leaves_the_end_for_the_next_run_to_report(node):
+    # The follow's SSH session outlives a controller killed mid-cycle: it sees the end, but
+    # nobody reads it, so the cycle stays unreported until a controller acknowledges it.
+    node.start()
+    node.go.write_text("")
+    node.wait_ended()
+    _follow_until(node, len(ALL_LINES))
+    listed = result.parse(node.detach("status")[1])["cycles"]
+    assert [c["state"] for c in listed] == ["ended"]
+    code, events = _events(node.lock(5))
+    assert [e["event"] for e in events] == ["previous_cycle", "locked"]
+
+
+def test_a_controller_that_read_the_end_acknowledges_it(node, monkeypatch):
+    monkeypatch.setattr(streamed.time, "sleep", lambda s: None)
+    node.go.write_text("")
+    ok, _ = streamed.run_detached(LocalHost(), Scripts(node), node.cycle, follow_s=0.5)
+    assert ok and result.parse(node.detach("status")[1])["cycles"] == []
+
+
 def test_the_lock_is_refused_while_a_cycle_runs_and_taken_once_it_ended(node):
     node.start()
     _follow_until(node, 3)
@@ -225,6 +245,9 @@ class Scripts:
     def detach_follow(self, cycle_id, offset, for_s=10.0):
         line = script_commands.detach_follow_command(str(NODE), str(self.node.dir), cycle_id, offset, for_s)
         return f"{line} --systemctl {self.node.systemd.systemctl}"
+
+    def detach_ack(self, cycle_id):
+        return script_commands.detach_ack_command(str(NODE), str(self.node.dir), cycle_id)
 
 
 def test_the_controller_shows_progress_as_today_and_reads_the_result(node, monkeypatch):
