@@ -15,8 +15,8 @@ from sglang_deploy.plan.hosts import REPO_ROOT
 from sglang_deploy.plan.locked_engine import LockedEngine, locked_engine
 from sglang_deploy.plan.model_sources import HubClient
 from sglang_deploy.plan.model_sources import targets as staging_targets
+from sglang_deploy.plan.node_scripts import NodeScripts
 from sglang_deploy.plan.render import render_env_file, render_hook_module, render_hook_pth, render_unit
-from sglang_deploy.plan.script_commands import NodeScripts
 from sglang_deploy.plan.serving_group import apply as apply_group
 from sglang_deploy.plan.settings import Settings, settings_of
 from sglang_deploy.plan.venv_names import venv_name, wheel_digests

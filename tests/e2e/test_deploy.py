@@ -8,7 +8,7 @@ import pytest
 
 from sglang_deploy.node.lib import status
 from sglang_deploy.plan.hosts import deploy_defaults
-from sglang_deploy.plan.script_commands import NodeScripts
+from sglang_deploy.plan.node_scripts import NodeScripts
 from sglang_deploy.profile.schema import load_profile
 
 from .sandbox import (  # noqa: F401 (a fixture)

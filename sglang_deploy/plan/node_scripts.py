@@ -1,0 +1,263 @@
+"""Command lines of our on-node scripts for one unit and its profile (NodeScripts), built from
+the one builder's functions (plan/script_commands.py)."""
+
+import json
+import posixpath
+import shlex
+
+from sglang_deploy.plan.script_commands import (
+    _if,
+    _script,
+    cycles_dir,
+    detach_ack_command,
+    detach_follow_command,
+    detach_start_command,
+    drift_command,
+    gate_args,
+    manifest_command,
+    workers_command,
+)
+
+
+class NodeScripts:
+    """Command lines of our on-node scripts (sglang_deploy/node/, uploaded to ``directory``)
+    for one unit and its profile."""
+
+    def __init__(
+        self, directory, unit, profile, files, last_good_dir, wheels_dir, run_dir, min_free_gib=2.0, lock=None
+    ):
+        self.directory = directory
+        self.unit = unit
+        self.profile = profile
+        self.files = files  # role -> path of what the unit runs from (env file, unit file)
+        self.last_good_dir = last_good_dir
+        self.wheels_dir = wheels_dir
+        self.run_dir = run_dir  # the deploy's runtime files (gate reports)
+        self.min_free_gib = min_free_gib  # free disk left beside the engine venvs
+        self.lock = lock  # the engine's lock on the node (exact.py checks the venv holds it), or None
+        # The venv of the profile's pin set (NodePlan.bind_venv); until named, the link the
+        # unit runs through (profile.engine.venv), i.e. the live one.
+        self.venv = profile.engine.venv
+
+    def _run(self, script, *args):
+        return _script("python3", self.directory, script, *args)
+
+    @property
+    def cycles_dir(self):
+        """Where this service's detached restart cycles keep their files."""
+        return cycles_dir(self.run_dir, self.profile.service.name)
+
+    def detach_start(self, command, cycle_id):
+        """detach.py start: the restart cycle ``command`` detached from the deploy's session."""
+        service = self.profile.service.name
+        return detach_start_command(
+            self.directory, self.cycles_dir, service, cycle_id, self.profile.name, command
+        )
+
+    def detach_follow(self, cycle_id, offset, for_s=10.0):
+        return detach_follow_command(self.directory, self.cycles_dir, cycle_id, offset, for_s)
+
+    def detach_ack(self, cycle_id):
+        return detach_ack_command(self.directory, self.cycles_dir, cycle_id)
+
+    def restart(self, start=True):
+        service = self.profile.service
+        # Beyond TimeoutStopSec, so systemd's own SIGKILL has happened before we give up.
+        return self._run(
+            "restart.py",
+            "--unit",
+            self.unit,
+            "--port",
+            service.port,
+            "--stop-timeout",
+            service.timeout_stop_sec + 30,
+            *_if(not start, "--no-start"),
+        )
+
+    def stop(self):
+        """restart.py --no-start: stopped, its port and GPU memory released."""
+        return self.restart(start=False)
+
+    def start(self):
+        return f"systemctl start {shlex.quote(self.unit)}"
+
+    def follower_stop(self, wait_s):
+        """follower.py stop: a serving group follower's end awaited, killed after ``wait_s``."""
+        return self._run("follower.py", "stop", "--unit", self.unit, "--wait", f"{wait_s:g}")
+
+    def follower_cause(self):
+        """follower.py cause: why a follower's server ended, in its result line."""
+        return self._run("follower.py", "cause", "--unit", self.unit)
+
+    def journal(self):
+        """lib/systemd.py journal --json: the lines of the unit's current start, in its result line."""
+        return self._run("lib/systemd.py", "journal", self.unit, "--json")
+
+    def gate(self):
+        return self._run("gate.py", "--unit", self.unit, *gate_args(self.profile), "--json", self.gate_report)
+
+    @property
+    def gate_report(self):
+        """Where the gate leaves its summary (phase times, cause) of the last start it gated."""
+        return f"{self.run_dir}/{self.unit}.gate.json"
+
+    def workers(self):
+        expect = json.dumps(self.profile.hook_vars(), sort_keys=True)
+        return self._run("workers.py", "--unit", self.unit, "--expect-json", expect)
+
+    def workers_report(self):
+        """workers.py with only its result line (the report) as output."""
+        return workers_command(self.directory, self.unit, self.profile.hook_vars())
+
+    def drift(self):
+        """drift.py over the profile's drift_check distributions and its pins."""
+        engine = self.profile.engine
+        return drift_command(self.venv, self.directory, engine.drift_check, engine.packages)
+
+    def manifest(self):
+        """drift.py --manifest over the pinned and the drift-checked distributions."""
+        engine = self.profile.engine
+        names = list(dict.fromkeys([pin.partition("==")[0] for pin in engine.packages] + engine.drift_check))
+        return manifest_command(self.venv, self.directory, names)
+
+    def save_last_good(self, hook_files):
+        """Save what is installed as the last known good, if the unit's server runs it."""
+        return self._last_good("save", hook_files)
+
+    def compare_last_good(self, hook_files):
+        """JSON: the last known good's profile, what differs from what is installed, and why
+        the server does not run what is installed (null when it does)."""
+        return self._last_good("compare", hook_files)
+
+    def _last_good(self, action, hook_files):
+        files = {**self.files, **hook_files}
+        args = [
+            action,
+            "--dir",
+            self.last_good_dir,
+            "--profile",
+            self.profile.name,
+            "--venv",
+            self.profile.engine.venv,
+            "--unit",
+            self.unit,
+        ]
+        for role, path in sorted(files.items()):
+            args += ["--file", f"{role}={path}"]
+        for pin in self.profile.engine.packages:
+            args += ["--package", pin.partition("==")[0]]
+        if self.wheels_dir:
+            args += ["--wheels-dir", self.wheels_dir]
+        return self._run("lastgood.py", *args)
+
+    def gpus_needed(self):
+        """GPUs this node needs (the profile's gpus_per_node)."""
+        return self.profile.gpus_per_node
+
+    def preflight(self, python="python3", argv_check=True, allow_drift=False, new_venv=None):
+        """preflight.py; ``new_venv``: a venv about to be built, whose disk it checks too."""
+        engine = self.profile.engine
+        flags = ["--drift", *engine.drift_check] if argv_check else ["--no-argv"]
+        flags += ["--allow-drift"] if engine.allow_drift or allow_drift else []
+        flags += ["--new-venv", new_venv, "--live-venv", engine.venv] if new_venv else []
+        # Under repair an extra or missing distribution is what is about to be fixed.
+        flags += ["--lock", self.lock] if self.lock and argv_check and not allow_drift else []
+        return _script(
+            python,
+            self.directory,
+            "preflight.py",
+            "--unit",
+            self.unit,
+            "--argv-json",
+            json.dumps(self.profile.argv()),
+            "--gpus-needed",
+            self.gpus_needed(),
+            *self._gpu_settings_flags(),
+            "--disk-path",
+            self.venv,
+            "--min-free-gib",
+            self.min_free_gib,
+            *flags,
+        )
+
+    def switch(self):
+        """venvs.py switch: the unit's link to the venv the deploy staged (none: no change)."""
+        return self._run("venvs.py", "switch", "--link", self.profile.engine.venv)
+
+    def _gpu_settings_flags(self):
+        """preflight.py's flags for the profile's `gpu:` settings (none when it asks for none)."""
+        gpu = self.profile.gpu
+        return [
+            *(["--min-driver", gpu.min_driver] if gpu.min_driver else []),
+            *(["--gpu-model", gpu.model] if gpu.model else []),
+        ]
+
+    def cycle(self, hook_files, rollback=True, running=False):
+        """cycle.py: preflight, restart, gate, workers, decode check, save; on a failed gate
+        restore, restart and gate again: each step one of the command lines above. ``running``:
+        the server already runs what is installed, the cycle starts at the gate."""
+        steps = {
+            "preflight": self.preflight(f"{self.venv}/bin/python"),
+            "switch": self.switch(),
+            "restart": self.restart(),
+            "gate": self.gate(),
+            "workers": self.workers(),
+            "save": self.save_last_good(hook_files),
+            "restore": self.restore_last_good(),
+        }
+        if self.decode_check():
+            steps["decode"] = self.decode_check()
+        return self._run(
+            "cycle.py",
+            "--steps-json",
+            json.dumps(steps, sort_keys=True),
+            *([] if rollback else ["--no-rollback"]),
+            *(["--running"] if running else []),
+        )
+
+    @property
+    def throughput_history(self):
+        """The node's decode check history (JSON lines), beside the last known good."""
+        return f"{posixpath.dirname(self.last_good_dir)}/throughput.jsonl"
+
+    def decode_check(self):
+        """decode_check.py with the profile's throughput section, or None when it is off."""
+        check, service = self.profile.throughput, self.profile.service
+        if not check.enabled:
+            return None
+        args = [
+            "--port",
+            service.port,
+            "--served-name",
+            self.profile.model.served_name,
+            "--profile",
+            self.profile.name,
+            "--history",
+            self.throughput_history,
+            "--last-good-dir",
+            self.last_good_dir,
+            "--requests",
+            check.requests,
+            "--warmup",
+            check.warmup_requests,
+            "--max-tokens",
+            check.max_tokens,
+            "--timeout",
+            check.timeout_s,
+            "--on-regression",
+            check.on_regression,
+        ]
+        for prompt in check.prompts:
+            args += ["--prompt", prompt]
+        if check.min_decode_tok_s is not None:
+            args += ["--min-decode-tok-s", check.min_decode_tok_s]
+        if check.max_regression_pct is not None:
+            args += ["--max-regression-pct", check.max_regression_pct]
+        return self._run("decode_check.py", *args)
+
+    def nccl_ab(self, *args):
+        """nccl_ab.py (the A/B all-reduce sweep) with ``args`` (sglang_deploy.report.nccl_ab_runner builds them)."""
+        return self._run("nccl_ab.py", *args)
+
+    def restore_last_good(self):
+        return self._run("lastgood.py", "restore", "--dir", self.last_good_dir)
