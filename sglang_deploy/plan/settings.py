@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.profile.schema import AbsPath, Pin
+from sglang_deploy.profile.fields import AbsPath, Pin
 
 # sglang-router 0.3.2's --policy choices (launch_router --help).
 ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")

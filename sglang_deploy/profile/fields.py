@@ -1,0 +1,124 @@
+"""The field types of a profile's schema (profile/schema.py): what a value may be, each with
+the words its error says, and the validators that keep values literal (one line, the text as
+written)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Field, PlainValidator
+
+_ONE_LINE_BREAKERS = ("\n", "\r", "\x00")
+
+
+def _pattern(regex: str, expected: str) -> AfterValidator:
+    compiled = re.compile(regex)
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise ValueError(f"{value!r} is not {expected}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _one_line(value: str) -> str:
+    if any(c in value for c in _ONE_LINE_BREAKERS):
+        raise ValueError("must be one line (no newline, carriage return or NUL)")
+    return value
+
+
+def _env_scalar(value: Any) -> Any:
+    # YAML turns `yes`/`on`/`true` into booleans; which spelling the program wants is unknowable.
+    if isinstance(value, bool):
+        raise ValueError("true/false is ambiguous here: quote the value, e.g. '1' or 'true'")
+    return str(value) if isinstance(value, (int, float)) else value
+
+
+def _unit_text(value: str) -> str:
+    _one_line(value)
+    if value.endswith("\\"):  # a trailing backslash continues the line in a unit file
+        raise ValueError("must not end with a backslash")
+    return value
+
+
+_RESERVED_FLAGS = {
+    "model-path": "model.path",
+    "model": "model.path",
+    "served-model-name": "model.served_name",
+    "host": "service.host",
+    "port": "service.port",
+}
+
+
+def _flag_name(name: str) -> str:
+    if name.startswith("-"):
+        raise ValueError(f"write flag names without leading dashes ({name.lstrip('-')!r})")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
+        raise ValueError(
+            f"{name!r} is not a flag name (lower-case letters, digits and dashes, "
+            f"e.g. {name.replace('_', '-').lower() or 'tp-size'!r})"
+        )
+    if name in _RESERVED_FLAGS:
+        raise ValueError(f"comes from {_RESERVED_FLAGS[name]}; remove it from server_args")
+    return name
+
+
+def _arg_value(value: Any) -> Any:
+    scalar = (str, int, float)
+    ok_scalar = value is None or isinstance(value, (bool, *scalar))
+    ok_list = (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, scalar) and not isinstance(v, bool) for v in value)
+    )
+    if not (ok_scalar or ok_list):
+        raise ValueError(
+            "must be a string, a number, true/false/null or a non-empty list of strings and numbers"
+        )
+    if any(isinstance(v, str) and "\x00" in v for v in (value if ok_list else [value])):
+        raise ValueError("contains a NUL character")
+    return value
+
+
+EnvName = Annotated[str, _pattern(r"[A-Za-z_][A-Za-z0-9_]*", "a variable name ([A-Za-z_][A-Za-z0-9_]*)")]
+_Scalar = str | int | float
+EnvValue = Annotated[
+    str, BeforeValidator(_env_scalar, json_schema_input_type=_Scalar), AfterValidator(_one_line)
+]
+FlagName = Annotated[str, AfterValidator(_flag_name)]
+ArgValue = Annotated[
+    Any, PlainValidator(_arg_value, json_schema_input_type=_Scalar | bool | None | list[_Scalar])
+]
+Pin = Annotated[
+    str,
+    _pattern(
+        r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._,-]*\])?"
+        r"==[A-Za-z0-9][A-Za-z0-9.+!_-]*",
+        "an exact pin (name==version)",
+    ),
+]
+LockPlatform = Annotated[
+    str,
+    _pattern(
+        r"(x86_64|aarch64)-manylinux_2_[0-9]+",
+        "a platform as uv names it: <x86_64|aarch64>-manylinux_2_<glibc minor>, e.g. x86_64-manylinux_2_34",
+    ),
+]
+PythonVersion = Annotated[str, _pattern(r"3\.[0-9]+", "a Python version X.Y, e.g. 3.12")]
+# The venv path is written unquoted into ExecStart= and shell-free commands: keep it plain.
+VenvPath = Annotated[
+    str, _pattern(r"(/[A-Za-z0-9._+@-]+)+", "an absolute path of letters, digits and ._+@- (no trailing /)")
+]
+AbsPath = Annotated[str, _pattern(r"/[^\x00-\x1f]*", "an absolute path")]
+Word = Annotated[str, _pattern(r"\S+", "one word (non-empty, no spaces)")]
+UnitStem = Annotated[
+    str,
+    _pattern(
+        r"[A-Za-z0-9][A-Za-z0-9:_.-]{0,199}", "a systemd unit name without suffix (letters, digits, :_.-)"
+    ),
+]
+UserName = Annotated[str, _pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}", "a user name or UID")]
+Description = Annotated[str, Field(min_length=1), AfterValidator(_unit_text)]
+RestartPolicy = Literal["no", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort", "always"]
