@@ -102,6 +102,18 @@ def wait_for_output(process: subprocess.Popen, text, timeout: float) -> str:
     raise AssertionError(f"deploy ended without {text!r}:\n{''.join(seen)}")
 
 
+def env_values(node_name, service="sglang") -> dict:
+    """The node's env file as {name: value}, secrets left out: what a test compares, and so
+    what an assertion may show (never the file itself, which holds the secrets)."""
+    from sglang_deploy.plan.envfile import parse_env_file
+
+    text = ssh(node_name, f"cat /etc/sglang/{service}.env")
+    return {k: v for k, v in parse_env_file(text).items() if k not in SECRET_NAMES}
+
+
+SECRET_NAMES = ("HF_TOKEN",)  # the profiles' secrets (profiles/*.yml `secrets:`)
+
+
 def ssh_argv(node_name, command, as_login=False) -> list[str]:
     """ssh to the node running ``command`` as root: through `sudo -n` on a node reached as a
     sudo user (`sandbox.py up --sudo-user`), unless ``as_login`` (as the login user itself)."""

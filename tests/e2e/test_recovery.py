@@ -7,10 +7,9 @@ import pytest
 
 from sglang_deploy.node.lib import result
 
-from .sandbox import (  # noqa: F401 (a fixture)
-    REPO_ROOT,
+from .sandbox import (
     deploy,
-    profile_dir,
+    env_values,  # noqa: F401 (a fixture)
     ssh,
     start_deploy,
     unit_start,
@@ -81,8 +80,8 @@ def test_a_rerun_after_a_killed_deploy_records_what_serves(converged, profile_di
     run = deploy({"node1": crashing}, limit="node1")
     assert run.returncode != 0
     assert "rolled back: serving recovered again" in run.output, run.output[-5000:]
-    env = ssh("node1", "cat /etc/sglang/sglang.env")
-    assert 'SGLANG_STANDIN_LOAD_SECONDS="15"' in env and "cuda-oom" not in env
+    env = env_values("node1")
+    assert env["SGLANG_STANDIN_LOAD_SECONDS"] == "15" and "SGLANG_STANDIN_FAIL" not in env
     assert deploy(NODE, limit="node1").returncode == 0
 
 
@@ -115,5 +114,5 @@ def test_a_port_held_outside_the_node_fails_preflight_in_seconds(converged, prof
     assert run.seconds < 60, f"took {run.seconds:.0f}s"
     print(f"preflight refused a foreign port holder: {run.seconds:.1f}s")
     assert unit_start("node1") == before, "the server was touched"
-    assert "NCCL_NTHREADS=128" not in ssh("node1", "cat /etc/sglang/sglang.env")
+    assert env_values("node1").get("NCCL_NTHREADS") != "128"
     assert deploy(NODE, limit="node1").returncode == 0

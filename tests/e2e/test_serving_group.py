@@ -15,13 +15,13 @@ import urllib.request
 
 import pytest
 
-from .sandbox import (  # noqa: F401 (a fixture)
+from .sandbox import (
     REPO_ROOT,
     DeployRun,
     _deploy_command,
     deploy,
+    env_values,  # noqa: F401 (a fixture)
     nodes,
-    profile_dir,
     ssh,
     unit_start,
     wipe,
@@ -149,7 +149,7 @@ def test_one_nccl_value_changed_restarts_the_group_as_one_rank_0_first(profile_d
     TIMINGS["coordinated stop"] = float(stop.group(1))
     TIMINGS["follower end after rank 0"] = float(stop.group(3))
     for node in MEMBERS:
-        assert 'NCCL_BUFFSIZE="8388608"' in ssh(node, "cat /etc/sglang/sglang.env")
+        assert env_values(node)["NCCL_BUFFSIZE"] == "8388608"
 
 
 def test_make_verify_shows_each_members_rank_and_the_groups_verdict(profile_dir):
@@ -198,7 +198,7 @@ def test_a_follower_that_fails_its_start_is_named_and_the_group_rolls_back(profi
     assert TIMINGS["follower death named after start"] < 15
     assert "sglang-deploy: node2: failed" in done.output
     for node in MEMBERS:
-        assert "SGLANG_STANDIN_FAIL" not in ssh(node, "cat /etc/sglang/sglang.env")
+        assert "SGLANG_STANDIN_FAIL" not in env_values(node)
     assert get("node1", "/v1/models")[0] == 200
 
 

@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from .sandbox import (  # noqa: F401 (a fixture)
+from .sandbox import (
     deploy,
+    env_values,  # noqa: F401 (a fixture)
     nodes,
-    profile_dir,
     ssh,
     ssh_argv,
     unit_start,
@@ -138,7 +138,7 @@ def test_a_changed_value_restarts_through_the_gate(served, profile_dir):
     done = run({NODE: changed})
     assert done.returncode == 0, done.output[-5000:]
     assert unit_start(NODE) != before
-    assert "NCCL_NTHREADS=256" in ssh(NODE, "cat /etc/sglang/sglang.env")
+    assert env_values(NODE)["NCCL_NTHREADS"] == "256"
     assert verify({NODE: changed}).returncode == 0
 
 
