@@ -13,9 +13,10 @@ import pytest
 
 from sglang_deploy.node.lib import result
 
-from .sandbox import (
+from .sandbox import (  # noqa: F401 (a fixture)
     deploy,
-    env_values,  # noqa: F401 (a fixture)
+    env_values,
+    profile_dir,
     ssh,
     start_deploy,
     wait_for_output,

@@ -15,13 +15,14 @@ import urllib.request
 
 import pytest
 
-from .sandbox import (
+from .sandbox import (  # noqa: F401 (a fixture)
     REPO_ROOT,
     DeployRun,
     _deploy_command,
     deploy,
-    env_values,  # noqa: F401 (a fixture)
+    env_values,
     nodes,
+    profile_dir,
     ssh,
     unit_start,
     wipe,

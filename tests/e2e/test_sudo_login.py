@@ -16,10 +16,11 @@ import time
 
 import pytest
 
-from .sandbox import (
+from .sandbox import (  # noqa: F401 (a fixture)
     deploy,
-    env_values,  # noqa: F401 (a fixture)
+    env_values,
     nodes,
+    profile_dir,
     ssh,
     ssh_argv,
     unit_start,
