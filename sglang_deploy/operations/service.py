@@ -227,16 +227,21 @@ def serving(scripts, hook_python, rollback=True):
     if not (serving_now and serving_now["ready"]):
         yield FunctionCommand(_gate_and_record, (scripts, hook_python, rollback), {})
         return
+    paths = hook_paths(hook_python)
+    last_good = paths and host.get_fact(
+        LastGood, scripts_dir=scripts.directory, command=scripts.compare_last_good(paths)
+    )
+    if last_good and last_good["differs"] and last_good.get("not_running"):
+        # What is installed was written after the server started (a deploy that died before
+        # its restart): its workers cannot carry it yet; restart into it through the gate.
+        yield FunctionCommand(_last_good_is_what_serves, (scripts, hook_python, rollback), {})
+        return
     report = host.get_fact(
         WorkerEnvironment, scripts_dir=scripts.directory, unit=unit, expect=profile.hook_vars()
     )
     if not report or report.get("status") != status.READY:
         yield FunctionCommand(_check_workers, (scripts,), {})
         return
-    paths = hook_paths(hook_python)
-    last_good = paths and host.get_fact(
-        LastGood, scripts_dir=scripts.directory, command=scripts.compare_last_good(paths)
-    )
     if last_good and last_good["differs"]:
         yield FunctionCommand(_last_good_is_what_serves, (scripts, hook_python, rollback), {})
         return

@@ -157,3 +157,21 @@ def test_a_serving_node_is_read_through_facts(preparing):
     generate(node, operations.preflight, plan.scripts, engine_ready=True)
     generate(node, operations.serving, plan.scripts, plan.hook_python)
     assert node.ran == []
+
+
+def test_a_server_older_than_what_is_installed_is_restarted_into_it_not_failed(preparing, monkeypatch):
+    # A deploy killed after writing the files and before restarting: the workers still carry
+    # the old environment, and that is no failure: the serving step restarts into the files.
+    node = preparing["node1"]
+    plan = plan_for(
+        {**deploy_defaults(), "profile": "sandbox", "profile_overrides": {"engine": {"find_links": []}}},
+        operator_env={},
+    )
+    stale = dict(
+        READY, last_good="sandbox", differs=["env"], not_running="env written after the server started"
+    )
+    wrong = dict(READY, status=8, cause="SGLANG_STANDIN_LOAD_SECONDS is '3', expected '12'", workers=[])
+    monkeypatch.setitem(FACTS, LastGood, stale)
+    monkeypatch.setitem(FACTS, WorkerEnvironment, wrong)
+    (command,) = generate(node, operations.serving, plan.scripts, plan.hook_python)
+    assert command.function.__name__ == "_last_good_is_what_serves"
