@@ -114,6 +114,15 @@ def env_values(node_name, service="sglang") -> dict:
 SECRET_NAMES = ("HF_TOKEN",)  # the profiles' secrets (profiles/*.yml `secrets:`)
 
 
+def host_tests_argv(limit, *args) -> list[str]:
+    """`pytest tests/host` as `make verify` runs it, on the sandbox inventory's ``limit``."""
+    return [
+        sys.executable,
+        *("-m", "pytest", "-p", "no:cacheprovider", "tests/host"),
+        *("--inventory", "inventory/sandbox.py", "--limit", limit, *args),
+    ]
+
+
 def ssh_argv(node_name, command, as_login=False) -> list[str]:
     """ssh to the node running ``command`` as root: through `sudo -n` on a node reached as a
     sudo user (`sandbox.py up --sudo-user`), unless ``as_login`` (as the login user itself)."""
@@ -166,19 +175,7 @@ def verify(profiles: dict) -> subprocess.CompletedProcess:
     """`make verify` against the sandbox with the same per-node profiles."""
     env = {**os.environ, "SGLANG_DEPLOY_SANDBOX_PROFILES": ",".join(f"{n}={p}" for n, p in profiles.items())}
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "tests/host",
-            "--inventory",
-            "inventory/sandbox.py",
-            "--limit",
-            ",".join(profiles),
-            "-q",
-        ],
+        host_tests_argv(",".join(profiles), "-q"),
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

@@ -17,6 +17,7 @@ import pytest
 from .sandbox import (  # noqa: F401 (a fixture)
     REPO_ROOT,
     deploy,
+    host_tests_argv,
     nodes,
     profile_dir,
     ssh,
@@ -224,22 +225,7 @@ def test_verify_finds_a_server_that_runs_another_venv_than_the_profile(versions)
     def engine_venv_check(profile):
         env = {**os.environ, "SGLANG_DEPLOY_SANDBOX_PROFILES": f"{NODE}={profile}"}
         return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-p",
-                "no:cacheprovider",
-                "tests/host",
-                "--inventory",
-                "inventory/sandbox.py",
-                "--limit",
-                NODE,
-                "-q",
-                "-k",
-                "engine-venv",
-                "-rf",
-            ],
+            host_tests_argv(NODE, "-q", "-k", "engine-venv", "-rf"),
             cwd=REPO_ROOT,
             env=env,
             capture_output=True,

@@ -17,6 +17,7 @@ from sglang_deploy.node.lib import result
 from .sandbox import (  # noqa: F401 (a fixture)
     REPO_ROOT,
     deploy,
+    host_tests_argv,
     profile_dir,
     ssh,
     start_deploy,
@@ -99,21 +100,7 @@ def test_truncated_shard_named_refused_and_repaired(staged, profile_dir):
     # make verify names it (the host tests, as `make verify` runs them).
     env = {**os.environ, "SGLANG_DEPLOY_SANDBOX_PROFILES": f"{NODE}=sandbox"}
     verify = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "tests/host",
-            "--inventory",
-            "inventory/sandbox.py",
-            "--limit",
-            NODE,
-            "-q",
-            "-k",
-            "model-files",
-        ],
+        host_tests_argv(NODE, "-q", "-k", "model-files"),
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

@@ -7,12 +7,11 @@ import json
 import os
 import secrets
 import subprocess
-import sys
 import time
 
 import pytest
 
-from .sandbox import REPO_ROOT, deploy, ssh, wipe
+from .sandbox import REPO_ROOT, deploy, host_tests_argv, ssh, wipe
 
 pytestmark = pytest.mark.e2e
 
@@ -51,19 +50,7 @@ def operator_env(profile, token):
 def verify_tests(profile, args, token=TOKEN):
     """`pytest tests/host` as `make verify` runs it, with extra pytest arguments."""
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "tests/host",
-            "--inventory",
-            "inventory/sandbox.py",
-            "--limit",
-            NODE,
-            *args,
-        ],
+        host_tests_argv(NODE, *args),
         cwd=REPO_ROOT,
         env=operator_env(profile, token),
         capture_output=True,
