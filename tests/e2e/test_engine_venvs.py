@@ -208,7 +208,9 @@ def test_a_new_version_that_crashes_is_rolled_back_to_the_old_venv_without_a_dow
     output = seen + rest
     assert crash.returncode != 0, output[-5000:]
     assert "rolled back: serving next again" in output, output[-5000:]
-    assert "nothing downloaded" in output and "reinstalling" not in output, output[-5000:]
+    # No package installed: nothing reinstalled, the link back on the kept venv (below) and the
+    # rollback one restart long (the last assertion).
+    assert "reinstalling" not in output, output[-5000:]
     assert unit_start(NODE) != before
     assert live() == (good_link, good_link)
     assert served_version() == "0.5.24+sandbox"
