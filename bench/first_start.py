@@ -31,14 +31,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
-from fleet_load import Watcher, router_view, run_load  # noqa: E402
+from fleet_load import deploy_under_load, router_view  # noqa: E402
 
 from tests.e2e.sandbox import ssh, wipe  # noqa: E402
 
@@ -94,29 +93,9 @@ def with_two_stopped(profile, names, router, ports, router_port, args):
         if time.monotonic() > deadline:
             sys.exit(f"the router still lists {', '.join(stopped)} healthy: {router_view(router_port)}")
         time.sleep(0.5)
-    watcher = Watcher(router_port, ports)
-    watcher.start()
-    load = {}
-    client = threading.Thread(
-        target=lambda: load.update(
-            r=run_load(
-                router_port,
-                MODEL,
-                count=args.requests,
-                concurrency=4,
-                short_tokens=16,
-                long_tokens=400,
-                long_every=4,
-            )
-        )
+    (code, output, seconds), result, watcher = deploy_under_load(
+        router_port, ports, MODEL, args.requests, lambda: deploy(profile, names, router)
     )
-    client.start()
-    time.sleep(2)  # the load is running before anything restarts
-    code, output, seconds = deploy(profile, names, router)
-    client.join()
-    watcher.stop.set()
-    watcher.join()
-    result = load["r"]
     if code != 0:
         print(output[-4000:], file=sys.stderr)
     return [

@@ -133,3 +133,33 @@ class Watcher(threading.Thread):
                         self.out_s[name] += now - last
             last = now
             self.stop.wait(self.interval)
+
+
+def deploy_under_load(router_port, ports, model, requests, run_deploy):
+    """(what ``run_deploy()`` returned, the load's LoadResult, the Watcher): ``requests``
+    streaming requests through the router (4 at a time, every 4th 400 tokens long) while the
+    watcher reads the router's and the nodes' view; the load runs 2 s before the deploy starts,
+    so nothing restarts before it does."""
+    watcher = Watcher(router_port, ports)
+    watcher.start()
+    load = {}
+    client = threading.Thread(
+        target=lambda: load.update(
+            r=run_load(
+                router_port,
+                model,
+                count=requests,
+                concurrency=4,
+                short_tokens=16,
+                long_tokens=400,
+                long_every=4,
+            )
+        )
+    )
+    client.start()
+    time.sleep(2)
+    ran = run_deploy()
+    client.join()
+    watcher.stop.set()
+    watcher.join()
+    return ran, load["r"], watcher

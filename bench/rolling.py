@@ -22,13 +22,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from fleet_load import Watcher, run_load  # noqa: E402
+from fleet_load import deploy_under_load  # noqa: E402
 
 MODEL = "tiny-standin"
 
@@ -57,29 +56,9 @@ def deploy(profile, names, extra=()):
 
 
 def measured(label, profile, names, router, ports, router_port, args, extra):
-    watcher = Watcher(router_port, ports)
-    watcher.start()
-    load = {}
-    client = threading.Thread(
-        target=lambda: load.update(
-            r=run_load(
-                router_port,
-                MODEL,
-                count=args.requests,
-                concurrency=4,
-                short_tokens=16,
-                long_tokens=400,
-                long_every=4,
-            )
-        )
+    (code, output, seconds), result, watcher = deploy_under_load(
+        router_port, ports, MODEL, args.requests, lambda: deploy(profile, names + router, extra)
     )
-    client.start()
-    time.sleep(2)  # the load is running before anything restarts
-    code, output, seconds = deploy(profile, names + router, extra)
-    client.join()
-    watcher.stop.set()
-    watcher.join()
-    result = load["r"]
     if code != 0:
         print(output[-4000:], file=sys.stderr)
     out = ", ".join(f"{n} {s:.1f}s" for n, s in watcher.out_s.items())
