@@ -247,10 +247,11 @@ def router_planned():
 
 def rollout_lock():
     """One rollout of the fleet at a time: taken before any node restarts."""
+    settings = settings_of(host.data)
     sglang.deploy_lock(
         name="Rollout lock",
-        path=f"{settings_of(host.data).run_dir}/rollout.lock",
-        wait_s=float(settings_of(host.data).deploy_lock_wait_s),
+        path=f"{settings.run_dir}/rollout.lock",
+        wait_s=float(settings.deploy_lock_wait_s),
         holder=plan_holder(),
     )
 

@@ -18,10 +18,16 @@ def locked_install(venv, lock, wheels_dir=None, uv="python3 -m uv"):
     """The command installing exactly ``lock`` into ``venv``: every sha256 required, no
     dependency resolution; from ``wheels_dir`` alone (no index) when given. ``uv``: how the
     node runs uv (uv_tool's venv); the lock decides, so pip's resolver is never asked."""
-    offline = f"--no-index --find-links {shlex.quote(wheels_dir)} " if wheels_dir else ""
+    return f"{uv} pip install {_uv_target(venv, wheels_dir, '--no-deps')} -r {shlex.quote(lock)}"
+
+
+def _uv_target(venv, wheels_dir, *flags):
+    """uv's arguments for the venv's interpreter, hashes required (and ``flags``), no
+    configuration read, and the wheelhouse alone (no index) when given."""
+    offline = f" --no-index --find-links {shlex.quote(wheels_dir)}" if wheels_dir else ""
     return (
-        f"{uv} pip install --python={shlex.quote(venv)}/bin/python --require-hashes --no-deps "
-        f"--no-config {offline}-r {shlex.quote(lock)}"
+        " ".join([f"--python={shlex.quote(venv)}/bin/python", "--require-hashes", *flags, "--no-config"])
+        + offline
     )
 
 
@@ -155,9 +161,7 @@ def _keep_locked(venv, lock, wheels_dir, uv, repair):
     and the distributions whose files drifted are reinstalled from their locked wheels."""
     if not repair:
         return False
-    offline = f"--no-index --find-links {shlex.quote(wheels_dir)} " if wheels_dir else ""
-    python = f"--python={shlex.quote(venv)}/bin/python"
-    yield f"{uv} pip sync {python} --require-hashes --no-config {offline}{shlex.quote(lock)}"
+    yield f"{uv} pip sync {_uv_target(venv, wheels_dir)} {shlex.quote(lock)}"
     drifted, strays = _drift(venv, *repair)
     if drifted:
         names = " ".join(f"--reinstall-package {shlex.quote(pin.partition('==')[0])}" for pin in drifted)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.locks import Lock, load_lock, lock_path
-from sglang_deploy.plan.venv_names import ENGINE_DISTRIBUTION, locked_venv_name
+from sglang_deploy.plan.venv_names import locked_venv_name
 from sglang_deploy.plan.wheelhouse import (
     UV_PIN,
     WHEELHOUSE,
@@ -54,9 +54,7 @@ class LockedEngine:
 
     def venv_name(self, packages, python_version: str) -> str:
         """The venv's name: the engine's pin, then a hash of what the lock installs."""
-        pins = sorted(packages)
-        engine = next((p for p in pins if p.partition("==")[0].lower() == ENGINE_DISTRIBUTION), pins[0])
-        return locked_venv_name(engine, self.lock.digest, python_version)
+        return locked_venv_name(packages, self.lock.digest, python_version)
 
     def wheels(self) -> list[Path]:
         """The local wheels the node gets: the lock's and uv's (none from an index). DeployError

@@ -61,17 +61,23 @@ def venv_name(packages, wheels, python_version: str) -> str:
         "python": python_version,
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{_readable(packages)}-{digest}"
+
+
+def locked_venv_name(packages, lock_digest: str, python_version: str) -> str:
+    """A venv built from a lock: the engine's pin, readable (as venv_name), then a short hash of
+    the lock's content digest (every name, version and sha256 it installs) and the interpreter's
+    version."""
+    digest = hashlib.sha256(f"{lock_digest} {python_version}".encode()).hexdigest()[:12]
+    return f"{_readable(packages)}-{digest}"
+
+
+def _readable(packages) -> str:
+    """The readable part of a venv's name: the engine's pin (the first in canonical order when
+    the engine is not pinned), wherever it is in the list and however it is spelled."""
     pins = sorted(_pin(p) for p in packages)
     name, version = next((pin for pin in pins if pin[0] == ENGINE_DISTRIBUTION), pins[0])
-    return _NAME_UNSAFE.sub("_", f"{name}-{version}") + f"-{digest}"
-
-
-def locked_venv_name(first_pin: str, lock_digest: str, python_version: str) -> str:
-    """A venv built from a lock: the first pin, readable, then a short hash of the lock's
-    content digest (every name, version and sha256 it installs) and the interpreter's version."""
-    digest = hashlib.sha256(f"{lock_digest} {python_version}".encode()).hexdigest()[:12]
-    name, _, version = first_pin.partition("==")
-    return _NAME_UNSAFE.sub("_", f"{name}-{version}") + f"-{digest}"
+    return _NAME_UNSAFE.sub("_", f"{name}-{version}")
 
 
 def wheel_digests(paths) -> dict:

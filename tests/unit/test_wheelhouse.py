@@ -127,6 +127,8 @@ def test_uv_comes_from_its_wheel_into_a_tool_venv_offline():
 
 
 def test_the_venv_is_named_after_the_locks_content():
-    one = locked_venv_name("sglang==0.5.23", LOCK.digest, "3.11.2")
-    assert one.startswith("sglang-0.5.23-") and one != locked_venv_name("sglang==0.5.23", "f" * 64, "3.11.2")
-    assert one != locked_venv_name("sglang==0.5.23", LOCK.digest, "3.12.1")
+    one = locked_venv_name(["sglang==0.5.23"], LOCK.digest, "3.11.2")
+    assert one.startswith("sglang-0.5.23-") and one != locked_venv_name(
+        ["sglang==0.5.23"], "f" * 64, "3.11.2"
+    )
+    assert one != locked_venv_name(["sglang==0.5.23"], LOCK.digest, "3.12.1")
