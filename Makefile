@@ -108,10 +108,11 @@ format:
 # 1. nodes 1-2 as the sandbox image boots them, node 3 bare (no python3-venv, no model): the
 #    deploy provisions it from nothing;
 # 2. the fleet: 3 nodes behind a router node (with a router in the inventory every restart
-#    goes through it, so the fleet gets a sandbox of its own);
+#    goes through it, so the fleet gets a sandbox of its own), reached as a login user with sudo
+#    as real fleets are: rolling changes, a controller killed mid-restart, all through sudo;
 # 3. a login user with sudo (`deploy`), node 2 bare: the main scenarios, and the token searched
 #    for on the node's whole filesystem (tests/e2e/test_sudo_login.py).
-E2E_PHASES := "--nodes 3 --bare 1|e2e and not fleet" "--nodes 3 --routers 1|fleet" \
+E2E_PHASES := "--nodes 3 --bare 1|e2e and not fleet" "--nodes 3 --routers 1 --sudo-user|fleet" \
 	"--nodes 2 --bare 1 --sudo-user|sudo"
 test-e2e: wheels router-wheels $(ENGINE_WHEELHOUSES)
 	@status=0; for phase in $(E2E_PHASES); do \

@@ -122,6 +122,23 @@ def with_sudo(data: dict, sudo: bool, where: str) -> dict:
     return {**data, "_sudo": sudo}
 
 
+def check_sudo_applies(data, sudo_everywhere=False) -> None:
+    """DeployError when the ``sudo`` setting is on where pyinfra does not read it as its
+    ``_sudo`` (set through ``--data`` or group data): the run would log in without sudo and fail
+    on the first root-only file, or worse, half-way."""
+    if (
+        sudo_everywhere
+        or data.get("_sudo")
+        or not data.get("sudo")
+        or str(data.get("sudo")).lower() == "false"
+    ):
+        return
+    raise DeployError(
+        "sudo: true is set where pyinfra does not read it (--data or group data): use pyinfra's "
+        "--sudo, or `sudo: true` for the host in inventory/hosts.yml"
+    )
+
+
 def _check_fleet(fleet, path) -> None:
     for key in fleet:
         if key in FIELDS and key not in FLEET_KEYS:
