@@ -3,7 +3,7 @@ node3 has no python3-venv, curl, pciutils, rsync, iproute2 or model directory): 
 OS is refused with nothing changed; the deploy installs the OS prerequisites with apt, stages
 the model from the controller, then serves, and `make verify` passes; a re-run changes nothing and makes no apt call.
 
-    E2E_NODES=3 E2E_SANDBOX_ARGS="--bare 1" /work/wt/e2e-locked -m e2e tests/e2e/test_bare_node.py -q -s
+    python3 sandbox/sandbox.py up --nodes 3 --bare 1 && python3 -m pytest -m e2e tests/e2e/test_bare_node.py -q -s
 """
 
 import json
