@@ -7,7 +7,7 @@ file is never opened).
     python3 node_status.py router --url http://127.0.0.1:30000 [--json]
 
 `node`'s result line (result.py) carries, each read on its own (one that cannot be read says
-why in an "error" key and the others still come):
+why in an "unreadable" key and the others still come):
     "now": the node's clock (every "age_s" is against it: no clock skew with the controller),
     "unit": {"load", "active", "sub", "main_pid", "since_s"} (systemctl show),
     "ping": the server's /ping answers 200,
@@ -52,8 +52,9 @@ DECODE_KEYS = ("time", "profile", "decode_tok_s", "change_pct", "baseline", "err
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def _error(exc):
-    return {"error": "%s: %s" % (type(exc).__name__, exc)}
+def _unreadable(exc):
+    # Its own key: a decode check's entry has an "error" of its own (why it measured nothing).
+    return {"unreadable": "%s: %s" % (type(exc).__name__, exc)}
 
 
 def unit_state(unit, systemctl=systemd.SYSTEMCTL, monotonic=None):
@@ -168,7 +169,7 @@ def node(args, now=None):
     try:
         details["unit"] = unit_state(args.unit, args.systemctl)
     except (systemd.SystemdError, OSError, ValueError) as exc:
-        details["unit"] = _error(exc)
+        details["unit"] = _unreadable(exc)
     pid = details["unit"].get("main_pid") or 0
     details["ping"] = answers_ping(args.port)
     readers = (
@@ -181,10 +182,10 @@ def node(args, now=None):
         try:
             details[key] = read()
         except (OSError, ValueError) as exc:
-            details[key] = _error(exc)
+            details[key] = _unreadable(exc)
     if not args.json:
         unit = details["unit"]
-        print("%s: %s" % (args.unit, unit.get("error") or "%s/%s" % (unit["active"], unit["sub"])))
+        print("%s: %s" % (args.unit, unit.get("unreadable") or "%s/%s" % (unit["active"], unit["sub"])))
     return result.emit(status.READY, **details)
 
 

@@ -25,11 +25,12 @@ from sglang_deploy.status import drift, probe, render, rows, targets
 from sglang_deploy.verify import layout
 
 
-def collect(hosts, limit=None, timeout=15.0, runner=probe.ask, drift_file=drift.VERIFY_REPORT):
-    """(node rows, router rows, Redactor) of ``hosts`` ((name, data) pairs of an inventory)."""
+def collect(hosts, limit=None, timeout=15.0, runner=None, drift_file=None):
+    """(node rows, router rows, Redactor) of ``hosts`` ((name, data) pairs of an inventory);
+    ``runner``: how one SSH command is run (probe.ask), ``drift_file``: verify's JSON."""
     found, secrets = targets.targets(hosts, limit)
-    answers = probe.ask_all(found, timeout, runner)
-    nodes, routers = rows.rows(found, answers, drift.recorded(drift_file))
+    answers = probe.ask_all(found, timeout, runner or probe.ask)
+    nodes, routers = rows.rows(found, answers, drift.recorded(drift_file or drift.VERIFY_REPORT))
     return nodes, routers, secrets
 
 

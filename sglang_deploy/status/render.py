@@ -38,13 +38,14 @@ def age(seconds) -> str:
     return f"{seconds / 86400:.0f}d"
 
 
-def _error(part) -> str | None:
-    return part.get("error") if isinstance(part, dict) else None
+def _unreadable(part) -> str | None:
+    """Why node_status.py could not read this part (it said so), or None."""
+    return part.get("unreadable") if isinstance(part, dict) else None
 
 
 def unit_cell(row) -> str:
     unit = row["unit"] or {}
-    if _error(unit):
+    if _unreadable(unit):
         return "unknown"
     if unit.get("load") == "not-found":
         return "not installed"
@@ -54,7 +55,7 @@ def unit_cell(row) -> str:
 
 def engine_cell(row, wide=False) -> str:
     engine = row["engine"] or {}
-    if _error(engine):
+    if _unreadable(engine):
         return "unreadable"
     live = engine.get("running") or engine.get("link")
     if not live:
@@ -71,7 +72,7 @@ def last_good_cell(row, wide=False) -> str:
     good = row["last_good"]
     if not good:
         return "none"
-    if _error(good):
+    if _unreadable(good):
         return "unreadable"
     text = f"{good.get('profile')}, {age(good.get('age_s'))} ago"
     return text + (f" ({good['saved_at']})" if wide and good.get("saved_at") else "")
@@ -94,7 +95,7 @@ def decode_cell(row, wide=False) -> str:
     entry = row["decode"]
     if not entry:
         return "-"
-    if _error(entry):
+    if _unreadable(entry):
         return "unreadable"
     when = f"{age(entry.get('age_s'))} ago"
     if wide:
@@ -116,7 +117,7 @@ def passport_cell(row, wide=False) -> str:
     found = row["passport"]
     if not found:
         return "-"
-    if _error(found):
+    if _unreadable(found):
         return "unreadable"
     text = f"present, {age(found.get('age_s'))} ago"
     gpus = (found.get("passport") or {}).get("gpus") if isinstance(found.get("passport"), dict) else None

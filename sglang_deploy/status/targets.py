@@ -27,7 +27,7 @@ class Target:
     argv: tuple = ()  # the one SSH command; empty when the host could not be planned
     profile: str | None = None  # the inventory's profile (nodes)
     worker_url: str | None = None  # the node as routers list it; None: a group's follower
-    group: str | None = None  # 'g1 rank 0 of 2' of a serving group's member
+    group: str | None = None  # 'g1 rank 0 of 2': a serving group's member
     url: str | None = None  # a router's URL, as the nodes reach it
     error: str | None = None  # why it could not be planned
 
@@ -56,7 +56,7 @@ def node_target(name, data, member, secrets: Redactor) -> Target:
         argv=remote(name, data, plan.scripts.node_status(settings.venvs_dir, passport)),
         profile=plan.profile.name,
         worker_url=worker_url(address(data, name), plan.profile.service.port) if leads else None,
-        group=member.label if member else None,
+        group=f"{member.group} rank {member.rank} of {member.size}" if member else None,
     )
 
 

@@ -172,9 +172,9 @@ def test_what_cannot_be_read_says_why_and_the_rest_still_comes(node, server, cap
     (node.last_good / "manifest.json").write_text("{torn")
     node.systemctl.path.write_text("#!/bin/sh\necho 'Failed to connect to bus' >&2\nexit 1\n")
     found = _status(node.args(server), capsys)
-    assert "Failed to connect to bus" in found["unit"]["error"]
-    assert found["passport"]["error"].startswith("JSONDecodeError")
-    assert found["last_good"]["error"].startswith("JSONDecodeError")
+    assert "Failed to connect to bus" in found["unit"]["unreadable"]
+    assert found["passport"]["unreadable"].startswith("JSONDecodeError")
+    assert found["last_good"]["unreadable"].startswith("JSONDecodeError")
     assert found["decode"]["profile"] == "sandbox" and found["engine"]["link"] == NEW
     assert found["engine"]["running"] is None  # no main PID known: nothing claimed
 
