@@ -156,6 +156,7 @@ def blocks(nodes, width, redact: Redactor) -> list[str]:
     lines = []
     name_w = max(len(name) for name in FIELDS)
     for row in nodes:
+        lines += [""] if lines else []
         if not row["answered"]:
             lines += [redact.text(line) for line in layout.wrapped(f"{row['host']}  {row['error']}", width)]
             continue
@@ -190,7 +191,7 @@ def screen(nodes, routers, width, redact: Redactor, wide=False) -> list[str]:
     then the routers, the drift's source and every host without a status."""
     lines = table(nodes, redact, wide)
     if not wide and max(map(len, lines)) > width:
-        lines = blocks(nodes, width, redact)
+        lines = [*blocks(nodes, width, redact), ""]
     lines += router_lines(routers, redact)
     lines.append(DRIFT_NOTE)
     silent = [row for row in [*nodes, *routers] if not row["answered"]]

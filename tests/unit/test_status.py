@@ -381,6 +381,17 @@ def test_blocks_where_the_table_does_not_fit():
     assert any(line.startswith("  drift      ok (10m ago): 812 files match") for line in lines)
     assert any(line.startswith("  last good  sandbox, 2h ago (2026-12-01 10:00:00 UTC)") for line in lines)
     assert f"node3  unreachable: {REFUSED}" in lines
+    assert lines[lines.index("node2  failed  (profile sandbox)") - 1] == ""  # a blank line between blocks
+
+
+def test_a_part_the_node_could_not_read_says_so():
+    nodes, routers = _rows()
+    nodes[0].update(
+        engine={"unreadable": "PermissionError: x"}, last_good={"unreadable": "JSONDecodeError: y"}
+    )
+    nodes[0]["unit"] = {"unreadable": "SystemdError: Failed to connect to bus"}
+    one = render.screen(nodes, routers, 400, Redactor())[1]
+    assert one.split()[:5] == ["node1", "unknown", "sandbox", "unreadable", "unreadable"]
 
 
 def test_wide_is_the_table_with_every_detail_whatever_the_width():
