@@ -23,13 +23,14 @@ from sglang_deploy.cli import EXIT_UNREACHABLE, exit_on_deploy_error
 from sglang_deploy.plan.hosts import inventory_hosts
 from sglang_deploy.status import drift, probe, render, rows, targets
 from sglang_deploy.verify import layout
+from sglang_deploy.verify.redact import Redactor
 
 
 def collect(hosts, limit=None, timeout=15.0, runner=None, drift_file=None):
     """(node rows, router rows, Redactor) of ``hosts`` ((name, data) pairs of an inventory);
     ``runner``: how one SSH command is run (probe.ask), ``drift_file``: verify's JSON."""
-    found, secrets = targets.targets(hosts, limit)
-    answers = probe.ask_all(found, timeout, runner or probe.ask)
+    secrets = Redactor()
+    found, answers = probe.ask_all(targets.targets(hosts, limit, secrets), timeout, runner or probe.ask)
     nodes, routers = rows.rows(found, answers, drift.recorded(drift_file or drift.VERIFY_REPORT))
     return nodes, routers, secrets
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from sglang_deploy.node.lib import result
 
 SSH_FAILED = 255  # ssh's own exit status: it could not connect or log in
+MAX_AT_ONCE = 256  # ssh processes in flight (each is a thread waiting on its process)
 
 
 @dataclass(frozen=True)
@@ -60,13 +61,17 @@ def ask(argv, timeout) -> Answer:
     return answer_of(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
 
 
-def ask_all(targets, timeout=15.0, runner=ask) -> dict:
-    """{target name: Answer}, every target asked at once; one that could not be planned is
-    answered with its reason, unasked."""
-    planned = [t for t in targets if t.argv]
-    answers = {t.name: Answer(None, t.error or "not planned") for t in targets if not t.argv}
-    if planned:
-        with ThreadPoolExecutor(max_workers=len(planned)) as pool:
-            futures = {t.name: pool.submit(runner, list(t.argv), timeout) for t in planned}
-            answers.update({name: future.result() for name, future in futures.items()})
-    return answers
+def ask_all(targets, timeout=15.0, runner=ask) -> tuple[list, dict]:
+    """(the targets, {target name: Answer}): each target asked as soon as ``targets`` (an
+    iterable) yields it, all of them at once; one that could not be planned is answered with
+    its reason, unasked."""
+    found, futures, answers = [], {}, {}
+    with ThreadPoolExecutor(max_workers=MAX_AT_ONCE) as pool:
+        for target in targets:
+            found.append(target)
+            if target.argv:
+                futures[target.name] = pool.submit(runner, list(target.argv), timeout)
+            else:
+                answers[target.name] = Answer(None, target.error or "not planned")
+        answers.update({name: future.result() for name, future in futures.items()})
+    return found, answers

@@ -70,15 +70,17 @@ def router_target(name, data) -> Target:
     return Target(name, "router", argv=remote(name, data, command), url=router.url)
 
 
-def targets(hosts, limit=None) -> tuple[list[Target], Redactor]:
-    """(every target, in inventory order, routers last; a Redactor of the nodes' secrets).
-    ``limit``: host names (routers are always asked: they say who is in rotation)."""
-    secrets = Redactor()
+def targets(hosts, limit=None, secrets: Redactor | None = None):
+    """Every target, in inventory order, routers first (few, and asked by every node's row),
+    one at a time: each is asked as soon as it is planned (planning reads the profile's YAML,
+    tens of milliseconds a host, while the SSH commands before it connect). ``limit``: node
+    names (routers are always asked: they say who is in rotation); ``secrets`` is given every
+    planned node's secrets."""
+    secrets = Redactor() if secrets is None else secrets
     members = resolve(hosts)
-    nodes = [
-        node_target(name, data, members.get(name), secrets)
-        for name, data in hosts
-        if not is_router(data) and (not limit or name in limit)
-    ]
-    routers = [router_target(name, data) for name, data in hosts if is_router(data)]
-    return nodes + routers, secrets
+    for name, data in hosts:
+        if is_router(data):
+            yield router_target(name, data)
+    for name, data in hosts:
+        if not is_router(data) and (not limit or name in limit):
+            yield node_target(name, data, members.get(name), secrets)

@@ -191,7 +191,8 @@ def test_every_host_is_asked_at_once():
 
     found = [Target(f"n{i}", "node", argv=("ssh", f"n{i}", "x")) for i in range(8)]
     found.append(Target("bad", "node", error="not planned: profile: no profile 'nope'"))
-    answers = probe.ask_all(found, 1.0, runner)
+    asked, answers = probe.ask_all(iter(found), 1.0, runner)
+    assert asked == found
     assert all(answers[f"n{i}"].answered for i in range(8))
     assert answers["bad"].error == "not planned: profile: no profile 'nope'"
 
@@ -208,7 +209,7 @@ def test_what_each_host_is_asked(tmp_path):
     ]
     for _, data in hosts[:2]:
         data["profile_overrides"] = {**data["profile_overrides"], "server_args": {"nnodes": 2}}
-    found = {t.name: t for t in targets.targets(hosts)[0]}
+    found = {t.name: t for t in targets.targets(hosts)}
     lead, follower = found["g0"], found["g1"]
     assert lead.worker_url == "http://10.0.0.21:30000" and lead.group == "g rank 0 of 2"
     assert follower.worker_url is None and follower.group == "g rank 1 of 2"
@@ -219,8 +220,8 @@ def test_what_each_host_is_asked(tmp_path):
     assert not found["bad"].argv and found["bad"].error.startswith("not planned: ")
     assert found["r1"].argv[-1].endswith("node_status.py --json router --url http://127.0.0.1:30000")
     assert found["r1"].url == "http://10.0.0.5:30000"
-    assert list(found) == ["g0", "g1", "bad", "r1"]  # nodes in inventory order, routers last
-    assert [t.name for t in targets.targets(hosts, limit={"g1"})[0]] == ["g1", "r1"]
+    assert list(found) == ["r1", "g0", "g1", "bad"]  # routers first, then the nodes in inventory order
+    assert [t.name for t in targets.targets(hosts, limit={"g1"})] == ["r1", "g1"]
 
 
 # -- In rotation -------------------------------------------------------------------------------
