@@ -38,6 +38,7 @@ help:
 	@echo "make deploy        pyinfra \$$INVENTORY deploy.py   (INVENTORY=inventory/gpu.py for real nodes)"
 	@echo "make plan          what a deploy would change (--dry --diff)"
 	@echo "make verify        testinfra checks against \$$INVENTORY"
+	@echo "make status        the fleet on one screen (JSON=1: as JSON; WIDE=1: every detail)"
 	@echo "make sandbox       boot NODES sandbox nodes (+ ROUTERS router nodes); make sandbox-down stops them"
 	@echo "make demo FLEET=1  a local fleet: 4 nodes behind SGLang's router, rolling restarts"
 	@echo "make lint-profiles schema, flag names and NCCL lint of every profile"
@@ -88,6 +89,11 @@ verify:
 	  $(PYTEST) -p no:cacheprovider tests/host --inventory $(INVENTORY) --limit "$(LIMIT)" -q || status=1; \
 	  $(PYTHON) -m sglang_deploy.verify.summary $(INVENTORY) --limit "$(LIMIT)" --json reports/verify.json || status=1; \
 	  exit $$status
+
+# The fleet on one screen (read-only, one SSH command per host, all at once); JSON=1: as JSON.
+.PHONY: status
+status:
+	$(PYTHON) -m sglang_deploy.status $(INVENTORY) --limit "$(LIMIT)" $(if $(JSON),--json) $(if $(WIDE),--wide)
 
 demo: setup sandbox deploy verify
 

@@ -296,9 +296,9 @@ def testinfra_host(data):
     return testinfra.get_host(url, ssh_identity_file=data.get("ssh_key"), sudo=sudo)
 
 
-def ssh_argv(name, data, command):
+def ssh_argv(name, data, command, connect_timeout=10):
     """ssh with the inventory's connection data (BatchMode: never prompt)."""
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10"]
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o", f"ConnectTimeout={connect_timeout}"]
     if data.get("ssh_key"):
         argv += ["-i", str(data["ssh_key"]), "-o", "IdentitiesOnly=yes"]
     if data.get("ssh_port"):
