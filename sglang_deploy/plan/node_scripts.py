@@ -15,6 +15,7 @@ from sglang_deploy.plan.script_commands import (
     drift_command,
     gate_args,
     manifest_command,
+    metrics_textfile_command,
     workers_command,
 )
 
@@ -254,6 +255,24 @@ class NodeScripts:
         if check.max_regression_pct is not None:
             args += ["--max-regression-pct", check.max_regression_pct]
         return self._run("decode_check.py", *args)
+
+    def metrics_textfile(self, in_rotation=None, drift_detected=None, pcie_json=None, textfile_dir=None):
+        """metrics_textfile.py over this service's decode check history and last known good,
+        with the profile's throughput expectations (what the alert rules compare against)."""
+        check, service = self.profile.throughput, self.profile.service
+        return metrics_textfile_command(
+            self.directory,
+            service.name,
+            service.port,
+            self.throughput_history,
+            self.last_good_dir,
+            max_regression_pct=check.max_regression_pct,
+            min_decode_tok_s=check.min_decode_tok_s,
+            in_rotation=in_rotation,
+            drift_detected=drift_detected,
+            pcie_json=pcie_json,
+            textfile_dir=textfile_dir,
+        )
 
     def nccl_ab(self, *args):
         """nccl_ab.py (the A/B all-reduce sweep) with ``args`` (sglang_deploy.report.nccl_ab_runner builds them)."""
