@@ -57,6 +57,8 @@ def test_every_rule_has_a_case_that_expects_it_to_fire():
 @promtool
 def test_a_rule_that_does_not_parse_is_refused(tmp_path):
     broken = tmp_path / "broken.rules.yml"
-    broken.write_text(RULES.read_text().replace("sglang_deploy_drift_detected == 1", "sglang_deploy_drift_detected =="))
+    broken.write_text(
+        RULES.read_text().replace("sglang_deploy_drift_detected == 1", "sglang_deploy_drift_detected ==")
+    )
     done = _promtool("check", "rules", str(broken))
     assert done.returncode != 0 and "FAILED" in (done.stdout + done.stderr)
