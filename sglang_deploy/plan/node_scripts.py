@@ -15,6 +15,7 @@ from sglang_deploy.plan.script_commands import (
     drift_command,
     gate_args,
     manifest_command,
+    metrics_textfile_command,
     node_status_command,
     workers_command,
 )
@@ -268,6 +269,24 @@ class NodeScripts:
             self.last_good_dir,
             self.throughput_history,
             passport,
+        )
+
+    def metrics_textfile(self, in_rotation=None, drift_detected=None, pcie_json=None, textfile_dir=None):
+        """metrics_textfile.py over this service's decode check history and last known good,
+        with the profile's throughput expectations (what the alert rules compare against)."""
+        check, service = self.profile.throughput, self.profile.service
+        return metrics_textfile_command(
+            self.directory,
+            service.name,
+            service.port,
+            self.throughput_history,
+            self.last_good_dir,
+            max_regression_pct=check.max_regression_pct,
+            min_decode_tok_s=check.min_decode_tok_s,
+            in_rotation=in_rotation,
+            drift_detected=drift_detected,
+            pcie_json=pcie_json,
+            textfile_dir=textfile_dir,
         )
 
     def nccl_ab(self, *args):

@@ -252,3 +252,43 @@ def node_status_command(directory, unit, port, venv_link, venvs_dir, last_good_d
 def router_status_command(directory, url):
     """node_status.py router: a router's health and its workers, in its result line only."""
     return _script("python3", directory, "node_status.py", "--json", "router", "--url", url)
+
+
+def metrics_textfile_command(
+    directory,
+    service,
+    engine_port,
+    history,
+    last_good_dir,
+    max_regression_pct=None,
+    min_decode_tok_s=None,
+    in_rotation=None,
+    drift_detected=None,
+    pcie_json=None,
+    textfile_dir=None,
+):
+    """metrics_textfile.py: the deploy's figures into the node exporter's textfile directory
+    (its default: Debian's); ``in_rotation``, ``drift_detected``: True, False or None (unknown)."""
+
+    def yes_no(flag):
+        return "yes" if flag else "no"
+
+    return _script(
+        "python3",
+        directory,
+        "metrics_textfile.py",
+        "--service",
+        service,
+        "--engine-port",
+        engine_port,
+        "--history",
+        history,
+        "--last-good-dir",
+        last_good_dir,
+        *_if(max_regression_pct is not None, "--max-regression-pct", max_regression_pct),
+        *_if(min_decode_tok_s is not None, "--min-decode-tok-s", min_decode_tok_s),
+        *_if(in_rotation is not None, "--in-rotation", yes_no(in_rotation)),
+        *_if(drift_detected is not None, "--drift-detected", yes_no(drift_detected)),
+        *_if(pcie_json, "--pcie-json", pcie_json),
+        *_if(textfile_dir, "--dir", textfile_dir),
+    )
