@@ -188,7 +188,12 @@ def finish(directory, in_place=False, now=False):
         return problems
     shutil.rmtree(os.path.join(staging, ".rsync-partial"), ignore_errors=True)
     model_manifest.write(staging, dict(manifest, **{VERIFIED: True}))
-    if in_place or now:
+    if _digest_of(staged_at(directory)) == model_manifest.digest(manifest):
+        # A repair: the same weights with the damaged files replaced, nothing for a restart to
+        # swap in; the damaged copy is nothing to roll back to.
+        _swap_in(directory, keep_previous=False)
+        print("model: %s repaired: its damaged files replaced" % directory)
+    elif in_place or now:
         _swap_in(directory, keep_previous=not in_place)
     return []
 
@@ -325,7 +330,7 @@ def main(argv=None):
         cause = model_manifest.describe(problems, staging_dir(staged_at(directory)))
         print("staging failed: %s" % cause, file=sys.stderr)
         return result.emit(status.MODEL_MISMATCH, cause, problems=problems)
-    if args.in_place or args.now:
+    if pending(directory) is None:  # swapped in already (--in-place, --now, or a repair)
         print("model: %s staged, verified and swapped in" % directory)
     else:
         print("model: %s staged and verified: swapped in at the restart, after preflight" % directory)

@@ -280,3 +280,18 @@ def test_the_swap_mode_follows_the_setting_and_serving_groups():
     ):
         with ctx_host.use(SimpleNamespace(data={"model_keep_previous": keep})):
             assert model_ops._swap_mode(in_group) == mode
+
+
+def test_a_repair_of_the_served_weights_replaces_the_damaged_files_at_once(tmp_path):
+    """make repair: the same manifest re-staged because a live file was damaged. No restart
+    would swap it in (the live manifest's digest is the staged one's): finish does, dropping the
+    damaged copy, and the live directory hashes to its manifest again."""
+    live = live_v1(tmp_path / "models" / "m")
+    with open(live / "shard-2", "r+b") as damaged:
+        damaged.truncate(1)
+    assert model_manifest.compare(model_manifest.read(str(live)), str(live), deep=True)
+    staged_v2(tmp_path, live, files=V1)
+    assert model_manifest.compare(model_manifest.read(str(live)), str(live), deep=True) == []
+    assert shard(live) == V1["shard-2"]
+    assert model_stage.pending(str(live)) is None, "nothing left waiting for a restart"
+    assert not (tmp_path / "models" / ("m" + PREVIOUS)).exists(), "the damaged copy is no rollback"
