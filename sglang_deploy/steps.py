@@ -90,6 +90,7 @@ def models_staged(plan):
             scripts_dir=plan.scripts.directory,
             repairing=bool(plan.repair),
             hub=plan.hub_client,
+            in_group=plan.group is not None,
         )
         for target in plan.models
     ]

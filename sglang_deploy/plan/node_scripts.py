@@ -5,6 +5,7 @@ import json
 import posixpath
 import shlex
 
+from sglang_deploy.plan.model_sources import manifest_source, served_dirs, targets
 from sglang_deploy.plan.script_commands import (
     _if,
     _script,
@@ -16,6 +17,7 @@ from sglang_deploy.plan.script_commands import (
     gate_args,
     manifest_command,
     metrics_textfile_command,
+    model_stage_command,
     node_status_command,
     workers_command,
 )
@@ -148,6 +150,8 @@ class NodeScripts:
             args += ["--file", f"{role}={path}"]
         for pin in self.profile.engine.packages:
             args += ["--package", pin.partition("==")[0]]
+        for model_dir in served_dirs(self.profile):
+            args += ["--model", model_dir]
         if self.wheels_dir:
             args += ["--wheels-dir", self.wheels_dir]
         return self._run("lastgood.py", *args)
@@ -209,6 +213,8 @@ class NodeScripts:
         }
         if self.decode_check():
             steps["decode"] = self.decode_check()
+        if self.model_swap():
+            steps["model"] = self.model_swap()
         return self._run(
             "cycle.py",
             "--steps-json",
@@ -216,6 +222,14 @@ class NodeScripts:
             *([] if rollback else ["--no-rollback"]),
             *(["--running"] if running else []),
         )
+
+    def model_swap(self):
+        """model_stage.py swap: the models the profile stages, swapped in when one waits
+        (staged and verified with the profile's source); None when it stages none."""
+        wanted = {target.path: manifest_source(target) for target in targets(self.profile)}
+        if not wanted:
+            return None
+        return model_stage_command(self.directory, "swap", None, want=wanted)
 
     @property
     def throughput_history(self):

@@ -165,14 +165,25 @@ def manifest_command(venv, directory, distributions):
     return _script(f"{venv}/bin/python", directory, "drift.py", "--manifest", *distributions)
 
 
-def model_stage_command(directory, action, model_dir, deep=False):
-    """model_stage.py: a model directory's state, seed or finish (node/model_stage.py)."""
+def model_stage_command(directory, action, model_dir, deep=False, in_place=False, now=False, want=None):
+    """model_stage.py: a model directory's state, seed, finish, pending or drop-live; swap
+    with ``want`` ({dir: source}) (node/model_stage.py)."""
     return _script(
-        "python3", directory, "model_stage.py", action, "--dir", model_dir, *(["--deep"] if deep else [])
+        "python3",
+        directory,
+        "model_stage.py",
+        action,
+        *_if(model_dir, "--dir", model_dir),
+        *_if(deep, "--deep"),
+        *_if(in_place, "--in-place"),
+        *_if(now, "--now"),
+        *_if(want, "--want-json", json.dumps(want, sort_keys=True)),
     )
 
 
-def hf_stage_command(python, directory, source, model_dir, token_file=None, deep=False):
+def hf_stage_command(
+    python, directory, source, model_dir, token_file=None, deep=False, in_place=False, now=False
+):
     """hf_stage.py run by the Hub client's venv: download a pinned revision into model_dir."""
     return _script(
         python,
@@ -186,6 +197,8 @@ def hf_stage_command(python, directory, source, model_dir, token_file=None, deep
         model_dir,
         *(["--token-file", token_file] if token_file else []),
         *(["--deep"] if deep else []),
+        *_if(in_place, "--in-place"),
+        *_if(now, "--now"),
     )
 
 

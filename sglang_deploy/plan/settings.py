@@ -150,6 +150,16 @@ class ModelStaging(_Group):
         description="Models with `source: {huggingface: ...}` are downloaded on the node by this huggingface_hub, "
         "in a venv of its own under sglang_deploy_dir (hf-venv), never the engine's.",
     )
+    model_keep_previous: bool = Field(
+        True,
+        description="A new model is staged beside the served one and swapped in by the restart, after preflight; "
+        "the old weights stay (`<dir>.sglang-deploy-previous`) until the new configuration is recorded as the "
+        "last known good, so a rollback renames them back. That needs room for both copies (the new model's "
+        "changed files): where the disk has not, staging is refused before anything is touched. `false` "
+        "replaces the weights in place instead: the old ones are removed first when both do not fit, the new "
+        "ones swapped in as soon as they are verified. Trade-off: no weight rollback (a rollback restarts the "
+        "old configuration on the new weights), and a server that dies before the copy ends cannot start.",
+    )
 
 
 class Deploys(_Group):
