@@ -5,7 +5,7 @@ until Prometheus says, in its own metrics, that it loaded its configuration sinc
     python3 prometheus_gate.py --url http://127.0.0.1:9090 --path /-/ready
         --unit prometheus.service --timeout SECONDS [--reload]
 
-Ends with one result line: {"code": PATH's last status code or null, "active": the unit's
+Ends with one result line: {"http_code": PATH's last status code or null, "active": the unit's
 ActiveState, "journal": the unit's last lines when it failed}; exit 0 when ready, 3
 (FAILED_START) when the unit failed, 41 (RELOAD_FAILED) when Prometheus refused its
 configuration (it keeps the one before), 4 (TIMEOUT) otherwise; the cause names what the
@@ -50,7 +50,7 @@ def fail(code, why, unit, last_code, active):
     return result.emit(
         code,
         "%s: %s%s" % (unit, why, "; journal: %s" % cause if cause else ""),
-        code=last_code,
+        http_code=last_code,
         active=active,
         journal=lines[-10:],
     )
@@ -88,7 +88,7 @@ def main(argv=None):
             loaded = ok is True and at is not None and at >= sent
         if code == 200 and loaded:
             print("%s ready: %s%s answers 200" % (args.unit, args.url, args.path), flush=True)
-            return result.emit(status.READY, None, code=code, active=active)
+            return result.emit(status.READY, None, http_code=code, active=active)
         if time.monotonic() >= deadline:
             break
         time.sleep(args.interval)
