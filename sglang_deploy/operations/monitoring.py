@@ -10,8 +10,8 @@ from io import StringIO
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.command import FileUploadCommand
+from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.deb import DebPackages
-from pyinfra.operations import apt
 
 from sglang_deploy.facts.monitoring import PrometheusGate
 from sglang_deploy.facts.serving import FileDigests, UnitState
@@ -28,7 +28,8 @@ from sglang_deploy.plan.monitoring import unmet_pins
 def pinned_packages(packages):
     """
     Install the distribution packages that dpkg does not list at their pinned version (up or
-    down to it); the package index is refreshed only then, so a re-run makes no apt call.
+    down to it), from the package lists the node has; the lists are refreshed only when that
+    install fails (none yet, or too old to hold the version), and a re-run makes no apt call.
 
     + packages: ``name=version`` pins (Debian's versions)
     """
@@ -36,8 +37,9 @@ def pinned_packages(packages):
     if not unmet:
         host.noop(f"installed: {', '.join(packages)}")
         return
-    yield from apt.update._inner()
-    yield from apt.packages._inner(packages=unmet, no_recommends=True, allow_downgrades=True)
+    pins = " ".join(shlex.quote(pin) for pin in unmet)
+    install = noninteractive_apt(f"install --no-install-recommends --allow-downgrades {pins}")
+    yield f"{install} || {{ apt-get update && {install}; }}"
 
 
 @operation()
