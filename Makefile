@@ -40,6 +40,7 @@ help:
 	@echo "make deploy        pyinfra \$$INVENTORY deploy.py   (INVENTORY=inventory/gpu.py for real nodes)"
 	@echo "make plan          what a deploy would change (--dry --diff)"
 	@echo "make verify        testinfra checks against \$$INVENTORY"
+	@echo "make status        the fleet on one screen (JSON=1: as JSON; WIDE=1: every detail)"
 	@echo "make sandbox       boot NODES sandbox nodes (+ ROUTERS router nodes); make sandbox-down stops them"
 	@echo "make demo FLEET=1  a local fleet: 4 nodes behind SGLang's router, rolling restarts"
 	@echo "make lint-profiles schema, flag names and NCCL lint of every profile"
@@ -91,6 +92,11 @@ verify:
 	  $(PYTHON) -m sglang_deploy.verify.summary $(INVENTORY) --limit "$(LIMIT)" --json reports/verify.json || status=1; \
 	  exit $$status
 
+# The fleet on one screen (read-only, one SSH command per host, all at once); JSON=1: as JSON.
+.PHONY: status
+status:
+	$(PYTHON) -m sglang_deploy.status $(INVENTORY) --limit "$(LIMIT)" $(if $(JSON),--json) $(if $(WIDE),--wide)
+
 demo: setup sandbox deploy verify
 
 test-unit: lint lint-profiles wheels
@@ -110,11 +116,13 @@ format:
 # 1. nodes 1-2 as the sandbox image boots them, node 3 bare (no python3-venv, no model): the
 #    deploy provisions it from nothing;
 # 2. the fleet: 3 nodes behind a router node (with a router in the inventory every restart
-#    goes through it, so the fleet gets a sandbox of its own), and a monitoring node
-#    (tests/e2e/test_monitoring.py; the other fleet tests leave it out with --limit);
+#    goes through it, so the fleet gets a sandbox of its own), reached as a login user with sudo
+#    as real fleets are: rolling changes, a controller killed mid-restart, all through sudo; and
+#    a monitoring node (tests/e2e/test_monitoring.py; the other fleet tests leave it out with
+#    --limit);
 # 3. a login user with sudo (`deploy`), node 2 bare: the main scenarios, and the token searched
 #    for on the node's whole filesystem (tests/e2e/test_sudo_login.py).
-E2E_PHASES := "--nodes 3 --bare 1|e2e and not fleet" "--nodes 3 --routers 1 --monitoring 1|fleet" \
+E2E_PHASES := "--nodes 3 --bare 1|e2e and not fleet" "--nodes 3 --routers 1 --monitoring 1 --sudo-user|fleet" \
 	"--nodes 2 --bare 1 --sudo-user|sudo"
 test-e2e: wheels router-wheels $(ENGINE_WHEELHOUSES)
 	@status=0; for phase in $(E2E_PHASES); do \

@@ -15,10 +15,11 @@ The server restarts only when something it runs changed; a re-run with nothing c
 reports no changes.
 """
 
-from pyinfra import host
+from pyinfra import config, host
 
 from sglang_deploy.cli import exit_on_deploy_error
 from sglang_deploy.plan.fleet import is_monitoring, is_router
+from sglang_deploy.plan.hosts import check_sudo_applies
 from sglang_deploy.plan.settings import settings_of
 from sglang_deploy.recipes import monitoring, router, router_rollout_lock, serving_node
 from sglang_deploy.report.outcome import report_at_exit
@@ -30,6 +31,7 @@ report_at_exit()
 # value, stops the run here, before any host is touched.
 with exit_on_deploy_error(host.name):
     settings_of(host.data)
+    check_sudo_applies(host.data, sudo_everywhere=config.SUDO)
 
 # pyinfra orders operations by where they are called: these lines are the fleet's order.
 if is_router(host):

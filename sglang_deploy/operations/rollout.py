@@ -155,19 +155,25 @@ def _waves(state, host, rotation):
     op_hash = getattr(host, "current_op_hash", None)
     if state is None or op_hash is None:
         return None
+    return wave_run(state, op_hash, lambda: _restarting(state, op_hash), rotation)
+
+
+def wave_run(state, key, restarting, rotation, title=None):
+    """The run's WaveRun for ``key``, made by the first to ask with the names ``restarting()``
+    gives (in pyinfra's order); None when fewer than two restart (nothing to order). ``title``
+    heads the lines that say the order (serving groups are named by their rank 0)."""
     waves = run_state.of(state).waves
-    if op_hash not in waves:
-        names = _restarting(state, op_hash)
+    if key not in waves:
+        names = restarting()
         if len(names) < 2:
             return None
         # Every node's operation must run at once to arrive: pyinfra spawns at most
         # --parallel hosts, so below the run's host count the nodes take turns instead.
         hosts = len(list(state.inventory.get_active_hosts()))
         pool = getattr(getattr(state, "pool", None), "size", None)
-        waves[op_hash] = WaveRun(
-            names, rotation, together=pool is None or pool >= hosts, hosts=hosts, state=state
-        )
-    return waves[op_hash]
+        together = pool is None or pool >= hosts
+        waves[key] = WaveRun(names, rotation, together=together, hosts=hosts, state=state, title=title)
+    return waves[key]
 
 
 class WaveRun:
@@ -176,8 +182,9 @@ class WaveRun:
     (plan_fleet.plan_waves) and said once; a node starts when every earlier wave ended. Below
     pyinfra's --parallel, no first wave: ``rolling_batch`` nodes take turns."""
 
-    def __init__(self, names, rotation, together=True, hosts=None, state=None):
+    def __init__(self, names, rotation, together=True, hosts=None, state=None, title=None):
         self.state = state  # the run whose rollout the waves share
+        self.title = title
         self.names, self.rotation, self.together = list(names), rotation, together
         self.facts, self.planned, self.waves, self.refused = {}, Event(), None, None
         self.ended, self.left = [], []
@@ -205,7 +212,7 @@ class WaveRun:
             logger.error(f"rollout {self.refused}: nothing restarts")
         else:
             for line in self.waves.lines():
-                logger.info(line)
+                logger.info(f"{self.title}: {line}" if self.title else line)
             for names in (self.waves.first, *self.waves.batches):
                 self.left.append(set(names))
                 self.ended.append(Event())

@@ -139,6 +139,23 @@ def with_sudo(data: dict, sudo: bool, where: str) -> dict:
     return {**data, "_sudo": sudo}
 
 
+def check_sudo_applies(data, sudo_everywhere=False) -> None:
+    """DeployError when the ``sudo`` setting is on where pyinfra does not read it as its
+    ``_sudo`` (set through ``--data`` or group data): the run would log in without sudo and fail
+    on the first root-only file, or worse, half-way."""
+    if (
+        sudo_everywhere
+        or data.get("_sudo")
+        or not data.get("sudo")
+        or str(data.get("sudo")).lower() == "false"
+    ):
+        return
+    raise DeployError(
+        "sudo: true is set where pyinfra does not read it (--data or group data): use pyinfra's "
+        "--sudo, or `sudo: true` for the host in inventory/hosts.yml"
+    )
+
+
 def _check_fleet(fleet, path) -> None:
     for key in fleet:
         if key in FIELDS and key not in FLEET_KEYS:
@@ -325,9 +342,9 @@ def testinfra_host(data):
     return testinfra.get_host(url, ssh_identity_file=data.get("ssh_key"), sudo=sudo)
 
 
-def ssh_argv(name, data, command):
+def ssh_argv(name, data, command, connect_timeout=10):
     """ssh with the inventory's connection data (BatchMode: never prompt)."""
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10"]
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o", f"ConnectTimeout={connect_timeout}"]
     if data.get("ssh_key"):
         argv += ["-i", str(data["ssh_key"]), "-o", "IdentitiesOnly=yes"]
     if data.get("ssh_port"):

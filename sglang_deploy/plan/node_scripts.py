@@ -15,6 +15,7 @@ from sglang_deploy.plan.script_commands import (
     drift_command,
     gate_args,
     manifest_command,
+    node_status_command,
     workers_command,
 )
 
@@ -254,6 +255,20 @@ class NodeScripts:
         if check.max_regression_pct is not None:
             args += ["--max-regression-pct", check.max_regression_pct]
         return self._run("decode_check.py", *args)
+
+    def node_status(self, venvs_dir, passport):
+        """node_status.py node: what this unit runs and how it last did (`make status`)."""
+        service = self.profile.service
+        return node_status_command(
+            self.directory,
+            self.unit,
+            service.port,
+            self.profile.engine.venv,
+            venvs_dir,
+            self.last_good_dir,
+            self.throughput_history,
+            passport,
+        )
 
     def nccl_ab(self, *args):
         """nccl_ab.py (the A/B all-reduce sweep) with ``args`` (sglang_deploy.report.nccl_ab_runner builds them)."""

@@ -236,3 +236,32 @@ def gate_timings(readiness):
         "--fired-up-grace",
         readiness.fired_up_grace_s,
     ]
+
+
+def node_status_command(directory, unit, port, venv_link, venvs_dir, last_good_dir, history, passport):
+    """node_status.py node: the unit, engine, last known good, last decode check and hardware
+    passport of one service, in its result line only (`make status`)."""
+    args = [
+        "--json",
+        "node",
+        "--unit",
+        unit,
+        "--port",
+        port,
+        "--venv-link",
+        venv_link,
+        "--venvs-dir",
+        venvs_dir,
+        "--last-good-dir",
+        last_good_dir,
+        "--history",
+        history,
+        "--passport",
+        passport,
+    ]
+    return _script("python3", directory, "node_status.py", *args)
+
+
+def router_status_command(directory, url):
+    """node_status.py router: a router's health and its workers, in its result line only."""
+    return _script("python3", directory, "node_status.py", "--json", "router", "--url", url)
