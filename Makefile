@@ -7,6 +7,8 @@ FLEET     ?=
 # FLEET=1: a local fleet (4 serving nodes and SGLang's router in front of them).
 NODES     ?= $(if $(FLEET),4,1)
 ROUTERS   ?= $(if $(FLEET),1,0)
+# MONITORING=1: a monitoring node after the routers (Prometheus over the others).
+MONITORING ?= 0
 LIMIT     ?=
 # make verify DEEP=1: hash every model file against its manifest (sizes only otherwise).
 DEEP      ?=
@@ -63,7 +65,7 @@ standin-model:
 
 # BARE=1: every node boots from the bare image (a fresh OS: the deploy installs what it needs).
 sandbox:
-	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES) $(if $(BARE),--bare $(NODES)) --routers $(ROUTERS)
+	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES) $(if $(BARE),--bare $(NODES)) --routers $(ROUTERS) --monitoring $(MONITORING)
 
 # Router wheels for hosts without internet (kept: the pin decides what is inside).
 .PHONY: router-wheels
@@ -115,10 +117,12 @@ format:
 #    deploy provisions it from nothing;
 # 2. the fleet: 3 nodes behind a router node (with a router in the inventory every restart
 #    goes through it, so the fleet gets a sandbox of its own), reached as a login user with sudo
-#    as real fleets are: rolling changes, a controller killed mid-restart, all through sudo;
+#    as real fleets are: rolling changes, a controller killed mid-restart, all through sudo; and
+#    a monitoring node (tests/e2e/test_monitoring.py; the other fleet tests leave it out with
+#    --limit);
 # 3. a login user with sudo (`deploy`), node 2 bare: the main scenarios, and the token searched
 #    for on the node's whole filesystem (tests/e2e/test_sudo_login.py).
-E2E_PHASES := "--nodes 3 --bare 1|e2e and not fleet" "--nodes 3 --routers 1 --sudo-user|fleet" \
+E2E_PHASES := "--nodes 3 --bare 1|e2e and not fleet" "--nodes 3 --routers 1 --monitoring 1 --sudo-user|fleet" \
 	"--nodes 2 --bare 1 --sudo-user|sudo"
 test-e2e: wheels router-wheels $(ENGINE_WHEELHOUSES)
 	@status=0; for phase in $(E2E_PHASES); do \

@@ -4,7 +4,8 @@ nodes know each other by, and the order of a rolling restart.
 
 The settings (``router_*``, ``rolling_*``), their defaults and checks are in
 sglang_deploy/plan/settings.py; a router host is a host of the inventory's ``routers`` group
-(its data has ``role: router``).
+(its data has ``role: router``), a monitoring host one of its ``monitoring`` group (``role:
+monitoring``): neither serves.
 """
 
 from __future__ import annotations
@@ -16,16 +17,31 @@ from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.settings import settings_of
 
 ROUTERS_GROUP = "routers"
+MONITORING_GROUP = "monitoring"
 ROUTER_UNIT = "sglang-router.service"
 
 
 def is_router(host) -> bool:
     """A pyinfra host (or a (name, data) pair's data) that is one of the fleet's routers."""
+    return _has_role(host, ROUTERS_GROUP, "router")
+
+
+def is_monitoring(host) -> bool:
+    """A pyinfra host (or a host's data) that runs Prometheus over the fleet (plan/monitoring.py)."""
+    return _has_role(host, MONITORING_GROUP, "monitoring")
+
+
+def serves(host) -> bool:
+    """A host that serves a profile: neither a router nor a monitoring host."""
+    return not is_router(host) and not is_monitoring(host)
+
+
+def _has_role(host, group, role) -> bool:
     groups = getattr(host, "groups", None)
-    if groups is not None and any(getattr(g, "name", g) == ROUTERS_GROUP for g in groups):
+    if groups is not None and any(getattr(g, "name", g) == group for g in groups):
         return True
     data = getattr(host, "data", host)
-    return settings_of(data).role == "router"
+    return settings_of(data).role == role
 
 
 def address(data, name=None) -> str:

@@ -19,6 +19,7 @@ from sglang_deploy.plan.fleet import (
     render_router_unit,
     rolling_settings,
     router_settings,
+    serves,
     worker_url,
 )
 from sglang_deploy.plan.hosts import REPO_ROOT
@@ -34,13 +35,13 @@ def fleet_hosts(inventory):
 
 
 def workers(hosts):
-    """[(name, address, port)] of the serving nodes: every host that is not a router, nor a
-    serving group's follower (rank 0 alone serves the group's API; a follower's /health is a
+    """[(name, address, port)] of the serving nodes: every host that is not a router nor a
+    monitoring host, nor a serving group's follower (rank 0 alone serves the group's API; a follower's /health is a
     dummy that always answers 200, so a router must never send it requests)."""
     members = resolve(hosts)
     found = []
     for name, data in hosts:
-        if is_router(data) or (name in members and not members[name].is_leader):
+        if not serves(data) or (name in members and not members[name].is_leader):
             continue
         found.append((name, address(data, name), profile_of(data).service.port))
     return found

@@ -36,6 +36,8 @@ SANDBOX_GROUPS_VAR = "SGLANG_DEPLOY_SANDBOX_GROUPS"
 # Sandbox nodes share the controller's network: a group's --dist-init-addr port is rank 0's
 # server port plus this, so it never meets another node's ports.
 SANDBOX_DIST_INIT_OFFSET = 1000
+# ... and a node exporter's port is its server port minus this.
+SANDBOX_EXPORTER_OFFSET = 2000
 
 
 class HostsFile(BaseModel):
@@ -48,6 +50,9 @@ class HostsFile(BaseModel):
     defaults: dict[str, Any] = Field(default_factory=dict)
     hosts: dict[str, dict[str, Any] | None]
     routers: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
+    # Hosts that run Prometheus over the fleet (the `monitoring` group); like routers, they get
+    # the defaults' ssh_* keys only.
+    monitoring: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
     # Settings of the whole fleet, for every host: the router_* and rolling_* ones.
     fleet: dict[str, Any] = Field(default_factory=dict)
 
@@ -64,6 +69,11 @@ def gpu_hosts(path: Path | None = None) -> list[tuple[str, dict]]:
 def gpu_routers(path: Path | None = None) -> list[tuple[str, dict]]:
     """The hosts file's routers (its `routers:` section), as the `routers` group."""
     return _read_hosts_file(path)[1]
+
+
+def gpu_monitoring(path: Path | None = None) -> list[tuple[str, dict]]:
+    """The hosts file's monitoring hosts (its `monitoring:` section), as the `monitoring` group."""
+    return _read_hosts_file(path)[2]
 
 
 def _read_hosts_file(path):
@@ -102,7 +112,14 @@ def _read_hosts_file(path):
         data = {**ssh_defaults, **_entry(entry, path, f"routers.{name}")}
         data.setdefault("ssh_hostname", name)
         routers.append((name, {**parsed.fleet, **data, "role": "router"}))
-    return hosts, routers
+    monitoring = []
+    for name, entry in parsed.monitoring.items():
+        if name in parsed.hosts or name in parsed.routers:
+            raise DeployError(f"{path}: monitoring: {name} is also under hosts or routers")
+        data = {**ssh_defaults, **_entry(entry, path, f"monitoring.{name}")}
+        data.setdefault("ssh_hostname", name)
+        monitoring.append((name, {**data, "role": "monitoring"}))
+    return hosts, routers, monitoring
 
 
 def _entry(entry, path, section) -> dict:
@@ -160,7 +177,7 @@ def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict
     ports = {node["name"]: node["server_port"] for node in state["nodes"]}
     hosts = []
     for node in state["nodes"]:
-        if node.get("role") == "router":
+        if node.get("role") in ("router", "monitoring"):
             continue
         service = {"port": node["server_port"]}
         group = groups.get(node["name"])
@@ -174,6 +191,7 @@ def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict
                     **_sandbox_ssh(node, state["key"]),
                     "profile": chosen.get(node["name"], SANDBOX_PROFILE),
                     "profile_overrides": {"service": service},
+                    "node_exporter_port": sandbox_exporter_port(node),
                     **(
                         {
                             "serving_group": group[0],
@@ -206,11 +224,39 @@ def sandbox_routers(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, di
                 # Nodes share the host's network: each router its own exporter port.
                 "router_prometheus_port": node["server_port"] - 1000,
                 "router_find_links": SANDBOX_ROUTER_WHEELS,
+                "node_exporter_port": sandbox_exporter_port(node),
             },
         )
         for node in state["nodes"]
         if node.get("role") == "router"
     ]
+
+
+def sandbox_monitoring(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict]]:
+    """Sandbox nodes recorded with role monitoring (`sandbox.py up --monitoring N`): Prometheus
+    on the node's server port, from Debian's packages (the nodes reach its mirror)."""
+    if not state_file.is_file():
+        return []
+    state = json.loads(state_file.read_text())
+    return [
+        (
+            node["name"],
+            {
+                **_sandbox_ssh(node, state["key"]),
+                "role": "monitoring",
+                "prometheus_port": node["server_port"],
+                "node_exporter_port": sandbox_exporter_port(node),
+            },
+        )
+        for node in state["nodes"]
+        if node.get("role") == "monitoring"
+    ]
+
+
+def sandbox_exporter_port(node) -> int:
+    """Sandbox nodes share the host's network: each node exporter its own port (a router's
+    exporter is 1000 below its server port, a group's dist-init port 1000 above)."""
+    return node["server_port"] - SANDBOX_EXPORTER_OFFSET
 
 
 def _sandbox_ssh(node, key) -> dict:

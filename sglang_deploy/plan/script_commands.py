@@ -125,6 +125,19 @@ def router_gate_command(directory, url, timeout_s, workers):
     return _script("python3", directory, "router_gate.py", "--url", url, "--timeout", timeout_s, *args)
 
 
+def prometheus_gate_command(directory, url, path, unit, timeout_s, reload=False):
+    """prometheus_gate.py: Prometheus (or the node exporter) answers ``path`` 200; ``reload``:
+    after loading its configuration again (systemctl reload, checked in its own metrics)."""
+    args = ["--url", url, "--path", path, "--unit", unit, "--timeout", timeout_s, *_if(reload, "--reload")]
+    return _script("python3", directory, "prometheus_gate.py", *args)
+
+
+def prometheus_targets_command(directory, url, expected, settle_s):
+    """prometheus_targets.py: every expected scrape URL up in Prometheus' /api/v1/targets."""
+    args = [arg for target in expected for arg in ("--expect", target)]
+    return _script("python3", directory, "prometheus_targets.py", "--url", url, "--settle", settle_s, *args)
+
+
 def rotation_command(directory, *args):
     """rotation.py with ``args`` (plan/fleet_hosts.Rotation builds them)."""
     return _script("python3", directory, "rotation.py", *args)

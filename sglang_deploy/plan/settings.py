@@ -13,6 +13,7 @@ the profile's (sglang_deploy/profile/schema.py). docs/settings.md lists every se
 from __future__ import annotations
 
 import difflib
+import re
 import shlex
 from collections.abc import Mapping
 from functools import cache
@@ -47,7 +48,17 @@ def _words(value: Any) -> Any:
     return shlex.split(value) if isinstance(value, str) else value
 
 
+def _apt_pin(value: Any) -> Any:
+    if not isinstance(value, str) or not APT_PIN.fullmatch(value):
+        raise ValueError(f"a Debian package pinned as name=version, got {value!r}")
+    return value
+
+
+# A Debian package name (Debian Policy 5.6.1) and version (5.6.12), as apt-get install takes them.
+APT_PIN = re.compile(r"[a-z0-9][a-z0-9+.-]+=[0-9][A-Za-z0-9.+~:-]*")
+
 RouterPolicy = Annotated[str, AfterValidator(_router_policy)]
+AptPin = Annotated[str, AfterValidator(_apt_pin)]
 RouterPins = Annotated[list[Pin], AfterValidator(_router_pins)]
 Words = Annotated[list[str], BeforeValidator(_words, json_schema_input_type=str | list[str])]
 
@@ -219,9 +230,10 @@ class Connection(_Group):
 class Fleet(_Group):
     """Fleets: SGLang's router in front of the serving nodes (sglang_deploy/plan/fleet.py)"""
 
-    role: Literal["router"] | None = Field(
+    role: Literal["router", "monitoring"] | None = Field(
         None,
-        description="`router`: the host runs SGLang's router (so does every host of the inventory's `routers` group).",
+        description="`router`: the host runs SGLang's router (so does every host of the inventory's `routers` "
+        "group); `monitoring`: it runs Prometheus over the fleet (so does every host of the `monitoring` group).",
     )
     fleet_address: str | None = Field(
         None,
@@ -315,6 +327,40 @@ class RollingRestarts(_Group):
     )
 
 
+class Monitoring(_Group):
+    """Monitoring: Prometheus over the fleet, a node exporter on every host (sglang_deploy/plan/monitoring.py)"""
+
+    node_exporter: bool = Field(
+        True,
+        description="Install and run Prometheus' node exporter (node_exporter_packages) on this host, after its "
+        "other steps; the monitoring host scrapes it.",
+    )
+    node_exporter_packages: list[AptPin] = Field(
+        ["prometheus-node-exporter=1.5.0-1+b6"],
+        description="The node exporter's distribution package, pinned (`name=version`, Debian bookworm's).",
+    )
+    node_exporter_port: Port = Field(9100, description="The port the node exporter listens on.")
+    prometheus_packages: list[AptPin] = Field(
+        ["prometheus=2.42.0+ds-5+deb12u1"],
+        description="Prometheus' distribution package on monitoring hosts, pinned (`name=version`, Debian "
+        "bookworm's; its promtool checks every configuration before it is installed).",
+    )
+    prometheus_port: Port = Field(9090, description="The port Prometheus listens on (monitoring hosts).")
+    prometheus_scrape_interval_s: int = Field(
+        15, ge=1, description="Seconds between two scrapes of a target (and between two rule evaluations)."
+    )
+    prometheus_rule_files: list[str] = Field(
+        ["templates/prometheus/sglang-alerts.rules.yml"],
+        description="Alert rule files on the controller (relative: to the repository), installed under "
+        "/etc/prometheus/rules/; one that does not exist is skipped, said in the run's output.",
+    )
+    prometheus_ready_timeout_s: Seconds = Field(
+        60,
+        description="After a restart or reload, how long Prometheus may take to answer /-/ready 200 (and to "
+        "report the new configuration loaded); the node exporter gets as long to answer /metrics.",
+    )
+
+
 # In docs/settings.md's order.
 GROUPS = (
     WhatToServe,
@@ -328,6 +374,7 @@ GROUPS = (
     Fleet,
     Router,
     RollingRestarts,
+    Monitoring,
 )
 
 

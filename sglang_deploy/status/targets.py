@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.node import node_status
-from sglang_deploy.plan.fleet import address, is_router, router_settings, worker_url
+from sglang_deploy.plan.fleet import address, is_router, router_settings, serves, worker_url
 from sglang_deploy.plan.host_plan import plan_for
 from sglang_deploy.plan.hosts import ssh_argv
 from sglang_deploy.plan.script_commands import router_status_command
@@ -82,5 +82,5 @@ def targets(hosts, limit=None, secrets: Redactor | None = None):
         if is_router(data):
             yield router_target(name, data)
     for name, data in hosts:
-        if not is_router(data) and (not limit or name in limit):
+        if serves(data) and (not limit or name in limit):  # a monitoring host has no profile to show
             yield node_target(name, data, members.get(name), secrets)
