@@ -191,7 +191,7 @@ def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict
                     **_sandbox_ssh(node, state["key"]),
                     "profile": chosen.get(node["name"], SANDBOX_PROFILE),
                     "profile_overrides": {"service": service},
-                    "node_exporter_port": sandbox_exporter_port(node),
+                    **sandbox_exporter(node, state),
                     **(
                         {
                             "serving_group": group[0],
@@ -224,7 +224,7 @@ def sandbox_routers(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, di
                 # Nodes share the host's network: each router its own exporter port.
                 "router_prometheus_port": node["server_port"] - 1000,
                 "router_find_links": SANDBOX_ROUTER_WHEELS,
-                "node_exporter_port": sandbox_exporter_port(node),
+                **sandbox_exporter(node, state),
             },
         )
         for node in state["nodes"]
@@ -245,12 +245,19 @@ def sandbox_monitoring(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str,
                 **_sandbox_ssh(node, state["key"]),
                 "role": "monitoring",
                 "prometheus_port": node["server_port"],
-                "node_exporter_port": sandbox_exporter_port(node),
+                **sandbox_exporter(node, state),
             },
         )
         for node in state["nodes"]
         if node.get("role") == "monitoring"
     ]
+
+
+def sandbox_exporter(node, state) -> dict:
+    """A sandbox node's node exporter settings: on its own port, and only in a sandbox with a
+    monitoring node (nothing else reads it; the other sandboxes boot and deploy without it)."""
+    monitored = any(other.get("role") == "monitoring" for other in state["nodes"])
+    return {"node_exporter": monitored, "node_exporter_port": sandbox_exporter_port(node)}
 
 
 def sandbox_exporter_port(node) -> int:
