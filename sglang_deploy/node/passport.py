@@ -108,21 +108,21 @@ def iommu(iommu_dir=IOMMU_DIR, cmdline=CMDLINE):
 
 def acs_controls(run, is_root):
     """{"bridges": [{"bdf", "control": ACS control register, "0000" clear; None: no ACS}]}."""
-    missing = [tool for tool in ("lspci", "setpci") if shutil.which(tool) is None]
-    if missing:
-        return not_checked("%s not found (Debian package pciutils)" % " and ".join(missing))
     if not is_root:
         return not_checked("not root: setpci cannot read the bridges' ACS registers")
     argv = ["lspci", "-D", "-n"]
     listing = run(argv)
     if listing is None or listing[0] != 0:
-        return not_checked(_failed(argv, listing))
+        return not_checked(_failed(argv, listing) + (" (Debian package pciutils)" if listing is None else ""))
+    found = acs.bridges(listing[1])
+    if found and run(["setpci", "--version"]) is None:
+        return not_checked("setpci not found (Debian package pciutils)")
 
     def setpci(*args):
-        found = run(["setpci", *args])
-        return (1, "setpci not found") if found is None else (found[0], (found[1] or found[2]).strip())
+        done = run(["setpci", *args])
+        return done[0], (done[1] or done[2]).strip()
 
-    return {"bridges": [{"bdf": bdf, "control": acs.control(bdf, setpci)} for bdf in acs.bridges(listing[1])]}
+    return {"bridges": [{"bdf": bdf, "control": acs.control(bdf, setpci)} for bdf in found]}
 
 
 def xid_events(run):

@@ -148,7 +148,9 @@ def remapped_rows(gpu):
         "correctable": _number(rows.get("Correctable Error"), "Remapped Rows > Correctable Error"),
         "uncorrectable": _number(rows.get("Uncorrectable Error"), "Remapped Rows > Uncorrectable Error"),
         "pending": _yes_no(rows.get("Pending"), "Remapped Rows > Pending"),
-        "failure": _yes_no(rows.get("Remapping Failure Occurred"), "Remapped Rows > Remapping Failure Occurred"),
+        "failure": _yes_no(
+            rows.get("Remapping Failure Occurred"), "Remapped Rows > Remapping Failure Occurred"
+        ),
     }
 
 
