@@ -414,3 +414,18 @@ def test_main_says_why_it_could_not_write(tmp_path, capsys, monkeypatch):
     assert passport.main(["collect", "--write", str(blocker / "passport.json")]) == status.UNEXPECTED
     found = result.parse(capsys.readouterr().out.splitlines())
     assert found["cause"].startswith("could not write %s" % (blocker / "passport.json"))
+
+
+def test_the_command_line_quotes_its_paths():
+    import shlex
+
+    from sglang_deploy.plan.script_commands import passport_command
+
+    command = passport_command("/opt/my dir/$(touch x)", "/var/lib/state dir/passport.json")
+    assert shlex.split(command) == [
+        "python3",
+        "/opt/my dir/$(touch x)/passport.py",
+        "collect",
+        "--write",
+        "/var/lib/state dir/passport.json",
+    ]
