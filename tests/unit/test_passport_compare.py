@@ -289,3 +289,12 @@ def test_the_fact_runs_the_uploaded_script_only_once_it_is_there():
         "python3 /opt/sd/node/passport.py collect --write /var/lib/sd/passport.json || true"
     )
     assert HardwarePassport().process([]) is None
+
+
+def test_make_status_names_a_degraded_link(tmp_path):
+    from sglang_deploy.status import render
+
+    row = {"passport": {"age_s": 60.0, "passport": collected(with_link(width=8), tmp=tmp_path)}}
+    assert render.passport_cell(row) == "present, 60s ago, 1 GPU(s), PCIe link degraded: GPU 0"
+    row = {"passport": {"age_s": 60.0, "passport": collected(tmp=tmp_path)}}
+    assert render.passport_cell(row) == "present, 60s ago, 1 GPU(s)"
