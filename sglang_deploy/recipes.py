@@ -23,6 +23,7 @@ def serving_node():
     steps.gpu_node_settings(plan)
     models = steps.models_staged(plan)
     steps.preflight(plan)
+    steps.hardware_passport(plan)
     engine = steps.engine(plan)
     server_files = steps.server_files(plan)
     steps.restarted_if_changed(plan, [engine, *server_files, *models])

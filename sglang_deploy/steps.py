@@ -119,6 +119,13 @@ def preflight(plan):
         )
 
 
+def hardware_passport(plan):
+    """The node's hardware passport (GPUs, PCIe links, NUMA, driver and CUDA, ACS, IOMMU, Xid
+    events, remapped rows, clocks-event reasons), kept on the node and the controller; one
+    call, and no change a re-run would report."""
+    sglang.passport_recorded(name="Hardware passport", scripts=plan.scripts)
+
+
 def engine(plan):
     """This pin set's venv, built beside the live one (which keeps serving); the unit's link is
     staged to point at it at the restart. A locked engine (locks/) gets the lock and the wheels

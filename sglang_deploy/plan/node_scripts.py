@@ -19,6 +19,7 @@ from sglang_deploy.plan.script_commands import (
     metrics_textfile_command,
     model_stage_command,
     node_status_command,
+    passport_command,
     workers_command,
 )
 
@@ -28,7 +29,17 @@ class NodeScripts:
     for one unit and its profile."""
 
     def __init__(
-        self, directory, unit, profile, files, last_good_dir, wheels_dir, run_dir, min_free_gib=2.0, lock=None
+        self,
+        directory,
+        unit,
+        profile,
+        files,
+        last_good_dir,
+        wheels_dir,
+        run_dir,
+        min_free_gib=2.0,
+        lock=None,
+        passport_path=None,
     ):
         self.directory = directory
         self.unit = unit
@@ -39,6 +50,7 @@ class NodeScripts:
         self.run_dir = run_dir  # the deploy's runtime files (gate reports)
         self.min_free_gib = min_free_gib  # free disk left beside the engine venvs
         self.lock = lock  # the engine's lock on the node (exact.py checks the venv holds it), or None
+        self.passport_path = passport_path  # the node's hardware passport (passport.py), per node
         # The venv of the profile's pin set (NodePlan.bind_venv); until named, the link the
         # unit runs through (profile.engine.venv), i.e. the live one.
         self.venv = profile.engine.venv
@@ -306,6 +318,10 @@ class NodeScripts:
     def nccl_ab(self, *args):
         """nccl_ab.py (the A/B all-reduce sweep) with ``args`` (sglang_deploy.report.nccl_ab_runner builds them)."""
         return self._run("nccl_ab.py", *args)
+
+    def passport(self):
+        """passport.py collect: the node's hardware passport, written only when it changed."""
+        return passport_command(self.directory, self.passport_path)
 
     def restore_last_good(self):
         return self._run("lastgood.py", "restore", "--dir", self.last_good_dir)

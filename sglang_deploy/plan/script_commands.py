@@ -27,6 +27,11 @@ def acs_command(directory):
     return _script("/usr/bin/python3", directory, "acs.py", "disable")
 
 
+def passport_command(directory, path):
+    """passport.py collect: the node's hardware passport, kept at ``path`` when it changed."""
+    return _script("python3", directory, "passport.py", "collect", "--write", path)
+
+
 def lock_command(path, wait_s, holder, directory=None, source=None, cycles_dir=None):
     """lock.py, holding the node's deploy lock while its session lasts; ``source``: lock.py's
     text, run with ``-c`` (the deploy takes the lock before it uploads our scripts);

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from sglang_deploy.node.lib import gpu_links
 from sglang_deploy.report.throughput_log import phrase
 from sglang_deploy.verify import layout
 from sglang_deploy.verify.redact import Redactor
@@ -120,8 +121,14 @@ def passport_cell(row, wide=False) -> str:
     if _unreadable(found):
         return "unreadable"
     text = f"present, {age(found.get('age_s'))} ago"
-    gpus = (found.get("passport") or {}).get("gpus") if isinstance(found.get("passport"), dict) else None
-    return text + (f", {len(gpus)} GPU(s)" if isinstance(gpus, list) else "")
+    passport = found.get("passport") if isinstance(found.get("passport"), dict) else {}
+    gpus = passport.get("gpus")
+    degraded = [str(index) for index, bad in gpu_links.degraded(passport).items() if bad]
+    return (
+        text
+        + (f", {len(gpus)} GPU(s)" if isinstance(gpus, list) else "")
+        + (f", PCIe link degraded: GPU {', '.join(degraded)}" if degraded else "")
+    )
 
 
 def cells(row, wide=False) -> tuple:
