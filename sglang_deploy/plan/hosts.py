@@ -188,6 +188,7 @@ def sandbox_routers(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, di
                 "router_port": node["server_port"],
                 # Nodes share the host's network: each router its own exporter port.
                 "router_prometheus_port": node["server_port"] - 1000,
+                "router_health_check_port": node["server_port"] - 2000,
                 "router_find_links": SANDBOX_ROUTER_WHEELS,
             },
         )
