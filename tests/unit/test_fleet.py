@@ -94,7 +94,7 @@ def test_router_port_clashes_fail_before_anything_runs():
         router_plan("r1", hosts)
     with pytest.raises(DeployError, match="is its SSH port"):
         check_ports([router_settings("r1", router_data(router_port=22))], [], {"r1": 22})
-    two = [("r1", router_data()), ("r2", router_data(router_prometheus_port=29001))]
+    two = [("r1", router_data()), ("r2", router_data(router_prometheus_port=29002))]
     with pytest.raises(DeployError, match="router r1's router_port"):
         router_plan("r2", two)
     with pytest.raises(DeployError, match="r2: router_prometheus_port 29000 clashes"):
