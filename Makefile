@@ -28,9 +28,11 @@ LIMIT_ARGS = $(addprefix --limit ,$(subst $(comma), ,$(LIMIT)))
 # engine versions on sandbox nodes (tests/e2e/test_engine_venvs.py).
 NEXT_STANDIN := 0.5.24+sandbox
 NEXT_WHEELS  := build/wheels-next
-# SGLang's router and its dependencies, downloaded here once for nodes without internet.
+# SGLang's gateway (smg; sglang-router for 0.3.2 and before) and its dependencies, downloaded
+# here once for nodes without internet. ROUTER_PIN must be the router_packages setting's pin.
 ROUTER_WHEELS := build/router-wheels
-ROUTER_PIN    ?= sglang-router==0.3.2
+ROUTER_PIN    ?= smg==1.13.0
+ROUTER_WHEEL   = $(subst -,_,$(firstword $(subst ==, ,$(ROUTER_PIN))))-$(lastword $(subst ==, ,$(ROUTER_PIN)))-*.whl
 
 .PHONY: help setup wheels sandbox sandbox-down deploy plan verify demo test test-unit test-e2e clean
 
@@ -67,10 +69,11 @@ standin-model:
 sandbox:
 	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES) $(if $(BARE),--bare $(NODES)) --routers $(ROUTERS) --monitoring $(MONITORING)
 
-# Router wheels for hosts without internet (kept: the pin decides what is inside).
+# Router wheels for hosts without internet (kept: the pin decides what is inside; another pin's
+# wheels beside them are left, and pip installs only what the pins name).
 .PHONY: router-wheels
 router-wheels:
-	@ls $(ROUTER_WHEELS)/sglang_router-*.whl >/dev/null 2>&1 || \
+	@ls $(ROUTER_WHEELS)/$(ROUTER_WHEEL) >/dev/null 2>&1 || \
 	  $(PYTHON) -m pip download --quiet --only-binary=:all: $(ROUTER_PIN) -d $(ROUTER_WHEELS)
 
 sandbox-down:

@@ -21,6 +21,10 @@ from sglang_deploy.operations.service import _cause, _fail, _say_outcome, run_cy
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan.fleet import NodeFacts, Rollout, idle_reason, last_in_rotation, plan_waves
 
+# rotation.py's outcomes when it took the node out of no router (or put it back): the cycle
+# did not run, the node serves what it served.
+ROTATION_REFUSED = ("router_unreachable", "router_failed", "last_in_rotation")
+
 
 def rotation_line(turn):
     """How long a node was out of rotation and how its drain ended, from rotation.py's result."""
@@ -97,7 +101,7 @@ def _restart(state, host, scripts, hook_python, rotation, profile_name, rollback
     if turn.get("routers"):
         host.log(rotation_line(turn), logger.info)
     outcome = found.get("outcome")
-    if outcome in ("router_unreachable", "router_failed"):
+    if outcome in ROTATION_REFUSED:
         host.log_styled(f"rollout refused: {found.get('cause')}", fg="red", log_func=logger.error)
         run.failed(host.name, found.get("cause"))
         run.note(host.name, f"not restarted: serves {_previous(found)}")

@@ -38,6 +38,7 @@ SANDBOX_GROUPS_VAR = "SGLANG_DEPLOY_SANDBOX_GROUPS"
 SANDBOX_DIST_INIT_OFFSET = 1000
 # ... and a node exporter's port is its server port minus this.
 SANDBOX_EXPORTER_OFFSET = 2000
+SANDBOX_PROBE_OFFSET = 3000  # a router's health-check (probe) port, below its server port
 
 
 class HostsFile(BaseModel):
@@ -223,6 +224,7 @@ def sandbox_routers(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, di
                 "router_port": node["server_port"],
                 # Nodes share the host's network: each router its own exporter port.
                 "router_prometheus_port": node["server_port"] - 1000,
+                "router_health_check_port": node["server_port"] - SANDBOX_PROBE_OFFSET,
                 "router_find_links": SANDBOX_ROUTER_WHEELS,
                 **sandbox_exporter(node, state),
             },

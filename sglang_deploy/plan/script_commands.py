@@ -124,10 +124,21 @@ def dist_reach_command(directory, addr, rank, timeout_s, listening_port=None):
     )
 
 
-def router_gate_command(directory, url, timeout_s, workers):
-    """router_gate.py: the router ready and every worker healthy in it."""
+def router_gate_command(directory, url, timeout_s, workers, probe_url=None):
+    """router_gate.py: the router ready (asked on its probe port when it has one) and every
+    worker healthy in it."""
     args = [arg for worker in workers for arg in ("--worker", worker)]
-    return _script("python3", directory, "router_gate.py", "--url", url, "--timeout", timeout_s, *args)
+    return _script(
+        "python3",
+        directory,
+        "router_gate.py",
+        "--url",
+        url,
+        *_if(probe_url, "--probe-url", probe_url),
+        "--timeout",
+        timeout_s,
+        *args,
+    )
 
 
 def prometheus_gate_command(directory, url, path, unit, timeout_s, reload=False):
