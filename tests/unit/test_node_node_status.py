@@ -201,9 +201,11 @@ def test_a_last_good_left_between_its_renames_is_still_found(node, server, capsy
 def test_the_router_and_its_workers(router, capsys):  # noqa: F811
     found = _status(["--json", "router", "--url", router], capsys)
     assert found["router"]["health"] is True
-    assert found["router"]["workers"] == {
-        "http://10.0.0.11:30000": {"id": "a", "healthy": True, "load": 0},
-        "http://10.0.0.12:30000": {"id": "b", "healthy": False, "load": 0},
+    workers = found["router"]["workers"]
+    seen = {url: {key: w[key] for key in ("id", "healthy", "load", "state")} for url, w in workers.items()}
+    assert seen == {
+        "http://10.0.0.11:30000": {"id": "a", "healthy": True, "load": 0, "state": "healthy"},
+        "http://10.0.0.12:30000": {"id": "b", "healthy": False, "load": 0, "state": "unhealthy"},
     }
 
 
