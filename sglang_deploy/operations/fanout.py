@@ -96,13 +96,12 @@ class Arrival:
     for it."""
 
     def __init__(self, host_, mode=None):
-        state = host_.state
-        self.op = None
-        self.settings = settings_of(host_.data)
-        if state is None or not state.is_executing or (mode or self.settings.fanout) == "off":
+        self.op, self.host = None, host_
+        state = getattr(host_, "state", None)
+        if state is None or not getattr(state, "is_executing", False):  # planning, --dry: inert
             return
-        self.op = _op_fanout(state, host_)
-        self.host = host_
+        if (mode or settings_of(host_.data).fanout) != "off":
+            self.op = _op_fanout(state, host_)
 
     @property
     def taking_part(self) -> bool:
