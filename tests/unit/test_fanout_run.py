@@ -152,3 +152,75 @@ def test_a_node_holding_the_bytes_serves_and_the_controller_sends_nothing(world)
     feeds = [e for e in world.events if e[0] == "feed"]
     assert feeds == [("feed", "n3")]  # h1 serves two; the third at depth 1 from the controller
     assert {e[2] for e in world.events if e[0] == "pull" and e[1] in ("n1", "n2")} == {"h1"}
+
+
+def staging_commands(tmp_path, monkeypatch, names, digests, fanout_mode="auto"):
+    """model_staged's commands on each of ``names`` in one executing operation: each node's
+    live manifest digest from ``digests``; {name: commands}, and the operation's fan-out."""
+    from pyinfra.api import FunctionCommand
+    from pyinfra.context import ctx_host
+
+    from sglang_deploy.node import model_manifest
+    from sglang_deploy.operations import model as model_ops
+    from sglang_deploy.plan.model_sources import StagingTarget
+    from sglang_deploy.profile.schema import Source
+
+    source = tmp_path / "src"
+    source.mkdir(exist_ok=True)
+    (source / "model.safetensors").write_bytes(b"x" * 1000)
+    wanted = model_manifest.digest(model_ops.local_manifest(source, cache_dir=tmp_path / "cache"))
+    monkeypatch.setattr(model_ops, "local_manifest", lambda d: model_ops.model_manifest.build(str(d)))
+    monkeypatch.setattr(model_ops.shutil, "which", lambda name: "/usr/bin/" + name)
+    target = StagingTarget("model", "/models/m", Source(controller=str(source)))
+    state = SimpleNamespace(is_executing=True, ops={}, pool=None, inventory=None)
+
+    class NodeHost(FakeHost):
+        current_op_hash = "op1"
+        current_op_global_arguments = {}
+
+        def __init__(self, name):
+            super().__init__(name)
+            self.state, self.data = state, {"fanout": fanout_mode}
+
+        def get_fact(self, fact, **kwargs):
+            if fact.__name__ == "File":
+                return {"mode": 755}
+            digest = wanted if digests[self.name] == "wanted" else digests[self.name]
+            return {"digest": digest, "problems": [], "free": 10**12, "rsync": True, "staged": [],
+                    "live_files": [], "target": "/nvme/m", "staging": "/nvme/m.sglang-deploy-staging"}  # fmt: skip
+
+        def noop(self, text):
+            self.said.append(text)
+
+    hosts = [NodeHost(name) for name in names]
+    state.inventory = SimpleNamespace(
+        get_active_hosts=lambda: hosts, get_host=lambda name: next(h for h in hosts if h.name == name)
+    )
+    state.ops = {h: {"op1": object()} for h in hosts}
+    found = {}
+    for host in hosts:
+        with ctx_host.use(host):
+            found[host.name] = list(model_ops.model_staged._inner(target, "/opt/sd/node"))
+    fanned = {
+        n: [c for c in cs if isinstance(c, FunctionCommand) and c.function is fanout.staged]
+        for n, cs in found.items()
+    }
+    return fanned, fanout.run_state.of(state).fanouts.get("op1"), wanted
+
+
+def test_model_staged_arrives_as_holder_or_needer_and_needers_wait_in_the_tree(tmp_path, monkeypatch):
+    names = ["h1", "n1", "n2", "n3"]
+    fanned, op, wanted = staging_commands(
+        tmp_path, monkeypatch, names, {"h1": "wanted", "n1": None, "n2": "old", "n3": None}
+    )
+    assert [n for n, cs in fanned.items() if cs] == ["n1", "n2", "n3"]  # h1 holds it: a no-op there
+    assert op.arrived["h1"].role == "holder" and op.arrived["h1"].node_dir == "/nvme/m"  # a link's target
+    tree = op.tree_of(wanted).tree
+    assert tree.holders == ("h1",) and tree.parents == {"n1": "h1", "n2": "h1", "n3": CONTROLLER}
+
+
+def test_fanout_off_stages_from_the_controller_as_before(tmp_path, monkeypatch):
+    fanned, op, _ = staging_commands(
+        tmp_path, monkeypatch, ["n1", "n2", "n3"], dict.fromkeys(["n1", "n2", "n3"]), "off"
+    )
+    assert not any(fanned.values()) and op is None
