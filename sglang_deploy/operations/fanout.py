@@ -33,8 +33,9 @@ failed); ``fanout_cleanup`` removes what a run that died left (every host, every
 when nothing is left).
 
 Faults. A node serves only its live directory, and only after its own check passed (the
-key reaches it only then): a half-staged copy is never read. A node whose copy fails is no
-source; a parent that cannot be read (down, the link dropped or stalled) is lost: its
+key reaches it only then): a half-staged copy is never read. A node whose copy fails once is
+no source for the rest of the run (it retries for itself; its children are re-planned at
+once, not after its retries); a parent that cannot be read (down, the link dropped or stalled) is lost: its
 children are given another source (FanoutTree.reassign); a node's last try is the controller.
 """
 
@@ -278,9 +279,11 @@ def _stage(state, host, copy, fanout):
             tree.pull_failed(name, parent)
             if source_fault:
                 tree.lose(parent)
+            # Its children go elsewhere now, not after its retries; whatever it ends with,
+            # this run never reads from it.
+            tree.fail(name)
+            fanout.events[name].set()
             if attempts >= MAX_ATTEMPTS:
-                tree.fail(name)
-                fanout.events[name].set()
                 host.log_styled(
                     f"{copy.label}: no source left after {attempts} tries; the live directory is untouched, "
                     "the next run resumes",

@@ -104,12 +104,12 @@ class FanoutTree:
         return source is CONTROLLER or source in self.sources()
 
     def verify(self, name) -> None:
+        """``name``'s copy passed its check: a source, unless it failed before in this run."""
         self.verified.add(name)
 
     def fail(self, name) -> None:
         """``name``'s own copy failed: it serves nobody (its partial copy is never read)."""
         self.failed.add(name)
-        self.verified.discard(name)
 
     def lose(self, source) -> None:
         """``source`` could not be read from (down, its copy gone): no child copies from it."""

@@ -122,3 +122,10 @@ def test_a_node_is_never_given_its_own_descendant():
 def test_holders_are_settled_from_the_start():
     tree = FanoutTree.planned(["n1"], holders=["h1"], degree=2, on=True)
     assert tree.settled("h1") and tree.usable("h1") and not tree.settled("n1")
+
+
+def test_a_node_that_failed_once_is_no_source_even_once_its_retry_is_verified():
+    tree = FanoutTree.planned(["n1", "n2", "n3"], degree=2)
+    tree.fail("n1")
+    tree.verify("n1")  # its retry from another source passed
+    assert "n1" not in tree.sources() and not tree.usable("n1")

@@ -224,3 +224,12 @@ def test_fanout_off_stages_from_the_controller_as_before(tmp_path, monkeypatch):
         tmp_path, monkeypatch, ["n1", "n2", "n3"], dict.fromkeys(["n1", "n2", "n3"]), "off"
     )
     assert not any(fanned.values()) and op is None
+
+
+def test_a_root_whose_first_copy_fails_releases_its_child_at_once_and_is_never_read(world):
+    world.feeds["n1"] = False  # its controller copy fails its check; its retry from n2 passes
+    outcome, tree_run = run(world)
+    assert outcome == {"n1": True, "n2": True, "n3": True}
+    assert [e[2] for e in world.events if e[0] == "pull" and e[1] == "n1"] == ["n2"]
+    assert "n1" not in [e[2] for e in world.events if e[0] == "pull" and e[1] == "n3"]
+    assert "n1" in tree_run.tree.verified and "n1" not in tree_run.tree.sources()
