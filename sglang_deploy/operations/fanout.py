@@ -32,8 +32,9 @@ settled, every grant is revoked and each child removed its key directory (also w
 failed); ``fanout_cleanup`` removes what a run that died left (every host, every run, a no-op
 when nothing is left).
 
-Faults. A node serves only its live directory, and only after its own check passed (the
-key reaches it only then): a half-staged copy is never read. A node whose copy fails once is
+Faults. A node serves only a copy its own check passed (the key reaches it only then): its
+live directory, or its staging directory once finish marked it verified (it waits there for
+the restart's swap); a half-staged copy is never read. A node whose copy fails once is
 no source for the rest of the run (it retries for itself; its children are re-planned at
 once, not after its retries); a parent that cannot be read (down, the link dropped or stalled) is lost: its
 children are given another source (FanoutTree.reassign); a node's last try is the controller.

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from sglang_deploy.node import fanout_pull, model_manifest
+from sglang_deploy.node import fanout_pull, model_manifest, model_stage
 from sglang_deploy.node.lib import result, status
 from sglang_deploy.node.model_stage import staging_dir
 
@@ -76,7 +76,7 @@ def world(tmp_path, monkeypatch):
     }
 
 
-def pull(world, capsys):
+def pull(world, capsys, *extra):
     code = fanout_pull.main(
         [
             "pull",
@@ -94,6 +94,7 @@ def pull(world, capsys):
             "sglang-deploy-n1",
             "--timeout",
             "30",
+            *extra,
         ]
     )
     found = result.parse(capsys.readouterr().out.splitlines())
@@ -105,12 +106,13 @@ def live_digest(world):
     return model_manifest.digest(model_manifest.read(str(world["live"])))
 
 
-def test_a_pull_copies_what_is_missing_checks_it_and_swaps_it_in(world, capsys):
+def test_a_pull_copies_what_is_missing_and_checks_it_the_restart_swaps_it_in(world, capsys):
     found = pull(world, capsys)
     assert found["result"] == "READY", found
-    assert live_digest(world) == model_manifest.digest(world["manifest"])
-    assert (world["live"] / "config.json").read_text() == '{"new": true}'
-    assert not os.path.exists(world["staging"])
+    # Verified and waiting (what this node serves its children): the live copy is untouched.
+    waiting = model_stage.pending(str(world["live"]))
+    assert waiting is not None and model_manifest.digest(waiting) == model_manifest.digest(world["manifest"])
+    assert (world["live"] / "config.json").read_text() == '{"old": true}'
     log = json.loads(world["log"].read_text())
     # tokenizer.json is kept from the live revision (model_stage.seed): not asked of the source.
     assert sorted(log["names"]) == [
@@ -135,6 +137,15 @@ def test_a_pull_copies_what_is_missing_checks_it_and_swaps_it_in(world, capsys):
     assert "--files-from=-" in argv and "--timeout=30" in argv and "--partial-dir=.rsync-partial" in argv
 
 
+def test_in_place_swaps_at_once_as_the_wheelhouse_does(world, capsys):
+    found = pull(world, capsys, "--in-place")
+    assert found["result"] == "READY", found
+    assert live_digest(world) == model_manifest.digest(world["manifest"])
+    assert (world["live"] / "config.json").read_text() == '{"new": true}'
+    assert not os.path.exists(world["staging"])
+    assert not os.path.exists(str(world["live"]) + model_stage.PREVIOUS_SUFFIX)
+
+
 def test_a_source_that_goes_away_mid_copy_leaves_the_live_directory_and_says_so(world, capsys):
     os.environ["FAKE_MODE"] = "drop"
     try:
@@ -146,6 +157,7 @@ def test_a_source_that_goes_away_mid_copy_leaves_the_live_directory_and_says_so(
     assert (world["live"] / "config.json").read_text() == '{"old": true}'
     assert model_manifest.read(str(world["live"]))["files"][0]["path"] == "config.json"
     assert os.path.isdir(world["staging"])  # where the next source resumes
+    assert model_stage.pending(str(world["live"])) is None  # nothing verified: nothing served
 
 
 def test_a_copy_that_does_not_match_the_manifest_is_not_swapped_in_and_the_bad_file_goes(world, capsys):

@@ -215,6 +215,8 @@ def test_model_staged_arrives_as_holder_or_needer_and_needers_wait_in_the_tree(t
     )
     assert [n for n, cs in fanned.items() if cs] == ["n1", "n2", "n3"]  # h1 holds it: a no-op there
     assert op.arrived["h1"].role == "holder" and op.arrived["h1"].node_dir == "/nvme/m"  # a link's target
+    # A needer serves its verified staging directory (swapped in by the restart, after).
+    assert op.arrived["n1"].node_dir == "/nvme/m.sglang-deploy-staging"
     tree = op.tree_of(wanted).tree
     assert tree.holders == ("h1",) and tree.parents == {"n1": "h1", "n2": "h1", "n3": CONTROLLER}
 
