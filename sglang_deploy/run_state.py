@@ -40,6 +40,10 @@ class RunState:
     warned: set = field(default_factory=set)  # lint warning lines printed (once, not per host)
     told_no_systemd: set = field(default_factory=set)  # hosts told their restart runs in the session
     recorder: object = None  # report/outcome.py's OutcomeRecorder of this run
+    # Fan-out (operations/fanout.py): staging operation's hash -> its OpFanout; this run's id
+    # (in the key pairs' markers and the key directories' names).
+    fanouts: dict = field(default_factory=dict)
+    fanout_run: str = ""
 
     def rollout_of(self, max_failures=0) -> Rollout:
         """The run's rolling restart (created by the first node that restarts)."""

@@ -141,6 +141,7 @@ def engine(plan):
             remote_dir=locked.remote_wheelhouse or f"{plan.deploy_dir}/wheelhouse",
             lock=locked.local_lock,
             remote_lock=locked.remote_lock,
+            scripts_dir=plan.scripts.directory,
         )
         sglang.tool_venv(
             name="uv", venv=locked.uv_venv, python="python3", packages=[locked.uv_pin],
@@ -148,6 +149,7 @@ def engine(plan):
         )  # fmt: skip
     for wheel in plan.wheels:
         sglang.binary_file(name=f"Wheel {wheel.name}", src=str(wheel), dest=f"{plan.wheels_dir}/{wheel.name}")
+    fanout_cleanup(plan)
     return sglang.engine(
         name="Engine venv and pinned packages",
         venv=plan.venv,
@@ -159,6 +161,18 @@ def engine(plan):
         repair=plan.repair,
         lock=locked.remote_lock if locked else None,
         uv=locked.uv if locked else None,
+    )
+
+
+def fanout_cleanup(plan):
+    """What a fan-out (models, wheelhouse) left when its run died: our keys in the login user's
+    authorized_keys, key directories; nothing when none is left (operations/fanout.py)."""
+    settings = settings_of(host.data)
+    sglang.fanout_cleanup(
+        name="Fan-out keys removed",
+        scripts_dir=plan.scripts.directory,
+        run_dir=settings.run_dir,
+        user=str(host.data.get("ssh_user") or "root"),
     )
 
 

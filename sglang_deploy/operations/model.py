@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from io import StringIO
 
 from pyinfra import host, logger
@@ -23,7 +24,7 @@ from sglang_deploy.facts.serving import ModelState
 from sglang_deploy.node import model_manifest
 from sglang_deploy.node.lib import result
 from sglang_deploy.node.model_stage import PREVIOUS_SUFFIX, staging_dir
-from sglang_deploy.operations import remote
+from sglang_deploy.operations import fanout, remote
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan.hosts import ssh_argv
 from sglang_deploy.plan.model_sources import (
@@ -71,7 +72,19 @@ def model_staged(target, scripts_dir, repairing=False, hub=None, in_group=False)
     + repairing: also hash the live files and re-stage those that do not match
     + hub: ``HubClient`` (venv python, token, private runtime directory) for Hub sources
     + in_group: the host is a serving group's member (its restart has no model step)
+
+    Nodes of the run that need the same controller-sourced model copy it from each other
+    (operations/fanout.py, setting ``fanout``): this node arrives there as one that holds it,
+    needs it or neither (``finally``: a node that raised is not waited for).
     """
+    arrival = fanout.Arrival(host)
+    try:
+        yield from _staged(target, scripts_dir, repairing, hub, in_group, arrival)
+    finally:
+        arrival.close()
+
+
+def _staged(target, scripts_dir, repairing, hub, in_group, arrival):
     label = f"{target.role} {target.path}"
     if host.get_fact(File, path=f"{scripts_dir}/model_stage.py") is None:
         host.noop(f"{label}: staged once our scripts are on the node (a dry run of a first deploy)")
@@ -87,11 +100,16 @@ def model_staged(target, scripts_dir, repairing=False, hub=None, in_group=False)
         yield FunctionCommand(_fail, (f"{label}: model_stage.py printed no result",), {})
         return
     size = model_manifest.total_size(manifest)
+    source = manifest_source(target)
+    live = node.get("target") or target.path
+    if node["digest"] == wanted and not node["problems"]:
+        arrival.holder(wanted, live)  # it serves its live copy
+    elif node.get("pending") == wanted and node.get("pending_source") == source:
+        arrival.holder(wanted, node.get("staging") or staging_dir(live))  # its verified staged copy
     if node["digest"] == wanted and not (repairing and node["problems"]):
         host.noop(f"{label} matches its manifest ({len(manifest['files'])} files, {size / GB:.2f} GB)")
         return
     in_place, now = _swap_mode(in_group)
-    source = manifest_source(target)
     if node.get("pending") == wanted and node.get("pending_source") == source:
         # Staged and verified by a run that died before its restart: still a change to make.
         yield FunctionCommand(
@@ -134,12 +152,37 @@ def model_staged(target, scripts_dir, repairing=False, hub=None, in_group=False)
             logger.warning,
         )
         yield model_stage_command(scripts_dir, "drop-live", target.path)
-    if need and node["rsync"] and shutil.which("rsync") and remote.rsync_path(host) is not False:
+    finish = model_stage_command(scripts_dir, "finish", target.path, in_place=in_place, now=now)
+    can_rsync = node["rsync"] and shutil.which("rsync") and remote.rsync_path(host) is not False
+    if arrival.taking_part and can_rsync and not repairing:
+        # Served once verified: the live directory when finish swaps it in now, else the
+        # verified staging directory that waits for the restart's swap.
+        served = live if (in_place or now) else staging
+        arrival.needs(wanted, served)
+        copy = fanout.Copy(
+            label,
+            wanted,
+            target.path,
+            scripts_dir,
+            partial(controller_copy, label, local_dir, staging, need, finish),
+            served_dir=served,
+            swap="in-place" if in_place else "now" if now else None,
+        )
+        yield fanout.copy_command(copy, arrival.op)
+        return
+    if need and can_rsync:
         yield FunctionCommand(_rsync, (label, local_dir, staging, need), {})
     else:
         yield from _uploads(label, local_dir, staging, need)
-    finish = model_stage_command(scripts_dir, "finish", target.path, in_place=in_place, now=now)
     yield FunctionCommand(_finish, (label, finish), {})
+
+
+def controller_copy(label, local_dir, staging, need, finish, state, host):
+    """A fan-out root's copy (or every node's, fan-out not used): rsync from the controller of
+    ``need``, then ``finish`` (the check against the manifest, and the swap if it swaps now)."""
+    if need and not _rsync(state, host, label, local_dir, staging, need):
+        return False
+    return _finish(state, host, label, finish)
 
 
 def _swap_mode(in_group):
@@ -244,7 +287,7 @@ def _rsync(state, host, label, local_dir, staging, need):
     data = {key: host.data.get(key) for key in _SSH_KEYS}
     ssh = ssh_argv(host.name, data, "")[:-2]
     target = ssh_argv(host.name, data, "")[-2]
-    argv = rsync_argv(ssh, target, local_dir, staging)
+    argv = rsync_argv(ssh, target, local_dir, staging, settings_of(host.data).controller_bwlimit_kib)
     if remote.rsync_path(host):  # a sudo login: the node's rsync writes root's directory as root
         argv.insert(1, f"--rsync-path={remote.rsync_path(host)}")
     host.log(

@@ -167,15 +167,19 @@ def disk_problem(host_name: str, directory: str, need: list[dict], free: int) ->
     )
 
 
-def rsync_argv(ssh: list[str], target: str, local_dir: Path, staging: str) -> list[str]:
+def rsync_argv(
+    ssh: list[str], target: str, local_dir: Path, staging: str, bwlimit: int | None = None
+) -> list[str]:
     """rsync of the files named on stdin (--files-from=-) into the node's staging directory:
     resumable (--partial-dir keeps a half-sent file for the next run), with overall progress.
     -s (--secluded-args, once --protect-args) sends the staging path and the names through
     rsync's protocol, not the node's shell: an rsync before 3.2.4 passes them unescaped, so a
-    space splits the path and `$(...)` would run there."""
+    space splits the path and `$(...)` would run there. ``bwlimit``: KiB/s (the
+    controller's uplink spared, `controller_bwlimit_kib`)."""
     return [
         "rsync",
         "-s",
+        *([f"--bwlimit={bwlimit}"] if bwlimit else []),
         "--archive",
         "--partial",
         "--partial-dir=.rsync-partial",

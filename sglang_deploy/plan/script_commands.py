@@ -334,3 +334,22 @@ def metrics_textfile_command(
         *_if(pcie_json, "--pcie-json", pcie_json),
         *_if(textfile_dir, "--dir", textfile_dir),
     )
+
+
+def fanout_pull_command(directory, model_dir, source=None, port=22, key=None, known_hosts=None, alias=None,
+                        bwlimit=None, timeout=60, swap=None):  # fmt: skip
+    """fanout_pull.py: ``seed`` (no source) or ``pull`` from ``source`` (node/fanout_pull.py);
+    ``swap``: finish's (None: at the restart, "now", "in-place")."""
+    if source is None:
+        return _script("python3", directory, "fanout_pull.py", "seed", "--dir", model_dir)
+    args = ["--source", source, "--port", port, "--key", key, "--known-hosts", known_hosts, "--alias", alias]
+    args += [*_if(bwlimit, "--bwlimit", bwlimit), "--timeout", int(timeout), *_if(swap, f"--{swap}")]
+    return _script("python3", directory, "fanout_pull.py", "pull", "--dir", model_dir, *args)
+
+
+def fanout_access_command(directory, action, user="root", model_dir=None, marker=None, run_dir=None):
+    """fanout_access.py: grant or revoke a run's read-only key, host keys, leftovers, clean."""
+    args = ["--user", user, *_if(model_dir, "--dir", model_dir), *_if(marker, "--marker", marker)]
+    return _script(
+        "python3", directory, "fanout_access.py", action, *args, *_if(run_dir, "--run-dir", run_dir)
+    )

@@ -409,6 +409,45 @@ class Monitoring(_Group):
     )
 
 
+class Fanout(_Group):
+    """Fan-out: model directories and the engine wheelhouse passed node to node (sglang_deploy/plan/fanout.py)"""
+
+    fanout: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Nodes that need the same model (or wheelhouse) copy it from each other in a tree, so the "
+        "controller sends each byte once: rsync over SSH, the child pulling from a parent whose copy was "
+        "verified against the manifest, with a per-run key the parent accepts for a read-only rrsync of that "
+        "directory alone. `auto`: on when more than two nodes of the run need the same bytes; `off`: every "
+        "node from the controller.",
+    )
+    fanout_degree: int = Field(
+        2,
+        ge=1,
+        description="How many nodes the controller feeds at once, and how many children each node with a "
+        "verified copy serves.",
+    )
+    fanout_ssh_port: Port | None = Field(
+        None,
+        description="The SSH port other nodes reach this one on (unset: its ssh_port, else 22); its address is "
+        "fleet_address (else ssh_hostname).",
+    )
+    fanout_bwlimit_kib: int | None = Field(
+        None, ge=1, description="rsync --bwlimit (KiB/s) of a copy between nodes; unset: none."
+    )
+    controller_bwlimit_kib: int | None = Field(
+        None,
+        ge=1,
+        description="rsync --bwlimit (KiB/s) of every copy from the controller (model staging, fan-out roots): "
+        "spare the controller's uplink; unset: none. Per-file uploads (no rsync on one end) are not limited.",
+    )
+    fanout_stall_timeout_s: int = Field(
+        60,
+        ge=1,
+        description="A copy between nodes that moves no data this long (rsync --timeout) fails: the node "
+        "copies from another source.",
+    )
+
+
 # In docs/settings.md's order.
 GROUPS = (
     WhatToServe,
@@ -423,6 +462,7 @@ GROUPS = (
     Router,
     RollingRestarts,
     Monitoring,
+    Fanout,
 )
 
 

@@ -38,6 +38,8 @@ NO_SPACE = 31
 HUB_ERROR = 32
 TARGETS_DOWN = 40
 RELOAD_FAILED = 41
+FANOUT_SOURCE_FAILED = 33
+FANOUT_COPY_FAILED = 34
 
 DESCRIPTIONS = {
     READY: "success (gate: the server is ready; restart/workers: done, all checks passed)",
@@ -67,6 +69,8 @@ DESCRIPTIONS = {
     HUB_ERROR: "the Hugging Face Hub refused the model's repo or revision (its answer is the cause)",
     TARGETS_DOWN: "a scrape target Prometheus should scrape is not up (down, not scraped yet, or not listed)",
     RELOAD_FAILED: "Prometheus did not load its configuration again (it keeps serving the one before)",
+    FANOUT_SOURCE_FAILED: "the node a fan-out copy came from could not be read (unreachable, refused, its copy gone)",
+    FANOUT_COPY_FAILED: "a fan-out copy failed on this node itself (rsync, ssh or its disk), not at its source",
 }
 
 NAMES = {
