@@ -168,8 +168,10 @@ class OpFanout:
             return
         digests = sorted({a.digest for a in self.arrived.values() if a.role == "needs"})
         for digest in digests:
-            needing = [n for n in self.names if self._is(n, "needs", digest)]
-            holders = [n for n in self.names if self._is(n, "holder", digest)]
+            # By name: the same fleet gets the same tree on every run (pyinfra's active hosts
+            # come in no fixed order).
+            needing = sorted(n for n in self.names if self._is(n, "needs", digest))
+            holders = sorted(n for n in self.names if self._is(n, "holder", digest))
             self.trees[digest] = DigestFanout(self.state, digest, needing, holders, self.arrived)
         self.planned.set()
 
