@@ -149,8 +149,8 @@ def test_a_parent_killed_mid_transfer_is_replaced_and_the_child_resumes_from_ano
         assert len(fanout_keys("node1")[0]) >= 1 and fanout_keys("node3")[0] == []
         assert live_digest("node3") is None
         # node1's side of the copy dies (as its sshd or the node would).
-        # (anchored: this command's own shell carries the pattern in its command line too)
-        ssh("node1", "pkill -9 -f '^rsync --server --sender'")
+        # ([r]: this command's own shell carries the pattern in its command line too)
+        ssh("node1", "pkill -9 -f '[r]sync --server --sender'")
         rest, _ = process.communicate(timeout=600)
     finally:
         if process.poll() is None:
