@@ -41,10 +41,10 @@ class RunState:
     told_no_systemd: set = field(default_factory=set)  # hosts told their restart runs in the session
     recorder: object = None  # report/outcome.py's OutcomeRecorder of this run
 
-    def rollout_of(self, max_failures=0) -> Rollout:
+    def rollout_of(self, max_failures=0, max_fail_percent=None) -> Rollout:
         """The run's rolling restart (created by the first node that restarts)."""
         if self.rollout is None:
-            self.rollout = Rollout(max_failures)
+            self.rollout = Rollout(max_failures, max_fail_percent)
         return self.rollout
 
     def rollout_notes(self) -> dict:

@@ -22,6 +22,7 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.context import ctx_host
 
 from sglang_deploy import run_state
+from sglang_deploy.errors import DeployError
 from sglang_deploy.facts.fleet import DistInitReach
 from sglang_deploy.facts.serving import LastGood, Serving, UnitState, WorkerEnvironment
 from sglang_deploy.node import dist_reach
@@ -76,7 +77,9 @@ def _turns(run, rolling):
     """The run's turns for group restarts: ``rolling_batch`` groups restart at a time, so the
     others keep serving (the single nodes take theirs through pyinfra's _parallel)."""
     if run.group_turns is None:
-        run.group_turns = BoundedSemaphore(rolling.batch)
+        groups = len(run.group_plans)
+        run.group_turns = BoundedSemaphore(rolling.batch_of(groups, "serving groups"))
+        run.rollout_of(rolling.max_failures, rolling.max_fail_percent).size += groups
     return run.group_turns
 
 
@@ -92,9 +95,16 @@ def _lead(state, host, member, rollback, stop_wait_s, rotation=None):
     shared = run_state.of(state)
     try:
         group = Group(state, member, shared.group_plans[member.group], stop_wait_s, rotation)
-        run = rollout(rotation.rolling.max_failures, state) if rotation else None
-        with _turns(shared, rotation.rolling) if rotation else nullcontext():
-            refusal = run and run.refusal(host.name)  # read once this group's turn came
+        rolling = rotation.rolling if rotation else None
+        run = rollout(rolling.max_failures, state, rolling.max_fail_percent) if rolling else None
+        try:
+            turns = _turns(shared, rotation.rolling) if rotation else nullcontext()
+        except DeployError as exc:  # rolling_batch: a percentage that means no group
+            turns, refusal = nullcontext(), str(exc)
+        else:
+            refusal = None
+        with turns:
+            refusal = refusal or (run and run.refusal(host.name))  # read once this group's turn came
             if refusal:
                 group.restore()
                 text = f"not restarted: {refusal}; every member's files went back to its last known good"

@@ -36,9 +36,9 @@ def rotation_line(turn):
     )
 
 
-def rollout(max_failures=0, state=None) -> Rollout:
+def rollout(max_failures=0, state=None, max_fail_percent=None) -> Rollout:
     """This run's rolling restart, shared by every node (and serving group) of the run."""
-    return run_state.of(state).rollout_of(max_failures)
+    return run_state.of(state).rollout_of(max_failures, max_fail_percent)
 
 
 @operation(is_idempotent=False)
@@ -62,7 +62,7 @@ def rolled_restart(scripts, hook_python, rotation, profile_name, rollback=True):
 
 
 def _rotate(state, host, scripts, hook_python, rotation, profile_name, rollback):
-    run = rollout(rotation.rolling.max_failures, state)
+    run = rollout(rotation.rolling.max_failures, state, rotation.rolling.max_fail_percent)
     waves = _waves(state, host, rotation)
     if waves is None:  # this node restarts alone: nothing to order
         return _restart(state, host, scripts, hook_python, rotation, profile_name, rollback, run, None)
