@@ -100,6 +100,8 @@ def scrape(name):
     registry = CollectorRegistry()
     MultiProcessCollector(registry)
     with open(os.path.join(OUT, name), "wb") as f:
+        # A comment line, as the format allows: where the file comes from.
+        f.write(b"# Captured with capture_sglang_metrics.py (prometheus_client 0.26.0, multiprocess)\n")
         f.write(generate_latest(registry))
 
 
