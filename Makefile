@@ -7,6 +7,8 @@ FLEET     ?=
 # FLEET=1: a local fleet (4 serving nodes and SGLang's router in front of them).
 NODES     ?= $(if $(FLEET),4,1)
 ROUTERS   ?= $(if $(FLEET),1,0)
+# MONITORING=1: a monitoring node after the routers (Prometheus over the others).
+MONITORING ?= 0
 LIMIT     ?=
 # make verify DEEP=1: hash every model file against its manifest (sizes only otherwise).
 DEEP      ?=
@@ -38,9 +40,11 @@ LIMIT_CHECK = $(if $(LIMIT_FILE),$(if $(strip $(LIMIT_NAMES)),,$(error LIMIT=$(L
 # engine versions on sandbox nodes (tests/e2e/test_engine_venvs.py).
 NEXT_STANDIN := 0.5.24+sandbox
 NEXT_WHEELS  := build/wheels-next
-# SGLang's router and its dependencies, downloaded here once for nodes without internet.
+# SGLang's gateway (smg; sglang-router for 0.3.2 and before) and its dependencies, downloaded
+# here once for nodes without internet. ROUTER_PIN must be the router_packages setting's pin.
 ROUTER_WHEELS := build/router-wheels
-ROUTER_PIN    ?= sglang-router==0.3.2
+ROUTER_PIN    ?= smg==1.13.0
+ROUTER_WHEEL   = $(subst -,_,$(firstword $(subst ==, ,$(ROUTER_PIN))))-$(lastword $(subst ==, ,$(ROUTER_PIN)))-*.whl
 
 .PHONY: help setup wheels sandbox sandbox-down deploy plan verify demo test test-unit test-e2e clean
 
@@ -50,6 +54,7 @@ help:
 	@echo "make deploy        pyinfra \$$INVENTORY deploy.py   (INVENTORY=inventory/gpu.py for real nodes)"
 	@echo "make plan          what a deploy would change (--dry --diff)"
 	@echo "make verify        testinfra checks against \$$INVENTORY"
+	@echo "make status        the fleet on one screen (JSON=1: as JSON; WIDE=1: every detail)"
 	@echo "make sandbox       boot NODES sandbox nodes (+ ROUTERS router nodes); make sandbox-down stops them"
 	@echo "make demo FLEET=1  a local fleet: 4 nodes behind SGLang's router, rolling restarts"
 	@echo "make lint-profiles schema, flag names and NCCL lint of every profile"
@@ -74,12 +79,13 @@ standin-model:
 
 # BARE=1: every node boots from the bare image (a fresh OS: the deploy installs what it needs).
 sandbox:
-	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES) $(if $(BARE),--bare $(NODES)) --routers $(ROUTERS)
+	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES) $(if $(BARE),--bare $(NODES)) --routers $(ROUTERS) --monitoring $(MONITORING)
 
-# Router wheels for hosts without internet (kept: the pin decides what is inside).
+# Router wheels for hosts without internet (kept: the pin decides what is inside; another pin's
+# wheels beside them are left, and pip installs only what the pins name).
 .PHONY: router-wheels
 router-wheels:
-	@ls $(ROUTER_WHEELS)/sglang_router-*.whl >/dev/null 2>&1 || \
+	@ls $(ROUTER_WHEELS)/$(ROUTER_WHEEL) >/dev/null 2>&1 || \
 	  $(PYTHON) -m pip download --quiet --only-binary=:all: $(ROUTER_PIN) -d $(ROUTER_WHEELS)
 
 sandbox-down:
@@ -101,6 +107,11 @@ verify:
 	  $(PYTHON) -m sglang_deploy.verify.summary $(INVENTORY) --limit "$(LIMIT_HOSTS)" --json reports/verify.json || status=1; \
 	  exit $$status
 
+# The fleet on one screen (read-only, one SSH command per host, all at once); JSON=1: as JSON.
+.PHONY: status
+status:
+	$(PYTHON) -m sglang_deploy.status $(INVENTORY) --limit "$(LIMIT_HOSTS)" $(if $(JSON),--json) $(if $(WIDE),--wide)
+
 demo: setup sandbox deploy verify
 
 test-unit: lint lint-profiles wheels
@@ -120,10 +131,13 @@ format:
 # 1. nodes 1-2 as the sandbox image boots them, node 3 bare (no python3-venv, no model): the
 #    deploy provisions it from nothing;
 # 2. the fleet: 3 nodes behind a router node (with a router in the inventory every restart
-#    goes through it, so the fleet gets a sandbox of its own);
+#    goes through it, so the fleet gets a sandbox of its own), reached as a login user with sudo
+#    as real fleets are: rolling changes, a controller killed mid-restart, all through sudo; and
+#    a monitoring node (tests/e2e/test_monitoring.py; the other fleet tests leave it out with
+#    --limit);
 # 3. a login user with sudo (`deploy`), node 2 bare: the main scenarios, and the token searched
 #    for on the node's whole filesystem (tests/e2e/test_sudo_login.py).
-E2E_PHASES := "--nodes 3 --bare 1|e2e and not fleet" "--nodes 3 --routers 1|fleet" \
+E2E_PHASES := "--nodes 3 --bare 1|e2e and not fleet" "--nodes 3 --routers 1 --monitoring 1 --sudo-user|fleet" \
 	"--nodes 2 --bare 1 --sudo-user|sudo"
 test-e2e: wheels router-wheels $(ENGINE_WHEELHOUSES)
 	@status=0; for phase in $(E2E_PHASES); do \

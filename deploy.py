@@ -7,17 +7,21 @@ A serving node (sglang_deploy/recipes.py, serving_node): profile checked, operat
 deploy lock, node scripts, GPU node settings, models staged, preflight, engine, server files,
 restarted if changed, serving, old venvs pruned, engine manifest (sglang_deploy/steps.py).
 A router: the rollout lock before any node restarts, its service after every node's steps.
+A monitoring host: Prometheus over all of them, last; a failure there (unreachable, a rule
+that does not parse) is its own host's, and stops no other host (pyinfra runs hosts apart).
+Every host also runs Prometheus' node exporter (`node_exporter`), after its own steps.
 
 The server restarts only when something it runs changed; a re-run with nothing changed
 reports no changes.
 """
 
-from pyinfra import host
+from pyinfra import config, host
 
 from sglang_deploy.cli import exit_on_deploy_error
-from sglang_deploy.plan.fleet import is_router
+from sglang_deploy.plan.fleet import is_monitoring, is_router
+from sglang_deploy.plan.hosts import check_sudo_applies
 from sglang_deploy.plan.settings import settings_of
-from sglang_deploy.recipes import router, router_rollout_lock, serving_node
+from sglang_deploy.recipes import monitoring, router, router_rollout_lock, serving_node
 from sglang_deploy.report.outcome import report_at_exit
 
 # Every run ends with one line per host: deployed, unchanged, failed or unreachable (and why).
@@ -27,11 +31,14 @@ report_at_exit()
 # value, stops the run here, before any host is touched.
 with exit_on_deploy_error(host.name):
     settings_of(host.data)
+    check_sudo_applies(host.data, sudo_everywhere=config.SUDO)
 
 # pyinfra orders operations by where they are called: these lines are the fleet's order.
 if is_router(host):
     router_rollout_lock()
-else:
+elif not is_monitoring(host):
     serving_node()
 if is_router(host):
     router()
+if is_monitoring(host):
+    monitoring()

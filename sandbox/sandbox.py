@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Sandbox nodes: Debian bookworm systemd-nspawn containers reachable over SSH on loopback.
 
-    python3 sandbox/sandbox.py up [--nodes N] [--bare B] [--routers R] [--sudo-user]
+    python3 sandbox/sandbox.py up [--nodes N] [--bare B] [--routers R] [--monitoring M]
+                                  [--sudo-user]
                                                 create/boot node1..nodeN (idempotent): the
                                                 last B of them boot from the bare image, and
-                                                R more nodes are recorded with role "router";
+                                                R more nodes are recorded with role "router",
+                                                then M more with role "monitoring";
                                                 --sudo-user: the deploy logs in as `deploy`
                                                 and becomes root with sudo
     python3 sandbox/sandbox.py down             stop every recorded node, remove per-node state
@@ -757,17 +759,26 @@ def paths():
     return sandbox_dir, sandbox_dir / "state.json", image
 
 
-def with_roles(nodes, serving):
-    """The first `serving` nodes serve; the others run SGLang's router (role "router", on
-    their server port): the sandbox inventory groups those as `routers`."""
-    return [dict(node, role="router" if node_index(node["name"]) > serving else "node") for node in nodes]
+def with_roles(nodes, serving, routers=None):
+    """The first `serving` nodes serve; the next `routers` (default: all the others) run
+    SGLang's router (role "router", on their server port), the ones after them Prometheus
+    (role "monitoring", on their server port): the sandbox inventory groups those as `routers`
+    and `monitoring`."""
+
+    def role(index):
+        if index <= serving:
+            return "node"
+        return "router" if routers is None or index <= serving + routers else "monitoring"
+
+    return [dict(node, role=role(node_index(node["name"]))) for node in nodes]
 
 
-def cmd_up(count, bare=0, routers=0, sudo_user=False):
-    """Make node1..node{count+routers} run, keeping the healthy ones: the last `bare` serving
-    nodes boot bare, the last `routers` of them all are router nodes; `sudo_user`: every node
-    is reached as SUDO_USER with sudo (else as root)."""
-    serving, count = count, count + routers
+def cmd_up(count, bare=0, routers=0, sudo_user=False, monitoring=0):
+    """Make node1..node{count+routers+monitoring} run, keeping the healthy ones: the last `bare`
+    serving nodes boot bare, the `routers` after the serving ones are router nodes and the last
+    `monitoring` of them all monitoring nodes; `sudo_user`: every node is reached as SUDO_USER
+    with sudo (else as root)."""
+    serving, count = count, count + routers + monitoring
     check_host()
     sandbox_dir, state_file, image = paths()
     timeout = float(os.environ.get("SANDBOX_BOOT_TIMEOUT", "60"))
@@ -783,7 +794,7 @@ def cmd_up(count, bare=0, routers=0, sudo_user=False):
         ]
         rebuild = retire_unhealthy(wanted, by_name, key, min(timeout, 20), bares, sudo_user)
         if not rebuild:
-            write_state(state_file, key, merge_nodes(recorded, with_roles(wanted, serving)))
+            write_state(state_file, key, merge_nodes(recorded, with_roles(wanted, serving, routers)))
             print(f"{count} node(s) already running")
             return
         fresh = [
@@ -806,7 +817,8 @@ def cmd_up(count, bare=0, routers=0, sudo_user=False):
             state_file,
             key,
             merge_nodes(
-                recorded, with_roles(merge_nodes([n for n in wanted if n not in rebuild], booting), serving)
+                recorded,
+                with_roles(merge_nodes([n for n in wanted if n not in rebuild], booting), serving, routers),
             ),
         )
         if errors:
@@ -947,6 +959,12 @@ def main(argv=None):
         default=os.environ.get("ROUTERS") or "0",
         help="router nodes after the serving ones (default: $ROUTERS or 0)",
     )
+    up.add_argument(
+        "--monitoring",
+        type=int,
+        default=os.environ.get("MONITORING") or "0",
+        help="monitoring nodes (Prometheus) after the routers (default: $MONITORING or 0)",
+    )
     sub.add_parser("down", help="stop nodes, remove per-node state")
     sub.add_parser("status", help="one line per node")
     args = parser.parse_args(argv)
@@ -956,7 +974,9 @@ def main(argv=None):
                 raise SandboxError("--nodes must be between 1 and 99")
             if not 0 <= args.routers <= 9:
                 raise SandboxError("--routers must be between 0 and 9")
-            cmd_up(args.nodes, args.bare, args.routers, args.sudo_user)
+            if not 0 <= args.monitoring <= 9:
+                raise SandboxError("--monitoring must be between 0 and 9")
+            cmd_up(args.nodes, args.bare, args.routers, args.sudo_user, args.monitoring)
         elif args.command == "down":
             cmd_down()
         else:

@@ -5,7 +5,7 @@
 
 Each is a list of named steps (sglang_deploy/steps.py). The fleet's order comes from deploy.py:
 a router takes the rollout lock before any node restarts, and restarts its own service after
-every node's steps.
+every node's steps; a monitoring host runs its recipe last.
 """
 
 from pyinfra.api import deploy
@@ -23,12 +23,14 @@ def serving_node():
     steps.gpu_node_settings(plan)
     models = steps.models_staged(plan)
     steps.preflight(plan)
+    steps.hardware_passport(plan)
     engine = steps.engine(plan)
     server_files = steps.server_files(plan)
     steps.restarted_if_changed(plan, [engine, *server_files, *models])
     steps.serving(plan)
     steps.old_venvs_pruned(plan)
     steps.engine_manifest(plan)
+    steps.node_exporter()  # last: it never stands between a node and serving
 
 
 @deploy("Router, before the nodes")
@@ -43,3 +45,14 @@ def router_rollout_lock():
 def router():
     """A router's second half, after every node's steps: SGLang's router in front of them."""
     steps.router_service(steps.router_planned())
+    steps.node_exporter()
+
+
+@deploy("Monitoring")
+def monitoring():
+    """Prometheus over the fleet: every serving node's engine, every router's exporter and the
+    node exporter on every host as scrape targets, from the inventory."""
+    plan = steps.monitoring_planned()  # a bad fleet stops the run before any host is touched
+    steps.monitoring_prerequisites()
+    steps.node_exporter()
+    steps.prometheus(plan)

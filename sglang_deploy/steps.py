@@ -6,7 +6,7 @@ the order a recipe calls them; pyinfra orders every host's operations by where t
 so the recipes' order is the run's order on every host.
 """
 
-from pyinfra import host, inventory
+from pyinfra import host, inventory, logger
 from pyinfra.operations import files, server
 from pyinfra.operations.util import any_changed
 
@@ -15,10 +15,12 @@ from sglang_deploy.cli import exit_on_deploy_error
 from sglang_deploy.facts.engine_venvs import PythonVersion
 from sglang_deploy.facts.gpu import ACS_UNIT, acs_unit_text
 from sglang_deploy.operations import group as serving_group
+from sglang_deploy.operations import monitoring as monitoring_ops
 from sglang_deploy.operations.gpu_node import persistence_mode, unit_absent, unit_active
 from sglang_deploy.operations.prerequisites import os_prerequisites
 from sglang_deploy.plan.fleet_hosts import fleet_hosts, rotation_for, router_plan
 from sglang_deploy.plan.host_plan import node_script_files, plan_for, plan_holder, print_lint_warnings
+from sglang_deploy.plan.monitoring import CONFIG_PATH, monitoring_plan, node_exporter_plan
 from sglang_deploy.plan.settings import settings_of
 
 # --- a serving node (alone, or a member of a serving group) ---------------------------------
@@ -90,6 +92,7 @@ def models_staged(plan):
             scripts_dir=plan.scripts.directory,
             repairing=bool(plan.repair),
             hub=plan.hub_client,
+            in_group=plan.group is not None,
         )
         for target in plan.models
     ]
@@ -114,6 +117,13 @@ def preflight(plan):
             leader_unit=plan.unit,
             dist_init_addr=plan.group.dist_init_addr(plan.profile.service.dist_init_port),
         )
+
+
+def hardware_passport(plan):
+    """The node's hardware passport (GPUs, PCIe links, NUMA, driver and CUDA, ACS, IOMMU, Xid
+    events, remapped rows, clocks-event reasons), kept on the node and the controller; one
+    call, and no change a re-run would report."""
+    sglang.passport_recorded(name="Hardware passport", scripts=plan.scripts)
 
 
 def engine(plan):
@@ -294,3 +304,92 @@ def router_service(router):
         _if=any_changed(router_venv, router_unit),
     )
     sglang.router_serving(name="Router serving", plan=router, scripts_dir=scripts_dir)
+
+
+# --- monitoring (a monitoring host; the node exporter on every host) --------------------------
+
+
+def node_exporter():
+    """Prometheus' node exporter, the distribution's pinned package, on node_exporter_port (a
+    drop-in written before the package installs, so it starts there); restarted only when
+    either changed, then its gate (/metrics 200). Nothing with `node_exporter: false`."""
+    settings = settings_of(host.data)
+    if not settings.node_exporter:
+        return
+    exporter = node_exporter_plan(settings)
+    scripts_dir = f"{settings.sglang_deploy_dir}/node"
+    unit = monitoring_ops.drop_in(
+        name="Node exporter drop-in (listen port)", path=exporter.drop_in_path, content=exporter.drop_in_text
+    )
+    package = monitoring_ops.pinned_packages(name="Node exporter package", packages=list(exporter.packages))
+    monitoring_ops.restarted(
+        name="Node exporter restart (package or drop-in changed)",
+        unit=exporter.unit,
+        gate=exporter.gate(scripts_dir),
+        _if=any_changed(unit, package),
+    )
+    monitoring_ops.serving(
+        name="Node exporter serving",
+        unit=exporter.unit,
+        gate=exporter.gate(scripts_dir),
+        gate_once=exporter.gate(scripts_dir, timeout=0),
+    )
+
+
+def monitoring_planned():
+    """What Prometheus scrapes, from the whole inventory (a bad fleet stops the run before any
+    host is touched); a serving node whose engine is not scraped is said here."""
+    with exit_on_deploy_error(host.name):
+        plan = monitoring_plan(host.name, fleet_hosts(inventory))
+    for line in plan.warnings:
+        host.log(f"monitoring: {line}", logger.warning)
+    return plan
+
+
+def monitoring_prerequisites():
+    """The OS packages and our on-node scripts (Prometheus' gate and target check)."""
+    settings = settings_of(host.data)
+    os_prerequisites(name="OS prerequisites", packages=list(settings.os_packages))
+    sglang.node_scripts(
+        name="On-node scripts (monitoring)", files=node_script_files(settings.sglang_deploy_dir)
+    )
+
+
+def prometheus(plan):
+    """Prometheus, the distribution's pinned package, listening on prometheus_port; its
+    configuration and rules from the inventory, installed only once promtool accepted them
+    (one that does not parse stops here: the running Prometheus keeps its own). A restart when
+    the package or its drop-in changed, a reload when only the configuration did, each gated
+    (/-/ready 200, the new configuration loaded); nothing when nothing changed."""
+    scripts_dir = f"{settings_of(host.data).sglang_deploy_dir}/node"
+    unit = monitoring_ops.drop_in(
+        name="Prometheus drop-in (listen port, configuration)",
+        path=plan.drop_in_path,
+        content=plan.drop_in_text,
+    )
+    package = monitoring_ops.pinned_packages(name="Prometheus package", packages=list(plan.packages))
+    config = monitoring_ops.checked_configuration(
+        name="Prometheus configuration and rules (promtool check config)",
+        files=plan.files,
+        config_path=CONFIG_PATH,
+        staging_dir=plan.staging_dir,
+    )
+    restart = any_changed(unit, package)
+    monitoring_ops.restarted(
+        name="Prometheus restart (package or drop-in changed)",
+        unit=plan.unit,
+        gate=plan.gate(scripts_dir),
+        _if=restart,
+    )
+    monitoring_ops.reloaded(
+        name="Prometheus reload (configuration changed)",
+        unit=plan.unit,
+        gate=plan.gate(scripts_dir, reload=True),
+        _if=lambda: config.did_change() and not restart(),
+    )
+    monitoring_ops.serving(
+        name="Prometheus serving",
+        unit=plan.unit,
+        gate=plan.gate(scripts_dir),
+        gate_once=plan.gate(scripts_dir, timeout=0),
+    )

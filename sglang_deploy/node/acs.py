@@ -43,10 +43,17 @@ def _setpci(*args):
     return done.returncode, (done.stdout or done.stderr).strip()
 
 
+def control(bdf, setpci=_setpci):
+    """A bridge's ACS control register as setpci prints it ("0000": clear), or None when the
+    bridge has no ACS capability (reading it fails)."""
+    code, value = setpci("-s", bdf, ACS_CONTROL)
+    return value if code == 0 else None
+
+
 def clear(bdf, setpci=_setpci):
     """(verdict, text) for one bridge: "cleared", "clear" (already), "no-acs" or "failed"."""
-    code, value = setpci("-s", bdf, ACS_CONTROL)
-    if code != 0:
+    value = control(bdf, setpci)
+    if value is None:
         return "no-acs", "%s: no ACS capability" % bdf
     if value.lower() == "0000":
         return "clear", "%s: ACS already clear" % bdf

@@ -1,5 +1,6 @@
 """The restart cycle of one unit on this node, in one call: preflight, switch (the unit's
-engine venv link to the venv the deploy built, if it staged one), restart, readiness gate,
+engine venv link to the venv the deploy built, if it staged one; then, with a "model" command,
+a staged model swapped in: model_stage.py swap), restart, readiness gate,
 workers' environment, then save what serves as the last known good. A failed gate or workers
 check, or a save that is refused, puts the last known good back, restarts on it and gates it
 again (unless --no-rollback). A failed preflight stops nothing: the files go back and the
@@ -40,10 +41,11 @@ else:  # run as a script: our scripts' directory is on sys.path
     from lib import result, status
 
 STEPS = ("preflight", "switch", "restart", "gate", "workers", "save", "restore")
-OPTIONAL_STEPS = ("decode",)
+OPTIONAL_STEPS = ("decode", "model")
 LABELS = {
     "preflight": "preflight",
     "switch": "engine venv switch",
+    "model": "staged model swap",
     "restart": "restart",
     "gate": "readiness gate",
     "decode": "decode check",
@@ -110,6 +112,11 @@ class Cycle:
         """decide()'s runner: (ok, the step's result line)."""
         if name == "decode" and "decode" not in self.commands:
             return True, {}
+        if name == "switch" and "model" in self.commands:
+            # A staged model waits (model_stage.py swap): swapped in after preflight and the
+            # switch, still before anything stops; a failure here is the switch's.
+            switched = self.run("switch")
+            return (switched[0] and self.run("model")[0]), switched[1]
         if name == "rollback":
             print("rolling back to the last configuration that passed the gate", flush=True)
             return self.run("restore", "rollback")

@@ -8,8 +8,11 @@ engine's). Asks the hub for the revision's files first: a revision the hub does 
 with the hub's answer, a disk that cannot hold what is left is named ("needs X GB, Y GB free on
 host:dir") before anything is downloaded. The files go into the staging sibling
 (model_stage.py; beside its target for a symlinked directory), where the hub's own download
-resumes a partial file on the next run; every file is checked against the hub's size (and LFS sha256), the manifest written, and the
-directory swapped into place only then. The token is read from a file, never an argument, and
+resumes a partial file on the next run; every file is checked against the hub's size (and LFS
+sha256), the manifest written and the staging directory verified (model_stage.py finish): the
+restart cycle swaps it in after preflight (`--in-place`, model_keep_previous: false: now, the
+old weights removed first where the disk cannot hold both). A verified staged copy of this
+revision left by a deploy that died is not downloaded again: it still waits. The token is read from a file, never an argument, and
 never printed (the hub's messages are scrubbed of it).
 """
 
@@ -56,12 +59,18 @@ def expected_files(info):
     return found
 
 
-def stage(hub, repo, revision, directory, token=None, deep=False):
+def stage(hub, repo, revision, directory, token=None, deep=False, in_place=False, now=False):
     """Stage ``repo`` at ``revision`` into ``directory``; returns (status, cause, details)."""
     source = {"huggingface": {"repo": repo, "revision": revision}}
     live = model_manifest.read(directory)
     if live and live.get("source") == source and not model_manifest.compare(live, directory, deep=deep):
         return status.READY, None, {"changed": False}
+    waiting = model_stage.pending(directory)
+    if waiting and waiting.get("source") == source:  # staged by a run that died before its restart
+        if in_place or now:
+            model_stage.finish(directory, in_place=in_place, now=now)
+        print("model %s: %s@%s staged and verified, waits for the restart" % (directory, repo, revision[:12]))
+        return status.READY, None, {"changed": True, "pending": True}
     info = _hub_call(
         token, hub.HfApi().model_info, repo, revision=revision, files_metadata=True, token=token or None
     )
@@ -70,13 +79,23 @@ def stage(hub, repo, revision, directory, token=None, deep=False):
     have = dict(model_manifest.listing(staging)) if os.path.isdir(staging) else {}
     need = sum(size or 0 for path, (size, _) in expected.items() if have.get(path) != size)
     free = model_stage.free_bytes(staging)
+    previous = model_stage.previous_dir(directory)
+    if os.path.isdir(previous):  # the weights an earlier swap replaced: the next swap drops them
+        free += model_stage.own_bytes(previous)
+    if need > free and in_place:  # no two copies: the live weights go first, no weight rollback
+        model_stage.drop_live(directory)
+        free = model_stage.free_bytes(staging)
     if need > free:
         return (
             status.NO_SPACE,
-            "needs %.2f GB, %.2f GB free on %s:%s"
+            "needs %.2f GB, %.2f GB free on %s:%s: the new weights are staged beside the served ones "
+            "(kept for a rollback); `model_keep_previous: false` replaces them in place instead "
+            "(no weight rollback)"
             % (need / GB, free / GB, socket.gethostname(), os.path.dirname(staging) or "/"),
             {},
         )
+    if os.path.isdir(previous):
+        shutil.rmtree(previous)
     os.makedirs(staging, exist_ok=True)
     print(
         "model %s: downloading %s@%s, %.2f GB left of %.2f GB"
@@ -103,7 +122,7 @@ def stage(hub, repo, revision, directory, token=None, deep=False):
                 os.unlink(path)
         return status.MODEL_MISMATCH, model_manifest.describe(problems, staging), {}
     model_manifest.write(staging, dict(manifest, source=source))
-    problems = model_stage.finish(directory)
+    problems = model_stage.finish(directory, in_place=in_place, now=now)
     if problems:
         return status.MODEL_MISMATCH, model_manifest.describe(problems, staging), {}
     return (
@@ -121,6 +140,10 @@ def main(argv=None):
     parser.add_argument("--dir", required=True)
     parser.add_argument("--token-file", help="a file holding HF_TOKEN (removed after reading)")
     parser.add_argument("--deep", action="store_true", help="hash the live files too (repair)")
+    parser.add_argument(
+        "--in-place", action="store_true", help="model_keep_previous: false: swap now, no old weights kept"
+    )
+    parser.add_argument("--now", action="store_true", help="swap now (a serving group's member)")
     args = parser.parse_args(argv)
     token = None
     if args.token_file:
@@ -131,7 +154,14 @@ def main(argv=None):
 
     try:
         code, cause, details = stage(
-            huggingface_hub, args.repo, args.revision, args.dir.rstrip("/"), token=token, deep=args.deep
+            huggingface_hub,
+            args.repo,
+            args.revision,
+            args.dir.rstrip("/"),
+            token=token,
+            deep=args.deep,
+            in_place=args.in_place,
+            now=args.now,
         )
     except HubError as exc:
         code, cause, details = status.HUB_ERROR, "the hub answered: %s" % exc, {}

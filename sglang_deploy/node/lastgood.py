@@ -1,7 +1,7 @@
 """The last configuration that passed the readiness gate on this node, kept for rollback.
 
     python3 lastgood.py save --dir D --profile NAME --venv V --file ROLE=PATH [--file ...]
-        [--package DIST ...] [--unit U]
+        [--package DIST ...] [--model MODEL_DIR ...] [--unit U]
     python3 lastgood.py compare (as save)      # does D hold what is installed; does it run?
     python3 lastgood.py restore --dir D        # files back, daemon-reload, engine pins checked
     python3 lastgood.py show [--dir D]         # the manifest, as JSON (every one saved here
@@ -10,7 +10,9 @@
     python3 lastgood.py reinstate --dir D --kept K   # K's record back as D's, then restore D
 
 `save` copies each file (env file, unit, start-up hook, …) into D with a manifest of paths,
-modes, sha256s, the profile's name and the engine's installed versions. With --unit it first
+modes, sha256s, the profile's name, the engine's installed versions and, per --model
+directory, its model manifest's digest (the weights it served); once recorded, the weights a
+model swap replaced (`<dir>.sglang-deploy-previous`, model_stage.py) are removed. With --unit it first
 makes sure the unit's running server was started from exactly these files and this engine (its
 main process started after each of them was last written, and systemd has loaded the installed
 unit file): files installed after the server started never passed its gate. A save of what D
@@ -21,7 +23,9 @@ already holds changes nothing; a save writes its record beside the old one and s
 files back byte for byte with their modes (each one whole, by rename), runs
 `systemctl daemon-reload`, points the engine venv link back at the venv the saved
 configuration ran (`venv_target`, kept on the node: nothing is installed or downloaded; a
-manifest from before venvs reinstalls the saved engine versions when they differ, with pip) and
+manifest from before venvs reinstalls the saved engine versions when they differ, with pip),
+renames the recorded weights back where the live model directory holds others and
+`<dir>.sglang-deploy-previous` holds them (model_stage.restore_weights; no copy), and
 prints `restored <profile>`. Exit statuses: 0 done,
 10 nothing saved (status.NO_LAST_GOOD), 11 restore refused: the record is damaged or its venv
 gone (status.PREFLIGHT_FAILED), 14 the server does not run the installed configuration
@@ -44,11 +48,13 @@ import sys
 import time
 
 if __package__:
-    from . import venvs
+    from . import model_manifest, model_stage, venvs
     from .lib import installed, result, status, systemd
     from .lib import last_good_record as record
     from .lib.guard import guarded
 else:  # run as a script: our scripts' directory is on sys.path
+    import model_manifest
+    import model_stage
     import venvs
     from lib import installed, result, status, systemd
     from lib import last_good_record as record
@@ -80,10 +86,19 @@ def installed_engine(venv):
     return {name: tuple(value) for name, value in json.loads(out).items()}
 
 
-def differences(manifest, profile, files, engine, venv_target=None):
+def model_digests(directories):
+    """{model directory: its manifest's digest (None: no manifest)}: the weights served."""
+    found = {}
+    for directory in directories:
+        manifest = model_manifest.read(directory) if os.path.isdir(directory) else None
+        found[directory] = model_manifest.digest(manifest) if manifest else None
+    return found
+
+
+def differences(manifest, profile, files, engine, venv_target=None, models=None):
     """What differs between a saved manifest and what is installed now, as short phrases
     (empty: the manifest is exactly this configuration). ``venv_target``: the engine venv the
-    unit's link points at now."""
+    unit's link points at now; ``models``: model_digests() of the model directories."""
     if manifest is None:
         return ["nothing saved yet"]
     found = [] if manifest["profile"] == profile else ["profile %s -> %s" % (manifest["profile"], profile)]
@@ -102,6 +117,12 @@ def differences(manifest, profile, files, engine, venv_target=None):
         "%s %s -> %s" % (name, manifest["engine"].get(name), version)
         for name, version in sorted(engine.items())
         if manifest["engine"].get(name) != version
+    ]
+    saved_models = manifest.get("models", {})
+    found += [
+        "model %s %s -> %s" % (d, (saved_models.get(d) or "unrecorded")[:12], (digest or "no manifest")[:12])
+        for d, digest in sorted((models or {}).items())
+        if saved_models.get(d) != digest
     ]
     return found
 
@@ -150,7 +171,8 @@ def running_check(unit, files, engine_installed, venv=None):
     return not_running(show, written)
 
 
-def save(directory, profile, venv, files, packages, wheels_dir, unit=None):
+def save(directory, profile, venv, files, packages, wheels_dir, unit=None, model_dirs=()):
+    models = model_digests(model_dirs)
     if unit:
         engine_installed = installed_engine(venv)
         engine = {name: engine_installed.get(name, (None, None))[0] for name in packages}
@@ -158,8 +180,9 @@ def save(directory, profile, venv, files, packages, wheels_dir, unit=None):
         if why:
             print("not saved as last known good: %s" % why)
             return result.emit(status.NOT_INSTALLED_CONFIG, why)
-        if not differences(load(directory), profile, files, engine, os.path.realpath(venv)):
+        if not differences(load(directory), profile, files, engine, os.path.realpath(venv), models):
             print("%s is already the last known good" % profile)
+            forget_previous(models)
             return result.emit(status.READY, profile=profile, saved=False)
 
     def fill(staging):
@@ -178,6 +201,7 @@ def save(directory, profile, venv, files, packages, wheels_dir, unit=None):
             "files": entries,
             "wheels_dir": wheels_dir,
             "engine": {name: versions.get(name) for name in packages},
+            "models": models,
         }
 
     # A new record beside the old, swapped in whole: killed at any step, one complete last
@@ -185,7 +209,15 @@ def save(directory, profile, venv, files, packages, wheels_dir, unit=None):
     record.replace(directory, fill)
     record.remember(directory)
     print("saved %s as last known good" % profile)
+    forget_previous(models)
     return result.emit(status.READY, profile=profile, saved=True)
+
+
+def forget_previous(models):
+    """Recorded: the weights a swap replaced are no longer a rollback's."""
+    for model_dir, digest in sorted(models.items()):
+        if model_stage.forget_previous(model_dir, digest):
+            print("model: %s's previous weights removed (the new ones are recorded)" % model_dir)
 
 
 def show(directory=None, known=None):
@@ -204,7 +236,7 @@ def show(directory=None, known=None):
     return result.emit(status.READY, manifest=manifest)
 
 
-def compare(directory, profile, venv, files, packages, unit):
+def compare(directory, profile, venv, files, packages, unit, model_dirs=()):
     """Whether the last known good is what is installed now, and whether the unit's server
     runs what is installed: {last_good, differs, not_running}."""
     engine_installed = {n: v for n, v in installed_engine(venv).items() if n in packages}
@@ -212,7 +244,9 @@ def compare(directory, profile, venv, files, packages, unit):
     engine = {name: engine_installed.get(name, (None, None))[0] for name in packages}
     return {
         "last_good": manifest and manifest["profile"],
-        "differs": differences(manifest, profile, files, engine, os.path.realpath(venv)),
+        "differs": differences(
+            manifest, profile, files, engine, os.path.realpath(venv), model_digests(model_dirs)
+        ),
         "not_running": running_check(unit, files, engine_installed, venv) if unit else None,
     }
 
@@ -243,6 +277,10 @@ def restore(directory):
     subprocess.run(["systemctl", "daemon-reload"], check=True)
     if not restore_venv(manifest):
         restore_engine(manifest)
+    for model_dir, digest in sorted(manifest.get("models", {}).items()):
+        said = model_stage.restore_weights(model_dir, digest)
+        if said:
+            print("model: %s" % said)
     print("restored %s (passed the gate at %s)" % (manifest["profile"], manifest["saved_at"]))
     return result.emit(status.READY, profile=manifest["profile"])
 
@@ -369,6 +407,7 @@ def main(argv=None):
     parser.add_argument("--file", type=role_path, action="append", default=[])
     parser.add_argument("--package", action="append", default=[], help="engine distribution name")
     parser.add_argument("--wheels-dir")
+    parser.add_argument("--model", action="append", default=[], help="a model directory the profile serves")
     parser.add_argument("--unit", help="save only if this unit's server runs exactly these files and engine")
     parser.add_argument("--to", help="keep: where the copy of the record goes")
     parser.add_argument("--kept", help="reinstate: the record keep copied")
@@ -379,12 +418,21 @@ def main(argv=None):
         parser.error("%s needs --profile, --venv and at least one --file" % args.action)
     if args.action == "save":
         return save(
-            args.dir, args.profile, args.venv, dict(args.file), args.package, args.wheels_dir, unit=args.unit
+            args.dir,
+            args.profile,
+            args.venv,
+            dict(args.file),
+            args.package,
+            args.wheels_dir,
+            unit=args.unit,
+            model_dirs=args.model,
         )
     if args.action == "compare":
         return result.emit(
             status.READY,
-            **compare(args.dir, args.profile, args.venv, dict(args.file), args.package, args.unit),
+            **compare(
+                args.dir, args.profile, args.venv, dict(args.file), args.package, args.unit, args.model
+            ),
         )
     if args.action == "restore":
         return restore(args.dir)

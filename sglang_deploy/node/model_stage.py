@@ -1,26 +1,44 @@
-"""Stage a model directory on the node: never half a model where the server reads it.
+"""Stage a model directory on the node: never half a model where the server reads it, and
+the weights it served kept until the new ones are recorded as the last known good.
 
     python3 model_stage.py state --dir /models/m [--deep]
     python3 model_stage.py seed --dir /models/m [--deep]
-    python3 model_stage.py finish --dir /models/m
+    python3 model_stage.py finish --dir /models/m [--in-place | --now]
+    python3 model_stage.py pending --dir /models/m
+    python3 model_stage.py drop-live --dir /models/m
+    python3 model_stage.py swap --want-json '{"/models/m": SOURCE, ...}'
 
-Files arrive in a sibling, `<dir>.sglang-deploy-staging/` (same filesystem, so the final
-rename is atomic), which holds the new manifest first. `state` says what the node has (the live
-manifest's digest, the staging directory's files, free disk, rsync); `seed` hard-links into the
-staging directory the live files the new manifest lists unchanged (a repair or a new revision
-copies only what differs); `finish` hashes every staged file against the manifest, removes
-what does not match (naming it) and, only when all match, swaps the staging directory into
-place. Until then the live directory is untouched: a copy that dies halfway, a corrupt shard
-or a full disk leave the node serving what it served. A staging directory left by a copy that
-died is where the next run resumes.
+Files arrive in a sibling, `<dir>.sglang-deploy-staging/` (same filesystem, so the swap's
+renames are atomic), which holds the new manifest first. `state` says what the node has (the
+live manifest's digest, the staging directory's files, a staged model that waits, the previous
+weights, free disk, rsync); `seed` hard-links into the staging directory the live files the new
+manifest lists unchanged (a repair or a new revision copies only what differs); `finish` hashes
+every staged file against the manifest, removes what does not match (naming it) and, only when
+all match, marks the staging directory verified: a staged model that waits for the restart.
+`pending` confirms one waits (cheaply: its sizes), so a deploy killed after staging still
+restarts on the next run. The restart cycle's model step, `swap`, runs after preflight passed:
+live -> `<dir>.sglang-deploy-previous`, staged -> live (two renames, no copy). The previous
+weights stay until the new configuration is recorded as the last known good (lastgood.py save
+removes them); a rollback renames them back (`restore_weights`). Until the swap the live
+directory is untouched: a copy that dies halfway, a corrupt shard or a full disk leave the node
+serving what it served; a staging directory left by a copy that died is where the next run
+resumes.
+
+Where the disk cannot hold both copies, the deploy setting `model_keep_previous: false` stages
+the other way: `drop-live` removes the live files first (the running server keeps its open
+files; the new manifest's unchanged ones stay as hard links) and `finish --in-place` swaps at
+once, the old weights gone: no weight rollback. A serving group's restart has no model step:
+its members swap with `finish --now` (the old weights kept for a rollback all the same).
 
 A model directory that is a symlink (`/models/m -> /nvme/m`) is staged at its target: the
-staging sibling is beside the target (`/nvme/m.sglang-deploy-staging`, the filesystem the swap
-renames on) and the link stays. `state` names both (`target`, `staging`): the controller copies
-into that staging directory. Whatever fails, the script ends with its result line and a cause.
+staging and previous siblings are beside the target (`/nvme/m.sglang-deploy-staging`, the
+filesystem the swap renames on) and the link stays. `state` names both (`target`, `staging`):
+the controller copies into that staging directory. Whatever fails, the script ends with its
+result line and a cause.
 """
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -35,7 +53,9 @@ else:  # run as a script: our scripts' directory is on sys.path
     from lib.guard import guarded
 
 STAGING_SUFFIX = ".sglang-deploy-staging"
-OLD_SUFFIX = ".sglang-deploy-old"
+OLD_SUFFIX = ".sglang-deploy-old"  # what earlier releases swapped out (removed when found)
+PREVIOUS_SUFFIX = ".sglang-deploy-previous"
+VERIFIED = "verified"  # the staged manifest's key once finish has hashed every file
 
 
 def staged_at(directory):
@@ -65,12 +85,45 @@ def free_bytes(path):
     return shutil.disk_usage(path).free
 
 
+def previous_dir(directory):
+    """Where the weights the swap replaced wait until the new ones are recorded."""
+    return staged_at(directory) + PREVIOUS_SUFFIX
+
+
+def pending(directory):
+    """The manifest of a staged model that waits for the restart's swap (verified by finish,
+    every file still its size), or None."""
+    staging = staging_dir(staged_at(directory))
+    manifest = model_manifest.read(staging)
+    if not manifest or not manifest.get(VERIFIED) or model_manifest.compare(manifest, staging):
+        return None
+    return manifest
+
+
+def _digest_of(directory):
+    manifest = model_manifest.read(directory) if os.path.isdir(directory) else None
+    return model_manifest.digest(manifest) if manifest else None
+
+
+def own_bytes(directory):
+    """What removing ``directory`` frees: its files no other directory links to."""
+    found = 0
+    for root, _, files in os.walk(directory):
+        for name in files:
+            info = os.lstat(os.path.join(root, name))
+            found += info.st_size if info.st_nlink == 1 else 0
+    return found
+
+
 def state(directory, deep=False):
     """What the node holds for ``directory``: the live manifest's digest and its files'
-    problems (sizes; hashes when ``deep``), the staging directory's files, free disk."""
+    problems (sizes; hashes when ``deep``), the staging directory's files, a staged model that
+    waits (its digest and source), the previous weights, free disk."""
     live = model_manifest.read(directory) if os.path.isdir(directory) else None
     staging = staging_dir(staged_at(directory))
     staged = model_manifest.listing(staging) if os.path.isdir(staging) else []
+    waiting = pending(directory)
+    previous = previous_dir(directory)
     return {
         "dir": directory,
         "target": staged_at(directory),
@@ -81,6 +134,10 @@ def state(directory, deep=False):
         "live_files": (live or {}).get("files", []),
         "problems": model_manifest.compare(live, directory, deep=deep) if live else [],
         "staged": [[path, size] for path, size in staged],
+        "pending": model_manifest.digest(waiting) if waiting else None,
+        "pending_source": (waiting or {}).get("source"),
+        "previous": _digest_of(previous),
+        "previous_bytes": own_bytes(previous) if os.path.isdir(previous) else 0,
         "free": free_bytes(staging),
         "rsync": shutil.which("rsync") is not None,
     }
@@ -109,9 +166,11 @@ def seed(directory, deep=False):
     return linked
 
 
-def finish(directory):
+def finish(directory, in_place=False, now=False):
     """Verify the staging directory against its manifest (every file hashed); remove what
-    does not match or is not listed; swap it into place when everything matches."""
+    does not match or is not listed; when everything matches, mark it verified: it waits for
+    the restart's swap (``now``: swapped now; ``in_place``: swapped now, the old weights
+    removed)."""
     staging = staging_dir(staged_at(directory))
     manifest = model_manifest.read(staging)
     if manifest is None:
@@ -128,24 +187,124 @@ def finish(directory):
     if problems:
         return problems
     shutil.rmtree(os.path.join(staging, ".rsync-partial"), ignore_errors=True)
-    model_manifest.write(staging, manifest)
-    target = staged_at(directory)  # a link's target: renamed on its own filesystem, the link kept
-    old = target + OLD_SUFFIX
-    _remove(old)  # a link an earlier release left here is removed, never what it points at
-    if os.path.isdir(target):
-        os.rename(target, old)
-    os.rename(staging, target)
-    _remove(old)  # a running server keeps its open files
+    model_manifest.write(staging, dict(manifest, **{VERIFIED: True}))
+    if _digest_of(staged_at(directory)) == model_manifest.digest(manifest):
+        # A repair: the same weights with the damaged files replaced, nothing for a restart to
+        # swap in; the damaged copy is nothing to roll back to.
+        _swap_in(directory, keep_previous=False)
+        print("model: %s repaired: its damaged files replaced" % directory)
+    elif in_place or now:
+        _swap_in(directory, keep_previous=not in_place)
     return []
+
+
+def _fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _swap_in(directory, keep_previous=True):
+    """live -> previous, staged -> live (renames on the target's filesystem; a symlink at
+    ``directory`` stays). An older previous goes first: one set of old weights is kept."""
+    target = staged_at(directory)
+    previous = target + PREVIOUS_SUFFIX
+    _remove(target + OLD_SUFFIX)  # a link an earlier release left here is removed, never followed
+    if os.path.isdir(target):
+        _remove(previous)
+        os.rename(target, previous)
+    # Killed here: no live directory, the staged one waits: the next swap (or restore) ends it.
+    os.rename(staging_dir(target), target)
+    _fsync_dir(os.path.dirname(target) or "/")
+    if not keep_previous:
+        _remove(previous)  # a running server keeps its open files
+
+
+def swap(wanted):
+    """The restart cycle's model step: swap in every staged model that waits and is the one
+    the profile stages (``wanted``: {dir: the manifest's source}; a staged model of another
+    source was left by an abandoned deploy and stays out). Returns the directories swapped."""
+    swapped = []
+    for directory, source in sorted(wanted.items()):
+        waiting = pending(directory)
+        if waiting is None:
+            continue
+        if source is not None and waiting.get("source") != source:
+            print("model: %s holds a staged model of another source: not swapped" % directory)
+            continue
+        if _digest_of(staged_at(directory)) == model_manifest.digest(waiting):
+            _remove(staging_dir(staged_at(directory)))  # the live copy is this one already
+            continue
+        _swap_in(directory)
+        print("model: %s swapped in (the old weights kept at %s)" % (directory, previous_dir(directory)))
+        swapped.append(directory)
+    return swapped
+
+
+def drop_live(directory):
+    """Remove the live weights before staging where the disk cannot hold both copies
+    (model_keep_previous: false): the new manifest's unchanged files stay as the staging
+    directory's hard links, a running server keeps its open files; no rollback of weights."""
+    target = staged_at(directory)
+    for path in (target + PREVIOUS_SUFFIX, target):
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+
+
+def forget_previous(directory, recorded):
+    """The new configuration is the last known good (its weights' digest ``recorded``): the
+    previous weights are no longer needed. Returns whether they were removed."""
+    previous = previous_dir(directory)
+    if not os.path.isdir(previous) or _digest_of(staged_at(directory)) != recorded:
+        return False
+    shutil.rmtree(previous)
+    return True
+
+
+def restore_weights(directory, recorded):
+    """A rollback's weights: when the live directory does not hold the ``recorded`` digest and
+    the previous one does, swap them back by renames (the new weights become the staged model
+    again, so a retry copies nothing). Returns a phrase saying what was done, or None."""
+    target = staged_at(directory)
+    live = _digest_of(target)
+    if recorded is None or live == recorded:
+        return None
+    previous = target + PREVIOUS_SUFFIX
+    if _digest_of(previous) != recorded:
+        return "%s not restored: it holds %s, the last known good ran %s and %s does not hold it" % (
+            directory,
+            (live or "no manifest")[:12],
+            recorded[:12],
+            previous,
+        )
+    if os.path.isdir(target):
+        staging = staging_dir(target)
+        _remove(staging)
+        os.rename(target, staging)
+    os.rename(previous, target)
+    _fsync_dir(os.path.dirname(target) or "/")
+    return "%s: the weights of the last known good (%s) renamed back" % (directory, recorded[:12])
 
 
 @guarded
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["state", "seed", "finish"])
-    parser.add_argument("--dir", required=True)
+    parser.add_argument("action", choices=["state", "seed", "finish", "pending", "drop-live", "swap"])
+    parser.add_argument("--dir")
     parser.add_argument("--deep", action="store_true", help="hash the live files too")
+    parser.add_argument("--in-place", action="store_true", help="finish: swap now, the old weights removed")
+    parser.add_argument("--now", action="store_true", help="finish: swap now, the old weights kept")
+    parser.add_argument("--want-json", help="swap: {dir: the source its staged model must have}")
     args = parser.parse_args(argv)
+    if args.action == "swap":
+        swapped = swap(json.loads(args.want_json or "{}"))
+        if not swapped:
+            print("model: no staged model waits")
+        return result.emit(status.READY, None, swapped=swapped)
+    if not args.dir:
+        parser.error("%s needs --dir" % args.action)
     directory = args.dir.rstrip("/")
     if args.action == "state":
         return result.emit(status.READY, None, **state(directory, deep=args.deep))
@@ -153,14 +312,28 @@ def main(argv=None):
         linked = seed(directory, deep=args.deep)
         print("model: %d file(s) kept from %s" % (len(linked), directory))
         return result.emit(status.READY, None, linked=linked)
-    problems = finish(directory)
+    if args.action == "pending":
+        waiting = pending(directory)
+        if waiting is None:
+            cause = "%s: no verified staged model waits (removed since?): the next run stages it" % directory
+            return result.emit(status.MODEL_MISMATCH, cause)
+        print("model: %s staged and verified, swapped in at the restart" % directory)
+        return result.emit(status.READY, None, pending=model_manifest.digest(waiting))
+    if args.action == "drop-live":
+        drop_live(directory)
+        print("model: %s removed to make room (model_keep_previous: false)" % directory)
+        return result.emit(status.READY, None)
+    problems = finish(directory, in_place=args.in_place, now=args.now)
     for problem in problems:
         print("model file %s" % problem, file=sys.stderr)
     if problems:
         cause = model_manifest.describe(problems, staging_dir(staged_at(directory)))
         print("staging failed: %s" % cause, file=sys.stderr)
         return result.emit(status.MODEL_MISMATCH, cause, problems=problems)
-    print("model: %s staged and verified" % directory)
+    if pending(directory) is None:  # swapped in already (--in-place, --now, or a repair)
+        print("model: %s staged, verified and swapped in" % directory)
+    else:
+        print("model: %s staged and verified: swapped in at the restart, after preflight" % directory)
     return result.emit(status.READY, None, problems=[])
 
 

@@ -10,7 +10,9 @@ Run by the venv's interpreter, so the engine's own argument parser judges the ar
 after every flag name is checked exactly against that parser's option strings (flags.py:
 argparse alone would accept an abbreviation).
 Checks: the argv parses; the model path (and the draft model path) is a directory with a
-config.json whose files have their manifest's sizes (model_manifest.py); enough GPUs for the parallel sizes (nvidia-smi; "no GPU: skipped" without it);
+config.json whose files have their manifest's sizes (model_manifest.py), or, where a staged
+model waits for the restart's swap (model_stage.py), that staged directory is: it is what the
+server will start from; enough GPUs for the parallel sizes (nvidia-smi; "no GPU: skipped" without it);
 the NVIDIA driver version and GPU model the profile's `gpu:` section asks for (gpu_settings.py);
 the port is free or held by this unit's own processes; free disk (and room for a new engine
 venv: the live one's size plus --min-free-gib); the engine's installed files
@@ -30,13 +32,14 @@ import subprocess
 import sys
 
 if __package__:
-    from . import drift, exact, flags, model_manifest, venvs
+    from . import drift, exact, flags, model_manifest, model_stage, venvs
     from .lib import gpu_settings, procs, result, status, systemd
 else:  # run as a script: our scripts' directory is on sys.path
     import drift
     import exact
     import flags
     import model_manifest
+    import model_stage
     import venvs
     from lib import gpu_settings, procs, result, status, systemd
 
@@ -77,6 +80,9 @@ def check_argv(argv):
 def check_model_dir(label, path):
     if path is None:
         return None
+    if model_stage.pending(path) is not None:  # swapped in after this check: judge what starts
+        staged = model_stage.staging_dir(model_stage.staged_at(path))
+        return check_model_dir("%s %s, staged at" % (label, path), staged)
     if not os.path.isdir(path):
         return "failed", "%s %s is not a directory on this node" % (label, path)
     if not os.path.isfile(os.path.join(path, "config.json")):

@@ -5,7 +5,8 @@ it anyway, and the controller then only orders the nodes.
 
     python3 rotation.py --worker-url http://10.0.0.11:30001 --local-port 30001
         [--router http://10.0.0.5:30000 ...] [--drain-timeout 120] [--healthy-timeout 120]
-        [--allow-unreachable-routers] --cycle 'CYCLE COMMAND' --restore 'RESTORE COMMAND'
+        [--drain-settle 5] [--allow-unreachable-routers]
+        --cycle 'CYCLE COMMAND' --restore 'RESTORE COMMAND'
     python3 rotation.py ... --only out     # out of rotation and drained, nothing restarted
     python3 rotation.py ... --only back    # back in every router and healthy there
 
@@ -15,6 +16,20 @@ and the result says which router (--allow-unreachable-routers rolls past it). A 
 not serving is in no rotation: it is restarted without draining. The node goes back into the
 routers whenever it serves after the cycle: the new configuration, or the old one after a
 rollback or a failed preflight.
+
+Never the last routable worker of a model: right before the node leaves a router, that router's
+own view (/workers) must list another worker of the node's model as routable (ready in smg,
+healthy in sglang-router), waited for up to --healthy-timeout; otherwise nothing (more) is
+taken out of rotation, the node is put back where it left, its files are restored, and the
+outcome is "last_in_rotation". The controller plans batches so this never happens; the check
+closes the window where a peer fails, or is still pending in a router, after the plan was made
+(a router that routes to none of a model's workers answers its requests 503).
+
+Leaving a router with worker states (smg): its drain settle time is set first (PATCH, to
+--drain-settle seconds), then the removal lists the node "draining" (no new requests, those in
+flight finish) until the router removes it; a router without states (sglang-router 0.3.2)
+removes it at once. Before the node goes back, a draining entry is waited out (smg refuses to
+add a URL it still lists).
 
 Draining waits, up to --drain-timeout, until the server's /get_load counts no request running or
 waiting. A load that cannot be read (no answer, an HTTP error, an answer without the counts) is
@@ -26,9 +41,10 @@ would only keep it out of rotation longer).
 Ends with one result line: the cycle's result (outcome, steps, restored, profile) plus
 "rotation": {"routers", "out_s" (time out of rotation), "drain_s", "drained", "in_flight_left"
 (None when unknown), "load_unknown" (why, or None)};
-a cycle that did not run has outcome "router_unreachable" or "router_failed". The halves
+a cycle that did not run has outcome "router_unreachable", "router_failed" or
+"last_in_rotation". The halves
 (--only) serve a restart the node does not run alone (a serving group's, driven from the
-controller): `out` ends with {"outcome": "out" | "router_unreachable" | "router_failed",
+controller): `out` ends with {"outcome": "out" | "router_unreachable" | "router_failed" | "last_in_rotation",
 "rotation": {..., "was_serving"}} and restores nothing; `back` with the cause of a router
 that did not take the node back, if any.
 """
@@ -42,10 +58,10 @@ import urllib.request
 
 if __package__:
     from .lib import result, status
-    from .lib.routers import Router, RouterError
+    from .lib.routers import Router, RouterError, last_routable, normal_url, state_of
 else:  # run as a script: our scripts' directory is on sys.path
     from lib import result, status
-    from lib.routers import Router, RouterError
+    from lib.routers import Router, RouterError, last_routable, normal_url, state_of
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 SERVES_AFTER = ("served", "rolled_back", "preflight_failed", "regressed")
@@ -107,12 +123,17 @@ def drain(port, timeout, interval=0.25):
         time.sleep(interval)
 
 
-def put_back(routers, worker_url, timeout):
-    """Add the node to every router that does not list it, then wait until each lists it
-    healthy. The cause of the first failure, or None."""
+def put_back(routers, worker_url, timeout, settle=0.0):
+    """Add the node to every router that does not list it (a draining entry waited out
+    first: up to ``settle`` more), then wait until each lists it healthy. The cause of the
+    first failure, or None."""
     for router in routers:
         try:
-            if worker_url.rstrip("/") not in router.workers():
+            seen = router.workers().get(normal_url(worker_url))
+            if state_of(seen) == "draining":
+                router.wait_for(worker_url, "absent", timeout + settle)
+                seen = None
+            if seen is None:
                 router.add(worker_url)
             router.wait_for(worker_url, "healthy", timeout)
             say("healthy in %s again" % router.url)
@@ -140,6 +161,17 @@ def answering(routers, was_serving, allow_unreachable):
     return [r for r in routers if not any(r.url + ":" in line for line in unreachable)], None
 
 
+def peers_routable(router, worker_url, timeout, interval=0.25):
+    """None when ``router`` lists another routable worker of the node's model (or the node is
+    the model's only worker there), waited for up to ``timeout``; else why not."""
+    deadline = time.monotonic() + timeout
+    while True:
+        why = last_routable(router.workers(), worker_url)
+        if why is None or time.monotonic() >= deadline:
+            return None if why is None else "router %s: %s" % (router.url, why)
+        time.sleep(interval)
+
+
 def take_out(args, rotation):
     """Out of every answering router and drained. (routers, was_serving, outcome, cause):
     outcome and cause say why nothing was taken out ("router_unreachable") or why the node is
@@ -154,13 +186,24 @@ def take_out(args, rotation):
     if not was_serving:
         say("not serving: in no rotation, nothing to drain")
         return routers, was_serving, None, None
+    left = []
     try:
+        for router in routers:  # every router's view first: a refusal takes nothing out
+            why = peers_routable(router, args.worker_url, args.healthy_timeout)
+            if why:
+                return routers, was_serving, "last_in_rotation", why + ": nothing was taken out of rotation"
         for router in routers:
-            if router.remove(args.worker_url):
-                router.wait_for(args.worker_url, "absent", args.healthy_timeout)
+            why = peers_routable(router, args.worker_url, 0)  # again, right before leaving it
+            if why:
+                cause = put_back(left, args.worker_url, args.healthy_timeout, args.drain_settle or 0)
+                why += ": put back in the routers it had left" + ("" if cause is None else "; " + cause)
+                return routers, was_serving, "last_in_rotation", why
+            left.append(router)
+            if router.remove(args.worker_url, args.drain_settle, args.healthy_timeout):
+                router.wait_for(args.worker_url, "out", args.healthy_timeout)
             say("out of %s" % router.url)
     except RouterError as exc:
-        cause = put_back(routers, args.worker_url, args.healthy_timeout)
+        cause = put_back(routers, args.worker_url, args.healthy_timeout, args.drain_settle or 0)
         return routers, was_serving, "router_failed", str(exc) + ("" if cause is None else "; " + cause)
     drain_s, left, unknown = drain(args.local_port, args.drain_timeout)
     rotation.update(drain_s=round(drain_s, 2), drained=left == 0, in_flight_left=left, load_unknown=unknown)
@@ -211,7 +254,7 @@ def rotate(args):
     details = {k: v for k, v in found.items() if k not in ("status", "result", "cause")}
     cause, code = found.get("cause"), found["status"]
     if found.get("outcome") in SERVES_AFTER:
-        failed = put_back(routers, args.worker_url, args.healthy_timeout)
+        failed = put_back(routers, args.worker_url, args.healthy_timeout, args.drain_settle or 0)
         if failed:
             cause = failed if code == status.READY else "%s; %s" % (cause, failed)
             code = code if code != status.READY else status.TIMEOUT
@@ -246,7 +289,7 @@ def back_only(args):
             "not serving: left out of rotation",
             rotation={"routers": [r.url for r in routers]},
         )
-    cause = put_back(routers, args.worker_url, args.healthy_timeout)
+    cause = put_back(routers, args.worker_url, args.healthy_timeout, args.drain_settle or 0)
     return result.emit(
         status.TIMEOUT if cause else status.READY, cause, rotation={"routers": [r.url for r in routers]}
     )
@@ -259,6 +302,9 @@ def main(argv=None):
     parser.add_argument("--router", action="append", default=[], help="a router's base URL")
     parser.add_argument("--drain-timeout", type=float, default=120.0)
     parser.add_argument("--healthy-timeout", type=float, default=120.0)
+    parser.add_argument(
+        "--drain-settle", type=float, help="seconds a router with worker states lists the node draining"
+    )
     parser.add_argument("--allow-unreachable-routers", action="store_true")
     parser.add_argument(
         "--only", choices=("out", "back"), help="one half, around a restart driven from elsewhere"

@@ -16,7 +16,7 @@ from sglang_deploy.operations.files import (
     unit_file,
 )
 from sglang_deploy.operations.model import model_staged
-from sglang_deploy.operations.records import manifest_recorded
+from sglang_deploy.operations.records import manifest_recorded, passport_recorded
 from sglang_deploy.operations.rollout import rolled_restart, router_restarted, router_serving
 from sglang_deploy.operations.script_upload import node_scripts
 from sglang_deploy.operations.service import preflight, serving
@@ -41,6 +41,7 @@ __all__ = [
     "router_restarted",
     "router_serving",
     "manifest_recorded",
+    "passport_recorded",
     "node_scripts",
     "old_venvs_pruned",
     "wheelhouse",

@@ -51,6 +51,7 @@ def previous_cycle_line(event, waited=False):
         "preflight_failed": f"preflight failed: serves {restored} ({cause})",
         "router_unreachable": f"not restarted: {cause}",
         "router_failed": f"not restarted: {cause}",
+        "last_in_rotation": f"not restarted: {cause}",
         "regressed": f"serves {event.get('profile')}, unrecorded: {cause}",
     }.get(outcome)
     if said is None:

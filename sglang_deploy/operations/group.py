@@ -13,7 +13,8 @@ and not ordered operations.
 from __future__ import annotations
 
 import shlex
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 
 import gevent
 from gevent.lock import BoundedSemaphore
@@ -22,13 +23,12 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.context import ctx_host
 
 from sglang_deploy import run_state
-from sglang_deploy.errors import DeployError
 from sglang_deploy.facts.fleet import DistInitReach
 from sglang_deploy.facts.serving import LastGood, Serving, UnitState, WorkerEnvironment
 from sglang_deploy.node import dist_reach
 from sglang_deploy.node.lib import status
 from sglang_deploy.operations.group_restart import Group, _real, member_hook_paths, run_on, unit_show
-from sglang_deploy.operations.rollout import rollout
+from sglang_deploy.operations.rollout import _restarting, node_facts, rollout, wave_run
 from sglang_deploy.operations.service import _cause, _fail
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan import serving_group
@@ -77,9 +77,9 @@ def _turns(run, rolling):
     """The run's turns for group restarts: ``rolling_batch`` groups restart at a time, so the
     others keep serving (the single nodes take theirs through pyinfra's _parallel)."""
     if run.group_turns is None:
-        groups = len(run.group_plans)
-        run.group_turns = BoundedSemaphore(rolling.batch_of(groups, "serving groups"))
-        run.rollout_of(rolling.max_failures, rolling.max_fail_percent).size += groups
+        # A group that restarts alone (no waves): a percentage has nothing to be a share of.
+        run.group_turns = BoundedSemaphore(rolling.batch if isinstance(rolling.batch, int) else 1)
+        run.rollout_of(rolling.max_failures, rolling.max_fail_percent).size += 1
     return run.group_turns
 
 
@@ -90,6 +90,48 @@ def _fact_on(member_host, fact, **kwargs):
         return member_host.get_fact(fact, **kwargs)
 
 
+def _group_waves(state, host, rotation):
+    """This operation's waves over the serving groups it restarts, each named by its rank 0
+    (a group serves through rank 0's API): the groups that serve nothing start together, then
+    the others ``rolling_batch`` at a time (operations/rollout.py's WaveRun, as single nodes).
+    None when this group restarts alone."""
+    op_hash = getattr(host, "current_op_hash", None)
+    if state is None or op_hash is None or rotation is None:
+        return None
+    members = run_state.of(state).members or {}
+
+    def leaders():
+        return [name for name in _restarting(state, op_hash) if name in members and members[name].is_leader]
+
+    # Followers serve through their rank 0: only rank 0s and single nodes count for a model.
+    followers = {name for name, m in members.items() if not m.is_leader}
+    models = tuple((name, model) for name, model in rotation.fleet_models if name not in followers)
+    return wave_run(
+        state,
+        ("groups", op_hash),
+        leaders,
+        replace(rotation, fleet_models=models),
+        "serving groups (by rank 0)",
+        canaries=False,  # rolling_canary: single nodes only (the bake reads each node's /metrics)
+    )
+
+
+@contextmanager
+def _group_turn(state, host, member, rotation):
+    """Wait for this group's turn; yield why it must not restart, or None."""
+    waves = _group_waves(state, host, rotation)
+    if waves is None:
+        with _turns(run_state.of(state), rotation.rolling) if rotation else nullcontext():
+            yield None
+        return
+    plan = run_state.of(state).group_plans[member.group][host.name]
+    try:
+        waves.arrive(host.name, node_facts(host, plan.scripts, rotation) if waves.together else None)
+        yield waves.turn(host.name)
+    finally:
+        waves.leave(host.name)
+
+
 def _lead(state, host, member, rollback, stop_wait_s, rotation=None):
     ok, text = False, "rank 0's restart of the group ended unexpectedly (see above)"
     shared = run_state.of(state)
@@ -97,21 +139,15 @@ def _lead(state, host, member, rollback, stop_wait_s, rotation=None):
         group = Group(state, member, shared.group_plans[member.group], stop_wait_s, rotation)
         rolling = rotation.rolling if rotation else None
         run = rollout(rolling.max_failures, state, rolling.max_fail_percent) if rolling else None
-        try:
-            turns = _turns(shared, rotation.rolling) if rotation else nullcontext()
-        except DeployError as exc:  # rolling_batch: a percentage that means no group
-            turns, refusal = nullcontext(), str(exc)
-        else:
-            refusal = None
-        with turns:
-            refusal = refusal or (run and run.refusal(host.name))  # read once this group's turn came
+        with _group_turn(state, host, member, rotation) as turn_refusal:
+            refusal = (run and run.refusal(host.name)) or turn_refusal  # read once this group's turn came
             if refusal:
                 group.restore()
                 text = f"not restarted: {refusal}; every member's files went back to its last known good"
             else:
                 ok, text = group.cycle(rollback)
                 if run:
-                    run.succeeded(host.name) if ok else run.failed(f"group {member.group}", text)
+                    run.succeeded(host.name) if ok else run.failed(host.name, f"group {member.group}: {text}")
     finally:  # the followers wait for this verdict, whatever happens here
         shared.group_verdicts[member.group] = (ok, text)
     _note(shared, member.group, "group serves" if ok else f"group failed: {text}")

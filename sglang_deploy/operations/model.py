@@ -1,5 +1,7 @@
 """The model (and draft model) directories a profile stages: copied from the controller,
-verified against their manifest, swapped into place whole."""
+verified against their manifest into a staging sibling, swapped into place whole by the
+restart cycle after its preflight (the old weights kept until the new configuration is
+recorded: node/model_stage.py)."""
 
 import ctypes
 import hashlib
@@ -20,7 +22,7 @@ from pyinfra.facts.files import File
 from sglang_deploy.facts.serving import ModelState
 from sglang_deploy.node import model_manifest
 from sglang_deploy.node.lib import result
-from sglang_deploy.node.model_stage import staging_dir
+from sglang_deploy.node.model_stage import PREVIOUS_SUFFIX, staging_dir
 from sglang_deploy.operations import remote
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan.hosts import ssh_argv
@@ -28,11 +30,13 @@ from sglang_deploy.plan.model_sources import (
     GB,
     disk_problem,
     local_manifest,
+    manifest_source,
     require_dir,
     rsync_argv,
     to_copy,
 )
 from sglang_deploy.plan.script_commands import hf_stage_command, model_stage_command
+from sglang_deploy.plan.settings import settings_of
 
 _SSH_KEYS = ("ssh_hostname", "ssh_user", "ssh_port", "ssh_key", "ssh_known_hosts_file")
 
@@ -55,7 +59,7 @@ def _say(state, host, message):
 
 
 @operation()
-def model_staged(target, scripts_dir, repairing=False, hub=None):
+def model_staged(target, scripts_dir, repairing=False, hub=None, in_group=False):
     """
     Stage ``target`` (a ``model_staging.StagingTarget``) on the node when its manifest differs
     from the source's: free disk checked first, files copied into a staging sibling (rsync
@@ -66,13 +70,14 @@ def model_staged(target, scripts_dir, repairing=False, hub=None):
     + scripts_dir: where our on-node scripts are
     + repairing: also hash the live files and re-stage those that do not match
     + hub: ``HubClient`` (venv python, token, private runtime directory) for Hub sources
+    + in_group: the host is a serving group's member (its restart has no model step)
     """
     label = f"{target.role} {target.path}"
     if host.get_fact(File, path=f"{scripts_dir}/model_stage.py") is None:
         host.noop(f"{label}: staged once our scripts are on the node (a dry run of a first deploy)")
         return
     if target.source.kind == "huggingface":
-        yield from _downloaded(label, target, scripts_dir, repairing, hub)
+        yield from _downloaded(label, target, scripts_dir, repairing, hub, in_group)
         return
     local_dir = require_dir(target.controller_dir, target.role)
     manifest = local_manifest(local_dir)
@@ -85,37 +90,77 @@ def model_staged(target, scripts_dir, repairing=False, hub=None):
     if node["digest"] == wanted and not (repairing and node["problems"]):
         host.noop(f"{label} matches its manifest ({len(manifest['files'])} files, {size / GB:.2f} GB)")
         return
+    in_place, now = _swap_mode(in_group)
+    source = manifest_source(target)
+    if node.get("pending") == wanted and node.get("pending_source") == source:
+        # Staged and verified by a run that died before its restart: still a change to make.
+        yield FunctionCommand(
+            _finish,
+            (label, model_stage_command(scripts_dir, "finish" if now else "pending", target.path, now=now)),
+            {},
+        )
+        return
     need = to_copy(manifest, node)
-    problem = disk_problem(host.name, target.path, need, node["free"])
-    if problem:
-        yield FunctionCommand(_fail, (f"{label}: {problem}: nothing was copied",), {})
+    free = node["free"] + node.get("previous_bytes", 0)  # the previous weights go first
+    problem = disk_problem(host.name, target.path, need, free)
+    drop_live = (
+        bool(problem)
+        and in_place
+        and not disk_problem(host.name, target.path, need, free + _freed(manifest, node))
+    )
+    if problem and not drop_live:
+        advice = (
+            "the new weights are staged beside the served ones, kept for a rollback; the deploy setting "
+            "`model_keep_previous: false` replaces them in place instead (no weight rollback)"
+            if not in_place
+            else "not even with the live weights removed (model_keep_previous: false)"
+        )
+        yield FunctionCommand(_fail, (f"{label}: {problem}: {advice}; nothing was copied",), {})
         return
     staging = node.get("staging") or staging_dir(target.path)  # beside a symlinked directory's target
     for line in node["problems"]:
         host.log(f"{label}: re-staging {line}", logger.warning)
+    if node.get("previous") or node.get("previous_bytes"):
+        yield _sh("rm", "-rf", (node.get("target") or target.path) + PREVIOUS_SUFFIX)
     yield _sh("mkdir", "-p", staging)
-    source = {"controller": str(local_dir)}
     yield FileUploadCommand(
         StringIO(json.dumps(dict(manifest, source=source), indent=1)),
         f"{staging}/{model_manifest.MANIFEST_NAME}",
     )
     yield model_stage_command(scripts_dir, "seed", target.path, deep=repairing)
+    if drop_live:
+        host.log(
+            f"{label}: {problem}: the live weights are removed first (model_keep_previous: false)",
+            logger.warning,
+        )
+        yield model_stage_command(scripts_dir, "drop-live", target.path)
     if need and node["rsync"] and shutil.which("rsync") and remote.rsync_path(host) is not False:
         yield FunctionCommand(_rsync, (label, local_dir, staging, need), {})
     else:
         yield from _uploads(label, local_dir, staging, need)
-    yield FunctionCommand(_finish, (label, model_stage_command(scripts_dir, "finish", target.path)), {})
+    finish = model_stage_command(scripts_dir, "finish", target.path, in_place=in_place, now=now)
+    yield FunctionCommand(_finish, (label, finish), {})
 
 
-def _downloaded(label, target, scripts_dir, repairing, hub):
+def _swap_mode(in_group):
+    """(in_place, now): ``model_keep_previous: false`` swaps at once, the old weights removed; a
+    serving group's member swaps at once, keeping them (its restart has no model step)."""
+    in_place = not settings_of(host.data).model_keep_previous
+    return in_place, not in_place and in_group
+
+
+def _freed(manifest, node):
+    """What removing the live weights frees: their files the new manifest does not keep."""
+    kept = {(e["path"], e["size"], e["sha256"]) for e in manifest["files"]}
+    return sum(
+        e["size"] for e in node.get("live_files", []) if (e["path"], e["size"], e["sha256"]) not in kept
+    )
+
+
+def _downloaded(label, target, scripts_dir, repairing, hub, in_group):
     """Download on the node (node/hf_stage.py): nothing when the live manifest records this
     repo and revision (and, repairing, its files still hash to it)."""
-    wanted = {
-        "huggingface": {
-            "repo": target.source.huggingface.repo,
-            "revision": target.source.huggingface.revision,
-        }
-    }
+    wanted = manifest_source(target)
     node = host.get_fact(ModelState, scripts_dir=scripts_dir, directory=target.path, deep=repairing)
     if node is None:
         yield FunctionCommand(_fail, (f"{label}: model_stage.py printed no result",), {})
@@ -136,8 +181,16 @@ def _downloaded(label, target, scripts_dir, repairing, hub):
         # as a sudo user), and removed after it whatever happened (hf_stage.py removes it
         # once read; the shell and the finally below if it never got that far).
         secret = {"before": remote.secret_write(token_file, hub.token), "after": _sh("rm", "-f", token_file)}
+    in_place, now = _swap_mode(in_group)
     command = hf_stage_command(
-        hub.python, scripts_dir, target.source.huggingface, target.path, token_file=token_file, deep=repairing
+        hub.python,
+        scripts_dir,
+        target.source.huggingface,
+        target.path,
+        token_file=token_file,
+        deep=repairing,
+        in_place=in_place,
+        now=now,
     )
     if token_file:  # gone whatever the download did
         command = f"{command}; status=$?; rm -f {shlex.quote(token_file)}; exit $status"

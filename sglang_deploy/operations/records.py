@@ -1,10 +1,15 @@
 """Records kept on the controller."""
 
-from pyinfra import host
+import os
+
+from pyinfra import host, logger
 from pyinfra.api import operation
 
+from sglang_deploy.facts.passport import HardwarePassport
 from sglang_deploy.facts.serving import EngineManifest
-from sglang_deploy.report import manifest
+from sglang_deploy.node.lib import gpu_links
+from sglang_deploy.report import manifest, passports
+from sglang_deploy.verify.passport_compare import summary
 
 
 @operation()
@@ -37,3 +42,35 @@ def _record_manifest(scripts, profile):
         return
     path = manifest.record(host.name, profile.name, found)
     host.noop(f"engine manifest recorded in {path.relative_to(manifest.REPO_ROOT)}")
+
+
+@operation()
+def passport_recorded(scripts):
+    """
+    Collect the node's hardware passport (node/passport.py, which keeps it on the node only
+    when it changed) and keep its copy on the controller, reports/passport/<host>.json. Read
+    through a fact: never a change, so a re-run reports none. A degraded PCIe link is said
+    here; `make verify` fails on it.
+
+    + scripts: ``NodeScripts`` for this node
+    """
+    from pyinfra.context import state
+
+    if state.is_executing:  # not while planning a --dry run
+        _record_passport(scripts)
+    yield from ()  # a fact on the node, a file on the controller: no command to count
+
+
+def _record_passport(scripts):
+    found = host.get_fact(HardwarePassport, scripts_dir=scripts.directory, command=scripts.passport())
+    if not found or "passport" not in found:
+        host.noop("no hardware passport: our scripts are missing, or passport.py printed no result")
+        return
+    path = passports.record(host.name, found["passport"])
+    if found.get("cause"):
+        host.log(f"hardware passport not kept on the node: {found['cause']}", logger.warning)
+    for line in gpu_links.problems(found["passport"]):
+        host.log(f"degraded PCIe link: {line}", logger.warning)
+    host.noop(
+        f"hardware passport ({summary(found['passport'])}) in {os.path.relpath(path, passports.REPO_ROOT)}"
+    )

@@ -22,6 +22,10 @@ from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan import rolling_sizes
 from sglang_deploy.plan.fleet import NodeFacts, Rollout, idle_reason, last_in_rotation, plan_waves
 
+# rotation.py's outcomes when it took the node out of no router (or put it back): the cycle
+# did not run, the node serves what it served.
+ROTATION_REFUSED = ("router_unreachable", "router_failed", "last_in_rotation")
+
 
 def rotation_line(turn):
     """How long a node was out of rotation and how its drain ended, from rotation.py's result."""
@@ -130,7 +134,7 @@ def _restart(state, host, scripts, hook_python, rotation, profile_name, rollback
     if turn.get("routers"):
         host.log(rotation_line(turn), logger.info)
     outcome = found.get("outcome")
-    if outcome in ("router_unreachable", "router_failed"):
+    if outcome in ROTATION_REFUSED:
         host.log_styled(f"rollout refused: {found.get('cause')}", fg="red", log_func=logger.error)
         run.failed(host.name, found.get("cause"))
         run.note(host.name, f"not restarted: serves {_previous(found)}")
@@ -188,19 +192,28 @@ def _waves(state, host, rotation):
     op_hash = getattr(host, "current_op_hash", None)
     if state is None or op_hash is None:
         return None
+    return wave_run(state, op_hash, lambda: _restarting(state, op_hash), rotation)
+
+
+def wave_run(state, key, restarting, rotation, title=None, canaries=True):
+    """The run's WaveRun for ``key``, made by the first to ask with the names ``restarting()``
+    gives (in pyinfra's order); None when fewer than two restart (nothing to order). ``title``
+    heads the lines that say the order (serving groups are named by their rank 0);
+    ``canaries``: whether a canary wave may be planned (single nodes only)."""
     waves = run_state.of(state).waves
-    if op_hash not in waves:
-        names = _restarting(state, op_hash)
+    if key not in waves:
+        names = restarting()
         if len(names) < 2:
             return None
         # Every node's operation must run at once to arrive: pyinfra spawns at most
         # --parallel hosts, so below the run's host count the nodes take turns instead.
         hosts = len(list(state.inventory.get_active_hosts()))
         pool = getattr(getattr(state, "pool", None), "size", None)
-        waves[op_hash] = WaveRun(
-            names, rotation, together=pool is None or pool >= hosts, hosts=hosts, state=state
+        together = pool is None or pool >= hosts
+        waves[key] = WaveRun(
+            names, rotation, together=together, hosts=hosts, state=state, title=title, canaries=canaries
         )
-    return waves[op_hash]
+    return waves[key]
 
 
 class WaveRun:
@@ -209,8 +222,11 @@ class WaveRun:
     (plan_fleet.plan_waves) and said once; a node starts when every earlier wave ended. Below
     pyinfra's --parallel, no first wave: ``rolling_batch`` nodes take turns."""
 
-    def __init__(self, names, rotation, together=True, hosts=None, state=None):
+    def __init__(self, names, rotation, together=True, hosts=None, state=None, title=None, canaries=True):
         self.state = state  # the run whose rollout the waves share
+        self.title = title
+        self.canaries = canaries  # a canary wave may be planned (its bake scrapes each node)
+        self.noun = "nodes" if canaries else "serving groups"
         self.names, self.rotation, self.together = list(names), rotation, together
         self.facts, self.planned, self.waves, self.refused = {}, Event(), None, None
         self.ended, self.left = [], []
@@ -218,14 +234,14 @@ class WaveRun:
         self.holding = set()
         rolling = rotation.rolling
         try:
-            size = rolling.batch_of(len(self.names))
+            size = rolling.batch_of(len(self.names), self.noun)
         except DeployError as exc:
             size, self.refused = 1, str(exc)
         self.turns = BoundedSemaphore(size)
         rollout(rolling.max_failures, state, rolling.max_fail_percent).size += len(self.names)
         if not together:
             logger.warning(
-                f"no first wave{' and no canary wave' if rolling.canary else ''}: pyinfra runs fewer "
+                f"no first wave{' and no canary wave' if rolling.canary and canaries else ''}: pyinfra runs fewer "
                 f"hosts at once (--parallel) than this run's {hosts}; {len(self.names)} nodes restart "
                 f"{size} at a time"
             )
@@ -245,17 +261,17 @@ class WaveRun:
             serving = [n for n in nodes if n.idle is None]
             self.waves = plan_waves(
                 nodes,
-                rolling.batch_of(len(nodes)),
+                rolling.batch_of(len(nodes), self.noun),
                 rolling.first_wave,
                 dict(others),
-                canary=rolling_sizes.canary_count(rolling.canary, len(serving)),
+                canary=rolling_sizes.canary_count(rolling.canary, len(serving)) if self.canaries else 0,
             )
         except DeployError as exc:
             self.refused = str(exc)
             logger.error(f"rollout {self.refused}: nothing restarts")
         else:
             for line in self.waves.lines():
-                logger.info(line)
+                logger.info(f"{self.title}: {line}" if self.title else line)
             if self.waves.canary:
                 later = {name for names in self.waves.batches[1:] for name in names}
                 self.bake = canary.Bake(

@@ -4,29 +4,48 @@ nodes know each other by, and the order of a rolling restart.
 
 The settings (``router_*``, ``rolling_*``), their defaults and checks are in
 sglang_deploy/plan/settings.py; a router host is a host of the inventory's ``routers`` group
-(its data has ``role: router``).
+(its data has ``role: router``), a monitoring host one of its ``monitoring`` group (``role:
+monitoring``): neither serves.
 """
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, field
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.plan import rolling_sizes
+from sglang_deploy.plan.router_flags import gateway_pin, pinned_options
 from sglang_deploy.plan.settings import settings_of
 
 ROUTERS_GROUP = "routers"
+MONITORING_GROUP = "monitoring"
+# One unit name whichever gateway runs (smg or sglang-router): moving a host from one to the
+# other is a changed unit, replaced and restarted like any other change.
 ROUTER_UNIT = "sglang-router.service"
+ROUTER_VENVS = "/opt/sglang-router/venvs"
 
 
 def is_router(host) -> bool:
     """A pyinfra host (or a (name, data) pair's data) that is one of the fleet's routers."""
+    return _has_role(host, ROUTERS_GROUP, "router")
+
+
+def is_monitoring(host) -> bool:
+    """A pyinfra host (or a host's data) that runs Prometheus over the fleet (plan/monitoring.py)."""
+    return _has_role(host, MONITORING_GROUP, "monitoring")
+
+
+def serves(host) -> bool:
+    """A host that serves a profile: neither a router nor a monitoring host."""
+    return not is_router(host) and not is_monitoring(host)
+
+
+def _has_role(host, group, role) -> bool:
     groups = getattr(host, "groups", None)
-    if groups is not None and any(getattr(g, "name", g) == ROUTERS_GROUP for g in groups):
+    if groups is not None and any(getattr(g, "name", g) == group for g in groups):
         return True
     data = getattr(host, "data", host)
-    return settings_of(data).role == "router"
+    return settings_of(data).role == role
 
 
 def address(data, name=None) -> str:
@@ -105,6 +124,11 @@ class RouterSettings:
     gate_timeout_s: float
     unit_dir: str  # where its unit is installed
     extra_args: tuple = field(default=())
+    health_check_port: int | None = None  # smg's dedicated probe port
+    retry: tuple = ()  # (max_retries, initial_backoff_ms, max_backoff_ms, multiplier, jitter)
+    circuit_breaker: tuple = ()  # (failure_threshold, success_threshold, timeout_s, window_s)
+    drain_settle_s: int = 5
+    shutdown_grace_s: int = 60
 
     @property
     def url(self) -> str:
@@ -114,10 +138,17 @@ class RouterSettings:
     def local_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def probe_url(self) -> str | None:
+        """Where /readiness is asked on the router host: its dedicated probe port, if any."""
+        return f"http://127.0.0.1:{self.health_check_port}" if self.health_check_port else None
+
 
 def router_settings(name, data) -> RouterSettings:
     """One router's settings from its host data; DeployError naming the bad one."""
     settings = settings_of(data, name)
+    packages = tuple(settings.router_packages)
+    check_policy(name, settings.router_policy, packages)
     return RouterSettings(
         name=name,
         address=address(settings, name),
@@ -125,9 +156,9 @@ def router_settings(name, data) -> RouterSettings:
         port=settings.router_port,
         prometheus_port=settings.router_prometheus_port,
         policy=settings.router_policy,
-        venv=settings.router_venv,
+        venv=settings.router_venv or default_router_venv(packages),
         python=settings.router_python,
-        packages=tuple(settings.router_packages),
+        packages=packages,
         find_links=settings.router_find_links,
         health_check_interval_s=settings.router_health_check_interval_s,
         health_failure_threshold=settings.router_health_failure_threshold,
@@ -136,7 +167,40 @@ def router_settings(name, data) -> RouterSettings:
         gate_timeout_s=float(settings.router_gate_timeout_s),
         unit_dir=settings.unit_dir,
         extra_args=tuple(settings.router_extra_args),
+        health_check_port=settings.router_health_check_port,
+        retry=(
+            settings.router_retry_max_retries,
+            settings.router_retry_initial_backoff_ms,
+            settings.router_retry_max_backoff_ms,
+            settings.router_retry_backoff_multiplier,
+            settings.router_retry_jitter_factor,
+        ),
+        circuit_breaker=(
+            settings.router_cb_failure_threshold,
+            settings.router_cb_success_threshold,
+            settings.router_cb_timeout_s,
+            settings.router_cb_window_s,
+        ),
+        drain_settle_s=settings.router_drain_settle_s,
+        shutdown_grace_s=settings.router_shutdown_grace_s,
     )
+
+
+def check_policy(name, policy, packages) -> None:
+    """DeployError unless ``policy`` is one of the pinned gateway version's --policy choices."""
+    options = pinned_options(packages)
+    known = options.choices.get(options.flag("policy"), ())
+    if policy not in known:
+        raise DeployError(
+            f"{name}: router_policy: unknown policy {policy!r} "
+            f"({options.distribution} {options.version} knows {', '.join(known)})"
+        )
+
+
+def default_router_venv(packages) -> str:
+    """One venv per gateway version: a new pin builds beside the running router's venv."""
+    dist, version = gateway_pin(packages)
+    return f"{ROUTER_VENVS}/{dist}-{version}"
 
 
 def check_ports(routers, workers, ssh_ports) -> None:
@@ -144,12 +208,14 @@ def check_ports(routers, workers, ssh_ports) -> None:
     nor its host's SSH port. ``workers``: [(name, address, port)]; ``ssh_ports``: {name: port}."""
     taken = {(addr, port): f"{name}'s server port" for name, addr, port in workers}
     for router in routers:
-        if router.port == router.prometheus_port:
-            raise DeployError(f"{router.name}: router_port and router_prometheus_port are both {router.port}")
-        for key_name, port in (
-            ("router_port", router.port),
-            ("router_prometheus_port", router.prometheus_port),
-        ):
+        ports = [("router_port", router.port), ("router_prometheus_port", router.prometheus_port)]
+        if router.health_check_port:
+            ports.append(("router_health_check_port", router.health_check_port))
+        for i, (key_name, port) in enumerate(ports):
+            same = next((other for other, p in ports[:i] if p == port), None)
+            if same:
+                raise DeployError(f"{router.name}: {same} and {key_name} are both {port}")
+        for key_name, port in ports:
             key = (router.address, port)
             if port == ssh_ports.get(router.name):
                 raise DeployError(f"{router.name}: {key_name} {port} is its SSH port")
@@ -166,49 +232,10 @@ def worker_url(address_, port) -> str:
 
 def render_router_unit(router: RouterSettings, worker_urls) -> str:
     """The router's systemd unit: what it runs is all here, so a changed setting or worker list
-    is a changed unit (and a restart)."""
-    argv = [
-        f"{router.venv}/bin/python",
-        "-m",
-        "sglang_router.launch_router",
-        "--host",
-        router.bind,
-        "--port",
-        str(router.port),
-        "--policy",
-        router.policy,
-        "--prometheus-host",
-        router.bind,
-        "--prometheus-port",
-        str(router.prometheus_port),
-        "--health-check-endpoint",
-        "/health",
-        "--health-check-interval-secs",
-        _num(router.health_check_interval_s),
-        "--health-check-timeout-secs",
-        _num(router.health_check_timeout_s),
-        "--health-failure-threshold",
-        str(router.health_failure_threshold),
-        "--health-success-threshold",
-        str(router.health_success_threshold),
-        *router.extra_args,
-    ]
-    urls = sorted(worker_urls)
-    if urls:
-        argv += ["--worker-urls", *urls]
-    exec_start = " ".join(shlex.quote(a) for a in argv)
-    pins = ", ".join(router.packages)
-    return (
-        f"# Rendered by sglang-deploy: SGLang's router ({pins}) in front of "
-        f"{len(urls)} worker(s).\n"
-        "[Unit]\n"
-        f"Description=SGLang router on port {router.port} ({router.policy})\n"
-        "After=network-online.target\nWants=network-online.target\n\n"
-        "[Service]\nType=simple\n"
-        f"ExecStart={exec_start}\n"
-        "Restart=on-failure\nRestartSec=2\n\n"
-        "[Install]\nWantedBy=multi-user.target\n"
-    )
+    is a changed unit (and a restart). The gateway and its flag names: plan/router_unit.py."""
+    from sglang_deploy.plan.router_unit import render_unit
+
+    return render_unit(router, worker_urls)
 
 
 def batches(names, size):

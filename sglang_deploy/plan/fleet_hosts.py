@@ -19,6 +19,7 @@ from sglang_deploy.plan.fleet import (
     render_router_unit,
     rolling_settings,
     router_settings,
+    serves,
     worker_url,
 )
 from sglang_deploy.plan.hosts import REPO_ROOT
@@ -34,13 +35,13 @@ def fleet_hosts(inventory):
 
 
 def workers(hosts):
-    """[(name, address, port)] of the serving nodes: every host that is not a router, nor a
-    serving group's follower (rank 0 alone serves the group's API; a follower's /health is a
+    """[(name, address, port)] of the serving nodes: every host that is not a router nor a
+    monitoring host, nor a serving group's follower (rank 0 alone serves the group's API; a follower's /health is a
     dummy that always answers 200, so a router must never send it requests)."""
     members = resolve(hosts)
     found = []
     for name, data in hosts:
-        if is_router(data) or (name in members and not members[name].is_leader):
+        if not serves(data) or (name in members and not members[name].is_leader):
             continue
         found.append((name, address(data, name), profile_of(data).service.port))
     return found
@@ -87,7 +88,9 @@ class RouterPlan:
 
     def gate(self, scripts_dir, timeout=None):
         timeout = self.settings.gate_timeout_s if timeout is None else timeout
-        return router_gate_command(scripts_dir, self.settings.local_url, timeout, self.worker_urls)
+        return router_gate_command(
+            scripts_dir, self.settings.local_url, timeout, self.worker_urls, self.settings.probe_url
+        )
 
 
 def router_plan(name, hosts) -> RouterPlan:
@@ -112,6 +115,7 @@ class Rotation:
     rolling: Rolling
     model: str = ""  # the served model's name (the first wave's "last serving node" rule)
     fleet_models: tuple = ()  # (name, model) of every serving node of the inventory
+    drain_settle_s: int = 5  # seconds a router with a Draining state (smg) lists the node draining
 
     def wrap(self, scripts_dir, cycle, restore):
         """rotation.py around the node's restart cycle (``cycle``: cycle.py's command line;
@@ -137,6 +141,8 @@ class Rotation:
             self.rolling.drain_timeout_s,
             "--healthy-timeout",
             self.rolling.healthy_timeout_s,
+            "--drain-settle",
+            self.drain_settle_s,
         ]
         for url in self.router_urls:
             args += ["--router", url]
@@ -155,6 +161,8 @@ def rotation_for(name, data, hosts, port) -> Rotation:
         rolling=rolling_settings(data),
         model=models.get(name, ""),
         fleet_models=tuple(sorted(models.items())),
+        # The routers' longest: every router the node leaves lists it Draining that long.
+        drain_settle_s=max((r.drain_settle_s for r in found_routers), default=0),
     )
 
 

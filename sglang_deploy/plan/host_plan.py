@@ -164,6 +164,7 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
             run_dir=run_dir,
             min_free_gib=float(settings.venv_min_free_gib),
             lock=locked.remote_lock if locked else None,
+            passport_path=f"{settings.state_dir}/passport.json",
         ),
         lock_path=f"{run_dir}/{service}.lock",
         lock_wait_s=float(settings.deploy_lock_wait_s),

@@ -36,6 +36,9 @@ SANDBOX_GROUPS_VAR = "SGLANG_DEPLOY_SANDBOX_GROUPS"
 # Sandbox nodes share the controller's network: a group's --dist-init-addr port is rank 0's
 # server port plus this, so it never meets another node's ports.
 SANDBOX_DIST_INIT_OFFSET = 1000
+# ... and a node exporter's port is its server port minus this.
+SANDBOX_EXPORTER_OFFSET = 2000
+SANDBOX_PROBE_OFFSET = 3000  # a router's health-check (probe) port, below its server port
 
 
 class HostsFile(BaseModel):
@@ -48,6 +51,9 @@ class HostsFile(BaseModel):
     defaults: dict[str, Any] = Field(default_factory=dict)
     hosts: dict[str, dict[str, Any] | None]
     routers: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
+    # Hosts that run Prometheus over the fleet (the `monitoring` group); like routers, they get
+    # the defaults' ssh_* keys only.
+    monitoring: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
     # Settings of the whole fleet, for every host: the router_* and rolling_* ones.
     fleet: dict[str, Any] = Field(default_factory=dict)
 
@@ -64,6 +70,11 @@ def gpu_hosts(path: Path | None = None) -> list[tuple[str, dict]]:
 def gpu_routers(path: Path | None = None) -> list[tuple[str, dict]]:
     """The hosts file's routers (its `routers:` section), as the `routers` group."""
     return _read_hosts_file(path)[1]
+
+
+def gpu_monitoring(path: Path | None = None) -> list[tuple[str, dict]]:
+    """The hosts file's monitoring hosts (its `monitoring:` section), as the `monitoring` group."""
+    return _read_hosts_file(path)[2]
 
 
 def _read_hosts_file(path):
@@ -102,7 +113,14 @@ def _read_hosts_file(path):
         data = {**ssh_defaults, **_entry(entry, path, f"routers.{name}")}
         data.setdefault("ssh_hostname", name)
         routers.append((name, {**parsed.fleet, **data, "role": "router"}))
-    return hosts, routers
+    monitoring = []
+    for name, entry in parsed.monitoring.items():
+        if name in parsed.hosts or name in parsed.routers:
+            raise DeployError(f"{path}: monitoring: {name} is also under hosts or routers")
+        data = {**ssh_defaults, **_entry(entry, path, f"monitoring.{name}")}
+        data.setdefault("ssh_hostname", name)
+        monitoring.append((name, {**data, "role": "monitoring"}))
+    return hosts, routers, monitoring
 
 
 def _entry(entry, path, section) -> dict:
@@ -120,6 +138,23 @@ def with_sudo(data: dict, sudo: bool, where: str) -> dict:
     if "_sudo" in data and bool(data["_sudo"]) != sudo:
         raise DeployError(f"{where}: sudo: {data['sudo']!r} and _sudo: {data['_sudo']!r} disagree (set one)")
     return {**data, "_sudo": sudo}
+
+
+def check_sudo_applies(data, sudo_everywhere=False) -> None:
+    """DeployError when the ``sudo`` setting is on where pyinfra does not read it as its
+    ``_sudo`` (set through ``--data`` or group data): the run would log in without sudo and fail
+    on the first root-only file, or worse, half-way."""
+    if (
+        sudo_everywhere
+        or data.get("_sudo")
+        or not data.get("sudo")
+        or str(data.get("sudo")).lower() == "false"
+    ):
+        return
+    raise DeployError(
+        "sudo: true is set where pyinfra does not read it (--data or group data): use pyinfra's "
+        "--sudo, or `sudo: true` for the host in inventory/hosts.yml"
+    )
 
 
 def _check_fleet(fleet, path) -> None:
@@ -143,7 +178,7 @@ def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict
     ports = {node["name"]: node["server_port"] for node in state["nodes"]}
     hosts = []
     for node in state["nodes"]:
-        if node.get("role") == "router":
+        if node.get("role") in ("router", "monitoring"):
             continue
         service = {"port": node["server_port"]}
         group = groups.get(node["name"])
@@ -157,6 +192,7 @@ def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict
                     **_sandbox_ssh(node, state["key"]),
                     "profile": chosen.get(node["name"], SANDBOX_PROFILE),
                     "profile_overrides": {"service": service},
+                    **sandbox_exporter(node, state),
                     **(
                         {
                             "serving_group": group[0],
@@ -188,12 +224,48 @@ def sandbox_routers(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, di
                 "router_port": node["server_port"],
                 # Nodes share the host's network: each router its own exporter port.
                 "router_prometheus_port": node["server_port"] - 1000,
+                "router_health_check_port": node["server_port"] - SANDBOX_PROBE_OFFSET,
                 "router_find_links": SANDBOX_ROUTER_WHEELS,
+                **sandbox_exporter(node, state),
             },
         )
         for node in state["nodes"]
         if node.get("role") == "router"
     ]
+
+
+def sandbox_monitoring(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict]]:
+    """Sandbox nodes recorded with role monitoring (`sandbox.py up --monitoring N`): Prometheus
+    on the node's server port, from Debian's packages (the nodes reach its mirror)."""
+    if not state_file.is_file():
+        return []
+    state = json.loads(state_file.read_text())
+    return [
+        (
+            node["name"],
+            {
+                **_sandbox_ssh(node, state["key"]),
+                "role": "monitoring",
+                "prometheus_port": node["server_port"],
+                **sandbox_exporter(node, state),
+            },
+        )
+        for node in state["nodes"]
+        if node.get("role") == "monitoring"
+    ]
+
+
+def sandbox_exporter(node, state) -> dict:
+    """A sandbox node's node exporter settings: on its own port, and only in a sandbox with a
+    monitoring node (nothing else reads it; the other sandboxes boot and deploy without it)."""
+    monitored = any(other.get("role") == "monitoring" for other in state["nodes"])
+    return {"node_exporter": monitored, "node_exporter_port": sandbox_exporter_port(node)}
+
+
+def sandbox_exporter_port(node) -> int:
+    """Sandbox nodes share the host's network: each node exporter its own port (a router's
+    exporter is 1000 below its server port, a group's dist-init port 1000 above)."""
+    return node["server_port"] - SANDBOX_EXPORTER_OFFSET
 
 
 def _sandbox_ssh(node, key) -> dict:
@@ -279,9 +351,9 @@ def testinfra_host(data):
     return testinfra.get_host(url, ssh_identity_file=data.get("ssh_key"), sudo=sudo)
 
 
-def ssh_argv(name, data, command):
+def ssh_argv(name, data, command, connect_timeout=10):
     """ssh with the inventory's connection data (BatchMode: never prompt)."""
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10"]
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o", f"ConnectTimeout={connect_timeout}"]
     if data.get("ssh_key"):
         argv += ["-i", str(data["ssh_key"]), "-o", "IdentitiesOnly=yes"]
     if data.get("ssh_port"):

@@ -50,6 +50,19 @@ class HubClient:
     token: str | None = field(default=None, repr=False)  # the profile's HF_TOKEN secret
 
 
+def manifest_source(target: StagingTarget) -> dict:
+    """The `source` a staged manifest records for ``target`` (the swap takes only this one)."""
+    if target.source.kind == "huggingface":
+        hub = target.source.huggingface
+        return {"huggingface": {"repo": hub.repo, "revision": hub.revision}}
+    return {"controller": str(target.controller_dir)}
+
+
+def served_dirs(profile: Profile) -> list[str]:
+    """Every model directory the profile serves (the last known good records their digests)."""
+    return list(dict.fromkeys(filter(None, [profile.model.path, profile.draft_path])))
+
+
 def targets(profile: Profile) -> list[StagingTarget]:
     """The directories this profile stages, each once (EAGLE-3's draft may be the model)."""
     found = [StagingTarget("model", profile.model.path, profile.model.source)]

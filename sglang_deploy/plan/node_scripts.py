@@ -5,6 +5,7 @@ import json
 import posixpath
 import shlex
 
+from sglang_deploy.plan.model_sources import manifest_source, served_dirs, targets
 from sglang_deploy.plan.script_commands import (
     _if,
     _script,
@@ -15,6 +16,10 @@ from sglang_deploy.plan.script_commands import (
     drift_command,
     gate_args,
     manifest_command,
+    metrics_textfile_command,
+    model_stage_command,
+    node_status_command,
+    passport_command,
     workers_command,
 )
 
@@ -24,7 +29,17 @@ class NodeScripts:
     for one unit and its profile."""
 
     def __init__(
-        self, directory, unit, profile, files, last_good_dir, wheels_dir, run_dir, min_free_gib=2.0, lock=None
+        self,
+        directory,
+        unit,
+        profile,
+        files,
+        last_good_dir,
+        wheels_dir,
+        run_dir,
+        min_free_gib=2.0,
+        lock=None,
+        passport_path=None,
     ):
         self.directory = directory
         self.unit = unit
@@ -35,6 +50,7 @@ class NodeScripts:
         self.run_dir = run_dir  # the deploy's runtime files (gate reports)
         self.min_free_gib = min_free_gib  # free disk left beside the engine venvs
         self.lock = lock  # the engine's lock on the node (exact.py checks the venv holds it), or None
+        self.passport_path = passport_path  # the node's hardware passport (passport.py), per node
         # The venv of the profile's pin set (NodePlan.bind_venv); until named, the link the
         # unit runs through (profile.engine.venv), i.e. the live one.
         self.venv = profile.engine.venv
@@ -146,6 +162,8 @@ class NodeScripts:
             args += ["--file", f"{role}={path}"]
         for pin in self.profile.engine.packages:
             args += ["--package", pin.partition("==")[0]]
+        for model_dir in served_dirs(self.profile):
+            args += ["--model", model_dir]
         if self.wheels_dir:
             args += ["--wheels-dir", self.wheels_dir]
         return self._run("lastgood.py", *args)
@@ -224,6 +242,8 @@ class NodeScripts:
         }
         if self.decode_check():
             steps["decode"] = self.decode_check()
+        if self.model_swap():
+            steps["model"] = self.model_swap()
         return self._run(
             "cycle.py",
             "--steps-json",
@@ -232,6 +252,14 @@ class NodeScripts:
             *(["--running"] if running else []),
             *(["--revert"] if revert else []),
         )
+
+    def model_swap(self):
+        """model_stage.py swap: the models the profile stages, swapped in when one waits
+        (staged and verified with the profile's source); None when it stages none."""
+        wanted = {target.path: manifest_source(target) for target in targets(self.profile)}
+        if not wanted:
+            return None
+        return model_stage_command(self.directory, "swap", None, want=wanted)
 
     @property
     def throughput_history(self):
@@ -273,9 +301,45 @@ class NodeScripts:
             args += ["--max-regression-pct", check.max_regression_pct]
         return self._run("decode_check.py", *args)
 
+    def node_status(self, venvs_dir, passport):
+        """node_status.py node: what this unit runs and how it last did (`make status`)."""
+        service = self.profile.service
+        return node_status_command(
+            self.directory,
+            self.unit,
+            service.port,
+            self.profile.engine.venv,
+            venvs_dir,
+            self.last_good_dir,
+            self.throughput_history,
+            passport,
+        )
+
+    def metrics_textfile(self, in_rotation=None, drift_detected=None, pcie_json=None, textfile_dir=None):
+        """metrics_textfile.py over this service's decode check history and last known good,
+        with the profile's throughput expectations (what the alert rules compare against)."""
+        check, service = self.profile.throughput, self.profile.service
+        return metrics_textfile_command(
+            self.directory,
+            service.name,
+            service.port,
+            self.throughput_history,
+            self.last_good_dir,
+            max_regression_pct=check.max_regression_pct,
+            min_decode_tok_s=check.min_decode_tok_s,
+            in_rotation=in_rotation,
+            drift_detected=drift_detected,
+            pcie_json=pcie_json,
+            textfile_dir=textfile_dir,
+        )
+
     def nccl_ab(self, *args):
         """nccl_ab.py (the A/B all-reduce sweep) with ``args`` (sglang_deploy.report.nccl_ab_runner builds them)."""
         return self._run("nccl_ab.py", *args)
+
+    def passport(self):
+        """passport.py collect: the node's hardware passport, written only when it changed."""
+        return passport_command(self.directory, self.passport_path)
 
     def restore_last_good(self):
         return self._run("lastgood.py", "restore", "--dir", self.last_good_dir)

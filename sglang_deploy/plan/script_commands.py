@@ -27,6 +27,11 @@ def acs_command(directory):
     return _script("/usr/bin/python3", directory, "acs.py", "disable")
 
 
+def passport_command(directory, path):
+    """passport.py collect: the node's hardware passport, kept at ``path`` when it changed."""
+    return _script("python3", directory, "passport.py", "collect", "--write", path)
+
+
 def lock_command(path, wait_s, holder, directory=None, source=None, cycles_dir=None):
     """lock.py, holding the node's deploy lock while its session lasts; ``source``: lock.py's
     text, run with ``-c`` (the deploy takes the lock before it uploads our scripts);
@@ -119,10 +124,34 @@ def dist_reach_command(directory, addr, rank, timeout_s, listening_port=None):
     )
 
 
-def router_gate_command(directory, url, timeout_s, workers):
-    """router_gate.py: the router ready and every worker healthy in it."""
+def router_gate_command(directory, url, timeout_s, workers, probe_url=None):
+    """router_gate.py: the router ready (asked on its probe port when it has one) and every
+    worker healthy in it."""
     args = [arg for worker in workers for arg in ("--worker", worker)]
-    return _script("python3", directory, "router_gate.py", "--url", url, "--timeout", timeout_s, *args)
+    return _script(
+        "python3",
+        directory,
+        "router_gate.py",
+        "--url",
+        url,
+        *_if(probe_url, "--probe-url", probe_url),
+        "--timeout",
+        timeout_s,
+        *args,
+    )
+
+
+def prometheus_gate_command(directory, url, path, unit, timeout_s, reload=False):
+    """prometheus_gate.py: Prometheus (or the node exporter) answers ``path`` 200; ``reload``:
+    after loading its configuration again (systemctl reload, checked in its own metrics)."""
+    args = ["--url", url, "--path", path, "--unit", unit, "--timeout", timeout_s, *_if(reload, "--reload")]
+    return _script("python3", directory, "prometheus_gate.py", *args)
+
+
+def prometheus_targets_command(directory, url, expected, settle_s):
+    """prometheus_targets.py: every expected scrape URL up in Prometheus' /api/v1/targets."""
+    args = [arg for target in expected for arg in ("--expect", target)]
+    return _script("python3", directory, "prometheus_targets.py", "--url", url, "--settle", settle_s, *args)
 
 
 def rotation_command(directory, *args):
@@ -165,14 +194,25 @@ def manifest_command(venv, directory, distributions):
     return _script(f"{venv}/bin/python", directory, "drift.py", "--manifest", *distributions)
 
 
-def model_stage_command(directory, action, model_dir, deep=False):
-    """model_stage.py: a model directory's state, seed or finish (node/model_stage.py)."""
+def model_stage_command(directory, action, model_dir, deep=False, in_place=False, now=False, want=None):
+    """model_stage.py: a model directory's state, seed, finish, pending or drop-live; swap
+    with ``want`` ({dir: source}) (node/model_stage.py)."""
     return _script(
-        "python3", directory, "model_stage.py", action, "--dir", model_dir, *(["--deep"] if deep else [])
+        "python3",
+        directory,
+        "model_stage.py",
+        action,
+        *_if(model_dir, "--dir", model_dir),
+        *_if(deep, "--deep"),
+        *_if(in_place, "--in-place"),
+        *_if(now, "--now"),
+        *_if(want, "--want-json", json.dumps(want, sort_keys=True)),
     )
 
 
-def hf_stage_command(python, directory, source, model_dir, token_file=None, deep=False):
+def hf_stage_command(
+    python, directory, source, model_dir, token_file=None, deep=False, in_place=False, now=False
+):
     """hf_stage.py run by the Hub client's venv: download a pinned revision into model_dir."""
     return _script(
         python,
@@ -186,6 +226,8 @@ def hf_stage_command(python, directory, source, model_dir, token_file=None, deep
         model_dir,
         *(["--token-file", token_file] if token_file else []),
         *(["--deep"] if deep else []),
+        *_if(in_place, "--in-place"),
+        *_if(now, "--now"),
     )
 
 
@@ -223,3 +265,72 @@ def gate_timings(readiness):
         "--fired-up-grace",
         readiness.fired_up_grace_s,
     ]
+
+
+def node_status_command(directory, unit, port, venv_link, venvs_dir, last_good_dir, history, passport):
+    """node_status.py node: the unit, engine, last known good, last decode check and hardware
+    passport of one service, in its result line only (`make status`)."""
+    args = [
+        "--json",
+        "node",
+        "--unit",
+        unit,
+        "--port",
+        port,
+        "--venv-link",
+        venv_link,
+        "--venvs-dir",
+        venvs_dir,
+        "--last-good-dir",
+        last_good_dir,
+        "--history",
+        history,
+        "--passport",
+        passport,
+    ]
+    return _script("python3", directory, "node_status.py", *args)
+
+
+def router_status_command(directory, url):
+    """node_status.py router: a router's health and its workers, in its result line only."""
+    return _script("python3", directory, "node_status.py", "--json", "router", "--url", url)
+
+
+def metrics_textfile_command(
+    directory,
+    service,
+    engine_port,
+    history,
+    last_good_dir,
+    max_regression_pct=None,
+    min_decode_tok_s=None,
+    in_rotation=None,
+    drift_detected=None,
+    pcie_json=None,
+    textfile_dir=None,
+):
+    """metrics_textfile.py: the deploy's figures into the node exporter's textfile directory
+    (its default: Debian's); ``in_rotation``, ``drift_detected``: True, False or None (unknown)."""
+
+    def yes_no(flag):
+        return "yes" if flag else "no"
+
+    return _script(
+        "python3",
+        directory,
+        "metrics_textfile.py",
+        "--service",
+        service,
+        "--engine-port",
+        engine_port,
+        "--history",
+        history,
+        "--last-good-dir",
+        last_good_dir,
+        *_if(max_regression_pct is not None, "--max-regression-pct", max_regression_pct),
+        *_if(min_decode_tok_s is not None, "--min-decode-tok-s", min_decode_tok_s),
+        *_if(in_rotation is not None, "--in-rotation", yes_no(in_rotation)),
+        *_if(drift_detected is not None, "--drift-detected", yes_no(drift_detected)),
+        *_if(pcie_json, "--pcie-json", pcie_json),
+        *_if(textfile_dir, "--dir", textfile_dir),
+    )

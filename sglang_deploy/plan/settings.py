@@ -13,6 +13,7 @@ the profile's (sglang_deploy/profile/schema.py). docs/settings.md lists every se
 from __future__ import annotations
 
 import difflib
+import re
 import shlex
 from collections.abc import Mapping
 from functools import cache
@@ -22,24 +23,15 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.rolling_sizes import count_or_percent
+from sglang_deploy.plan.router_flags import gateway_pin
 from sglang_deploy.profile.fields import AbsPath, Pin
-
-# sglang-router 0.3.2's --policy choices (launch_router --help).
-ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 Seconds = Annotated[float, Field(gt=0)]
 
 
-def _router_policy(value: Any) -> Any:
-    if value not in ROUTER_POLICIES:
-        raise ValueError(f"unknown policy {value!r} (sglang-router 0.3.2 knows {', '.join(ROUTER_POLICIES)})")
-    return value
-
-
 def _router_pins(pins: list[str]) -> list[str]:
-    if not any(pin.partition("==")[0].replace("_", "-").lower() == "sglang-router" for pin in pins):
-        raise ValueError(f"exact pins (name==version) including sglang-router, got {pins}")
+    gateway_pin(pins)  # ValueError: no gateway pinned, or two
     return pins
 
 
@@ -48,12 +40,23 @@ def _words(value: Any) -> Any:
     return shlex.split(value) if isinstance(value, str) else value
 
 
-RouterPolicy = Annotated[str, AfterValidator(_router_policy)]
 # A number of nodes: a count, or a percentage of the run's serving nodes ("25%").
 NodeCount = Annotated[int | str, BeforeValidator(count_or_percent, json_schema_input_type=int | str)]
 NodeCountOrOff = Annotated[
     int | str, BeforeValidator(lambda v: count_or_percent(v, minimum=0), json_schema_input_type=int | str)
 ]
+
+
+def _apt_pin(value: Any) -> Any:
+    if not isinstance(value, str) or not APT_PIN.fullmatch(value):
+        raise ValueError(f"a Debian package pinned as name=version, got {value!r}")
+    return value
+
+
+# A Debian package name (Debian Policy 5.6.1) and version (5.6.12), as apt-get install takes them.
+APT_PIN = re.compile(r"[a-z0-9][a-z0-9+.-]+=[0-9][A-Za-z0-9.+~:-]*")
+
+AptPin = Annotated[str, AfterValidator(_apt_pin)]
 RouterPins = Annotated[list[Pin], AfterValidator(_router_pins)]
 Words = Annotated[list[str], BeforeValidator(_words, json_schema_input_type=str | list[str])]
 
@@ -156,6 +159,16 @@ class ModelStaging(_Group):
         description="Models with `source: {huggingface: ...}` are downloaded on the node by this huggingface_hub, "
         "in a venv of its own under sglang_deploy_dir (hf-venv), never the engine's.",
     )
+    model_keep_previous: bool = Field(
+        True,
+        description="A new model is staged beside the served one and swapped in by the restart, after preflight; "
+        "the old weights stay (`<dir>.sglang-deploy-previous`) until the new configuration is recorded as the "
+        "last known good, so a rollback renames them back. That needs room for both copies (the new model's "
+        "changed files): where the disk has not, staging is refused before anything is touched. `false` "
+        "replaces the weights in place instead: the old ones are removed first when both do not fit, the new "
+        "ones swapped in as soon as they are verified. Trade-off: no weight rollback (a rollback restarts the "
+        "old configuration on the new weights), and a server that dies before the copy ends cannot start.",
+    )
 
 
 class Deploys(_Group):
@@ -215,9 +228,10 @@ class Connection(_Group):
 class Fleet(_Group):
     """Fleets: SGLang's router in front of the serving nodes (sglang_deploy/plan/fleet.py)"""
 
-    role: Literal["router"] | None = Field(
+    role: Literal["router", "monitoring"] | None = Field(
         None,
-        description="`router`: the host runs SGLang's router (so does every host of the inventory's `routers` group).",
+        description="`router`: the host runs SGLang's router (so does every host of the inventory's `routers` "
+        "group); `monitoring`: it runs Prometheus over the fleet (so does every host of the `monitoring` group).",
     )
     fleet_address: str | None = Field(
         None,
@@ -229,16 +243,22 @@ class Router(_Group):
     """The router (on router hosts)"""
 
     router_packages: RouterPins = Field(
-        ["sglang-router==0.3.2"],
-        description="The router's exact pins (including sglang-router), in a venv of its own, installed from "
-        "router_find_links or from the index.",
+        ["smg==1.13.0"],
+        description="The router's exact pins: one gateway (`smg==<version>`, or `sglang-router==<version>`, its "
+        "last release under that name being 0.3.2) and any others, in a venv of their own, installed from "
+        "router_find_links or from the index. The gateway's flag names come from its version's option list "
+        "(sglang_deploy/plan/router_options/): a flag the version lacks stops the run at plan time.",
     )
     router_find_links: str | None = Field(
         None,
         description="A directory of wheels on the controller (relative: to the repository), uploaded and installed "
         "from (`make router-wheels`); unset: the package index.",
     )
-    router_venv: AbsPath = Field("/opt/sglang-router/venv", description="The router's venv on its host.")
+    router_venv: AbsPath | None = Field(
+        None,
+        description="The router's venv on its host; unset: `/opt/sglang-router/venvs/<gateway>-<version>`, one "
+        "per gateway version, so a new pin is built beside the running one and the unit moves to it on restart.",
+    )
     router_python: str = Field(
         "python3", min_length=1, description="The interpreter that creates the router's venv."
     )
@@ -250,8 +270,18 @@ class Router(_Group):
         29000,
         description="The router's Prometheus exporter (the router will not start when this port is taken).",
     )
-    router_policy: RouterPolicy = Field(
-        "round_robin", description=f"One of sglang-router's policies: {', '.join(ROUTER_POLICIES)}."
+    router_health_check_port: Port | None = Field(
+        29001,
+        description="smg's dedicated probe port (`--health-check-port`): /readiness and /health served on a "
+        "runtime of their own, which the router's gate asks. null: none (sglang-router 0.3.2 has no such "
+        "flag: set null when pinning it).",
+    )
+    router_policy: str = Field(
+        "round_robin",
+        min_length=1,
+        description="The gateway's load-balancing policy: one of its version's `--policy` choices (smg 1.13.0: "
+        "random, round_robin, passthrough, cache_aware, power_of_two, least_load, manual, consistent_hashing, "
+        "prefix_hash; sglang-router 0.3.2: random, round_robin, cache_aware, power_of_two, manual).",
     )
     router_health_check_interval_s: int = Field(
         2,
@@ -268,12 +298,54 @@ class Router(_Group):
     router_health_success_threshold: int = Field(
         1, ge=1, description="Passed health checks in a row before the router sends a worker requests again."
     )
+    router_retry_max_retries: int = Field(
+        5,
+        ge=1,
+        description="Attempts of one request across workers (1: no retry). Rendered always, like "
+        "every retry, circuit-breaker and health setting: the gateways' own defaults move between versions.",
+    )
+    router_retry_initial_backoff_ms: int = Field(50, ge=0, description="Backoff before the first retry.")
+    router_retry_max_backoff_ms: int = Field(30000, ge=0, description="Longest backoff between retries.")
+    router_retry_backoff_multiplier: float = Field(1.5, ge=1, description="Backoff growth per retry.")
+    router_retry_jitter_factor: float = Field(
+        0.2, ge=0, le=1, description="Share of a backoff drawn at random (0 to 1)."
+    )
+    router_cb_failure_threshold: int = Field(
+        10, ge=1, description="Failed requests to a worker (within the window) that open its circuit breaker."
+    )
+    router_cb_success_threshold: int = Field(
+        3, ge=1, description="Successes in the half-open state that close a worker's circuit breaker again."
+    )
+    router_cb_timeout_s: int = Field(
+        60,
+        ge=1,
+        description="Seconds an open circuit breaker waits before trying the worker again (half-open).",
+    )
+    router_cb_window_s: int = Field(
+        120, ge=1, description="Seconds of the sliding window the circuit breaker counts failures in."
+    )
+    router_drain_settle_s: int = Field(
+        5,
+        ge=0,
+        description="smg: seconds a worker taken out of rotation stays listed as Draining (no new requests, in-flight "
+        "ones finish) before it is removed, set per worker (PATCH /workers) before its removal; the node's own "
+        "drain (/get_load, rolling_drain_timeout_s) follows. sglang-router 0.3.2 removes at once.",
+    )
+    router_shutdown_grace_s: int = Field(
+        60,
+        ge=1,
+        description="Seconds a stopping router finishes its requests in flight (`--shutdown-grace-period-secs`; smg "
+        'answers /readiness 503 "draining" meanwhile); the unit\'s TimeoutStopSec is 15 s longer.',
+    )
     router_extra_args: Words = Field(
         [],
-        description='Extra arguments for sglang_router.launch_router, e.g. `["--retry-max-retries", "3"]`.',
+        description='Extra arguments for the gateway\'s launcher, e.g. `["--log-level", "debug"]`; each flag '
+        "checked against the pinned version's option list.",
     )
     router_gate_timeout_s: Seconds = Field(
-        120, description="How long the router's gate waits for /readiness 200 and every worker healthy."
+        120,
+        description="How long the router's gate waits for /readiness 200 (on router_health_check_port when set) "
+        "and every worker healthy.",
     )
 
 
@@ -363,6 +435,40 @@ class Canary(_Group):
     )
 
 
+class Monitoring(_Group):
+    """Monitoring: Prometheus over the fleet, a node exporter on every host (sglang_deploy/plan/monitoring.py)"""
+
+    node_exporter: bool = Field(
+        True,
+        description="Install and run Prometheus' node exporter (node_exporter_packages) on this host, after its "
+        "other steps; the monitoring host scrapes it.",
+    )
+    node_exporter_packages: list[AptPin] = Field(
+        ["prometheus-node-exporter=1.5.0-1+b6"],
+        description="The node exporter's distribution package, pinned (`name=version`, Debian bookworm's).",
+    )
+    node_exporter_port: Port = Field(9100, description="The port the node exporter listens on.")
+    prometheus_packages: list[AptPin] = Field(
+        ["prometheus=2.42.0+ds-5+deb12u1"],
+        description="Prometheus' distribution package on monitoring hosts, pinned (`name=version`, Debian "
+        "bookworm's; its promtool checks every configuration before it is installed).",
+    )
+    prometheus_port: Port = Field(9090, description="The port Prometheus listens on (monitoring hosts).")
+    prometheus_scrape_interval_s: int = Field(
+        15, ge=1, description="Seconds between two scrapes of a target (and between two rule evaluations)."
+    )
+    prometheus_rule_files: list[str] = Field(
+        ["templates/prometheus/sglang-alerts.rules.yml"],
+        description="Alert rule files on the controller (relative: to the repository), installed under "
+        "/etc/prometheus/rules/; one that does not exist is skipped, said in the run's output.",
+    )
+    prometheus_ready_timeout_s: Seconds = Field(
+        60,
+        description="After a restart or reload, how long Prometheus may take to answer /-/ready 200 (and to "
+        "report the new configuration loaded); the node exporter gets as long to answer /metrics.",
+    )
+
+
 # In docs/settings.md's order.
 GROUPS = (
     WhatToServe,
@@ -377,6 +483,7 @@ GROUPS = (
     Router,
     RollingRestarts,
     Canary,
+    Monitoring,
 )
 
 

@@ -2,6 +2,7 @@
 dates can be compared: `reports/manifests/<host>/<UTC time>.json` (and `latest.json`).
 
     python -m sglang_deploy.report.manifest diff A.json B.json   # exit 1 when they differ
+    python -m sglang_deploy.report.manifest diff                 # every host's latest, by profile
 """
 
 from __future__ import annotations
@@ -52,13 +53,38 @@ def diff(a: dict, b: dict) -> list[str]:
     return lines
 
 
+def fleet_diff(directory=MANIFESTS_DIR) -> list[str]:
+    """Every host's latest manifest against the first host (by name) of the same profile:
+    lines saying how each differs; a profile's hosts with none run the same distributions."""
+    latest = {}
+    for path in sorted(Path(directory).glob("*/latest.json")):
+        entry = json.loads(path.read_text())
+        latest.setdefault(entry.get("profile"), []).append(entry)
+    lines = []
+    for profile, entries in sorted(latest.items(), key=lambda item: str(item[0])):
+        first = entries[0]
+        for other in entries[1:]:
+            found = diff(first, other)
+            lines += [f"{profile}: {first['host']} vs {other['host']}: {line}" for line in found]
+        hosts = ", ".join(e["host"] for e in entries)
+        size = len(first["distributions"])
+        print(f"{profile}: {len(entries)} host(s) ({hosts}), {size} distributions each in {first['host']}'s")
+    return lines
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("diff",))
-    parser.add_argument("a", type=Path)
-    parser.add_argument("b", type=Path)
+    parser.add_argument("a", type=Path, nargs="?", help="a manifest (none: every host's latest)")
+    parser.add_argument("b", type=Path, nargs="?")
+    parser.add_argument("--dir", type=Path, default=MANIFESTS_DIR, help="where the manifests are kept")
     args = parser.parse_args(argv)
-    found = diff(json.loads(args.a.read_text()), json.loads(args.b.read_text()))
+    if args.a is None:
+        found = fleet_diff(args.dir)
+    elif args.b is None:
+        parser.error("two manifests, or none (every host's latest)")
+    else:
+        found = diff(json.loads(args.a.read_text()), json.loads(args.b.read_text()))
     print("\n".join(found) if found else "same distributions, versions and RECORDs")
     return 1 if found else 0
 

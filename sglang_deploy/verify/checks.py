@@ -14,6 +14,7 @@ module of its subject (a new subject: a new module, named in SUBJECTS):
 - engine_checks: engine drift, the engine venv that runs, model files
 - lock_checks: the engine venv holds exactly its lock
 - gpu_checks: GPUs, links, ACS, IOMMU, the node's settings
+- passport_checks: the node's hardware passport, alone and against its peers
 
 Every check's detail and data pass through the profile's Redactor: node output (journal lines,
 a gate report's cause, a script's message, a file's values) never carries a secret value into a
@@ -31,7 +32,7 @@ from sglang_deploy.verify.verdict import Check
 __all__ = ["REGISTRY", "SUBJECTS", "host_checks", "last_passed", "verify_check"]
 
 # The subjects, in the table's column order (within one, the order of its functions).
-SUBJECTS = ("service_checks", "env_checks", "engine_checks", "lock_checks", "gpu_checks")
+SUBJECTS = ("service_checks", "env_checks", "engine_checks", "lock_checks", "gpu_checks", "passport_checks")
 for _subject in SUBJECTS:
     importlib.import_module(f"sglang_deploy.verify.{_subject}")  # registers its checks
 REGISTRY.sort(key=lambda entry: SUBJECTS.index(entry.function.__module__.rsplit(".", 1)[1]))

@@ -20,10 +20,12 @@ import sys
 from pathlib import Path
 
 from sglang_deploy.cli import exit_on_deploy_error
+from sglang_deploy.plan.fleet import is_monitoring, serves
 from sglang_deploy.plan.host_plan import plan_for
 from sglang_deploy.plan.hosts import inventory_hosts, testinfra_host
 from sglang_deploy.plan.serving_group import profile_of, resolve_checked
 from sglang_deploy.verify import checks, layout
+from sglang_deploy.verify.monitoring_summary import monitoring_lines, monitoring_report
 from sglang_deploy.verify.redact import Redactor
 from sglang_deploy.verify.registry import redactor
 from sglang_deploy.verify.router_summary import is_router, router_lines, router_report
@@ -84,7 +86,7 @@ def verdict(report):
     return f"failed ({count})" if count else "ok"
 
 
-def report_lines(reports, routers, width, wide=False, secrets=None):
+def report_lines(reports, routers, width, wide=False, secrets=None, monitors=()):
     """What the summary prints, every line redacted: the full table (``wide``), or the overview
     and one block per host fitted to ``width``; then what is not ok."""
     secrets = secrets or Redactor()
@@ -106,6 +108,8 @@ def report_lines(reports, routers, width, wide=False, secrets=None):
     lines += ([""] if problems and not wide else []) + problems
     if routers:
         lines += ["", *router_lines(routers, width, wide, secrets)]
+    if monitors:
+        lines += ["", *monitoring_lines(monitors, width, wide, secrets)]
     return lines
 
 
@@ -125,19 +129,24 @@ def main(argv=None):
         reports = [
             host_report(name, data, members.get(name), secrets)
             for name, data in everything
-            if (not limit or name in limit) and not is_router(data)
+            if (not limit or name in limit) and serves(data)
         ]
         routers = [
             router_report(name, data, everything)
             for name, data in everything
             if (not limit or name in limit) and is_router(data)
         ]
-    for line in report_lines(reports, routers, layout.terminal_width(), args.wide, secrets):
+        monitors = [
+            monitoring_report(name, data, everything)
+            for name, data in everything
+            if (not limit or name in limit) and is_monitoring(data)
+        ]
+    for line in report_lines(reports, routers, layout.terminal_width(), args.wide, secrets, monitors):
         print(line)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(secrets.text(json.dumps(reports + routers, indent=2)) + "\n")
-    return 1 if any(failed(r) for r in reports + routers) else 0
+        Path(args.json).write_text(secrets.text(json.dumps(reports + routers + monitors, indent=2)) + "\n")
+    return 1 if any(failed(r) for r in reports + routers + monitors) else 0
 
 
 if __name__ == "__main__":

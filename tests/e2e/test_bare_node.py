@@ -1,9 +1,11 @@
 """From a bare OS to serving, on the sandbox's bare node (`sandbox.py up --nodes 3 --bare 1`:
-node3 has no python3-venv, curl, pciutils, rsync, iproute2 or model directory): an unsupported
-OS is refused with nothing changed; the deploy installs the OS prerequisites with apt, stages
-the model from the controller, then serves, and `make verify` passes; a re-run changes nothing and makes no apt call.
+node3 has no python3-venv, curl, pciutils, rsync, iproute2 or model directory), with no route
+to the Python package index (its names resolve to a closed port): an unsupported OS is refused
+with nothing changed; the deploy installs the OS prerequisites with apt, the engine from the
+controller's wheelhouse, stages the model from the controller, then serves, and `make verify`
+passes; a re-run changes nothing and makes no apt call.
 
-    E2E_NODES=3 E2E_SANDBOX_ARGS="--bare 1" /work/wt/e2e-locked -m e2e tests/e2e/test_bare_node.py -q -s
+    python3 sandbox/sandbox.py up --nodes 3 --bare 1 && python3 -m pytest -m e2e tests/e2e/test_bare_node.py -q -s
 """
 
 import json
@@ -36,6 +38,13 @@ echo "$(date +%s.%N) start $(basename "$0") $*" >> {APT_LOG}
 echo "$(date +%s.%N) end $(basename "$0")" >> {APT_LOG}
 exit $status
 """
+# The Python package index, unreachable from the node (apt's mirror stays reachable).
+NO_INDEX = "127.0.0.1 pypi.org files.pythonhosted.org  # sglang-deploy e2e: no index\n"
+INDEX_PROBE = (
+    'python3 -c "import socket\n'
+    "try:\n socket.create_connection(('pypi.org', 443), 5); print('reachable')\n"
+    "except OSError as e:\n print('unreachable', e)\""
+)
 STEP = re.compile(r"--> Starting operation: (?:.+ \| )?(.+?)\s*$")  # without the recipe's name
 
 
@@ -76,6 +85,7 @@ def bare(profile_dir):
     assert all_nodes[NODE].get("bare") is True, "boot with: sandbox.py up --nodes 3 --bare 1"
     for tool in ("apt-get", "apt"):
         ssh(NODE, f"cat > /usr/local/sbin/{tool} && chmod 755 /usr/local/sbin/{tool}", stdin=APT_SHIM)
+    ssh(NODE, "grep -q 'no index' /etc/hosts || cat >> /etc/hosts", stdin=NO_INDEX)
     profile = write_profile(
         profile_dir,
         "bare",
@@ -85,7 +95,9 @@ def bare(profile_dir):
           disable_acs: true
         """,
     )
-    return {NODE: profile}
+    yield {NODE: profile}
+    # Later modules may need the index; rewritten in place (nspawn may bind-mount /etc/hosts).
+    ssh(NODE, "grep -v 'sglang-deploy e2e: no index' /etc/hosts > /root/hosts; cat /root/hosts > /etc/hosts")
 
 
 def test_node_boots_bare(bare):
@@ -97,6 +109,10 @@ def test_node_boots_bare(bare):
         "test -e /models || echo no-models",
     )
     assert missing.split() == ["python3-venv", "curl", "pciutils", "rsync", "iproute2", "no-models"]
+
+
+def test_the_node_has_no_route_to_the_python_index(bare):
+    assert ssh(NODE, INDEX_PROBE).startswith("unreachable"), "the bare node must provision offline"
 
 
 def test_unsupported_os_stops_before_anything_changes(bare):
@@ -132,8 +148,10 @@ def test_bare_node_to_serving_and_verified(bare, served):
     calls = apt_calls()
     assert [args.split()[-1] for _, _, args in calls if "update" in args.split()] == ["update"]
     installs = [args for _, _, args in calls if " install " in f" {args} "]
+    # The OS prerequisites; no node exporter in a sandbox without a monitoring node.
     assert len(installs) == 1 and "python3-venv" in installs[0] and "pciutils" in installs[0]
     assert ssh(NODE, "systemctl is-active sglang.service").strip() == "active"
+    assert ssh(NODE, INDEX_PROBE).startswith("unreachable")  # served with no index all along
     assert ssh(NODE, f"systemctl is-enabled {ACS_UNIT}").strip() == "enabled"
     assert "no PCI bridges: nothing to clear" in ssh(NODE, f"journalctl -o cat -u {ACS_UNIT}")
     manifest = json.loads(ssh(NODE, "cat /models/tiny-standin/.sglang-deploy-manifest.json"))

@@ -61,7 +61,10 @@ def staged():
     wipe(NODE)
     # Back to the directory the node image pre-creates (config files, no shard, no manifest),
     # whatever earlier deploys staged into it: staged over.
-    ssh(NODE, f"rm -rf {MANIFEST} {MODEL}/{SHARD} {MODEL}.sglang-deploy-staging")
+    ssh(
+        NODE,
+        f"rm -rf {MANIFEST} {MODEL}/{SHARD} {MODEL}.sglang-deploy-staging {MODEL}.sglang-deploy-previous",
+    )
     assert ssh(NODE, f"test -f {MODEL}/config.json && echo yes").strip() == "yes"
     run = deploy({NODE: "sandbox"}, limit=NODE)
     assert run.returncode == 0, run.output[-5000:]
@@ -178,3 +181,61 @@ def test_an_interrupted_copy_resumes_and_the_old_model_serves_meanwhile(staged, 
     assert {"extra-1.bin", "extra-2.bin", SHARD} <= after
     assert ssh(NODE, f"ls -d {MODEL}.sglang-deploy-staging 2>/dev/null || true").strip() == ""
     assert serving()
+
+
+def test_a_new_revision_that_fails_its_gate_rolls_back_to_the_old_weights(staged, profile_dir, tmp_path):
+    """A new model revision whose start fails its gate: the staged weights are swapped in only
+    by the restart cycle, after preflight; the gate fails; the rollback renames the old weights
+    back (the manifest's digest is the old one) and the node serves them again."""
+    from sglang_deploy.node import model_manifest
+
+    converged = deploy({NODE: "sandbox"}, limit=NODE)
+    assert converged.returncode == 0, converged.output[-5000:]
+    old = model_manifest.digest(node_manifest())
+    newer = tmp_path / "tiny-standin-v3"
+    shutil.copytree(REPO_ROOT / "sandbox/models/tiny-standin", newer)
+    (newer / "extra-3.bin").write_bytes(os.urandom(1 << 20))
+    failing = write_profile(
+        profile_dir,
+        "staging-v3-crash",
+        f"""
+        extends: {{profiles}}/sandbox.yml
+        model:
+          source: {{{{controller: {newer}}}}}
+        env:
+          SGLANG_STANDIN_FAIL: cuda-oom
+    """,
+    )
+    run = deploy({NODE: failing}, limit=NODE)
+    assert run.returncode != 0, run.output[-5000:]
+    assert f"model: {MODEL} swapped in" in run.output, run.output[-5000:]  # by the cycle, after preflight
+    assert "rolled back: serving" in run.output, run.output[-5000:]
+    assert "renamed back" in run.output, run.output[-5000:]
+    assert model_manifest.digest(node_manifest()) == old, "the rollback serves the new weights"
+    assert "extra-3.bin" not in ssh(NODE, f"ls {MODEL}")
+    assert serving()
+    # The new weights wait, staged, for a retry (nothing to copy again); no previous copy left.
+    assert "extra-3.bin" in ssh(NODE, f"ls {MODEL}.sglang-deploy-staging")
+    assert ssh(NODE, f"ls -d {MODEL}.sglang-deploy-previous 2>/dev/null || true").strip() == ""
+    # The same revision without the fault: swapped in, recorded, the old weights gone.
+    good = write_profile(
+        profile_dir,
+        "staging-v3",
+        f"""
+        extends: {{profiles}}/sandbox.yml
+        model:
+          source: {{{{controller: {newer}}}}}
+    """,
+    )
+    run = deploy({NODE: good}, limit=NODE)
+    assert run.returncode == 0, run.output[-5000:]
+    assert copies(run.output) == (0, 0), run.output[-3000:]  # staged already: nothing copied
+    assert "extra-3.bin" in {e["path"] for e in node_manifest()["files"]}
+    leftovers = ssh(NODE, f"ls -d {MODEL}.sglang-deploy-* 2>/dev/null || true").strip()
+    assert leftovers == "", leftovers
+    shown = ssh(
+        NODE, "python3 /opt/sglang-deploy/node/lastgood.py show --dir /var/lib/sglang-deploy/sglang/last-good"
+    )
+    recorded = result.parse(shown.splitlines())["manifest"]
+    assert recorded["models"][MODEL] == model_manifest.digest(node_manifest())
+    assert deploy({NODE: "sandbox"}, limit=NODE).returncode == 0

@@ -3,7 +3,7 @@
 a follower that cannot reach rank 0, a change that moves the dist-init port, and what a naive
 stop of a follower costs.
 
-    E2E_NODES=3 E2E_SANDBOX_ARGS="--bare 1" /work/wt/e2e-locked -m e2e tests/e2e/test_serving_group.py -q -s
+    python3 sandbox/sandbox.py up --nodes 3 --bare 1 && python3 -m pytest -m e2e tests/e2e/test_serving_group.py -q -s
 """
 
 import json

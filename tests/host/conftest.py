@@ -17,12 +17,14 @@ from dataclasses import dataclass
 import pytest
 import testinfra
 
-from sglang_deploy.plan.fleet import is_router
+from sglang_deploy.plan.fleet import is_monitoring, is_router, serves
 from sglang_deploy.plan.fleet_hosts import router_plan
 from sglang_deploy.plan.host_plan import NodePlan, plan_for
 from sglang_deploy.plan.hosts import inventory_hosts, testinfra_host
+from sglang_deploy.plan.monitoring import monitoring_plan
 from sglang_deploy.plan.serving_group import profile_of, resolve_checked
 from sglang_deploy.verify.checks import REGISTRY
+from sglang_deploy.verify.monitoring_checks import MONITORING_REGISTRY
 from sglang_deploy.verify.pytest_redaction import ReportRedaction
 from sglang_deploy.verify.redact import Redactor
 from sglang_deploy.verify.router_checks import ROUTER_REGISTRY
@@ -60,18 +62,29 @@ def _hosts_in_limit(config):
 
 
 def pytest_ignore_collect(collection_path, config):
-    """No router in the run: no router checks at all (rather than a line of skips)."""
+    """No router (monitoring host) in the run: no router (monitoring) checks at all (rather
+    than a line of skips)."""
     if collection_path.name == "test_router_host.py":
         return not any(is_router(data) for _, data in _hosts_in_limit(config)[1])
+    if collection_path.name == "test_monitoring_host.py":
+        return not any(is_monitoring(data) for _, data in _hosts_in_limit(config)[1])
     return None
 
 
 def pytest_generate_tests(metafunc):
+    if "monitoring" in metafunc.fixturenames:
+        everything, in_limit = _hosts_in_limit(metafunc.config)
+        hosts = [
+            (name, monitoring_plan(name, everything), data) for name, data in in_limit if is_monitoring(data)
+        ]
+        metafunc.parametrize("monitoring_spec", hosts, ids=[h[0] for h in hosts], scope="session")
+    if "monitoring_check" in metafunc.fixturenames:
+        metafunc.parametrize("monitoring_check", MONITORING_REGISTRY, ids=[c.id for c in MONITORING_REGISTRY])
     if "node" in metafunc.fixturenames or "router" in metafunc.fixturenames:
         everything, in_limit = _hosts_in_limit(metafunc.config)
         # Router hosts have their own checks (tests/host/test_router_host.py).
         wanted = "router" in metafunc.fixturenames
-        hosts = [(name, data) for name, data in in_limit if is_router(data) == wanted]
+        hosts = [(name, data) for name, data in in_limit if (is_router if wanted else serves)(data)]
         if wanted:
             hosts = [
                 (name, router_plan(name, everything), data)
@@ -105,4 +118,10 @@ def node(node_spec):
 @pytest.fixture(scope="session")
 def router(router_spec):
     name, plan, data = router_spec
+    return name, testinfra_host(data), plan
+
+
+@pytest.fixture(scope="session")
+def monitoring(monitoring_spec):
+    name, plan, data = monitoring_spec
     return name, testinfra_host(data), plan

@@ -74,9 +74,15 @@ def test_unknown_router_policy_fails_naming_it():
         router_settings("r1", router_data(router_policy="fastest"))
 
 
-def test_router_pins_must_name_sglang_router_exactly():
-    with pytest.raises(DeployError, match="router_packages"):
-        router_settings("r1", router_data(router_packages=["sglang-router>=0.3"]))
+def test_router_pins_must_name_one_gateway_exactly():
+    for pins in (
+        ["sglang-router>=0.3"],
+        ["smg"],
+        ["requests==2.32.3"],
+        ["smg==1.13.0", "sglang-router==0.3.2"],
+    ):
+        with pytest.raises(DeployError, match="router_packages"):
+            router_settings("r1", router_data(router_packages=pins))
 
 
 def test_router_port_clashes_fail_before_anything_runs():
@@ -88,7 +94,7 @@ def test_router_port_clashes_fail_before_anything_runs():
         router_plan("r1", hosts)
     with pytest.raises(DeployError, match="is its SSH port"):
         check_ports([router_settings("r1", router_data(router_port=22))], [], {"r1": 22})
-    two = [("r1", router_data()), ("r2", router_data(router_prometheus_port=29001))]
+    two = [("r1", router_data()), ("r2", router_data(router_prometheus_port=29002))]
     with pytest.raises(DeployError, match="router r1's router_port"):
         router_plan("r2", two)
     with pytest.raises(DeployError, match="r2: router_prometheus_port 29000 clashes"):
@@ -102,20 +108,25 @@ def test_router_unit_lists_every_serving_node():
     hosts = [
         ("n2", node_data(ssh_hostname="10.0.0.12")),
         ("n1", node_data()),
-        ("r1", router_data(router_policy="cache_aware", router_extra_args=["--retry-max-retries", "3"])),
+        ("r1", router_data(router_policy="cache_aware", router_extra_args=["--log-level", "debug"])),
     ]
     plan = router_plan("r1", hosts)
     assert plan.worker_urls == ["http://10.0.0.11:30000", "http://10.0.0.12:30000"]
     exec_start = next(line for line in plan.unit_text.splitlines() if line.startswith("ExecStart="))
     assert exec_start == (
-        "ExecStart=/opt/sglang-router/venv/bin/python -m sglang_router.launch_router --host 0.0.0.0 "
+        "ExecStart=/opt/sglang-router/venvs/smg-1.13.0/bin/python -m smg.launch_router --host 0.0.0.0 "
         "--port 30000 --policy cache_aware --prometheus-host 0.0.0.0 --prometheus-port 29000 "
+        "--health-check-port 29001 --shutdown-grace-period-secs 60 "
+        "--retry-max-retries 5 --retry-initial-backoff-ms 50 --retry-max-backoff-ms 30000 "
+        "--retry-backoff-multiplier 1.5 --retry-jitter-factor 0.2 "
+        "--cb-failure-threshold 10 --cb-success-threshold 3 --cb-timeout-duration-secs 60 "
+        "--cb-window-duration-secs 120 "
         "--health-check-endpoint /health "
         "--health-check-interval-secs 2 --health-check-timeout-secs 5 --health-failure-threshold 3 "
-        "--health-success-threshold 1 --retry-max-retries 3 "
+        "--health-success-threshold 1 --log-level debug "
         "--worker-urls http://10.0.0.11:30000 http://10.0.0.12:30000"
     )
-    assert "sglang-router==0.3.2" in plan.unit_text
+    assert "smg==1.13.0" in plan.unit_text and "TimeoutStopSec=75" in plan.unit_text
     # The same inventory in another order renders the same unit: no spurious restart.
     assert router_plan("r1", list(reversed(hosts))).unit_text == plan.unit_text
     assert plan.gate("/opt/sglang-deploy/node").count("--worker ") == 2
@@ -172,10 +183,12 @@ def test_parse_workers():
             "total": 2,
         }
     )
-    assert parse_workers(answer) == {
-        "http://127.0.0.1:30001": {"id": "u1", "healthy": True, "load": 2},
-        "http://127.0.0.1:30002": {"id": "u2", "healthy": False, "load": 0},
-    }
+    found = parse_workers(answer)
+    assert sorted(found) == ["http://127.0.0.1:30001", "http://127.0.0.1:30002"]
+    assert [(w["id"], w["healthy"], w["load"], w["routable"]) for w in found.values()] == [
+        ("u1", True, 2, True),
+        ("u2", False, 0, False),
+    ]
     for bad in ('{"total": 0}', '{"workers": [{"id": "x"}]}'):
         with pytest.raises(ValueError):
             parse_workers(bad)

@@ -121,25 +121,27 @@ def test_unreachable_node_mid_rollout_stops_it_naming_the_node():
     assert any("rollout stopped at n1 (n1 became unreachable" in m for m in later.logged)
 
 
-def test_router_refusal_restarts_nothing_later():
+@pytest.mark.parametrize(
+    "outcome, cause",
+    [
+        (
+            "router_unreachable",
+            "router http://10.0.0.5:30000: unreachable: nothing was taken out of rotation",
+        ),
+        (
+            "last_in_rotation",
+            "router http://10.0.0.5:30000: http://10.0.0.11:30000 is the last routable worker of tiny "
+            "(http://10.0.0.12:30000 pending): nothing was taken out of rotation",
+        ),
+    ],
+)
+def test_router_refusal_restarts_nothing_later(outcome, cause):
     refused = FakeHost(
         "n1",
-        lambda c: (
-            False,
-            Output(
-                [
-                    line(
-                        status=11,
-                        outcome="router_unreachable",
-                        restored=True,
-                        cause="router http://10.0.0.5:30000: unreachable: nothing was taken out of rotation",
-                    )
-                ]
-            ),
-        ),
+        lambda c: (False, Output([line(status=11, outcome=outcome, restored=True, cause=cause)])),
     )
     assert rotate(refused) is False
-    assert any("nothing was taken out of rotation" in m for m in refused.logged)
+    assert any(f"rollout refused: {cause}" in m for m in refused.logged)
     later = FakeHost("n2", restored)
     rotate(later)
     assert later.commands == ["python3 lastgood.py restore"]

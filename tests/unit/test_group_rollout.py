@@ -1,5 +1,6 @@
 """Serving groups in a fleet (operations/group.py `_lead`): `rolling_batch` groups restart at a
-time, and once the rollout stopped a later group restarts nothing."""
+time, the groups that serve nothing start together first, and once the rollout stopped a later
+group restarts nothing."""
 
 from types import SimpleNamespace
 
@@ -82,4 +83,112 @@ def test_after_a_failed_group_the_next_restarts_nothing_and_its_files_go_back(le
     assert leads(["g1", "g2"], failing=("g1",)) == [False, False]
     assert EVENTS == [("start", "g1"), ("end", "g1"), ("restore", "g2")]
     ok, text = fresh_run.group_verdicts["g2"]
-    assert not ok and text.startswith("not restarted: rollout stopped at group g1 (g1 done)")
+    assert not ok and text.startswith("not restarted: rollout stopped at rank0-of-g1 (group g1: g1 done)")
+
+
+ACTIVE = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running"}
+STOPPED = {"LoadState": "loaded", "ActiveState": "inactive", "SubState": "dead"}
+ROUTER = "http://10.0.0.9:30000"
+
+
+class FactLeader(Leader):
+    """A group's rank 0 whose facts say its unit is ``unit`` and how the router lists it."""
+
+    current_op_hash = "group-restart-op"
+
+    def __init__(self, name, unit, router):
+        super().__init__(name)
+        self.unit, self.router = unit, router
+
+    def get_fact(self, cls, **kwargs):
+        from sglang_deploy.facts.fleet import ServingView
+
+        if cls is ServingView:
+            return {"routers": {ROUTER: self.router}, "ping": self.unit is ACTIVE, "last_good": True}
+        return self.unit
+
+
+@pytest.fixture
+def group_waves(monkeypatch, caplog):
+    """Every group's rank 0 runs _lead at once in one pyinfra run of the given pool size."""
+    EVENTS.clear()
+    monkeypatch.setattr(group, "Group", FakeGroup)
+
+    def run(leaders, batch=1, models=None, failing=()):
+        FakeGroup.failing = failing
+        names = [leader.name for leader in leaders]
+        monkeypatch.setattr(group, "_restarting", lambda state, op_hash: names)
+        state = SimpleNamespace(
+            inventory=SimpleNamespace(get_active_hosts=lambda: [SimpleNamespace(name=n) for n in names]),
+            pool=SimpleNamespace(size=len(names) * 2),
+        )
+        shared = group.run_state.of(state)
+        members = {}
+        for i, leader in enumerate(leaders, 1):
+            name = f"g{i}"
+            members[leader.name] = SimpleNamespace(group=name, is_leader=True, label=lambda name=name: name)
+            members[f"follower-of-{name}"] = SimpleNamespace(group=name, is_leader=False)
+            scripts = SimpleNamespace(unit="sglang.service", last_good_dir="/var/lib/x")
+            shared.group_plans[name] = {leader.name: SimpleNamespace(scripts=scripts)}
+        shared.members = members
+        data = {**deploy_defaults(), "rolling_batch": batch}
+        models = models or {name: "m" for name in members}
+        jobs = [
+            gevent.spawn(
+                group._lead,
+                state,
+                leader,
+                members[leader.name],
+                True,
+                5.0,
+                rotation=Rotation(
+                    f"http://{leader.name}:30000",
+                    30000,
+                    [ROUTER],
+                    rolling_settings(data),
+                    model="m",
+                    fleet_models=tuple(sorted(models.items())),
+                ),
+            )
+            for leader in leaders
+        ]
+        with caplog.at_level("INFO"):
+            gevent.joinall(jobs, raise_error=True)
+        return [job.get() for job in jobs], caplog.text
+
+    return run
+
+
+def test_groups_that_serve_nothing_start_together_then_the_serving_ones_roll(group_waves):
+    leaders = [
+        FactLeader("a0", ACTIVE, "healthy"),
+        FactLeader("b0", STOPPED, "absent"),
+        FactLeader("c0", STOPPED, "absent"),
+        FactLeader("d0", ACTIVE, "healthy"),
+    ]
+    ok, said = group_waves(leaders)
+    assert ok == [True] * 4
+    order = [(kind, name) for kind, name in EVENTS if kind in ("start", "end")]
+    assert order[:2] == [("start", "g2"), ("start", "g3")], "the stopped groups start together, first"
+    assert {name for _, name in order[2:4]} == {"g2", "g3"}
+    assert order[4:] == [("start", "g1"), ("end", "g1"), ("start", "g4"), ("end", "g4")]
+    assert (
+        "serving groups (by rank 0): first wave (serving nothing: b0 unit stopped, c0 unit stopped)" in said
+    )
+    assert "then rolling 1 at a time: a0 | d0" in said
+
+
+def test_a_fresh_fleet_of_groups_starts_at_once(group_waves):
+    leaders = [FactLeader(f"r{i}", STOPPED, "absent") for i in range(3)]
+    ok, _ = group_waves(leaders)
+    assert ok == [True] * 3
+    assert [kind for kind, _ in EVENTS if kind in ("start", "end")] == ["start"] * 3 + ["end"] * 3
+
+
+def test_a_group_that_is_the_last_serving_its_model_is_not_restarted_after_a_failed_first_wave(
+    group_waves,
+):
+    leaders = [FactLeader("a0", STOPPED, "absent"), FactLeader("b0", ACTIVE, "healthy")]
+    ok, _ = group_waves(leaders, failing=("g1",))
+    assert ok == [False, False]
+    assert ("start", "g2") not in EVENTS, "b0's group serves the model alone: it must stay in rotation"

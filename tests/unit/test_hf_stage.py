@@ -63,6 +63,12 @@ def test_a_pinned_revision_is_staged_with_its_manifest(tmp_path):
     code, cause, details = hf_stage.stage(hub, REPO, COMMIT, live, token=TOKEN)
     assert (code, cause, details["changed"]) == (status.READY, None, True)
     assert hub.downloads == [(REPO, COMMIT, TOKEN)]
+    # Staged and verified beside the live directory: the restart cycle swaps it in.
+    assert not os.path.exists(live) and model_stage.pending(live) is not None
+    again = FakeHub()  # a deploy killed before its restart: the next one downloads nothing
+    assert hf_stage.stage(again, REPO, COMMIT, live, token=TOKEN)[2] == {"changed": True, "pending": True}
+    assert again.downloads == []
+    assert model_stage.swap({live: {"huggingface": {"repo": REPO, "revision": COMMIT}}}) == [live]
     manifest = model_manifest.read(live)
     assert manifest["source"] == {"huggingface": {"repo": REPO, "revision": COMMIT}}
     assert sorted(e["path"] for e in manifest["files"]) == sorted(FILES)
@@ -81,6 +87,8 @@ def test_a_symlinked_model_directory_is_downloaded_beside_its_target_and_the_lin
     os.symlink(str(target), str(link))
     code, cause, _ = hf_stage.stage(FakeHub(), REPO, COMMIT, str(link), token=TOKEN)
     assert (code, cause) == (status.READY, None)
+    assert os.path.isdir(str(target) + model_stage.STAGING_SUFFIX)
+    model_stage.swap({str(link): None})
     assert os.path.islink(link) and os.readlink(link) == str(target)
     assert model_manifest.read(str(target))["source"]["huggingface"]["revision"] == COMMIT
     assert sorted(os.listdir(tmp_path / "models")) == ["tiny"]  # nothing staged beside the link
@@ -101,9 +109,9 @@ def test_a_full_disk_is_named_before_any_download(tmp_path, monkeypatch):
     monkeypatch.setattr(model_stage, "free_bytes", lambda path: 1000)
     code, cause, _ = hf_stage.stage(hub, REPO, COMMIT, live)
     assert code == status.NO_SPACE and hub.downloads == []
-    assert cause.startswith("needs 0.00 GB, 0.00 GB free on ") and cause.endswith(
-        ":" + str(tmp_path / "models")
-    )
+    assert cause.startswith("needs 0.00 GB, 0.00 GB free on ")
+    assert ":%s: the new weights are staged beside" % (tmp_path / "models") in cause
+    assert "`model_keep_previous: false`" in cause
 
 
 def test_a_download_that_does_not_match_the_hub_is_not_swapped_in(tmp_path):

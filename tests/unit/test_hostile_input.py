@@ -24,7 +24,7 @@ from test_render import parse_exec_line
 
 from sglang_deploy.errors import DeployError, ProfileError
 from sglang_deploy.facts.serving import ModelState
-from sglang_deploy.node import model_manifest
+from sglang_deploy.node import model_manifest, model_stage
 from sglang_deploy.node.lib import result
 from sglang_deploy.operations import model as model_ops
 from sglang_deploy.plan import model_sources as model_sources
@@ -343,6 +343,7 @@ def run_on_node(commands, cwd):
 def model_source(tmp_path, monkeypatch):
     cache = tmp_path / "cache"  # the manifest cache: this test's own
     monkeypatch.setattr(model_ops, "local_manifest", lambda d: model_sources.local_manifest(d, cache))
+    monkeypatch.setattr(model_ops, "_swap_mode", lambda in_group: (False, False))  # the default setting
     source = tmp_path / "controller" / "model"
     for name, text in HOSTILE_FILES.items():
         (source / name).parent.mkdir(parents=True, exist_ok=True)
@@ -366,6 +367,7 @@ def stage(tmp_path, source, node_dir, hub=None):
     with ctx_host.use(fake):
         commands = list(model_ops.model_staged._inner(target, str(NODE_SCRIPTS), hub=hub))
     run_on_node(commands, shell_cwd)
+    model_stage.swap({str(node_dir): None})  # the restart cycle's model step
     assert list(shell_cwd.iterdir()) == [], "a hostile name ran in the node's shell"
     return commands, fake
 
@@ -394,7 +396,8 @@ def test_restaging_a_hostile_directory_replaces_only_what_changed(tmp_path, mode
     assert len(fake.noops) == 1 and "matches its manifest" in fake.noops[0]
 
 
-def test_the_hub_token_directory_is_quoted(tmp_path):
+def test_the_hub_token_directory_is_quoted(tmp_path, monkeypatch):
+    monkeypatch.setattr(model_ops, "_swap_mode", lambda in_group: (False, False))
     run_dir = tmp_path / "run $(touch pwned) dir"
     run_dir.mkdir()
     hub = HubClient(python="python3", run_dir=str(run_dir), token="hf_secret")

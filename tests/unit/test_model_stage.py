@@ -1,5 +1,6 @@
-"""Staging on the node (node/model_stage.py): the live directory changes only by one swap of a
-complete, verified staging directory; live files the new manifest lists unchanged are kept."""
+"""Staging on the node (node/model_stage.py): the live directory changes only by the restart
+cycle's swap of a complete, verified staging directory (the old weights kept beside it); live
+files the new manifest lists unchanged are kept."""
 
 import json
 import os
@@ -83,14 +84,27 @@ def test_finish_refuses_an_incomplete_copy_and_leaves_the_live_model(tmp_path):
     assert sorted(os.listdir(staged)) == [model_manifest.MANIFEST_NAME, "config.json", "shard-1"]
 
 
-def test_finish_swaps_a_verified_copy_into_place(tmp_path):
+def test_finish_verifies_and_the_swap_keeps_the_old_weights(tmp_path):
     live = staged_v1(tmp_path)
     start_staging(live, manifest_of(tmp_path, V2))
     model_stage.seed(str(live))
     write_files(tmp_path / "models" / "m.sglang-deploy-staging", {"shard-2": V2["shard-2"]})
     assert model_stage.finish(str(live)) == []
+    assert (live / "shard-2").read_bytes() == V1["shard-2"]  # verified, not swapped in
+    assert model_stage.swap({str(live): None}) == [str(live)]
     assert (live / "shard-2").read_bytes() == V2["shard-2"]
     assert model_manifest.check(str(live), deep=True)[0] == []
+    assert sorted(os.listdir(tmp_path / "models")) == ["m", "m.sglang-deploy-previous"]
+    assert (tmp_path / "models" / "m.sglang-deploy-previous" / "shard-2").read_bytes() == V1["shard-2"]
+
+
+def test_finish_in_place_swaps_at_once_and_keeps_nothing(tmp_path):
+    live = staged_v1(tmp_path)
+    start_staging(live, manifest_of(tmp_path, V2))
+    model_stage.seed(str(live))
+    write_files(tmp_path / "models" / "m.sglang-deploy-staging", {"shard-2": V2["shard-2"]})
+    assert model_stage.finish(str(live), in_place=True) == []
+    assert (live / "shard-2").read_bytes() == V2["shard-2"]
     assert sorted(os.listdir(tmp_path / "models")) == ["m"]
 
 
@@ -99,6 +113,7 @@ def test_finish_stages_into_a_directory_that_did_not_exist(tmp_path):
     start_staging(live, manifest_of(tmp_path, V1))
     write_files(tmp_path / "models" / "new.sglang-deploy-staging", V1)
     assert model_stage.finish(str(live)) == []
+    assert model_stage.swap({str(live): None}) == [str(live)]
     assert model_manifest.check(str(live), deep=True) == ([], model_manifest.read(str(live)))
 
 
@@ -133,6 +148,8 @@ def test_a_symlinked_model_directory_is_staged_at_its_target_and_the_link_stays(
     link, target = linked_v1(tmp_path)
     code = stage_through(tmp_path, link, V2, lambda d: model_stage.main(["finish", "--dir", d]))
     assert code == 0 and result.parse(capsys.readouterr().out.splitlines())["status"] == 0
+    assert model_stage.main(["swap", "--want-json", json.dumps({str(link): None})]) == 0
+    assert result.parse(capsys.readouterr().out.splitlines())["swapped"] == [str(link)]
     assert os.path.islink(link) and os.readlink(link) == str(target)
     found = model_stage.state(str(link))
     assert found["target"] == str(target) and found["staging"] == str(target) + ".sglang-deploy-staging"
@@ -140,10 +157,14 @@ def test_a_symlinked_model_directory_is_staged_at_its_target_and_the_link_stays(
         "shard-2"
     ]
     assert sorted(os.listdir(tmp_path / "models")) == ["m"]  # nothing staged beside the link
-    assert sorted(os.listdir(target.parent)) == ["m"]  # the old copy gone, staging swapped in
-    assert model_stage.state(str(link))["digest"] == model_manifest.digest(manifest_of(tmp_path, V2))
+    # Staging swapped in, the old copy kept beside the target until recorded.
+    assert sorted(os.listdir(target.parent)) == ["m", "m.sglang-deploy-previous"]
+    v2 = model_manifest.digest(manifest_of(tmp_path, V2))
+    assert model_stage.state(str(link))["digest"] == v2
+    assert model_stage.forget_previous(str(link), v2) and sorted(os.listdir(target.parent)) == ["m"]
     # And again (another revision later): the link still stands.
-    assert stage_through(tmp_path, link, V1, model_stage.finish) == [] and os.path.islink(link)
+    assert stage_through(tmp_path, link, V1, model_stage.finish) == []
+    assert model_stage.swap({str(link): None}) == [str(link)] and os.path.islink(link)
     assert (link / "shard-2").read_bytes() == V1["shard-2"]
 
 
@@ -154,7 +175,7 @@ def test_a_link_an_earlier_release_left_as_the_old_copy_is_removed_not_followed(
     start_staging(live, manifest_of(tmp_path, V2))
     model_stage.seed(str(live))
     write_files(tmp_path / "models" / "m.sglang-deploy-staging", {"shard-2": V2["shard-2"]})
-    assert model_stage.finish(str(live)) == []
+    assert model_stage.finish(str(live)) == [] and model_stage.swap({str(live): None}) == [str(live)]
     assert (live / "shard-2").read_bytes() == V2["shard-2"]
     assert (elsewhere / "shard-2").read_bytes() == V1["shard-2"]  # what the old link pointed at is kept
     assert not os.path.lexists(str(live) + model_stage.OLD_SUFFIX)
@@ -162,14 +183,16 @@ def test_a_link_an_earlier_release_left_as_the_old_copy_is_removed_not_followed(
 
 def test_any_error_still_ends_with_a_result_line_and_its_cause(tmp_path, capsys, monkeypatch):
     live = staged_v1(tmp_path)
-    start_staging(live, manifest_of(tmp_path, V1))
-    model_stage.seed(str(live))  # complete: finish gets as far as the swap
+    start_staging(live, manifest_of(tmp_path, V2))
+    model_stage.seed(str(live))
+    write_files(tmp_path / "models" / "m.sglang-deploy-staging", {"shard-2": V2["shard-2"]})
+    assert model_stage.finish(str(live)) == []  # verified: the swap gets as far as its renames
 
     def full(*args):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(model_stage.os, "rename", full)
-    assert model_stage.main(["finish", "--dir", str(live)]) == status.UNEXPECTED
+    assert model_stage.main(["swap", "--want-json", json.dumps({str(live): None})]) == status.UNEXPECTED
     found = result.parse(capsys.readouterr().out.splitlines())
     assert found["result"] == "UNEXPECTED"
     assert found["cause"] == "unexpected error: OSError: [Errno 28] No space left on device"

@@ -135,6 +135,7 @@ def test_node_scripts_hand_the_cycle_their_own_command_lines():
         "save": scripts.save_last_good({"hook": "/site/sglang_deploy_env.py"}),
         "restore": scripts.restore_last_good(),
         "decode": scripts.decode_check(),
+        "model": scripts.model_swap(),  # the profile stages its model: swapped in after the switch
     }
 
 

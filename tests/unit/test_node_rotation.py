@@ -43,6 +43,12 @@ class FakeServer(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+@pytest.fixture(autouse=True)
+def peer_routable(router):  # noqa: F811
+    """The node's peer (the same model) routable: the node may leave rotation."""
+    FakeRouter.workers["http://10.0.0.12:30000"]["is_healthy"] = True
+
+
 @pytest.fixture
 def server():
     FakeServer.in_flight, FakeServer.loads_seen, FakeServer.unread = [2, 1, 0], 0, (404, b"")

@@ -36,7 +36,7 @@ class FakeRouter(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.workers[body["url"]] = {"id": f"id-{len(self.workers)}", "is_healthy": True}
+        self.workers[body["url"]] = {"id": f"id-{len(self.workers)}", "is_healthy": True, "model_id": "tiny"}
         self._send(202, {"status": "accepted"})
 
     def do_DELETE(self):
@@ -51,8 +51,8 @@ class FakeRouter(BaseHTTPRequestHandler):
 @pytest.fixture
 def router():
     FakeRouter.workers = {
-        "http://10.0.0.11:30000": {"id": "a", "is_healthy": True},
-        "http://10.0.0.12:30000": {"id": "b", "is_healthy": False},
+        "http://10.0.0.11:30000": {"id": "a", "is_healthy": True, "model_id": "tiny"},
+        "http://10.0.0.12:30000": {"id": "b", "is_healthy": False, "model_id": "tiny"},
     }
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeRouter)
     threading.Thread(target=server.serve_forever, daemon=True).start()

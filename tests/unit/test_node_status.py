@@ -30,6 +30,8 @@ def test_status_values_are_distinct_and_described(capsys):
         status.MODEL_MISMATCH,
         status.NO_SPACE,
         status.HUB_ERROR,
+        status.TARGETS_DOWN,
+        status.RELOAD_FAILED,
     ]
     assert len(set(codes)) == len(codes) and status.READY == 0 and status.USAGE == 2
     assert set(codes) == set(status.DESCRIPTIONS)

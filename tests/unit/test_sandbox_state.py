@@ -292,6 +292,20 @@ def test_router_nodes_come_after_the_serving_ones(tmp_path):
     assert sandbox.main(["up", "--nodes", "2", "--routers", "10"]) == 1
 
 
+def test_monitoring_nodes_come_after_the_routers(tmp_path, monkeypatch):
+    nodes = [sandbox.node_record(i, tmp_path) for i in (1, 2, 3, 4)]
+    roles = [n["role"] for n in sandbox.with_roles(nodes, 2, routers=1)]
+    assert roles == ["node", "node", "router", "monitoring"]
+    assert [n["role"] for n in sandbox.with_roles(nodes, 2, routers=0)] == ["node", "node"] + [
+        "monitoring"
+    ] * 2
+    seen = []
+    monkeypatch.setattr(sandbox, "cmd_up", lambda *args: seen.append(args))
+    assert sandbox.main(["up", "--nodes", "3", "--routers", "1", "--monitoring", "1"]) == 0
+    assert seen == [(3, 0, 1, False, 1)]
+    assert sandbox.main(["up", "--nodes", "2", "--monitoring", "10"]) == 1
+
+
 # -- the sudo login (`up --sudo-user`) ---------------------------------------------------------
 
 
@@ -359,4 +373,4 @@ def test_up_takes_the_sudo_user_from_its_flag_or_the_environment(monkeypatch):
     assert sandbox.main(["up", "--nodes", "2"]) == 0
     monkeypatch.setenv("SANDBOX_SUDO_USER", "0")
     assert sandbox.main(["up", "--nodes", "2"]) == 0
-    assert seen == [(2, 0, 0, True), (2, 0, 0, True), (2, 0, 0, False)]
+    assert seen == [(2, 0, 0, True, 0), (2, 0, 0, True, 0), (2, 0, 0, False, 0)]

@@ -358,6 +358,18 @@ def test_sudo_and_a_disagreeing_sudo_key_are_refused(tmp_path):
         hosts.gpu_hosts(path)
 
 
+def test_sudo_set_where_pyinfra_does_not_read_it_is_refused_before_any_host_is_touched():
+    """--data sudo=true or group data: pyinfra would log in without sudo."""
+    for data in ({"sudo": True}, {"sudo": "true"}, {"sudo": "True", "ssh_user": "ubuntu"}):
+        with pytest.raises(DeployError, match="use pyinfra's --sudo, or `sudo: true`"):
+            hosts.check_sudo_applies(data)
+    hosts.check_sudo_applies({"sudo": True, "_sudo": True})  # hosts.yml, the sandbox's state
+    hosts.check_sudo_applies({"sudo": True}, sudo_everywhere=True)  # pyinfra --sudo
+    hosts.check_sudo_applies({"sudo": False})
+    hosts.check_sudo_applies({"sudo": "false"})  # --data sudo=false
+    hosts.check_sudo_applies({})
+
+
 def test_a_sandbox_node_recorded_with_sudo_is_reached_as_its_login_user_with_sudo(tmp_path):
     import json
 

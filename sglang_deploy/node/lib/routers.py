@@ -1,14 +1,22 @@
-"""SGLang's router (sglang-router 0.3.2) as seen through its worker API, from a node or a router
-host. Standard library only.
+"""SGLang's gateway (smg 1.x, or sglang-router 0.3.2) as seen through its worker API, from a
+node or a router host. Standard library only.
 
-    GET    /workers              {"workers": [{"id", "url", "is_healthy", "load", ...}], ...}
-    POST   /workers {"url": U}   queues an addition  -> {"status": "accepted", "worker_id"}
-    DELETE /workers/<id>         queues a removal    -> {"status": "accepted", ...}
-    GET    /readiness            200 once a worker is healthy, else 503
+    GET    /workers              {"workers": [{"id", "url", "model_id", "is_healthy", "load",
+                                  "status" (smg only: pending, ready, not_ready, failed,
+                                  draining), "labels" (smg)}], ...}
+    POST   /workers {"url": U}   queues an addition  -> 202 {"status": "accepted", "worker_id"}
+                                  (smg: 409 while U is still listed, draining included)
+    PATCH  /workers/<id>         smg: queues an update of labels, health (drain_settle_secs)...
+    DELETE /workers/<id>         queues a removal    -> 202; smg lists a ready worker as
+                                  "draining" (not routable) for its drain_settle_secs, then
+                                  removes it; sglang-router removes it at once
+    GET    /readiness            200 once a worker is healthy, else 503 (smg: also 503
+                                  {"reason": "draining"} while the gateway itself stops)
     GET    /health               200 "OK" while the router runs
 
-Additions and removals are queued: ``wait_for`` polls /workers until the router's view is the
-one asked for.
+Additions, updates and removals are queued: ``wait_for`` polls /workers until the router's
+view is the one asked for. A router whose /workers carries ``status`` has worker states:
+it is drained through Draining (``take_out``).
 """
 
 import json
@@ -17,6 +25,8 @@ import urllib.error
 import urllib.request
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# The label a drain's PATCH carries: the router lists it once the update is applied.
+DRAIN_LABEL = "sglang_deploy_drain"
 
 
 class RouterError(Exception):
@@ -32,12 +42,45 @@ def parse_workers(payload):
     for worker in data["workers"]:
         if not isinstance(worker, dict) or "url" not in worker:
             raise ValueError("not a /workers answer: a worker without 'url'")
+        healthy = bool(worker.get("is_healthy"))
+        state = worker.get("status")
         found[normal_url(worker["url"])] = {
             "id": worker.get("id"),
-            "healthy": bool(worker.get("is_healthy")),
+            "healthy": healthy,
             "load": worker.get("load"),
+            "model": worker.get("model_id"),
+            # smg: only "ready" is routable; sglang-router routes to every healthy worker.
+            "state": state if isinstance(state, str) else ("healthy" if healthy else "unhealthy"),
+            "states": isinstance(state, str),
+            "routable": state == "ready" if isinstance(state, str) else healthy,
+            "labels": worker.get("labels") or {},
         }
     return found
+
+
+def state_of(seen):
+    """How a router lists one worker: "absent", "healthy", "draining", "unhealthy", ..."""
+    if seen is None:
+        return "absent"
+    if seen["routable"]:
+        return "healthy"
+    return seen["state"] if seen["states"] and seen["state"] != "ready" else "unhealthy"
+
+
+def last_routable(listed, worker_url):
+    """Why ``worker_url`` must not leave this router now: it is routable and every other
+    worker of its model it lists is not (taking it out would leave the model none to route
+    to); None otherwise. A model with no other worker listed has no capacity to protect."""
+    mine = listed.get(normal_url(worker_url))
+    if mine is None or not mine["routable"]:
+        return None
+    peers = {
+        url: w for url, w in listed.items() if url != normal_url(worker_url) and w["model"] == mine["model"]
+    }
+    if not peers or any(w["routable"] for w in peers.values()):
+        return None
+    others = ", ".join("%s %s" % (url, state_of(w)) for url, w in sorted(peers.items()))
+    return "%s is the last routable worker of %s (%s)" % (worker_url, mine["model"], others)
 
 
 def normal_url(url):
@@ -78,17 +121,45 @@ class Router:
         except ValueError as exc:
             raise RouterError("router %s: %s" % (self.url, exc)) from None
 
-    def remove(self, worker_url):
-        """Queue the removal of ``worker_url``; False when the router does not list it."""
+    def remove(self, worker_url, settle_s=None, timeout=30.0):
+        """Queue the removal of ``worker_url``; False when the router does not list it. On a
+        router with worker states and ``settle_s`` given, first set how long it stays listed
+        Draining (PATCH, confirmed by a label the update carries) so the removal drains."""
         listed = self.workers().get(normal_url(worker_url))
         if listed is None:
             return False
+        if settle_s is not None and listed["states"]:
+            self.set_drain_settle(worker_url, listed["id"], settle_s, timeout)
         code, text = self._call("DELETE", "/workers/%s" % listed["id"])
         if code not in (200, 202):
             raise RouterError(
                 "router %s: removing %s answered %d: %s" % (self.url, worker_url, code, text[:200])
             )
         return True
+
+    def set_drain_settle(self, worker_url, worker_id, settle_s, timeout, interval=0.1):
+        """PATCH the worker's drain_settle_secs and wait until the update is applied: updates
+        are queued like removals, and a removal that ran first would drain for the old time.
+        The update's label says it landed (smg merges labels and the health settings in one
+        rebuild of the worker)."""
+        mark = "%d-%.6f" % (settle_s, time.time())
+        body = {"health": {"drain_settle_secs": int(settle_s)}, "labels": {DRAIN_LABEL: mark}}
+        code, text = self._call("PATCH", "/workers/%s" % worker_id, body)
+        if code not in (200, 202):
+            raise RouterError(
+                "router %s: PATCH of %s answered %d: %s" % (self.url, worker_url, code, text[:200])
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = self.workers().get(normal_url(worker_url))
+            if seen is None or seen["labels"].get(DRAIN_LABEL) == mark:
+                return
+            if time.monotonic() >= deadline:
+                raise RouterError(
+                    "router %s: the drain settle time of %s was not applied after %.0fs"
+                    % (self.url, worker_url, timeout)
+                )
+            time.sleep(interval)
 
     def add(self, worker_url):
         code, text = self._call("POST", "/workers", {"url": normal_url(worker_url)})
@@ -98,15 +169,17 @@ class Router:
             )
 
     def wait_for(self, worker_url, want, timeout, interval=0.25):
-        """Poll until the router lists ``worker_url`` as ``want`` ("absent" or "healthy");
+        """Poll until the router lists ``worker_url`` as ``want``: "absent", "healthy"
+        (routable), or "out" (absent or draining: the router sends it nothing new);
         RouterError naming what it saw when ``timeout`` passes."""
         deadline = time.monotonic() + timeout
         while True:
             seen = self.workers().get(normal_url(worker_url))
-            if (want == "absent" and seen is None) or (want == "healthy" and seen and seen["healthy"]):
+            state = state_of(seen)
+            if state == want or (want == "out" and state in ("absent", "draining")):
                 return
             if time.monotonic() >= deadline:
-                state = "not listed" if seen is None else ("healthy" if seen["healthy"] else "unhealthy")
+                state = "not listed" if seen is None else state
                 raise RouterError(
                     "router %s: %s still %s after %.0fs (waited for %s)"
                     % (self.url, worker_url, state, timeout, want)

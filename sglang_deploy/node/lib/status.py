@@ -36,6 +36,8 @@ NO_SYSTEMD = 21
 MODEL_MISMATCH = 30
 NO_SPACE = 31
 HUB_ERROR = 32
+TARGETS_DOWN = 40
+RELOAD_FAILED = 41
 
 DESCRIPTIONS = {
     READY: "success (gate: the server is ready; restart/workers: done, all checks passed)",
@@ -63,6 +65,8 @@ DESCRIPTIONS = {
     MODEL_MISMATCH: "a model directory's files do not match its manifest (missing, truncated, altered)",
     NO_SPACE: "not enough free disk for the model being staged",
     HUB_ERROR: "the Hugging Face Hub refused the model's repo or revision (its answer is the cause)",
+    TARGETS_DOWN: "a scrape target Prometheus should scrape is not up (down, not scraped yet, or not listed)",
+    RELOAD_FAILED: "Prometheus did not load its configuration again (it keeps serving the one before)",
 }
 
 NAMES = {

@@ -44,3 +44,19 @@ dist.destroy_process_group()
 ls /sys/class/iommu > "$out/sys_class_iommu_h200.txt" 2>&1
 cat /proc/cmdline > "$out/cmdline_h200.txt"
 command -v lspci > "$out/lspci_h200.txt" 2>&1 || echo "lspci: command not found" > "$out/lspci_h200.txt"
+
+# The hardware passport's sources (node/passport.py), one `-q` and the sections it holds, each
+# kept with the header line; on that node the passport's tools took: nvidia-smi -q 0.12-0.13 s,
+# dmesg < 0.01 s, python3's start 0.08-0.10 s (lspci, setpci, journalctl absent).
+$smi -q > "$out/nvidia_smi_q_h200.txt"
+for d in ROW_REMAPPER PAGE_RETIREMENT PERFORMANCE PCIE; do  # PCIE: refused by driver 580
+    $smi -q -d $d > "$out/nvidia_smi_q_d_$(echo $d | tr A-Z a-z)_h200.txt" 2>&1
+done
+$smi --query-gpu=index,name,pci.bus_id,pstate,pcie.link.gen.current,pcie.link.gen.max,pcie.link.gen.gpumax,pcie.link.gen.hostmax,pcie.link.width.current,pcie.link.width.max,clocks_event_reasons.active,remapped_rows.pending,remapped_rows.failure,retired_pages.pending \
+    --format=csv > "$out/query_gpu_pcie_h200.csv"
+for d in /sys/bus/pci/devices/*; do
+    for f in vendor class current_link_speed max_link_speed current_link_width max_link_width numa_node; do
+        if [ -e "$d/$f" ]; then echo "$d/$f: $(cat "$d/$f" 2>&1)"; else echo "$d/$f: (absent)"; fi
+    done
+done > "$out/sys_pci_devices_h200.txt"
+dmesg > "$out/dmesg_h200_no_xid.txt" 2>&1

@@ -26,6 +26,7 @@ import urllib.parse
 from http import HTTPStatus
 
 from sglang.srt.entrypoints import openai_api
+from sglang.srt.observability.metrics_collector import EngineMetrics
 from sglang.srt.sandbox.knobs import Knobs
 from sglang.srt.sandbox.textgen import Generator
 from sglang.srt.server_args import ServerArgs
@@ -73,7 +74,17 @@ class ServerState:
         self.scheduler_infos = scheduler_infos
         self.created = int(time.time())
         now = time.monotonic()
-        self.generator = Generator(knobs.tokens_per_second)
+        capacity = scheduler_infos[0] if scheduler_infos else {}
+        # SGLang makes its collectors only with --enable-metrics; /metrics is mounted only then.
+        self.metrics = EngineMetrics(server_args.served_model_name) if server_args.enable_metrics else None
+        self.generator = Generator(
+            knobs.tokens_per_second,
+            max_running_requests=capacity.get("max_running_requests", 4096),
+            max_total_num_tokens=capacity.get("max_total_num_tokens", 1 << 40),
+            metrics=self.metrics,
+        )
+        if self.metrics is not None:
+            self.metrics.emit_constants(self.generator.max_total_num_tokens, context_len)
         self.backend = openai_api.Backend(
             served_model_name=server_args.served_model_name,
             context_len=context_len,
@@ -161,7 +172,7 @@ class ServerState:
             info.update({k: v for k, v in self.scheduler_infos[0].items() if k != "status"})
         info["internal_states"] = [
             {
-                "last_gen_throughput": self.backend.last_gen_throughput,
+                "last_gen_throughput": self.generator.last_gen_throughput,
                 "memory_usage": {
                     "weight": 0.0,
                     "kvcache": 0.0,
@@ -176,44 +187,14 @@ class ServerState:
         return info
 
     def load(self) -> list:
-        return [{"dp_rank": 0, "num_reqs": self.generator.running, "num_waiting_reqs": 0, "num_tokens": 0}]
-
-    def metrics(self) -> str:
-        labels = (
-            f'model_name="{self.server_args.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="0"'
-        )
         g = self.generator
-        rows = [
-            (
-                "sglang:prompt_tokens_total",
-                "counter",
-                "Number of prefill tokens processed.",
-                g.prompt_tokens_total,
-            ),
-            (
-                "sglang:generation_tokens_total",
-                "counter",
-                "Number of generation tokens processed.",
-                g.generation_tokens_total,
-            ),
-            ("sglang:num_requests_total", "counter", "Number of requests processed.", g.num_requests),
-            ("sglang:num_running_reqs", "gauge", "The number of running requests.", g.running),
-            ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", 0),
-            (
-                "sglang:gen_throughput",
-                "gauge",
-                "The generation throughput (token/s).",
-                self.backend.last_gen_throughput,
-            ),
+        return [
+            {"dp_rank": 0, "num_reqs": g.running, "num_waiting_reqs": g.queued, "num_tokens": g.used_tokens}
         ]
-        out = []
-        for name, kind, help_text, value in rows:
-            out += [
-                f"# HELP {name} {help_text}",
-                f"# TYPE {name} {kind}",
-                f"{name}{{{labels}}} {float(value)}",
-            ]
-        return "\n".join(out) + "\n"
+
+    def metrics_text(self) -> str:
+        """/metrics: SGLang's families in Prometheus text format (only with --enable-metrics)."""
+        return self.metrics.exposition()
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -353,8 +334,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._json(200, state.load())
         if path == "/freeze_gc":
             return self._send(200, b"Garbage collection frozen.\n", "text/plain; charset=utf-8")
-        if path == "/metrics" and state.server_args.enable_metrics:
-            return self._send(200, state.metrics().encode(), "text/plain; version=0.0.4; charset=utf-8")
+        if path == "/metrics" and state.metrics is not None:
+            return self._send(200, state.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
         if path in ("/generate", "/v1/completions", "/v1/chat/completions"):
             return self._json(405, {"detail": "Method Not Allowed"})
         return self._json(404, {"detail": "Not Found"})

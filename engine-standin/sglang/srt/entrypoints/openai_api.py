@@ -73,7 +73,6 @@ class Backend:
         # SGLANG_STANDIN_FAIL=hang-warmup: the first forward pass never returns (what a
         # deadlocked first all-reduce looks like): no answer, no more log lines.
         self.hangs = hangs
-        self.last_gen_throughput = 0.0
         self.on_request = None  # called at the start of every generation request
 
     def prepare(self, prompt_tokens: int, max_new_tokens: Any) -> int:
@@ -114,15 +113,12 @@ class Backend:
             return
         self.generator.health_token()
 
-    def tokens(self, prompt_tokens: int, n: int, rid: Optional[str] = None) -> Iterator[str]:
-        start = time.monotonic()
-        count = 0
-        for token in self.generator.tokens(prompt_tokens, n, rid):
-            count += 1
-            yield token
-        elapsed = time.monotonic() - start
-        if count and elapsed > 0:
-            self.last_gen_throughput = count / elapsed
+    def tokens(
+        self, prompt_tokens: int, n: int, rid: Optional[str], stream: bool, received: float
+    ) -> Iterator[str]:
+        """The request's tokens; `received` is when the server got it (its time to first token
+        counts from there)."""
+        return self.generator.tokens(prompt_tokens, n, rid, stream=stream, created=received)
 
 
 def _prompt_tokens(prompt: Any) -> int:
@@ -150,6 +146,7 @@ def _token_id(token_index: int) -> int:
 # ---------------------------------------------------------------------- /generate
 def generate(backend: Backend, body: dict):
     """SGLang's native API: {"text": ..., "sampling_params": {"max_new_tokens": n}}."""
+    received = time.monotonic()
     text = body.get("text")
     input_ids = body.get("input_ids")
     params = body.get("sampling_params") or {}
@@ -162,7 +159,7 @@ def generate(backend: Backend, body: dict):
         if body.get("stream"):
             raise ApiError(400, "Batched streaming is not supported by the sandbox stand-in")
         prompts = text if isinstance(text, list) else input_ids
-        results = _generate_batch(backend, [_prompt_tokens(p) for p in prompts], max_new)
+        results = _generate_batch(backend, [_prompt_tokens(p) for p in prompts], max_new, received)
         return Json(200, results)
     if text is None and input_ids is None:
         raise ApiError(400, "Either text or input_ids should be provided.")
@@ -186,7 +183,7 @@ def generate(backend: Backend, body: dict):
 
         def events():
             out, ids = "", []
-            for i, token in enumerate(backend.tokens(prompt_tokens, n, rid)):
+            for i, token in enumerate(backend.tokens(prompt_tokens, n, rid, True, received)):
                 out += token
                 ids.append(_token_id(i))
                 yield {"text": out, "output_ids": list(ids), "meta_info": meta(i + 1, i + 1 == n)}
@@ -194,18 +191,18 @@ def generate(backend: Backend, body: dict):
                 yield {"text": "", "output_ids": [], "meta_info": meta(0, True)}
 
         return Stream(events())
-    tokens = list(backend.tokens(prompt_tokens, n, rid))
+    tokens = list(backend.tokens(prompt_tokens, n, rid, False, received))
     return Json(
         200,
         {"text": "".join(tokens), "output_ids": [_token_id(i) for i in range(n)], "meta_info": meta(n, True)},
     )
 
 
-def _generate_batch(backend: Backend, prompt_counts: list[int], max_new: Any) -> list:
+def _generate_batch(backend: Backend, prompt_counts: list[int], max_new: Any, received: float) -> list:
     """A batch decodes in lock-step: the same pace, one result per prompt."""
     ns = [backend.prepare(p, max_new) for p in prompt_counts]
     start = time.monotonic()
-    tokens = list(backend.tokens(sum(prompt_counts), max(ns, default=0)))
+    tokens = list(backend.tokens(sum(prompt_counts), max(ns, default=0), None, False, received))
     latency = round(time.monotonic() - start, 6)
     return [
         {
@@ -227,6 +224,7 @@ def _generate_batch(backend: Backend, prompt_counts: list[int], max_new: Any) ->
 
 # ---------------------------------------------------------------------- /v1/completions
 def completions(backend: Backend, body: dict):
+    received = time.monotonic()
     prompt = body.get("prompt")
     if isinstance(prompt, list) and prompt and all(isinstance(x, str) for x in prompt):
         prompt = prompt[0]  # one choice per request in the stand-in
@@ -240,7 +238,7 @@ def completions(backend: Backend, body: dict):
 
         def events():
             count = 0
-            for token in backend.tokens(prompt_tokens, n, rid):
+            for token in backend.tokens(prompt_tokens, n, rid, True, received):
                 count += 1
                 yield {
                     "id": rid,
@@ -283,7 +281,7 @@ def completions(backend: Backend, body: dict):
                 }
 
         return Stream(events())
-    text = "".join(backend.tokens(prompt_tokens, n, rid))
+    text = "".join(backend.tokens(prompt_tokens, n, rid, False, received))
     return Json(
         200,
         {
@@ -315,6 +313,7 @@ def _chat_prompt_tokens(messages: Any) -> int:
 
 
 def chat_completions(backend: Backend, body: dict):
+    received = time.monotonic()
     prompt_tokens = _chat_prompt_tokens(body.get("messages"))
     max_new = body.get("max_completion_tokens")
     if max_new is None:
@@ -339,7 +338,7 @@ def chat_completions(backend: Backend, body: dict):
         def events():
             yield chunk({"role": "assistant", "content": ""}, None)
             count = 0
-            for token in backend.tokens(prompt_tokens, n, rid):
+            for token in backend.tokens(prompt_tokens, n, rid, True, received):
                 count += 1
                 yield chunk({"content": token}, None)
             yield chunk({}, "length")
@@ -354,7 +353,7 @@ def chat_completions(backend: Backend, body: dict):
                 }
 
         return Stream(events())
-    text = "".join(backend.tokens(prompt_tokens, n, rid))
+    text = "".join(backend.tokens(prompt_tokens, n, rid, False, received))
     return Json(
         200,
         {

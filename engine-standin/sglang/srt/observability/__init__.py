@@ -1,0 +1,1 @@
+"""Prometheus metrics, as SGLang's sglang/srt/observability/ serves them."""

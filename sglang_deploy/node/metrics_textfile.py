@@ -1,0 +1,245 @@
+"""The deploy's own figures for Prometheus: a node exporter textfile collector file, so the alert
+rules (templates/prometheus/sglang-alerts.rules.yml) judge the figures the deploy judges.
+
+    python3 metrics_textfile.py --service NAME --engine-port P --history FILE --last-good-dir D
+        [--max-regression-pct X] [--min-decode-tok-s X] [--in-rotation yes|no]
+        [--drift-detected yes|no] [--pcie-json FILE] [--dir /var/lib/prometheus/node-exporter]
+
+Writes DIR/sglang-deploy-<service>.prom whole (a temporary file in DIR, flushed, renamed over
+it: the node exporter never reads half a file), mode 0644. The history and the last known good
+are read with decode_check.py's own functions: the figure a rule compares with is the baseline
+the next decode check will judge against. DIR defaults to Debian's
+prometheus-node-exporter textfile directory (its --collector.textfile.directory).
+
+Metrics (every one a gauge; every series has the labels service and engine_port, the port of
+the service's engine, which the rules match against the engine's scrape instance; a sample
+whose figure is not known is left out, so no rule fires on it):
+
+    sglang_deploy_decode_check_tokens_per_second      the latest decode check's median tok/s
+                                                      (the latest check that measured one)
+    sglang_deploy_decode_check_timestamp_seconds      when that check ran (Unix time)
+    sglang_deploy_decode_check_measured               1 when the latest check measured, else 0
+    sglang_deploy_decode_check_accepted               1 when the latest check was accepted
+    sglang_deploy_decode_check_change_pct             its change in % against the baseline it
+                                                      was judged against (absent without one)
+    sglang_deploy_last_good_decode_tokens_per_second  the last known good's figure: the latest
+                                                      accepted check of its profile
+    sglang_deploy_max_regression_pct                  the profile's throughput.max_regression_pct
+    sglang_deploy_min_decode_tokens_per_second        the profile's throughput.min_decode_tok_s
+    sglang_deploy_decode_check_info                   1, labels profile (the latest check's) and
+                                                      last_good_profile
+    sglang_deploy_in_rotation                         1 in every router's rotation, 0 out (when
+                                                      known)
+    sglang_deploy_drift_detected                      1 when the engine's files drifted from
+                                                      their wheels (drift.py), 0 clean (when known)
+    sglang_deploy_textfile_timestamp_seconds          when this file was written
+
+GPU links (--pcie-json FILE: a JSON list, one object per GPU, {"gpu": "0", "bus_id":
+"00000000:18:00.0", "gen_current": 4, "gen_max": 5, "width_current": 8, "width_max": 16}, as
+nvidia-smi's pcie.link.gen.current/max and pcie.link.width.current/max read them; a figure
+that is missing or null is "not checked" and leaves that GPU's link samples out):
+
+    sglang_deploy_gpu_pcie_link_gen{gpu,bus_id,state="current"|"max"}
+    sglang_deploy_gpu_pcie_link_width{gpu,bus_id,state="current"|"max"}
+    sglang_deploy_gpu_pcie_link_degraded{gpu,bus_id}  1 when the current generation or width is
+                                                      below its maximum, else 0
+
+Ends with the result line (result.py): {"path": the file written, "samples": how many}.
+Exit statuses: 0 written, 2 a bad command line or --pcie-json.
+"""
+
+import argparse
+import calendar
+import json
+import os
+import sys
+import tempfile
+import time
+
+if __package__:
+    from . import decode_check
+    from .lib import result, status
+else:  # run as a script: our scripts' directory is on sys.path
+    import decode_check
+    from lib import result, status
+
+# Debian's prometheus-node-exporter: ARGS="--collector.textfile.directory=/var/lib/prometheus/node-exporter".
+DEFAULT_DIR = "/var/lib/prometheus/node-exporter"
+PREFIX = "sglang_deploy_"
+
+HELP = {
+    "decode_check_tokens_per_second": "Median decode tok/s of the latest decode check that measured one.",
+    "decode_check_timestamp_seconds": "When that decode check ran (Unix time).",
+    "decode_check_measured": "1 when the latest decode check measured a figure, else 0.",
+    "decode_check_accepted": "1 when the latest decode check was accepted, else 0.",
+    "decode_check_change_pct": "The latest decode check's change in percent against its baseline.",
+    "last_good_decode_tokens_per_second": "The last known good's decode tok/s: the baseline of the next decode check.",
+    "max_regression_pct": "The profile's throughput.max_regression_pct.",
+    "min_decode_tokens_per_second": "The profile's throughput.min_decode_tok_s.",
+    "decode_check_info": "The profile of the latest decode check and the last known good's.",
+    "in_rotation": "1 when the node is in every router's rotation, 0 when out.",
+    "drift_detected": "1 when the engine's installed files differ from their wheels, else 0.",
+    "textfile_timestamp_seconds": "When the deploy wrote this file (Unix time).",
+    "gpu_pcie_link_gen": "PCIe link generation of the GPU, current and maximum.",
+    "gpu_pcie_link_width": "PCIe link width of the GPU, current and maximum.",
+    "gpu_pcie_link_degraded": "1 when the GPU's PCIe link trained below its maximum generation or width.",
+}
+
+
+class BadInput(ValueError):
+    pass
+
+
+def _escape(value):
+    return str(value).replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def _unix(stamp):
+    """decode_check.py's UTC time (2026-01-02T03:04:05Z) as Unix seconds, or None."""
+    try:
+        return float(calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")))
+    except (TypeError, ValueError):
+        return None
+
+
+def decode_samples(history, last_good_profile):
+    """(name, extra labels, value) of the decode check figures, from the history's entries."""
+    out = []
+    latest = history[-1] if history else None
+    measured = next((e for e in reversed(history) if e.get("decode_tok_s")), None)
+    if measured is not None:
+        out.append(("decode_check_tokens_per_second", {}, measured["decode_tok_s"]))
+        when = _unix(measured.get("time"))
+        if when is not None:
+            out.append(("decode_check_timestamp_seconds", {}, when))
+    if latest is not None:
+        out.append(("decode_check_measured", {}, 1 if latest.get("decode_tok_s") else 0))
+        out.append(("decode_check_accepted", {}, 1 if latest.get("accepted") else 0))
+        if latest.get("change_pct") is not None:
+            out.append(("decode_check_change_pct", {}, latest["change_pct"]))
+        info = {"profile": latest.get("profile") or "", "last_good_profile": last_good_profile or ""}
+        out.append(("decode_check_info", info, 1))
+    base = decode_check.baseline_of(history, last_good_profile)
+    if base is not None:
+        out.append(("last_good_decode_tokens_per_second", {}, base["decode_tok_s"]))
+    return out
+
+
+def pcie_samples(gpus):
+    """(name, extra labels, value) per GPU link from --pcie-json's list."""
+    if not isinstance(gpus, list):
+        raise BadInput("--pcie-json: a JSON list of GPUs")
+    out = []
+    for gpu in gpus:
+        if not isinstance(gpu, dict) or gpu.get("gpu") in (None, ""):
+            raise BadInput('--pcie-json: every entry is an object with a "gpu"')
+        labels = {"gpu": str(gpu["gpu"]), "bus_id": str(gpu.get("bus_id") or "")}
+        figures = {}
+        for key in ("gen_current", "gen_max", "width_current", "width_max"):
+            value = gpu.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise BadInput(
+                    "--pcie-json: GPU %s: %s is not a whole number: %r" % (labels["gpu"], key, value)
+                )
+            figures[key] = value
+        if None in figures.values():
+            continue  # not checked: no figure, no alert
+        for kind in ("gen", "width"):
+            for state in ("current", "max"):
+                out.append(("gpu_pcie_link_" + kind, dict(labels, state=state), figures[kind + "_" + state]))
+        degraded = (
+            figures["gen_current"] < figures["gen_max"] or figures["width_current"] < figures["width_max"]
+        )
+        out.append(("gpu_pcie_link_degraded", labels, 1 if degraded else 0))
+    return out
+
+
+def render(service, engine_port, samples):
+    """The file's text: HELP and TYPE once per metric, then its samples, labels sorted."""
+    by_name = {}
+    for name, labels, value in samples:
+        by_name.setdefault(name, []).append((labels, value))
+    lines = []
+    for name, rows in by_name.items():
+        metric = PREFIX + name
+        lines += ["# HELP %s %s" % (metric, HELP[name]), "# TYPE %s gauge" % metric]
+        for labels, value in rows:
+            labels = dict(labels, service=service, engine_port=str(engine_port))
+            pairs = ",".join('%s="%s"' % (k, _escape(labels[k])) for k in sorted(labels))
+            lines.append("%s{%s} %s" % (metric, pairs, repr(float(value))))
+    return "".join(line + "\n" for line in lines)
+
+
+def write_atomically(directory, name, text):
+    """``text`` into directory/name whole: a temporary file beside it, flushed, renamed over it."""
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + name + ".", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # the node exporter runs as its own user
+        path = os.path.join(directory, name)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _flag(value):
+    return {"yes": 1, "no": 0}[value]
+
+
+def collect(args, now=None):
+    history = decode_check.read_history(args.history)
+    good = decode_check.last_good_profile(args.last_good_dir)
+    samples = decode_samples(history, good)
+    if args.max_regression_pct is not None:
+        samples.append(("max_regression_pct", {}, args.max_regression_pct))
+    if args.min_decode_tok_s is not None:
+        samples.append(("min_decode_tokens_per_second", {}, args.min_decode_tok_s))
+    if args.in_rotation is not None:
+        samples.append(("in_rotation", {}, _flag(args.in_rotation)))
+    if args.drift_detected is not None:
+        samples.append(("drift_detected", {}, _flag(args.drift_detected)))
+    if args.pcie_json:
+        try:
+            with open(args.pcie_json) as f:
+                gpus = json.load(f)
+        except (OSError, ValueError) as e:
+            raise BadInput("--pcie-json: %s" % e)
+        samples += pcie_samples(gpus)
+    samples.append(("textfile_timestamp_seconds", {}, time.time() if now is None else now))
+    return samples
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--service", required=True)
+    p.add_argument("--engine-port", type=int, required=True)
+    p.add_argument("--history", required=True, help="decode_check.py's JSON lines")
+    p.add_argument("--last-good-dir", required=True)
+    p.add_argument("--max-regression-pct", type=float)
+    p.add_argument("--min-decode-tok-s", type=float)
+    p.add_argument("--in-rotation", choices=("yes", "no"))
+    p.add_argument("--drift-detected", choices=("yes", "no"))
+    p.add_argument("--pcie-json", help="the GPUs' PCIe links, as a JSON list")
+    p.add_argument("--dir", default=DEFAULT_DIR, help="the node exporter's textfile directory")
+    args = p.parse_args(argv)
+    try:
+        samples = collect(args)
+    except BadInput as e:
+        print("metrics textfile: %s" % e, file=sys.stderr)
+        return result.emit(status.USAGE, str(e))
+    path = write_atomically(
+        args.dir, "sglang-deploy-%s.prom" % args.service, render(args.service, args.engine_port, samples)
+    )
+    print("metrics textfile: %d samples in %s" % (len(samples), path), flush=True)
+    return result.emit(status.READY, path=path, samples=len(samples))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

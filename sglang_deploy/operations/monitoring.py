@@ -1,0 +1,159 @@
+"""Monitoring's operations: pinned distribution packages, a unit's drop-in, Prometheus'
+configuration checked by promtool before it replaces the running one, and the (re)start,
+reload and serving checks of Prometheus and the node exporter, each through its gate
+(node/prometheus_gate.py)."""
+
+import posixpath
+import shlex
+from io import StringIO
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.api.command import FileUploadCommand
+from pyinfra.facts.apt import noninteractive_apt
+from pyinfra.facts.deb import DebPackages
+
+from sglang_deploy.facts.monitoring import PrometheusGate
+from sglang_deploy.facts.serving import FileDigests, UnitState
+from sglang_deploy.node.lib import status
+from sglang_deploy.operations import remote
+from sglang_deploy.operations.files import _log_redacted_diff, _same_content, written_whole
+from sglang_deploy.operations.remote import NEW_SUFFIX
+from sglang_deploy.operations.service import _cause
+from sglang_deploy.operations.streamed import run_streamed
+from sglang_deploy.plan.monitoring import unmet_pins
+
+
+@operation()
+def pinned_packages(packages):
+    """
+    Install the distribution packages that dpkg does not list at their pinned version (up or
+    down to it), from the package lists the node has; the lists are refreshed only when that
+    install fails (none yet, or too old to hold the version), and a re-run makes no apt call.
+
+    + packages: ``name=version`` pins (Debian's versions)
+    """
+    unmet = unmet_pins(packages, host.get_fact(DebPackages))
+    if not unmet:
+        host.noop(f"installed: {', '.join(packages)}")
+        return
+    pins = " ".join(shlex.quote(pin) for pin in unmet)
+    install = noninteractive_apt(f"install --no-install-recommends --allow-downgrades {pins}")
+    yield f"{install} || {{ apt-get update && {install}; }}"
+
+
+@operation()
+def drop_in(path, content):
+    """
+    A unit's drop-in (``<unit>.d/<file>``), written whole when it differs, then daemon-reload;
+    written before the package, so the unit it installs starts as the drop-in says.
+
+    + path: the drop-in's path
+    + content: its text
+    """
+    if _same_content(host.get_fact(FileDigests, paths=[path]).get(path), content):
+        host.noop(f"{path} is up to date")
+        return
+    _log_redacted_diff(path, content, ())
+    yield f"mkdir -p {shlex.quote(posixpath.dirname(path))}"
+    yield from written_whole(path, StringIO(content), "0644")
+    yield "systemctl daemon-reload"
+
+
+@operation()
+def checked_configuration(files, config_path, staging_dir):
+    """
+    Install Prometheus' configuration and rule files once ``promtool check config`` accepted
+    them together: every file is staged under ``staging_dir`` as it lies under the
+    configuration's directory (rule_files are relative to it, so the check reads the staged
+    rules), checked, then each changed one is copied beside its target and renamed over it. A
+    configuration or rule that does not parse fails here, before anything is replaced or
+    reloaded: the running Prometheus keeps what it has.
+
+    + files: {path on the node: text}; the configuration last
+    + config_path: the configuration's path (one of ``files``)
+    + staging_dir: where the set is checked (emptied first)
+    """
+    remote_files = host.get_fact(FileDigests, paths=list(files))
+    changed = [dest for dest, text in files.items() if not _same_content(remote_files.get(dest), text)]
+    if not changed:
+        host.noop(f"{config_path} and {len(files) - 1} rule file(s) are up to date")
+        return
+    config_dir = posixpath.dirname(config_path)
+    stage = shlex.quote(staging_dir)
+    yield f"rm -rf {stage} && mkdir -p {stage}"
+    for dest, text in files.items():
+        staged = posixpath.join(staging_dir, posixpath.relpath(dest, config_dir))
+        yield f"mkdir -p {shlex.quote(posixpath.dirname(staged))}"
+        yield FileUploadCommand(StringIO(text), staged, remote_temp_filename=host.get_temp_filename(staged))
+    checked = shlex.quote(posixpath.join(staging_dir, posixpath.basename(config_path)))
+    refused = shlex.quote("promtool refused the configuration or its rules: nothing was replaced or reloaded")
+    yield f"promtool check config {checked} || {{ echo {refused} >&2; exit 1; }}"
+    for dest in changed:
+        _log_redacted_diff(dest, files[dest], ())
+        staged = shlex.quote(posixpath.join(staging_dir, posixpath.relpath(dest, config_dir)))
+        temp = shlex.quote(f"{posixpath.dirname(dest)}/.{posixpath.basename(dest)}{NEW_SUFFIX}")
+        yield (
+            f"mkdir -p {shlex.quote(posixpath.dirname(dest))} && "
+            f"install -m 0644 -o root -g root {staged} {temp} && sync {temp} && mv -f {temp} {shlex.quote(dest)}"
+        )
+    yield f"rm -rf {stage}"
+
+
+@operation(is_idempotent=False)
+def restarted(unit, gate):
+    """
+    Restart ``unit`` (its package or drop-in changed), then its gate.
+
+    + unit: e.g. ``prometheus.service``
+    + gate: its gate's command line (plan/monitoring.py)
+    """
+    yield f"systemctl restart {shlex.quote(unit)}"
+    yield FunctionCommand(_gate, (unit, gate), {})
+
+
+@operation(is_idempotent=False)
+def reloaded(unit, gate):
+    """
+    Have Prometheus load its configuration again (SIGHUP through systemd), gated on its own
+    word that it did; a refused configuration fails with the cause from its journal.
+
+    + unit: ``prometheus.service``
+    + gate: the gate's command line with ``--reload``
+    """
+    yield FunctionCommand(_gate, (unit, gate), {})
+
+
+@operation()
+def serving(unit, gate, gate_once):
+    """
+    ``unit`` enabled, running and passing its gate; nothing changes when it is.
+
+    + unit: the service
+    + gate: its gate's command line
+    + gate_once: the same with timeout 0 (read as a fact)
+    """
+    state = host.get_fact(UnitState, unit=unit)
+    if state.get("UnitFileState") != "enabled":
+        yield f"systemctl enable {shlex.quote(unit)}"
+    if state.get("ActiveState") not in ("active", "activating", "reloading"):
+        yield f"systemctl start {shlex.quote(unit)}"
+        yield FunctionCommand(_gate, (unit, gate), {})
+        return
+    found = host.get_fact(PrometheusGate, command=gate_once)
+    if found and found.get("status") == status.READY:
+        host.noop(f"{unit}: active, ready")
+        return
+    yield FunctionCommand(_gate, (unit, gate), {})
+
+
+def _gate(state, host, unit, gate):
+    ok, output = run_streamed(host, gate)
+    if not ok:
+        host.log_styled(f"{unit} gate failed: {_cause(output)}", fg="red", log_func=logger.error)
+        _, journal = remote.run(
+            host, StringCommand(f"journalctl -u {shlex.quote(unit)} -n 15 --no-pager -o cat | cut -c1-300")
+        )
+        for line in journal.stdout_lines:
+            host.log(f"  {unit}: {line}", logger.error)
+    return ok

@@ -1,0 +1,162 @@
+"""A monitoring node over the fleet: Prometheus from Debian's pinned package, scraping every
+serving node's engine, the router's exporter and a node exporter on every host.
+
+python3 sandbox/sandbox.py up --nodes 3 --routers 1 --monitoring 1 && python3 -m pytest -m fleet tests/e2e
+"""
+
+import json
+import subprocess
+import time
+
+import pytest
+import requests
+
+from sglang_deploy.cli import EXIT_UNREACHABLE
+
+from .sandbox import REPO_ROOT, deploy, host_tests_argv, nodes, ssh, unit_start
+
+pytestmark = [pytest.mark.e2e, pytest.mark.fleet]
+SCRAPE_S = 15  # prometheus_scrape_interval_s's default
+
+
+def fleet():
+    """(serving node names, router name, monitoring node name, Prometheus' URL)."""
+    _, found = nodes()
+    state = json.loads((REPO_ROOT / ".sandbox" / "state.json").read_text())
+    roles = {n["name"]: n.get("role", "node") for n in state["nodes"]}
+    serving = sorted(n for n in found if roles[n] == "node")
+    routers = [n for n in found if roles[n] == "router"]
+    monitors = [n for n in found if roles[n] == "monitoring"]
+    if not routers or not monitors or len(serving) < 2:
+        pytest.skip("needs 2 nodes, a router and a monitoring node: sandbox.py up --routers 1 --monitoring 1")
+    return serving, routers[0], monitors[0], f"http://127.0.0.1:{found[monitors[0]]['server_port']}"
+
+
+def fleet_deploy(names, router, monitor, **kwargs):
+    return deploy({**{name: "sandbox" for name in names}, router: "sandbox", monitor: "sandbox"}, **kwargs)
+
+
+def targets(prometheus):
+    """{scrape URL: (health, labels)} as Prometheus lists its active targets."""
+    found = requests.get(f"{prometheus}/api/v1/targets", params={"state": "active"}, timeout=5).json()
+    return {t["scrapeUrl"]: (t["health"], t["labels"]) for t in found["data"]["activeTargets"]}
+
+
+def wait_for(prometheus, done, timeout=3 * SCRAPE_S + 10):
+    """Prometheus' targets once ``done(targets)`` holds (the last ones read otherwise)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = targets(prometheus)
+        if done(seen) or time.monotonic() > deadline:
+            return seen
+        time.sleep(2)
+
+
+def verify_monitor(monitor):
+    """`make verify`'s host tests on the monitoring node alone."""
+    return subprocess.run(
+        host_tests_argv(monitor, "-q"), cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def deployed():
+    names, router, monitor, prometheus = fleet()
+    run = fleet_deploy(names, router, monitor)
+    assert run.returncode == 0, run.output[-5000:]
+    return names, router, monitor, prometheus
+
+
+def test_every_target_of_the_inventory_is_up(deployed):
+    names, router, monitor, prometheus = deployed
+    seen = wait_for(prometheus, lambda s: s and all(health == "up" for health, _ in s.values()))
+    assert all(health == "up" for health, _ in seen.values()), seen
+    hosts = {labels["host"] for _, labels in seen.values()}
+    assert hosts == {*names, router, monitor}
+    jobs = sorted(labels["job"] for _, labels in seen.values())
+    # An engine per serving node, the router's exporter, a node exporter per host, Prometheus.
+    assert jobs == sorted(
+        ["sglang"] * len(names) + ["sglang-router"] + ["node"] * (len(names) + 2) + ["prometheus"]
+    )
+    engine = next(labels for health, labels in seen.values() if labels["job"] == "sglang")
+    assert engine["profile"] == "sandbox" and engine["role"] == "node"
+    checked = verify_monitor(monitor)
+    assert checked.returncode == 0, checked.stdout[-3000:]
+
+
+def test_a_rerun_with_nothing_changed_changes_nothing(deployed):
+    names, router, monitor, _ = deployed
+    before = unit_start(monitor, "prometheus.service")
+    run = fleet_deploy(names, router, monitor)
+    assert run.returncode == 0 and run.changed == 0, run.output[-5000:]
+    assert unit_start(monitor, "prometheus.service") == before
+
+
+def test_a_stopped_node_shows_as_down_and_fails_verify(deployed):
+    names, router, monitor, prometheus = deployed
+    stopped = names[0]
+    ssh(stopped, "systemctl stop sglang.service")
+    try:
+        seen = wait_for(
+            prometheus,
+            lambda s: any(
+                h == "down" and l["host"] == stopped and l["job"] == "sglang" for h, l in s.values()
+            ),
+        )
+        mine = {url: health for url, (health, labels) in seen.items() if labels["host"] == stopped}
+        # Still listed (targets come from the inventory), and down; its node exporter still up.
+        assert sorted(mine.values()) == ["down", "up"], seen
+        checked = verify_monitor(monitor)
+        assert checked.returncode != 0
+        down = next(url for url, health in mine.items() if health == "down")
+        assert f"{down} down" in checked.stdout, checked.stdout[-3000:]
+    finally:
+        ssh(stopped, "systemctl start sglang.service")
+    wait_for(prometheus, lambda s: all(health == "up" for health, _ in s.values()))
+
+
+def test_a_rule_that_does_not_parse_stops_before_prometheus_reloads(deployed, tmp_path):
+    names, router, monitor, prometheus = deployed
+    bad = tmp_path / "bad.rules.yml"
+    bad.write_text("groups:\n- name: x\n  rules:\n  - alert: Bad\n    expr: rate(up[5m] > 1\n")
+    config_before = requests.get(f"{prometheus}/api/v1/status/config", timeout=5).json()["data"]["yaml"]
+    started = unit_start(monitor, "prometheus.service")
+    run = fleet_deploy(
+        names, router, monitor, args=("--data", f"prometheus_rule_files={json.dumps([str(bad)])}")
+    )
+    assert run.returncode != 0
+    assert "promtool refused the configuration or its rules" in run.output, run.output[-5000:]
+    assert "unclosed left parenthesis" in run.output
+    assert f"sglang-deploy: {monitor}: failed" in run.output
+    for name in names:  # the serving nodes' deploys went on
+        assert f"sglang-deploy: {name}: unchanged" in run.output, run.output[-3000:]
+    # Nothing replaced, nothing reloaded: the running Prometheus keeps its configuration.
+    assert ssh(monitor, "ls /etc/prometheus/rules/ 2>/dev/null || true").strip() == ""
+    assert (
+        requests.get(f"{prometheus}/api/v1/status/config", timeout=5).json()["data"]["yaml"] == config_before
+    )
+    assert unit_start(monitor, "prometheus.service") == started
+
+
+def test_an_unreachable_monitoring_node_does_not_block_the_serving_nodes(deployed):
+    names, router, monitor, _ = deployed
+    # sshd comes back by itself: later tests (and the teardown) need the node.
+    ssh(
+        monitor,
+        "systemd-run --on-active=60s systemctl start ssh.service >/dev/null 2>&1; systemctl stop ssh.service",
+        check=False,
+    )
+    try:
+        run = fleet_deploy(names, router, monitor)
+        assert run.returncode == EXIT_UNREACHABLE, run.output[-5000:]
+        assert f"sglang-deploy: {monitor}: unreachable (" in run.output
+        for name in [*names, router]:
+            assert f"sglang-deploy: {name}: unchanged" in run.output, run.output[-3000:]
+    finally:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                ssh(monitor, "true")
+                break
+            except AssertionError:
+                time.sleep(3)

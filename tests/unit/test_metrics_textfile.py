@@ -1,0 +1,292 @@
+"""node/metrics_textfile.py: the deploy's decode check figures, flags and GPU links into a node
+exporter textfile, from a history and a last known good written by the deploy's own writers
+(decode_check.py, node/lib/last_good_record.py), whole or not at all; and its command line."""
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_deploy.node import decode_check, metrics_textfile
+from sglang_deploy.node.lib import decode_rate, last_good_record, result, status
+from sglang_deploy.plan import script_commands
+
+parser = pytest.importorskip("prometheus_client.parser", reason="prometheus-client (requirements.txt)")
+
+NODE_DIR = Path(metrics_textfile.__file__).resolve().parent
+
+
+def _decode_check(tmp_path, monkeypatch, profile, rates, **expectations):
+    """One decode check as the restart cycle runs it, its requests decoding at ``rates`` tok/s
+    (None: the server did not answer): decode_check.py appends its entry to the history."""
+
+    def measure(*args):
+        if rates is None:
+            raise decode_rate.MeasureError("HTTP 503: busy")
+        return decode_rate.summary([(101, 100 / rate, 0.05) for rate in rates])
+
+    monkeypatch.setattr(decode_check.decode_rate, "measure", measure)
+    monkeypatch.setattr(decode_check, "engine_version", lambda port: "0.5.23")
+    argv = [
+        "--port=30000",
+        "--served-name=m",
+        f"--profile={profile}",
+        f"--history={tmp_path / 'throughput.jsonl'}",
+        f"--last-good-dir={tmp_path / 'last-good'}",
+        "--requests=3",
+        "--warmup=0",
+        "--max-tokens=101",
+        "--timeout=10",
+    ]
+    argv += [f"--{k.replace('_', '-')}={v}" for k, v in expectations.items()]
+    return decode_check.main(argv)
+
+
+def _save_last_good(tmp_path, profile):
+    """The last known good's record, written by the record writer lastgood.py save uses."""
+    last_good_record.replace(str(tmp_path / "last-good"), lambda staging: {"profile": profile, "files": {}})
+
+
+def _run(tmp_path, *extra):
+    argv = [
+        "--service=sglang",
+        "--engine-port=30000",
+        f"--history={tmp_path / 'throughput.jsonl'}",
+        f"--last-good-dir={tmp_path / 'last-good'}",
+        f"--dir={tmp_path / 'textfile'}",
+        *extra,
+    ]
+    return metrics_textfile.main(argv)
+
+
+def _samples(tmp_path):
+    text = (tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text()
+    found = {}
+    for family in parser.text_string_to_metric_families(text):
+        assert family.type == "gauge"
+        for sample in family.samples:
+            labels = dict(sample.labels)
+            assert (labels.pop("service"), labels.pop("engine_port")) == ("sglang", "30000")
+            found[(sample.name, tuple(sorted(labels.items())))] = sample.value
+    return found
+
+
+def _value(samples, name, **labels):
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+@pytest.fixture
+def incident(tmp_path, monkeypatch, capsys):
+    """The incident: base decoded 82.4 tok/s and became the last known good; the next deploy's
+    check measured 60.1 with max_regression_pct 10 under on_regression: fail."""
+    _save_last_good(tmp_path, "base")
+    assert _decode_check(tmp_path, monkeypatch, "base", [82.0, 82.4, 83.0]) == status.READY
+    got = _decode_check(
+        tmp_path, monkeypatch, "base", [60.0, 60.1, 61.0], max_regression_pct=10, on_regression="fail"
+    )
+    assert got == status.THROUGHPUT_REGRESSION
+    capsys.readouterr()
+    return tmp_path
+
+
+def test_the_incident_exports_the_figures_the_deploy_judged(incident, capsys):
+    assert _run(incident, "--max-regression-pct=10", "--in-rotation=yes", "--drift-detected=no") == 0
+    line = result.parse(capsys.readouterr().out.splitlines())
+    path = incident / "textfile" / "sglang-deploy-sglang.prom"
+    assert line["path"] == str(path) and line["status"] == status.READY
+    samples = _samples(incident)
+    assert _value(samples, "sglang_deploy_decode_check_tokens_per_second") == 60.1
+    assert (
+        _value(samples, "sglang_deploy_last_good_decode_tokens_per_second") == 82.4
+    )  # the regression was not accepted
+    assert _value(samples, "sglang_deploy_decode_check_change_pct") == -27.1
+    assert _value(samples, "sglang_deploy_decode_check_accepted") == 0.0
+    assert _value(samples, "sglang_deploy_decode_check_measured") == 1.0
+    assert _value(samples, "sglang_deploy_max_regression_pct") == 10.0
+    assert _value(samples, "sglang_deploy_in_rotation") == 1.0
+    assert _value(samples, "sglang_deploy_drift_detected") == 0.0
+    assert _value(samples, "sglang_deploy_decode_check_info", profile="base", last_good_profile="base") == 1.0
+    entry = decode_check.read_history(incident / "throughput.jsonl")[-1]
+    when = _value(samples, "sglang_deploy_decode_check_timestamp_seconds")
+    assert decode_check.time.strftime("%Y-%m-%dT%H:%M:%SZ", decode_check.time.gmtime(when)) == entry["time"]
+    assert line["samples"] == len(samples)
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+    assert os.listdir(incident / "textfile") == ["sglang-deploy-sglang.prom"]  # no temporary left
+
+
+def test_the_file_passes_promtools_metrics_check(incident):
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool not installed (Debian package: prometheus)")
+    _run(incident, "--max-regression-pct=10")
+    text = (incident / "textfile" / "sglang-deploy-sglang.prom").read_bytes()
+    done = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_an_unmeasured_check_keeps_the_last_figure_and_says_it_did_not_measure(incident, monkeypatch, capsys):
+    assert _decode_check(incident, monkeypatch, "base", None) == status.DECODE_UNMEASURED
+    _run(incident)
+    samples = _samples(incident)
+    assert _value(samples, "sglang_deploy_decode_check_measured") == 0.0
+    assert _value(samples, "sglang_deploy_decode_check_tokens_per_second") == 60.1
+    assert ("sglang_deploy_decode_check_change_pct", ()) not in samples
+    assert ("sglang_deploy_max_regression_pct", ()) not in samples  # the profile sets none: no rule applies
+
+
+def test_a_node_without_history_or_last_good_exports_no_figures(tmp_path):
+    assert _run(tmp_path) == 0
+    names = {name for name, _ in _samples(tmp_path)}
+    assert names == {"sglang_deploy_textfile_timestamp_seconds"}
+
+
+def test_a_regression_accepted_under_warn_becomes_the_baseline_and_is_still_exported(
+    tmp_path, monkeypatch, capsys
+):
+    _save_last_good(tmp_path, "base")
+    _decode_check(tmp_path, monkeypatch, "base", [82.4])
+    assert _decode_check(tmp_path, monkeypatch, "base", [60.1], max_regression_pct=10) == status.READY
+    _run(tmp_path, "--max-regression-pct=10")
+    samples = _samples(tmp_path)
+    assert (
+        _value(samples, "sglang_deploy_last_good_decode_tokens_per_second") == 60.1
+    )  # what the next check judges against
+    assert _value(samples, "sglang_deploy_decode_check_change_pct") == -27.1  # SGLangDecodeCheckRegressed
+    assert _value(samples, "sglang_deploy_decode_check_accepted") == 1.0
+
+
+def test_pcie_links_degraded_in_generation_or_width_and_not_checked(tmp_path):
+    gpus = [
+        {
+            "gpu": "0",
+            "bus_id": "00000000:18:00.0",
+            "gen_current": 5,
+            "gen_max": 5,
+            "width_current": 16,
+            "width_max": 16,
+        },
+        {
+            "gpu": "1",
+            "bus_id": "00000000:2A:00.0",
+            "gen_current": 3,
+            "gen_max": 5,
+            "width_current": 16,
+            "width_max": 16,
+        },
+        {
+            "gpu": "2",
+            "bus_id": "00000000:3A:00.0",
+            "gen_current": 5,
+            "gen_max": 5,
+            "width_current": 8,
+            "width_max": 16,
+        },
+        {
+            "gpu": "3",
+            "bus_id": "00000000:5D:00.0",
+            "gen_current": None,
+            "gen_max": 5,
+            "width_current": 16,
+            "width_max": 16,
+        },
+    ]
+    (tmp_path / "pcie.json").write_text(json.dumps(gpus))
+    assert _run(tmp_path, f"--pcie-json={tmp_path / 'pcie.json'}") == 0
+    samples = _samples(tmp_path)
+    degraded = {
+        dict(labels)["gpu"]: v
+        for (name, labels), v in samples.items()
+        if name == "sglang_deploy_gpu_pcie_link_degraded"
+    }
+    assert degraded == {"0": 0.0, "1": 1.0, "2": 1.0}  # GPU 3: not checked, no sample
+    assert (
+        _value(
+            samples, "sglang_deploy_gpu_pcie_link_gen", gpu="1", bus_id="00000000:2A:00.0", state="current"
+        )
+        == 3
+    )
+    assert (
+        _value(samples, "sglang_deploy_gpu_pcie_link_width", gpu="2", bus_id="00000000:3A:00.0", state="max")
+        == 16
+    )
+
+
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ("{}", "a JSON list"),
+        ('[{"gen_current": 4}]', 'with a "gpu"'),
+        (
+            '[{"gpu": "0", "gen_current": "4", "gen_max": 5, "width_current": 16, "width_max": 16}]',
+            "not a whole number",
+        ),
+        ("[{", "--pcie-json"),
+    ],
+)
+def test_bad_pcie_input_is_a_usage_error_and_keeps_the_old_file(tmp_path, capsys, content, says):
+    assert _run(tmp_path) == 0
+    before = (tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text()
+    (tmp_path / "pcie.json").write_text(content)
+    assert _run(tmp_path, f"--pcie-json={tmp_path / 'pcie.json'}") == status.USAGE
+    line = result.parse(capsys.readouterr().out.splitlines())
+    assert says in line["cause"]
+    assert (tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text() == before
+
+
+def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    assert _run(tmp_path) == 0
+    before = (tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text()
+
+    def no_rename(src, dst):
+        raise OSError("disk went away")
+
+    monkeypatch.setattr(metrics_textfile.os, "replace", no_rename)
+    with pytest.raises(OSError):
+        _run(tmp_path, "--drift-detected=yes")
+    assert os.listdir(tmp_path / "textfile") == ["sglang-deploy-sglang.prom"]
+    assert (tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text() == before
+
+
+def test_the_builders_command_line_runs_the_script_as_uploaded(incident):
+    """As the node runs it: python3 /opt/.../node/metrics_textfile.py, sibling imports."""
+    command = script_commands.metrics_textfile_command(
+        str(NODE_DIR),
+        "sglang",
+        30000,
+        str(incident / "throughput.jsonl"),
+        str(incident / "last-good"),
+        max_regression_pct=10.0,
+        in_rotation=False,
+        drift_detected=True,
+        textfile_dir=str(incident / "textfile"),
+    )
+    argv = shlex.split(command)
+    assert argv[:2] == ["python3", f"{NODE_DIR}/metrics_textfile.py"]
+    assert argv[argv.index("--in-rotation") + 1] == "no" and argv[argv.index("--drift-detected") + 1] == "yes"
+    done = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    samples = _samples(incident)
+    assert _value(samples, "sglang_deploy_in_rotation") == 0.0
+    assert _value(samples, "sglang_deploy_drift_detected") == 1.0
+
+
+def test_the_command_line_quotes_every_argument_and_defaults_to_debians_directory():
+    odd = "/opt/my dir/$(touch x)"
+    argv = shlex.split(script_commands.metrics_textfile_command(odd, "svc", 30001, "/h d", "/g d"))
+    assert argv == [
+        "python3",
+        f"{odd}/metrics_textfile.py",
+        "--service",
+        "svc",
+        "--engine-port",
+        "30001",
+        "--history",
+        "/h d",
+        "--last-good-dir",
+        "/g d",
+    ]
+    assert metrics_textfile.DEFAULT_DIR == "/var/lib/prometheus/node-exporter"
