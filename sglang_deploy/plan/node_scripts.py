@@ -210,7 +210,24 @@ class NodeScripts:
             *(["--gpu-model", gpu.model] if gpu.model else []),
         ]
 
-    def cycle(self, hook_files, rollback=True, running=False):
+    @property
+    def kept_last_good_dir(self):
+        """Where a canary's last known good is kept while it bakes (lastgood.py keep)."""
+        return f"{self.last_good_dir}.before-canary"
+
+    def keep_last_good(self):
+        """lastgood.py keep: the last known good copied aside before a canary restarts."""
+        return self._run("lastgood.py", "keep", "--dir", self.last_good_dir, "--to", self.kept_last_good_dir)
+
+    def revert_cycle(self, hook_files):
+        """cycle.py --revert: a canary that failed its bake back on the record kept before it
+        (lastgood.py reinstate), restarted and gated."""
+        reinstate = self._run(
+            "lastgood.py", "reinstate", "--dir", self.last_good_dir, "--kept", self.kept_last_good_dir
+        )
+        return self.cycle(hook_files, restore=reinstate, revert=True)
+
+    def cycle(self, hook_files, rollback=True, running=False, restore=None, revert=False):
         """cycle.py: preflight, restart, gate, workers, decode check, save; on a failed gate
         restore, restart and gate again: each step one of the command lines above. ``running``:
         the server already runs what is installed, the cycle starts at the gate."""
@@ -221,7 +238,7 @@ class NodeScripts:
             "gate": self.gate(),
             "workers": self.workers(),
             "save": self.save_last_good(hook_files),
-            "restore": self.restore_last_good(),
+            "restore": restore or self.restore_last_good(),
         }
         if self.decode_check():
             steps["decode"] = self.decode_check()
@@ -233,6 +250,7 @@ class NodeScripts:
             json.dumps(steps, sort_keys=True),
             *([] if rollback else ["--no-rollback"]),
             *(["--running"] if running else []),
+            *(["--revert"] if revert else []),
         )
 
     def model_swap(self):
