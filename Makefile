@@ -166,7 +166,9 @@ lock: wheels
 	$(PYTHON) -m sglang_deploy.plan.locks lock $(PROFILE)
 
 # The locked wheels of PROFILE's lock (and the pinned uv wheel the nodes build venvs with),
-# downloaded once into build/wheelhouse/<lock>/, every sha256 checked; kept between runs.
+# downloaded once into build/wheelhouse/<lock>/, every sha256 checked; kept between runs, and
+# what was downloaded also in the wheel cache outside the checkout ($SGLANG_DEPLOY_WHEEL_CACHE,
+# ~/.cache/sglang-deploy/wheels), which `make clean` and a fresh clone (CI) keep.
 .PHONY: wheelhouse
 wheelhouse: wheels
 	@test -n "$(PROFILE)" || { echo "make wheelhouse PROFILE=<name>"; exit 2; }
