@@ -21,9 +21,21 @@ WHEELS    := build/wheels
 # engine.install_from: index.
 WHEELHOUSE_PROFILES ?= $(if $(findstring sandbox,$(INVENTORY)),sandbox)
 ENGINE_WHEELHOUSES := $(addprefix wheelhouse-,$(WHEELHOUSE_PROFILES))
-# LIMIT=node1,node2: only those hosts (pyinfra's --limit, once per name).
+# LIMIT=node1,node2: only those hosts (pyinfra's --limit, once per name; globs too).
+# LIMIT=@FILE: the names in FILE, one a line; RETRY=1: the hosts the last deploy left failed,
+# unreachable or not run (reports/failed-hosts.txt, rewritten by every deploy).
 comma     := ,
-LIMIT_ARGS = $(addprefix --limit ,$(subst $(comma), ,$(LIMIT)))
+empty     :=
+space     := $(empty) $(empty)
+RETRY     ?=
+FAILED_HOSTS := reports/failed-hosts.txt
+override LIMIT := $(if $(RETRY),@$(FAILED_HOSTS),$(LIMIT))
+LIMIT_FILE  = $(patsubst @%,%,$(filter @%,$(LIMIT)))
+LIMIT_NAMES = $(if $(LIMIT_FILE),$(shell grep -v '^\s*\(#\|$$\)' $(LIMIT_FILE) 2>/dev/null),$(subst $(comma), ,$(LIMIT)))
+LIMIT_HOSTS = $(subst $(space),$(comma),$(strip $(LIMIT_NAMES)))
+LIMIT_ARGS  = $(addprefix --limit ,$(LIMIT_NAMES))
+# An empty list from a file is no host to re-run, never "every host" (no --limit at all).
+LIMIT_CHECK = $(if $(LIMIT_FILE),$(if $(strip $(LIMIT_NAMES)),,$(error LIMIT=$(LIMIT): no host listed in $(LIMIT_FILE): nothing to re-run)))
 # The stand-in at the next version, from the same source: upgrades and rollbacks between
 # engine versions on sandbox nodes (tests/e2e/test_engine_venvs.py).
 NEXT_STANDIN := 0.5.24+sandbox
@@ -80,25 +92,25 @@ sandbox-down:
 	$(PYTHON) sandbox/sandbox.py down
 
 deploy: wheels $(ENGINE_WHEELHOUSES) $(if $(filter-out 0,$(ROUTERS)),router-wheels)
-	$(PYINFRA) -y $(INVENTORY) deploy.py $(LIMIT_ARGS)
+	$(LIMIT_CHECK)$(PYINFRA) -y $(INVENTORY) deploy.py $(LIMIT_ARGS)
 
 # What a deploy would change, with diffs (secret values shown as ***); changes nothing.
 plan: wheels $(ENGINE_WHEELHOUSES)
-	$(PYINFRA) $(INVENTORY) deploy.py --dry --diff $(LIMIT_ARGS) < /dev/null
+	$(LIMIT_CHECK)$(PYINFRA) $(INVENTORY) deploy.py --dry --diff $(LIMIT_ARGS) < /dev/null
 
 # testinfra assertions, then the per-host report (also as JSON, for machines), printed whether
 # or not an assertion failed; fails when either did. Secret values never appear in either.
 verify: export SGLANG_DEPLOY_VERIFY_DEEP = $(DEEP)
 verify:
 	status=0; \
-	  $(PYTEST) -p no:cacheprovider tests/host --inventory $(INVENTORY) --limit "$(LIMIT)" -q || status=1; \
-	  $(PYTHON) -m sglang_deploy.verify.summary $(INVENTORY) --limit "$(LIMIT)" --json reports/verify.json || status=1; \
+	  $(PYTEST) -p no:cacheprovider tests/host --inventory $(INVENTORY) --limit "$(LIMIT_HOSTS)" -q || status=1; \
+	  $(PYTHON) -m sglang_deploy.verify.summary $(INVENTORY) --limit "$(LIMIT_HOSTS)" --json reports/verify.json || status=1; \
 	  exit $$status
 
 # The fleet on one screen (read-only, one SSH command per host, all at once); JSON=1: as JSON.
 .PHONY: status
 status:
-	$(PYTHON) -m sglang_deploy.status $(INVENTORY) --limit "$(LIMIT)" $(if $(JSON),--json) $(if $(WIDE),--wide)
+	$(PYTHON) -m sglang_deploy.status $(INVENTORY) --limit "$(LIMIT_HOSTS)" $(if $(JSON),--json) $(if $(WIDE),--wide)
 
 demo: setup sandbox deploy verify
 
@@ -154,7 +166,9 @@ lock: wheels
 	$(PYTHON) -m sglang_deploy.plan.locks lock $(PROFILE)
 
 # The locked wheels of PROFILE's lock (and the pinned uv wheel the nodes build venvs with),
-# downloaded once into build/wheelhouse/<lock>/, every sha256 checked; kept between runs.
+# downloaded once into build/wheelhouse/<lock>/, every sha256 checked; kept between runs, and
+# what was downloaded also in the wheel cache outside the checkout ($SGLANG_DEPLOY_WHEEL_CACHE,
+# ~/.cache/sglang-deploy/wheels), which `make clean` and a fresh clone (CI) keep.
 .PHONY: wheelhouse
 wheelhouse: wheels
 	@test -n "$(PROFILE)" || { echo "make wheelhouse PROFILE=<name>"; exit 2; }
@@ -200,4 +214,4 @@ report:
 # (reports/nccl-ab/<host>/). NCCL_AB_ARGS: --ablate, --stop-server, --rounds N, --sizes 4K,1M.
 .PHONY: nccl-ab
 nccl-ab:
-	$(PYTHON) -m sglang_deploy.report.nccl_ab_runner $(INVENTORY) $(if $(LIMIT),--limit $(LIMIT)) $(NCCL_AB_ARGS)
+	$(PYTHON) -m sglang_deploy.report.nccl_ab_runner $(INVENTORY) $(if $(LIMIT_HOSTS),--limit $(LIMIT_HOSTS)) $(NCCL_AB_ARGS)

@@ -45,10 +45,10 @@ class RunState:
     fanouts: dict = field(default_factory=dict)
     fanout_run: str = ""
 
-    def rollout_of(self, max_failures=0) -> Rollout:
+    def rollout_of(self, max_failures=0, max_fail_percent=None) -> Rollout:
         """The run's rolling restart (created by the first node that restarts)."""
         if self.rollout is None:
-            self.rollout = Rollout(max_failures)
+            self.rollout = Rollout(max_failures, max_fail_percent)
         return self.rollout
 
     def rollout_notes(self) -> dict:

@@ -11,12 +11,14 @@ rolls back like a failed gate, under `fail` it leaves the new configuration serv
 (DECODE_UNMEASURED, or one that died) is a failed step whatever the policy: it rolls back.
 With --running the server already runs what is installed (the deploy started it, or a run that
 died midway left it unrecorded): the cycle starts at the gate, so nothing is recorded as the
-last known good without its decode check. The decisions are decide()'s, which a serving
+last known good without its decode check. With --revert the server serves a configuration that
+passed its gate but failed a canary's bake: the cycle starts at the rollback (its "restore" step
+is then lastgood.py reinstate: the record kept before the canary restarted). The decisions are decide()'s, which a serving
 group's restart runs too, with steps that act across its members (operations/group_restart.py).
 
     python3 cycle.py --steps-json '{"preflight": CMD, "switch": CMD, "restart": CMD,
                                     "gate": CMD, "workers": CMD, "save": CMD, "restore": CMD}'
-                     [--no-rollback] [--running]
+                     [--no-rollback] [--running | --revert]
 
 Each CMD is one of our scripts' command lines (NodeScripts builds them). Their progress lines
 stream through as they come; their result lines (result.py) are read, not shown. Ends with one
@@ -53,25 +55,28 @@ LABELS = {
 }
 
 
-def decide(run, rollback=True, running=False):
+def decide(run, rollback=True, running=False, revert=False):
     """The restart cycle's decisions, written once: node/cycle.py runs them on a node, a serving
     group's restart (operations/group_restart.py) across its members. ``run(step, profile=None)``
     runs one step and returns (ok, its result line as a dict, {} when it printed none); the
     steps are STEPS' and OPTIONAL_STEPS' ("decode" is (True, {}) where there is no check),
     plus "rollback" (restore, after a failure past the stop: the runner may announce it) and
     "remeasure" (the restored server's decode rate, with its profile; never fails). Returns
-    (outcome, details for the result line: "restored", and "profile" after a rollback)."""
+    (outcome, details for the result line: "restored", and "profile" after a rollback).
+    ``revert``: what serves failed a canary's bake: straight to the rollback."""
 
     def all_of(*names):
         return all(run(name)[0] for name in names)
 
-    if running:
+    if revert:
+        passed = False
+    elif running:
         passed = all_of("gate", "workers")
     elif not (run("preflight")[0] and run("switch")[0]):  # nothing stopped yet
         return "preflight_failed", {"restored": run("restore")[0]}
     else:
         passed = all_of("restart", "gate", "workers")
-    if passed:
+    if passed and not revert:
         decoded, found = run("decode")
         if decoded:
             if run("save")[0]:
@@ -145,7 +150,12 @@ class Cycle:
         code = (
             status.READY
             if outcome == "served"
-            else (status.PREFLIGHT_FAILED if outcome == "preflight_failed" else failed[0]["status"])
+            else (
+                status.PREFLIGHT_FAILED
+                if outcome == "preflight_failed"
+                # a revert that went as asked has no failed step: it did what it was run for
+                else (failed[0]["status"] if failed else status.READY)
+            )
         )
         return result.emit(
             code,
@@ -170,9 +180,9 @@ def restored_decode(decode, profile):
     return "%s --restored --profile %s" % (decode, shlex.quote(profile))
 
 
-def cycle(commands, rollback=True, running=False):
+def cycle(commands, rollback=True, running=False, revert=False):
     c = Cycle(commands)
-    outcome, details = decide(c.step, rollback, running)
+    outcome, details = decide(c.step, rollback or revert, running, revert)
     return c.end(outcome, **details)
 
 
@@ -196,12 +206,15 @@ def main(argv=None):
     parser.add_argument(
         "--running", action="store_true", help="the server already runs what is installed: start at the gate"
     )
+    parser.add_argument(
+        "--revert", action="store_true", help="what serves failed a canary's bake: start at the rollback"
+    )
     args = parser.parse_args(argv)
     commands = json.loads(args.steps_json)
     missing = [name for name in STEPS if name not in commands]
     if missing:
         parser.error("--steps-json lacks " + ", ".join(missing))
-    return cycle(commands, args.rollback, args.running)
+    return cycle(commands, args.rollback, args.running, args.revert)
 
 
 if __name__ == "__main__":

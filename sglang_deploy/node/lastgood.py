@@ -6,6 +6,8 @@
     python3 lastgood.py restore --dir D        # files back, daemon-reload, engine pins checked
     python3 lastgood.py show [--dir D]         # the manifest, as JSON (every one saved here
                                                # when no --dir: save remembers where it saved)
+    python3 lastgood.py keep --dir D --to K    # a copy of D's record at K (before a canary)
+    python3 lastgood.py reinstate --dir D --kept K   # K's record back as D's, then restore D
 
 `save` copies each file (env file, unit, start-up hook, …) into D with a manifest of paths,
 modes, sha256s, the profile's name, the engine's installed versions and, per --model
@@ -30,6 +32,11 @@ gone (status.PREFLIGHT_FAILED), 14 the server does not run the installed configu
 (status.NOT_INSTALLED_CONFIG). Every action ends with the result line (result.py): `restore`'s
 names the profile restored, `compare`'s carries {last_good, differs, not_running}, `show`'s the
 manifest it printed.
+
+`keep` and `reinstate` serve a canary (operations/canary.py): a canary that passes its gate is
+saved as the last known good, so rolling it back after a failed bake needs the record it had
+before: `keep` copies D's record whole to K before the canary restarts; `reinstate` makes K's
+record D's again (a configuration that failed its bake is no known good) and restores it.
 """
 
 import argparse
@@ -278,6 +285,51 @@ def restore(directory):
     return result.emit(status.READY, profile=manifest["profile"])
 
 
+def copy_record(source, target):
+    """Copy the record at ``source`` whole to ``target`` (replaced as a save replaces it):
+    its manifest, or None when there is none; SystemExit when its copies are damaged."""
+    where, manifest = record.locate(source), record.load(source)
+    if manifest is None:
+        return None
+    damaged = record.incomplete(where, manifest)
+    if damaged:
+        raise SystemExit("the last known good in %s is incomplete (%s)" % (where, "; ".join(damaged)))
+
+    def fill(staging):
+        for role in manifest["files"]:
+            shutil.copy2(os.path.join(where, role), os.path.join(staging, role))
+        return manifest
+
+    record.replace(target, fill)
+    return manifest
+
+
+def keep(directory, to):
+    manifest = copy_record(directory, to)
+    if manifest is None:
+        why = "nothing to keep: no configuration has passed the gate in %s yet" % directory
+        print(why)
+        return result.emit(status.NO_LAST_GOOD, why)
+    print("kept %s (passed the gate at %s) at %s" % (manifest["profile"], manifest["saved_at"], to))
+    return result.emit(status.READY, profile=manifest["profile"])
+
+
+def reinstate(directory, kept):
+    manifest = record.load(kept)
+    if manifest is None:
+        why = "nothing kept in %s to reinstate" % kept
+        print(why)
+        return result.emit(status.NO_LAST_GOOD, why)
+    why = refusal(record.locate(kept), manifest)
+    if why:
+        why = "not reinstating %s: %s; nothing was changed" % (manifest["profile"], why)
+        print(why)
+        return result.emit(status.PREFLIGHT_FAILED, why)
+    copy_record(kept, directory)
+    print("reinstated %s as the last known good" % manifest["profile"])
+    return restore(directory)
+
+
 def venv_to_restore(manifest):
     """The venv the last known good ran: its own (kept on the node), the pre-venvs directory
     moved aside at the link, or None for a manifest from before venvs (the link's path itself,
@@ -346,7 +398,7 @@ def role_path(text):
 @guarded
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("save", "compare", "restore", "show"))
+    parser.add_argument("action", choices=("save", "compare", "restore", "show", "keep", "reinstate"))
     parser.add_argument(
         "--dir", help="where the last known good is kept (show: every one saved on this node when left out)"
     )
@@ -357,6 +409,8 @@ def main(argv=None):
     parser.add_argument("--wheels-dir")
     parser.add_argument("--model", action="append", default=[], help="a model directory the profile serves")
     parser.add_argument("--unit", help="save only if this unit's server runs exactly these files and engine")
+    parser.add_argument("--to", help="keep: where the copy of the record goes")
+    parser.add_argument("--kept", help="reinstate: the record keep copied")
     args = parser.parse_args(argv)
     if args.action != "show" and not args.dir:
         parser.error("%s needs --dir" % args.action)
@@ -382,6 +436,10 @@ def main(argv=None):
         )
     if args.action == "restore":
         return restore(args.dir)
+    if args.action == "keep":
+        return keep(args.dir, args.to) if args.to else parser.error("keep needs --to")
+    if args.action == "reinstate":
+        return reinstate(args.dir, args.kept) if args.kept else parser.error("reinstate needs --kept")
     return show(args.dir)
 
 

@@ -77,7 +77,9 @@ def _turns(run, rolling):
     """The run's turns for group restarts: ``rolling_batch`` groups restart at a time, so the
     others keep serving (the single nodes take theirs through pyinfra's _parallel)."""
     if run.group_turns is None:
-        run.group_turns = BoundedSemaphore(rolling.batch)
+        # A group that restarts alone (no waves): a percentage has nothing to be a share of.
+        run.group_turns = BoundedSemaphore(rolling.batch if isinstance(rolling.batch, int) else 1)
+        run.rollout_of(rolling.max_failures, rolling.max_fail_percent).size += 1
     return run.group_turns
 
 
@@ -110,6 +112,7 @@ def _group_waves(state, host, rotation):
         leaders,
         replace(rotation, fleet_models=models),
         "serving groups (by rank 0)",
+        canaries=False,  # rolling_canary: single nodes only (the bake reads each node's /metrics)
     )
 
 
@@ -134,7 +137,8 @@ def _lead(state, host, member, rollback, stop_wait_s, rotation=None):
     shared = run_state.of(state)
     try:
         group = Group(state, member, shared.group_plans[member.group], stop_wait_s, rotation)
-        run = rollout(rotation.rolling.max_failures, state) if rotation else None
+        rolling = rotation.rolling if rotation else None
+        run = rollout(rolling.max_failures, state, rolling.max_fail_percent) if rolling else None
         with _group_turn(state, host, member, rotation) as turn_refusal:
             refusal = (run and run.refusal(host.name)) or turn_refusal  # read once this group's turn came
             if refusal:

@@ -19,7 +19,8 @@ def manifest_recorded(scripts, profile):
     digest), so two nodes or two dates can be diffed. Writes only local files: never a change.
 
     + scripts: ``NodeScripts`` for this node
-    + profile: the host's profile (its pins and drift_check name the distributions)
+    + profile: the host's profile (its pins and the drift-checked distributions are recorded:
+      scripts.manifest_names, every locked distribution for a locked engine)
     """
     from pyinfra.context import state
 
@@ -29,11 +30,7 @@ def manifest_recorded(scripts, profile):
 
 
 def _record_manifest(scripts, profile):
-    names = list(
-        dict.fromkeys(
-            [pin.partition("==")[0] for pin in profile.engine.packages] + profile.engine.drift_check
-        )
-    )
+    names = scripts.manifest_names
     found = host.get_fact(
         EngineManifest, venv=scripts.venv, scripts_dir=scripts.directory, distributions=names
     )

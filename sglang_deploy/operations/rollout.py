@@ -15,10 +15,11 @@ from sglang_deploy.errors import DeployError
 from sglang_deploy.facts.fleet import RouterGate, ServingView
 from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.node.lib import result, status
-from sglang_deploy.operations import remote
+from sglang_deploy.operations import canary, remote
 from sglang_deploy.operations.files import hook_paths
 from sglang_deploy.operations.service import _cause, _fail, _say_outcome, run_cycle
 from sglang_deploy.operations.streamed import run_streamed
+from sglang_deploy.plan import rolling_sizes
 from sglang_deploy.plan.fleet import NodeFacts, Rollout, idle_reason, last_in_rotation, plan_waves
 
 # rotation.py's outcomes when it took the node out of no router (or put it back): the cycle
@@ -40,9 +41,9 @@ def rotation_line(turn):
     )
 
 
-def rollout(max_failures=0, state=None) -> Rollout:
+def rollout(max_failures=0, state=None, max_fail_percent=None) -> Rollout:
     """This run's rolling restart, shared by every node (and serving group) of the run."""
-    return run_state.of(state).rollout_of(max_failures)
+    return run_state.of(state).rollout_of(max_failures, max_fail_percent)
 
 
 @operation(is_idempotent=False)
@@ -66,16 +67,48 @@ def rolled_restart(scripts, hook_python, rotation, profile_name, rollback=True):
 
 
 def _rotate(state, host, scripts, hook_python, rotation, profile_name, rollback):
-    run = rollout(rotation.rolling.max_failures, state)
+    run = rollout(rotation.rolling.max_failures, state, rotation.rolling.max_fail_percent)
     waves = _waves(state, host, rotation)
     if waves is None:  # this node restarts alone: nothing to order
         return _restart(state, host, scripts, hook_python, rotation, profile_name, rollback, run, None)
     try:
         waves.arrive(host.name, node_facts(host, scripts, rotation) if waves.together else None)
-        refusal = waves.turn(host.name)
+        refusal = waves.turn(host.name, canary.scraper(host, rotation))
+        if waves.bake and host.name in waves.bake.canaries:
+            args = (state, host, scripts, hook_python, rotation, profile_name, rollback, run)
+            return _canary(*args, refusal, waves.bake)
         return _restart(state, host, scripts, hook_python, rotation, profile_name, rollback, run, refusal)
     finally:
         waves.leave(host.name)
+
+
+def _canary(state, host, scripts, hook_python, rotation, profile_name, rollback, run, refusal, bake):
+    """A canary's turn: its last known good kept aside, its restart, the bake (with the nodes
+    still on the old configuration), then back to what it served before if the bake failed."""
+    served = False
+    try:
+        refusal = run.refusal(host.name) or refusal
+        if not refusal:
+            why = canary.keep_last_good(host, scripts)
+            if why:
+                run.failed(host.name, f"canary {host.name}: {why}")
+                refusal = f"canary {host.name}: {why}"
+        if refusal:
+            return _keep_previous(host, scripts, run, refusal)
+        served = _restart(state, host, scripts, hook_python, rotation, profile_name, rollback, run, None)
+    finally:
+        bake.restarted(host.name, served)
+    if not served:
+        return False
+    verdict = bake.take_part(host.name, canary.scraper(host, rotation))
+    if verdict.passed:
+        run.note(host.name, f"serves {profile_name}, back in rotation; canary passed its bake")
+        return True
+    if host.name in run.done:
+        run.done.remove(host.name)
+    mine = [f"{metric}: {why}" for node, metric, why in verdict.failures if node == host.name]
+    why = f"canary {host.name} failed its bake ({'; '.join(mine) or verdict.cause()})"
+    return canary.roll_back(state, host, scripts, hook_python, rotation, run, why)
 
 
 def _restart(state, host, scripts, hook_python, rotation, profile_name, rollback, run, refusal):
@@ -162,10 +195,11 @@ def _waves(state, host, rotation):
     return wave_run(state, op_hash, lambda: _restarting(state, op_hash), rotation)
 
 
-def wave_run(state, key, restarting, rotation, title=None):
+def wave_run(state, key, restarting, rotation, title=None, canaries=True):
     """The run's WaveRun for ``key``, made by the first to ask with the names ``restarting()``
     gives (in pyinfra's order); None when fewer than two restart (nothing to order). ``title``
-    heads the lines that say the order (serving groups are named by their rank 0)."""
+    heads the lines that say the order (serving groups are named by their rank 0);
+    ``canaries``: whether a canary wave may be planned (single nodes only)."""
     waves = run_state.of(state).waves
     if key not in waves:
         names = restarting()
@@ -176,7 +210,9 @@ def wave_run(state, key, restarting, rotation, title=None):
         hosts = len(list(state.inventory.get_active_hosts()))
         pool = getattr(getattr(state, "pool", None), "size", None)
         together = pool is None or pool >= hosts
-        waves[key] = WaveRun(names, rotation, together=together, hosts=hosts, state=state, title=title)
+        waves[key] = WaveRun(
+            names, rotation, together=together, hosts=hosts, state=state, title=title, canaries=canaries
+        )
     return waves[key]
 
 
@@ -186,18 +222,28 @@ class WaveRun:
     (plan_fleet.plan_waves) and said once; a node starts when every earlier wave ended. Below
     pyinfra's --parallel, no first wave: ``rolling_batch`` nodes take turns."""
 
-    def __init__(self, names, rotation, together=True, hosts=None, state=None, title=None):
+    def __init__(self, names, rotation, together=True, hosts=None, state=None, title=None, canaries=True):
         self.state = state  # the run whose rollout the waves share
         self.title = title
+        self.canaries = canaries  # a canary wave may be planned (its bake scrapes each node)
+        self.noun = "nodes" if canaries else "serving groups"
         self.names, self.rotation, self.together = list(names), rotation, together
         self.facts, self.planned, self.waves, self.refused = {}, Event(), None, None
         self.ended, self.left = [], []
-        self.turns = BoundedSemaphore(rotation.rolling.batch)
+        self.bake = None  # the canary wave's (operations/canary.py), when there is one
         self.holding = set()
+        rolling = rotation.rolling
+        try:
+            size = rolling.batch_of(len(self.names), self.noun)
+        except DeployError as exc:
+            size, self.refused = 1, str(exc)
+        self.turns = BoundedSemaphore(size)
+        rollout(rolling.max_failures, state, rolling.max_fail_percent).size += len(self.names)
         if not together:
             logger.warning(
-                f"no first wave: pyinfra runs fewer hosts at once (--parallel) than this run's "
-                f"{hosts}; {len(self.names)} nodes restart {rotation.rolling.batch} at a time"
+                f"no first wave{' and no canary wave' if rolling.canary and canaries else ''}: pyinfra runs fewer "
+                f"hosts at once (--parallel) than this run's {hosts}; {len(self.names)} nodes restart "
+                f"{size} at a time"
             )
 
     def arrive(self, name, facts):
@@ -210,13 +256,31 @@ class WaveRun:
         rolling = self.rotation.rolling
         others = Counter(model for name, model in self.rotation.fleet_models if name not in self.facts)
         try:
-            self.waves = plan_waves(nodes, rolling.batch, rolling.first_wave, dict(others))
+            if self.refused:
+                raise DeployError(self.refused)
+            serving = [n for n in nodes if n.idle is None]
+            self.waves = plan_waves(
+                nodes,
+                rolling.batch_of(len(nodes), self.noun),
+                rolling.first_wave,
+                dict(others),
+                canary=rolling_sizes.canary_count(rolling.canary, len(serving)) if self.canaries else 0,
+            )
         except DeployError as exc:
             self.refused = str(exc)
             logger.error(f"rollout {self.refused}: nothing restarts")
         else:
             for line in self.waves.lines():
                 logger.info(f"{self.title}: {line}" if self.title else line)
+            if self.waves.canary:
+                later = {name for names in self.waves.batches[1:] for name in names}
+                self.bake = canary.Bake(
+                    self.waves.canary,
+                    [n.name for n in nodes if n.name in later and n.idle is None],
+                    {n.name: n.model for n in nodes},
+                    rolling,
+                    rollout(state=self.state),
+                )
             for names in (self.waves.first, *self.waves.batches):
                 self.left.append(set(names))
                 self.ended.append(Event())
@@ -224,16 +288,19 @@ class WaveRun:
                     self.ended[-1].set()
         self.planned.set()
 
-    def turn(self, name):
-        """Wait for ``name``'s wave; why it must not restart, or None."""
+    def turn(self, name, scrape=None):
+        """Wait for ``name``'s wave; why it must not restart, or None. A node still on the old
+        configuration takes part in the canary's bake meanwhile (``scrape``: its metrics)."""
         if not self.together:
             self.turns.acquire()
             self.holding.add(name)
-            return None
+            return self.refused
         self.planned.wait()
         if self.refused:
             return self.refused
         wave = self.waves.wave_of(name)
+        if self.bake and name in self.bake.old:
+            self.bake.take_part(name, scrape)
         for ended in self.ended[:wave]:
             ended.wait()
         run = rollout(state=self.state)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sglang_deploy.errors import DeployError
+from sglang_deploy.plan import rolling_sizes
 from sglang_deploy.plan.router_flags import gateway_pin, pinned_options
 from sglang_deploy.plan.settings import settings_of
 
@@ -54,13 +55,32 @@ def address(data, name=None) -> str:
 
 
 @dataclass(frozen=True)
+class CanaryLimits:
+    """What a canary may do worse than the nodes on the old configuration (report/canary.py)."""
+
+    max_error_rate: float = 0.01
+    max_ttft_regression_pct: float = 20.0
+    max_decode_regression_pct: float = 10.0
+    min_requests: int = 10
+
+
+@dataclass(frozen=True)
 class Rolling:
-    batch: int
+    batch: int | str  # a count or a percentage of the run's serving nodes (plan/rolling_sizes.py)
     max_failures: int
     drain_timeout_s: float
     healthy_timeout_s: float
     without_routers: bool  # roll even when a router does not answer
     first_wave: bool = True  # nodes that serve nothing start together, before the others roll
+    max_fail_percent: float | None = None  # set: replaces max_failures, of the run's nodes
+    canary: int | str = 0  # a count or percentage; 0: no canary wave
+    canary_bake_s: float = 300.0
+    canary_limits: CanaryLimits = field(default_factory=CanaryLimits)
+
+    def batch_of(self, fleet, noun="nodes") -> int:
+        """rolling_batch for a run of ``fleet`` serving nodes (or groups); DeployError when a
+        percentage rounds to none."""
+        return rolling_sizes.batch_size(self.batch, fleet, noun)
 
 
 def rolling_settings(data) -> Rolling:
@@ -73,6 +93,15 @@ def rolling_settings(data) -> Rolling:
         healthy_timeout_s=settings.rolling_healthy_timeout_s,
         without_routers=settings.rolling_without_routers,
         first_wave=settings.rolling_first_wave,
+        max_fail_percent=settings.rolling_max_fail_percent,
+        canary=settings.rolling_canary,
+        canary_bake_s=float(settings.rolling_canary_bake_s),
+        canary_limits=CanaryLimits(
+            max_error_rate=settings.rolling_canary_max_error_rate,
+            max_ttft_regression_pct=settings.rolling_canary_max_ttft_regression_pct,
+            max_decode_regression_pct=settings.rolling_canary_max_decode_regression_pct,
+            min_requests=settings.rolling_canary_min_requests,
+        ),
     )
 
 
@@ -260,6 +289,7 @@ class Waves:
     idle: tuple = ()  # (name, why) of every node that serves nothing
     cut: tuple = ()  # models whose nodes a batch was cut for, so one stays in rotation
     size: int = 1
+    canary: tuple = ()  # the canary wave (also batches[0]): restarted, baked, compared
 
     def wave_of(self, name) -> int:
         """0 for the first wave, 1 for the first batch, ..."""
@@ -280,23 +310,32 @@ class Waves:
                 "no first wave (rolling_first_wave: false): serving nothing, rolled like the others: "
                 + ", ".join(f"{name} {reason}" for name, reason in self.idle)
             )
-        if self.batches:
+        batches = self.batches[1:] if self.canary else self.batches
+        if self.canary:
             said.append(
-                ("then rolling" if self.first else "rolling")
+                ("then " if self.first else "")
+                + f"canary wave: {', '.join(self.canary)} alone, then a bake compared with the nodes "
+                "still on the old configuration"
+            )
+        if batches:
+            said.append(
+                ("then rolling" if self.first or self.canary else "rolling")
                 + f" {self.size} at a time: "
-                + " | ".join(", ".join(names) for names in self.batches)
+                + " | ".join(", ".join(names) for names in batches)
                 + (f" (batches cut so {', '.join(self.cut)} keep(s) a node in rotation)" if self.cut else "")
             )
         return said
 
 
-def plan_waves(nodes, batch, first_wave=True, others=None) -> Waves:
+def plan_waves(nodes, batch, first_wave=True, others=None, canary=0) -> Waves:
     """The order of a restart over ``nodes`` (NodeFacts, in pyinfra's order): the nodes that
-    serve nothing in a first wave (they have no capacity to protect), then the serving ones
-    ``batch`` at a time. No batch takes the last node serving a model out of rotation while
-    that model has another node: ``others`` {model: nodes of it in the fleet that do not
-    restart here (counted as serving)}; a first-wave node of the model counts too, as it serves
-    before the batches start (the rollout refuses a later node when it did not: last_in_rotation).
+    serve nothing in a first wave (they have no capacity to protect), then ``canary`` serving
+    nodes alone (a canary wave, when above 0), then the serving ones ``batch`` at a time. No
+    batch takes the last node serving a model out of rotation while that model has another
+    node: ``others`` {model: nodes of it in the fleet that do not restart here (counted as
+    serving)}; a first-wave node of the model counts too, as it serves before the batches start
+    (the rollout refuses a later node when it did not: last_in_rotation). Every canary's model
+    keeps a node on the old configuration in a later batch to be compared with, or DeployError.
     With ``first_wave`` false, every node rolls in batches, as before there was a first wave."""
     if batch < 1:
         raise ValueError("batch size must be at least 1")
@@ -317,12 +356,15 @@ def plan_waves(nodes, batch, first_wave=True, others=None) -> Waves:
                 return model
         return None
 
-    batches, cut = [], []
-    while pending:
+    cut = []
+
+    def take(size, eligible=lambda node: True):
         current = []
         for node in list(pending):
-            if len(current) == batch:
+            if len(current) == size:
                 break
+            if not eligible(node):
+                continue
             model = darkens([*current, node])
             if model:
                 if model not in cut:
@@ -330,16 +372,38 @@ def plan_waves(nodes, batch, first_wave=True, others=None) -> Waves:
                 continue
             current.append(node)
             pending.remove(node)
-        batches.append(tuple(n.name for n in current))
+        return tuple(n.name for n in current)
+
+    batches = []
+    canaries = take(canary, lambda node: node.idle is None) if canary else ()
+    if canaries:
+        batches.append(canaries)
+        _check_comparable(canaries, nodes, pending)
+    while pending:
+        batches.append(take(batch))
     waves = Waves(
         first=tuple(n.name for n in first),
         batches=tuple(batches),
         idle=tuple((n.name, n.idle) for n in nodes if n.idle),
         cut=tuple(cut),
         size=batch,
+        canary=canaries,
     )
     check_waves(waves, nodes, others)
     return waves
+
+
+def _check_comparable(canaries, nodes, later):
+    """DeployError when a canary's model has no serving node left on the old configuration
+    (in a later batch) to compare the canary with."""
+    models = {n.name: n.model for n in nodes}
+    for model in dict.fromkeys(models[name] for name in canaries):
+        if not any(n.model == model and n.idle is None for n in later):
+            mine = ", ".join(name for name in canaries if models[name] == model)
+            raise DeployError(
+                f"rolling_canary: refused: canary {mine} would leave no node serving {model} on the old "
+                "configuration to compare with (lower rolling_canary, or add nodes of that model to the run)"
+            )
 
 
 def check_waves(waves, nodes, others=None) -> None:
@@ -394,23 +458,40 @@ class Rollout:
     """One run's rolling restart, shared by every node's restart (pyinfra marks failed hosts
     only after all batches of an operation: stopping at the first failure needs this).
 
-    A node may start while no more than ``max_failures`` nodes failed; after that the rollout
-    is stopped and every later node keeps its previous configuration. ``notes`` says, per node,
-    what it serves at the end."""
+    A node may start while no more than ``max_failures`` nodes failed (with
+    ``max_fail_percent``: while failed nodes are no more than that percentage of the run's
+    ``size`` nodes); after that, or once ``stop`` was called (a canary failed its bake), the
+    rollout is stopped and every later node keeps its previous configuration. ``notes`` says,
+    per node, what it serves at the end."""
 
-    def __init__(self, max_failures=0):
+    def __init__(self, max_failures=0, max_fail_percent=None, size=0):
         self.max_failures = max_failures
+        self.max_fail_percent = max_fail_percent
+        self.size = size  # nodes (and groups) of the run's restart, once known
         self.failures = []  # (node, why), in order
         self.done = []  # nodes restarted and back in rotation
         self.notes = {}  # node -> what it serves now (for the per-host report)
+        self.stopped = None  # why the rollout stopped other than by failures (a canary's bake)
 
     def refusal(self, name):
         """Why ``name`` must not restart (the rollout stopped), or None."""
-        if len(self.failures) > self.max_failures:
+        if self.stopped:
+            return f"rollout stopped: {self.stopped}"
+        if rolling_sizes.too_many_failures(
+            len(self.failures), self.size, self.max_failures, self.max_fail_percent
+        ):
             first, why = self.failures[0]
             done = ", ".join(self.done) or "none"
-            return f"rollout stopped at {first} ({why}); restarted before it: {done}"
+            limit = (
+                f"; more than {self.max_fail_percent:g}% of {self.size} nodes failed"
+                if self.max_fail_percent is not None
+                else ""
+            )
+            return f"rollout stopped at {first} ({why}){limit}; restarted before it: {done}"
         return None
+
+    def stop(self, why):
+        self.stopped = self.stopped or why
 
     def failed(self, name, why):
         self.failures.append((name, why))

@@ -139,6 +139,7 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
     # A locked engine installs from the lock's wheelhouse: find_links only made the lock.
     wheels = [] if locked else _wheel_files(profile.engine.find_links)
     wheels_dir = f"{deploy_dir}/wheels" if wheels else None
+    drift_names = _drift_names(profile, locked)
     return NodePlan(
         profile=profile,
         unit=unit,
@@ -165,12 +166,13 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
             min_free_gib=float(settings.venv_min_free_gib),
             lock=locked.remote_lock if locked else None,
             passport_path=f"{settings.state_dir}/passport.json",
+            drift_names=drift_names,
         ),
         lock_path=f"{run_dir}/{service}.lock",
         lock_wait_s=float(settings.deploy_lock_wait_s),
         lock_holder=plan_holder(),
         rollback=settings.rollback,
-        repair=((f"{deploy_dir}/node", profile.engine.drift_check) if settings.repair else None),
+        repair=((f"{deploy_dir}/node", drift_names) if settings.repair else None),
         lint_warnings=lint_warnings,
         venvs_dir=settings.venvs_dir,
         venvs_keep=settings.venvs_keep,
@@ -182,6 +184,16 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
         group=member,
         settings=settings,
         locked=locked,
+    )
+
+
+def _drift_names(profile: Profile, locked) -> list:
+    """The distributions checked for drift (preflight, verify, repair) and recorded in the
+    manifest: a locked engine's venv is its lock, so every locked distribution, none sampled
+    (for the baseline's ~180, every file of a venv of several GB hashed at each preflight); an
+    unlocked one's engine.drift_check."""
+    return (
+        sorted(e.name for e in locked.lock.entries.values()) if locked else list(profile.engine.drift_check)
     )
 
 

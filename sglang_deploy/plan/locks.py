@@ -3,6 +3,11 @@ platform. One lock per pin set (``engine.packages`` + ``engine.platform`` +
 ``engine.python_version``), committed under locks/.
 
     python -m sglang_deploy.plan.locks lock [PROFILE ...]    # `make lock [PROFILE=...]`
+    python -m sglang_deploy.plan.locks lock --no-index PROFILE   # from its find-links alone
+
+--no-index resolves from the profile's find-links alone, offline: a profile whose wheels are
+another lock's wheelhouse plus a wheel built here (the sandbox's next stand-in versions, locked
+by tests/e2e at test time) gets that closure's versions, with no index asked.
 
 uv resolves the closure (`uv pip compile --generate-hashes --python-platform ...
 --python-version ...`): it resolves for a platform other than the controller's, which pip
@@ -200,14 +205,15 @@ def render_lock(header: dict, body: str) -> str:
     return "\n".join(head) + "\n" + body.strip() + "\n"
 
 
-def uv_compile(engine, uv=(sys.executable, "-m", "uv"), find_links=(), cwd=REPO) -> str:
-    """uv's hashed requirements of ``engine``'s closure for its platform (no header)."""
+def uv_compile(engine, uv=(sys.executable, "-m", "uv"), find_links=(), cwd=REPO, index=True) -> str:
+    """uv's hashed requirements of ``engine``'s closure for its platform (no header); without
+    ``index``, from ``find_links`` alone (offline)."""
     with tempfile.TemporaryDirectory() as scratch:
         # A fixed name, run from its directory: uv's `# via -r engine-packages.in` stays the same.
         (Path(scratch) / "engine-packages.in").write_text("\n".join(engine.packages) + "\n")
         command = [*uv, "pip", "compile", "--quiet", "--no-header", "--generate-hashes"]
         command += ["--python-platform", engine.platform, "--python-version", engine.python_version]
-        command += ["--index-url", INDEX_URL]
+        command += ["--index-url", INDEX_URL] if index else ["--no-index", "--offline"]
         for link in find_links:
             command += ["--find-links", str(Path(cwd) / link)]
         command.append("engine-packages.in")
@@ -217,21 +223,25 @@ def uv_compile(engine, uv=(sys.executable, "-m", "uv"), find_links=(), cwd=REPO)
     return done.stdout
 
 
-def make_lock(profile, profiles_sharing, locks_dir: Path = LOCKS_DIR, compile_=uv_compile, out=None):
-    """Resolve ``profile``'s lock, write it and print what moved; the path written."""
+def make_lock(
+    profile, profiles_sharing, locks_dir: Path = LOCKS_DIR, compile_=uv_compile, out=None, index=True
+):
+    """Resolve ``profile``'s lock (without ``index``: from its find-links alone), write it and
+    print what moved; the path written."""
     out = out or sys.stdout
     engine, path = profile.engine, lock_path(profile.engine, locks_dir)
     previous = path if path.is_file() else previous_lock(profile.name, locks_dir)
     old = load_lock(previous) if previous else None
     started = time.monotonic()
-    body = compile_(engine, find_links=engine.find_links)
+    body = compile_(engine, find_links=engine.find_links, index=index)
     seconds = time.monotonic() - started
     header = {
         "pins": ", ".join(engine.packages),
         "platform": engine.platform,
         "python": engine.python_version,
         "profiles": ", ".join(sorted(profiles_sharing)),
-        "index": INDEX_NOTE + (f"; find-links: {', '.join(engine.find_links)}" if engine.find_links else ""),
+        "index": (INDEX_NOTE if index else "none (the find-links alone, offline)")
+        + (f"; find-links: {', '.join(engine.find_links)}" if engine.find_links else ""),
         "made by": "uv pip compile --generate-hashes --python-platform "
         f"{engine.platform} --python-version {engine.python_version}",
         "update": update_command(profile.name),
@@ -275,7 +285,8 @@ def main(argv=None) -> int:
     )
     parser.add_argument("command", choices=["lock"])
     parser.add_argument("profiles", nargs="*", help="profile names or files (default: every profile)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--no-index", action="store_true", help="resolve from the find-links alone (offline)")
+    args = parser.parse_intermixed_args(argv)
     every = [load_profile(ref) for ref in default_profiles()]
     wanted = [load_profile(ref) for ref in args.profiles] if args.profiles else every
     done = set()
@@ -286,7 +297,7 @@ def main(argv=None) -> int:
         done.add(name)
         sharing = [p.name for p in every if lock_name(p.engine) == name] or [profile.name]
         try:
-            make_lock(profile, sharing)
+            make_lock(profile, sharing, index=not args.no_index)
         except DeployError as exc:
             print(f"{profile.name}: {exc}", file=sys.stderr)
             return 1

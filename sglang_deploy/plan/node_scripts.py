@@ -40,6 +40,7 @@ class NodeScripts:
         min_free_gib=2.0,
         lock=None,
         passport_path=None,
+        drift_names=None,
     ):
         self.directory = directory
         self.unit = unit
@@ -51,6 +52,9 @@ class NodeScripts:
         self.min_free_gib = min_free_gib  # free disk left beside the engine venvs
         self.lock = lock  # the engine's lock on the node (exact.py checks the venv holds it), or None
         self.passport_path = passport_path  # the node's hardware passport (passport.py), per node
+        # The distributions drift.py checks against their RECORD (default: engine.drift_check;
+        # a locked engine's plan gives every locked distribution).
+        self.drift_names = list(profile.engine.drift_check if drift_names is None else drift_names)
         # The venv of the profile's pin set (NodePlan.bind_venv); until named, the link the
         # unit runs through (profile.engine.venv), i.e. the live one.
         self.venv = profile.engine.venv
@@ -126,15 +130,17 @@ class NodeScripts:
         return workers_command(self.directory, self.unit, self.profile.hook_vars())
 
     def drift(self):
-        """drift.py over the profile's drift_check distributions and its pins."""
-        engine = self.profile.engine
-        return drift_command(self.venv, self.directory, engine.drift_check, engine.packages)
+        """drift.py over the drift-checked distributions (drift_names) and the pins."""
+        return drift_command(self.venv, self.directory, self.drift_names, self.profile.engine.packages)
 
     def manifest(self):
         """drift.py --manifest over the pinned and the drift-checked distributions."""
-        engine = self.profile.engine
-        names = list(dict.fromkeys([pin.partition("==")[0] for pin in engine.packages] + engine.drift_check))
-        return manifest_command(self.venv, self.directory, names)
+        return manifest_command(self.venv, self.directory, self.manifest_names)
+
+    @property
+    def manifest_names(self):
+        pins = [pin.partition("==")[0] for pin in self.profile.engine.packages]
+        return list(dict.fromkeys(pins + self.drift_names))
 
     def save_last_good(self, hook_files):
         """Save what is installed as the last known good, if the unit's server runs it."""
@@ -175,7 +181,7 @@ class NodeScripts:
     def preflight(self, python="python3", argv_check=True, allow_drift=False, new_venv=None):
         """preflight.py; ``new_venv``: a venv about to be built, whose disk it checks too."""
         engine = self.profile.engine
-        flags = ["--drift", *engine.drift_check] if argv_check else ["--no-argv"]
+        flags = ["--drift", *self.drift_names] if argv_check else ["--no-argv"]
         flags += ["--allow-drift"] if engine.allow_drift or allow_drift else []
         flags += ["--new-venv", new_venv, "--live-venv", engine.venv] if new_venv else []
         # Under repair an extra or missing distribution is what is about to be fixed.
@@ -210,7 +216,24 @@ class NodeScripts:
             *(["--gpu-model", gpu.model] if gpu.model else []),
         ]
 
-    def cycle(self, hook_files, rollback=True, running=False):
+    @property
+    def kept_last_good_dir(self):
+        """Where a canary's last known good is kept while it bakes (lastgood.py keep)."""
+        return f"{self.last_good_dir}.before-canary"
+
+    def keep_last_good(self):
+        """lastgood.py keep: the last known good copied aside before a canary restarts."""
+        return self._run("lastgood.py", "keep", "--dir", self.last_good_dir, "--to", self.kept_last_good_dir)
+
+    def revert_cycle(self, hook_files):
+        """cycle.py --revert: a canary that failed its bake back on the record kept before it
+        (lastgood.py reinstate), restarted and gated."""
+        reinstate = self._run(
+            "lastgood.py", "reinstate", "--dir", self.last_good_dir, "--kept", self.kept_last_good_dir
+        )
+        return self.cycle(hook_files, restore=reinstate, revert=True)
+
+    def cycle(self, hook_files, rollback=True, running=False, restore=None, revert=False):
         """cycle.py: preflight, restart, gate, workers, decode check, save; on a failed gate
         restore, restart and gate again: each step one of the command lines above. ``running``:
         the server already runs what is installed, the cycle starts at the gate."""
@@ -221,7 +244,7 @@ class NodeScripts:
             "gate": self.gate(),
             "workers": self.workers(),
             "save": self.save_last_good(hook_files),
-            "restore": self.restore_last_good(),
+            "restore": restore or self.restore_last_good(),
         }
         if self.decode_check():
             steps["decode"] = self.decode_check()
@@ -233,6 +256,7 @@ class NodeScripts:
             json.dumps(steps, sort_keys=True),
             *([] if rollback else ["--no-rollback"]),
             *(["--running"] if running else []),
+            *(["--revert"] if revert else []),
         )
 
     def model_swap(self):

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from sglang_deploy.errors import DeployError
+from sglang_deploy.plan.rolling_sizes import count_or_percent
 from sglang_deploy.plan.router_flags import gateway_pin
 from sglang_deploy.profile.fields import AbsPath, Pin
 
@@ -37,6 +38,13 @@ def _router_pins(pins: list[str]) -> list[str]:
 def _words(value: Any) -> Any:
     # `--data router_extra_args="--retry-max-retries 3"` arrives as one string.
     return shlex.split(value) if isinstance(value, str) else value
+
+
+# A number of nodes: a count, or a percentage of the run's serving nodes ("25%").
+NodeCount = Annotated[int | str, BeforeValidator(count_or_percent, json_schema_input_type=int | str)]
+NodeCountOrOff = Annotated[
+    int | str, BeforeValidator(lambda v: count_or_percent(v, minimum=0), json_schema_input_type=int | str)
+]
 
 
 def _apt_pin(value: Any) -> Any:
@@ -344,18 +352,25 @@ class Router(_Group):
 class RollingRestarts(_Group):
     """Rolling restarts (every run that restarts nodes)"""
 
-    rolling_batch: int = Field(
+    rolling_batch: NodeCount = Field(
         1,
-        ge=1,
-        description="Nodes (or serving groups) restarted at a time: each is taken out of every router, drained, "
-        "restarted through its gate, put back and waited for until every router lists it healthy. Without "
-        "routers the batches still keep the other nodes serving.",
+        description="Nodes (or serving groups) restarted at a time, as a count or a percentage of the run's "
+        'serving nodes (`"25%"`, rounded down; a percentage that rounds to no node is refused): each is taken '
+        "out of every router, drained, restarted through its gate, put back and waited for until every router "
+        "lists it healthy. Without routers the batches still keep the other nodes serving.",
     )
     rolling_max_failures: int = Field(
         0,
         ge=0,
         description="Once more than this many nodes failed, the rollout stops: later nodes keep their previous "
         "configuration.",
+    )
+    rolling_max_fail_percent: float | None = Field(
+        None,
+        ge=0,
+        le=100,
+        description="Once failed nodes are more than this percentage of the run's nodes, the rollout stops "
+        "(unset: rolling_max_failures decides).",
     )
     rolling_drain_timeout_s: Seconds = Field(
         120, description="How long a node out of rotation may take to finish its requests in flight."
@@ -372,6 +387,51 @@ class RollingRestarts(_Group):
         True,
         description="Nodes that serve nothing (not installed, unit stopped or failed, healthy in no router) "
         "restart together in a first wave, before the serving ones roll; false rolls every node in batches.",
+    )
+
+
+class Canary(_Group):
+    """Canary wave (sglang_deploy/report/canary.py, operations/canary.py)"""
+
+    rolling_canary: NodeCountOrOff = Field(
+        0,
+        description="Nodes restarted first, as a count or a percentage of the serving nodes the run restarts "
+        "(0: no canary): after the nodes that serve nothing, only they restart; then for rolling_canary_bake_s their "
+        "SGLang /metrics are compared with the nodes still on the old configuration (error rate, TTFT p95, "
+        "decode tok/s); a canary that does worse is rolled back to the configuration it served before and the "
+        "run stops, naming it and the metric. Refused when it would leave no node of a canary's model on the "
+        "old configuration. Single nodes only: serving groups roll in batches.",
+    )
+    rolling_canary_bake_s: Seconds = Field(
+        300,
+        description="How long the canaries serve under traffic before they are compared (on real nodes a few "
+        "minutes: TTFT p95 needs requests; the sandbox's tests use a few seconds).",
+    )
+    rolling_canary_min_requests: int = Field(
+        10,
+        ge=1,
+        description="Requests each canary and the old nodes together must have finished during the bake; fewer "
+        "is no evidence, and the bake fails saying so.",
+    )
+    rolling_canary_max_error_rate: float = Field(
+        0.01,
+        ge=0,
+        le=1,
+        description="A canary fails when the share of its requests aborted during the bake "
+        "(sglang:num_aborted_requests_total of those and sglang:num_requests_total) is more than this above the "
+        "old nodes' share.",
+    )
+    rolling_canary_max_ttft_regression_pct: float = Field(
+        20,
+        ge=0,
+        description="A canary fails when its TTFT p95 during the bake (sglang:time_to_first_token_seconds bucket "
+        "deltas) is more than this percentage above the old nodes' (theirs pooled).",
+    )
+    rolling_canary_max_decode_regression_pct: float = Field(
+        10,
+        ge=0,
+        description="A canary fails when its decode tok/s during the bake (sglang:generation_tokens_total per "
+        "second) is more than this percentage below the old nodes' median.",
     )
 
 
@@ -461,6 +521,7 @@ GROUPS = (
     Fleet,
     Router,
     RollingRestarts,
+    Canary,
     Monitoring,
     Fanout,
 )
@@ -476,7 +537,7 @@ class Settings(*reversed(GROUPS)):
 
 FIELDS = tuple(Settings.model_fields)
 # The keys a hosts file's `fleet:` section may set: settings of the whole fleet.
-FLEET_KEYS = tuple(name for group in (Router, RollingRestarts) for name in group.model_fields)
+FLEET_KEYS = tuple(name for group in (Router, RollingRestarts, Canary) for name in group.model_fields)
 
 
 def default(key: str) -> Any:

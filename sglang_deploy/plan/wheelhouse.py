@@ -7,17 +7,19 @@ One directory per lock (``build/wheelhouse/<lock name>/``): a lock's hashes acce
 a version, for every platform, so only the wheels pip chose for this lock's platform go there.
 
 Resumable: a wheel already there whose sha256 the lock accepts is kept; the others come from
-the profile's find-links (the sandbox's stand-in) or the index, one distribution at a time
+the profile's find-links (the sandbox's stand-in), the controller's wheel cache (wheel_cache.py:
+what an earlier run downloaded, outside the checkout) or the index, one distribution at a time
 (`pip download --no-deps --require-hashes` for the lock's platform and Python: pip checks the
-hash before it keeps the file). A file the lock does not accept is refused and named. The
-pinned uv wheel (requirements.txt) joins the engine's wheels: the nodes build venvs with it.
+hash before it keeps the file), and what was downloaded joins the cache. A file the lock does
+not accept is refused and named; a find-links wheel of a locked version that the lock does not
+accept means the lock is stale (the wheel was rebuilt): named, with the command that re-locks.
+The pinned uv wheel (requirements.txt) joins the engine's wheels: the nodes build venvs with it.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,7 +27,8 @@ from pathlib import Path
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.node.lib.installed import canonical
-from sglang_deploy.plan.locks import INDEX_URL, REPO, Lock, load_lock, lock_path
+from sglang_deploy.plan import wheel_cache
+from sglang_deploy.plan.locks import INDEX_URL, REPO, Lock, load_lock, lock_path, update_command
 from sglang_deploy.plan.venv_names import wheel_identity
 
 WHEELHOUSE = REPO / "build" / "wheelhouse"
@@ -93,10 +96,11 @@ def lock_wheels_dir(engine, root: Path = WHEELHOUSE) -> Path:
     return Path(root) / lock_path(engine).stem
 
 
-def build(profile, root: Path = WHEELHOUSE, download=None, out=None) -> dict:
+def build(profile, root: Path = WHEELHOUSE, download=None, out=None, cache: Path | None = None) -> dict:
     """Fill ``profile``'s lock's directory under ``root`` with its locked wheels; {canonical
     name: path}. DeployError naming every wheel refused or not found."""
     out = out or sys.stdout
+    cache = wheel_cache.CACHE if cache is None else cache
     engine = profile.engine
     directory = lock_wheels_dir(engine, root)
     lock = load_lock(lock_path(engine))
@@ -104,18 +108,32 @@ def build(profile, root: Path = WHEELHOUSE, download=None, out=None) -> dict:
     accepted, missing, refused = check_wheels(lock, directory)
     for path in [Path(r.split(":", 1)[0]) for r in refused]:
         (directory / path).unlink()  # a refused file goes: a later run downloads the right one
-    for link in engine.find_links:
-        source = REPO / link
-        for wanted in list(missing):
+    stale, cached = [], 0
+    for source in [REPO / link for link in engine.find_links] + [Path(cache)]:
+        for wanted in list(missing) if source.is_dir() else []:
             name, _, version = wanted.partition("==")
-            for path in wheel_for(source, name, version) if source.is_dir() else []:
-                if sha256(path) in lock.entries[canonical(name)].hashes:
-                    shutil.copy2(path, directory / path.name)
-                    missing.remove(wanted)
-                    break
-    print(f"{directory}: {len(accepted)} locked wheels present, {len(missing)} to download", file=out)
+            found = wheel_for(source, name, version)
+            good = [path for path in found if sha256(path) in lock.entries[canonical(name)].hashes]
+            if good:
+                wheel_cache.place(good[0], directory)
+                missing.remove(wanted)
+                cached += source == Path(cache)
+            elif found and source != Path(cache):
+                stale.append(
+                    f"{found[0]}: sha256 {sha256(found[0])} is not the one the lock has for {wanted}"
+                )
+                missing.remove(wanted)  # rebuilt here: no index has it
+    if stale:
+        raise DeployError(f"stale lock: {'; '.join(stale)}: `{update_command(profile.name)}` re-locks it")
+    print(
+        f"{directory}: {len(accepted)} locked wheels present, {cached} from the cache {cache}, "
+        f"{len(missing)} to download",
+        file=out,
+    )
+    before = set(directory.glob("*.whl"))
     (download or pip_download)(lock, [m for m in missing], directory, engine)
     accepted, missing, refused = check_wheels(lock, directory)
+    wheel_cache.keep([p for p in accepted.values() if p not in before], cache)
     if refused or missing:
         problems = refused + ([missing_message(missing, profile.name, directory)] if missing else [])
         raise DeployError("; ".join(problems))
@@ -144,10 +162,20 @@ def pip_download(lock: Lock, wanted, directory: Path, engine) -> None:
             raise DeployError(f"pip download failed: {done.stderr.strip()[-2000:]}")
 
 
-def uv_wheel(directory: Path = WHEELHOUSE, platform: str = "x86_64-manylinux_2_34") -> Path:
-    """The pinned uv wheel for the nodes' platform, downloaded into ``directory`` once."""
+def uv_wheel(
+    directory: Path = WHEELHOUSE,
+    platform: str = "x86_64-manylinux_2_34",
+    sources=(),
+    cache: Path | None = None,
+) -> Path:
+    """The pinned uv wheel for the nodes' platform in ``directory``: from ``sources`` (the
+    profile's find-links) or the cache when there, else downloaded once (and cached)."""
+    cache = wheel_cache.CACHE if cache is None else cache
     version = UV_PIN.partition("==")[2]
     found = wheel_for(directory, "uv", version)
+    for source in [*sources, cache]:
+        if not found and Path(source).is_dir() and wheel_for(source, "uv", version):
+            found = [wheel_cache.place(wheel_for(source, "uv", version)[0], directory)]
     if not found:
         command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
         command += ["--index-url", INDEX_URL, "-d", str(directory), UV_PIN]
@@ -155,6 +183,7 @@ def uv_wheel(directory: Path = WHEELHOUSE, platform: str = "x86_64-manylinux_2_3
             command += ["--platform", tag]
         subprocess.run(command, check=True)
         found = wheel_for(directory, "uv", version)
+        wheel_cache.keep(found, cache)
     return found[0]
 
 
@@ -168,7 +197,11 @@ def main(argv=None) -> int:
     profile = load_profile(args.profile)
     try:
         build(profile, args.dir)
-        uv = uv_wheel(lock_wheels_dir(profile.engine, args.dir), profile.engine.platform)
+        uv = uv_wheel(
+            lock_wheels_dir(profile.engine, args.dir),
+            profile.engine.platform,
+            sources=[REPO / link for link in profile.engine.find_links],
+        )
         print(f"uv for the nodes: {uv.name}")
     except DeployError as exc:
         print(f"{profile.name}: {exc}", file=sys.stderr)

@@ -63,7 +63,8 @@ class Engine(_Section):
     packages: list[Pin] = Field(min_length=1)  # exact pins: the profile says what is installed
     find_links: list[str] = []  # controller-side wheel files/dirs; pip uses --no-index
     # Distributions whose installed files are checked against their wheels' RECORD (drift):
-    # the incident's real cause was untracked edits inside installed SGLang files.
+    # the incident's real cause was untracked edits inside installed SGLang files. A locked
+    # engine (locks/) checks every locked distribution instead.
     drift_check: list[Word] = ["sglang"]
     allow_drift: bool = False  # true: a drifted engine only warns; false: no restart
     # The nodes' platform, which `make lock` resolves the closure of `packages` for

@@ -22,11 +22,13 @@ import os
 import re
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from pyinfra.api.state import BaseStateCallback, StateStage
 
 from sglang_deploy import run_state
 from sglang_deploy.cli import EXIT_DEPLOY_ERROR, EXIT_UNREACHABLE
+from sglang_deploy.report import failed_hosts
 
 DEPLOYED = "deployed"
 UNCHANGED = "unchanged"
@@ -259,6 +261,28 @@ def report_at_exit():
         state.add_callback_handler(recorder)
 
 
+def retry_line(outcomes, executed, path=None) -> str | None:
+    """Rewrite the failed-hosts file (report/failed_hosts.py) after a run that executed; the
+    line that says how to re-run what it lists, or None when it lists nothing."""
+    if not executed:
+        return None
+    path = path or failed_hosts.PATH
+    names = failed_hosts.update(outcomes, path)
+    if not names:
+        return None
+    return (
+        f"sglang-deploy: to re-run {len(names)} host(s) that did not deploy ({', '.join(names)}): "
+        f"make deploy RETRY=1 (LIMIT=@{_shown(path)})"
+    )
+
+
+def _shown(path):
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
 def _report(state, recorder):
     if not recorder.report or not getattr(state, "initialised", False):
         return
@@ -267,7 +291,11 @@ def _report(state, recorder):
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    for line in report_lines(outcomes):
+    try:
+        retry = retry_line(outcomes, state.current_stage >= StateStage.Execute)
+    except OSError as exc:  # the report's lines matter more than the file
+        retry = f"sglang-deploy: the failed-hosts file could not be written: {exc}"
+    for line in report_lines(outcomes) + ([retry] if retry else []):
         print(line, file=sys.stderr)
     sys.stderr.flush()
     status = exit_status(outcomes)

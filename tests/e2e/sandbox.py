@@ -210,6 +210,28 @@ def profile_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("profiles")
 
 
+def lock_offline(profile_path) -> Path:
+    """Lock a test profile at test time with `make lock`'s code, from its find-links alone (a
+    stand-in wheel built here and the sandbox lock's wheelhouse: no index), and fill its
+    wheelhouse from them; the lock written under locks/, which the caller removes."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sglang_deploy.plan.locks", "lock", "--no-index", str(profile_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = REPO_ROOT / re.search(r"^(locks/\S+\.txt):", done.stdout, re.M)[1]
+    filled = subprocess.run(
+        [sys.executable, "-m", "sglang_deploy.plan.wheelhouse", str(profile_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert filled.returncode == 0, filled.stdout + filled.stderr
+    return written
+
+
 def write_profile(directory, name, body):
     """Write profile ``name`` into ``directory``; ``{profiles}`` in body is profiles/."""
     path = directory / f"{name}.yml"

@@ -7,7 +7,9 @@ import json
 import pytest
 
 from sglang_deploy.node.lib import status
+from sglang_deploy.node.lib.installed import canonical
 from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.plan.locks import load_lock, lock_path
 from sglang_deploy.plan.node_scripts import NodeScripts
 from sglang_deploy.profile.schema import load_profile
 
@@ -47,7 +49,11 @@ def test_converge_two_profiles_in_one_run(converged):
     assert "speculative-algorithm" not in ssh("node1", "cat /etc/systemd/system/sglang.service")
     recorded = json.loads((REPO_ROOT / "reports/manifests/node2/latest.json").read_text())
     assert recorded["profile"] == "sandbox-eagle3"
-    assert [(d["name"], d["version"]) for d in recorded["distributions"]] == [("sglang", "0.5.23+sandbox")]
+    # Every distribution of the lock the node runs: the stand-in and its closure.
+    lock = load_lock(lock_path(load_profile("sandbox-eagle3").engine))
+    recorded_names = {canonical(d["name"]): d["version"] for d in recorded["distributions"]}
+    assert recorded_names == {key: entry.version for key, entry in lock.entries.items()}
+    assert recorded_names["sglang"] == "0.5.23+sandbox" and "fastapi" in recorded_names
 
 
 def test_rerun_changes_nothing_and_restarts_nothing(converged):

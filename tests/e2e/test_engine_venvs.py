@@ -2,7 +2,8 @@
 the live one, switched at the restart and only there, kept for an instant rollback.
 
 Versions: 0.5.23+sandbox (build/wheels), 0.5.24+sandbox (build/wheels-next, `make wheels`) and
-0.5.25+sandbox (built here), all from engine-standin/."""
+0.5.25+sandbox (built here), all from engine-standin/, each installed from its lock (the next
+versions' locked here) and wheelhouse."""
 
 import json
 import os
@@ -14,10 +15,14 @@ import urllib.request
 
 import pytest
 
+from sglang_deploy.plan.wheelhouse import lock_wheels_dir
+from sglang_deploy.profile.schema import load_profile
+
 from .sandbox import (  # noqa: F401 (a fixture)
     REPO_ROOT,
     deploy,
     host_tests_argv,
+    lock_offline,
     nodes,
     profile_dir,
     ssh,
@@ -34,6 +39,7 @@ NODE = "node1"
 VENVS = "/opt/sglang/venvs"
 LINK = "/opt/sglang/venv"
 WHEELS = "/opt/sglang-deploy/wheels"
+WHEELHOUSE = "/opt/sglang-deploy/wheelhouse"  # a locked engine's wheels on the node
 GATE_REPORT = "/run/sglang-deploy/sglang.service.gate.json"
 
 
@@ -83,7 +89,9 @@ class Load(threading.Thread):
 
 @pytest.fixture(scope="module")
 def versions(profile_dir):
-    """Profiles per version; 0.5.25's wheel is built here, into the module's directory."""
+    """Profiles per version; 0.5.25's wheel is built here, into the module's directory. The
+    next versions are locked here, offline: their closure is the sandbox lock's (their wheels:
+    the next stand-in wheel and the sandbox lock's wheelhouse, `make wheelhouse-sandbox`)."""
     next_wheels = profile_dir / "wheels-0.5.25"
     subprocess.run(
         [
@@ -98,7 +106,8 @@ def versions(profile_dir):
         check=True,
         capture_output=True,
     )
-    return {
+    sandbox_wheels = lock_wheels_dir(load_profile("sandbox").engine)
+    profiles = {
         "0.5.23": "sandbox",
         "0.5.24": write_profile(
             profile_dir,
@@ -107,7 +116,7 @@ def versions(profile_dir):
             extends: {{profiles}}/sandbox.yml
             engine:
               packages: [sglang==0.5.24+sandbox]
-              find_links: [{REPO_ROOT}/build/wheels-next]
+              find_links: [{REPO_ROOT}/build/wheels-next, {sandbox_wheels}]
         """,
         ),
         # A release that dies while loading, on every start.
@@ -118,13 +127,17 @@ def versions(profile_dir):
             extends: {{profiles}}/sandbox.yml
             engine:
               packages: [sglang==0.5.25+sandbox]
-              find_links: [{next_wheels}]
+              find_links: [{next_wheels}, {sandbox_wheels}]
             env:
               SGLANG_STANDIN_FAIL: crash-load
               SGLANG_STANDIN_FAIL_AFTER_SECONDS: 2
         """,
         ),
     }
+    written = [lock_offline(profiles[v]) for v in ("0.5.24", "0.5.25-crashing")]
+    yield profiles
+    for path in written:
+        path.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")
@@ -198,13 +211,13 @@ def test_a_new_version_that_crashes_is_rolled_back_to_the_old_venv_without_a_dow
     try:
         seen = wait_for_output(crash, "Env directory", timeout=180)
         # No package can be installed from here on: the wheels are gone.
-        ssh(NODE, f"mv {WHEELS} {WHEELS}.hidden")
+        ssh(NODE, f"for d in {WHEELS} {WHEELHOUSE}; do test -d $d && mv $d $d.hidden; done; true")
         seen += wait_for_output(crash, "rolling back", timeout=120)
         rolling_back = time.monotonic()
         rest, _ = crash.communicate(timeout=300)
         rolled_back = time.monotonic() - rolling_back
     finally:
-        ssh(NODE, f"test -d {WHEELS}.hidden && mv {WHEELS}.hidden {WHEELS}; true")
+        ssh(NODE, f"for d in {WHEELS} {WHEELHOUSE}; do test -d $d.hidden && mv $d.hidden $d; done; true")
     output = seen + rest
     assert crash.returncode != 0, output[-5000:]
     assert "rolled back: serving next again" in output, output[-5000:]

@@ -11,7 +11,10 @@ import time
 
 import pytest
 
-from .sandbox import REPO_ROOT, ssh
+from sglang_deploy.plan.wheelhouse import lock_wheels_dir
+from sglang_deploy.profile.schema import load_profile
+
+from .sandbox import ssh
 
 pytestmark = pytest.mark.e2e
 
@@ -29,12 +32,22 @@ ENV_TEXT = 'NCCL_PROTO="LL"\nNCCL_P2P_LEVEL="SYS"\nSPACED="a b $c # d"\nSGLANG_S
 
 @pytest.fixture(scope="module")
 def plain_unit():
-    wheel = next((REPO_ROOT / "build" / "wheels").glob("sglang-*.whl"))
-    ssh(NODE, f"cat > /tmp/{wheel.name}", stdin=wheel.read_bytes())
+    # The stand-in and its closure (fastapi, pydantic, ...), from the sandbox lock's wheelhouse
+    # (`make wheelhouse-sandbox`): the node has no index.
+    wheels = [
+        w
+        for w in lock_wheels_dir(load_profile("sandbox").engine).glob("*.whl")
+        if not w.name.startswith("uv-")
+    ]
+    assert any(w.name.startswith("sglang-") for w in wheels), "run `make wheelhouse-sandbox`"
+    ssh(NODE, "rm -rf /tmp/standin-wheels && mkdir /tmp/standin-wheels")
+    for wheel in wheels:
+        ssh(NODE, f"cat > /tmp/standin-wheels/{wheel.name}", stdin=wheel.read_bytes())
     ssh(
         NODE,
         f"test -x {VENV}/bin/python || python3 -m venv {VENV}; "
-        f"{VENV}/bin/pip install -q --no-index --force-reinstall /tmp/{wheel.name}",
+        f"{VENV}/bin/pip install -q --no-index --find-links /tmp/standin-wheels --force-reinstall "
+        "sglang==0.5.23+sandbox",
     )
     ssh(NODE, f"cat > /etc/systemd/system/{UNIT}", stdin=UNIT_TEXT)
     yield

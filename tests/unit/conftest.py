@@ -175,3 +175,20 @@ def cycle_in_session(monkeypatch):
     from sglang_deploy.operations.streamed import run_streamed
 
     monkeypatch.setattr(service, "run_detached", lambda host, scripts, command: run_streamed(host, command))
+
+
+@pytest.fixture(scope="session")
+def sandbox_wheelhouse():
+    """The sandbox lock's wheelhouse (build/wheelhouse/<lock>/: the stand-in, its closure, uv)
+    as `make wheelhouse-sandbox` fills it: from the wheel cache, downloading only what it
+    lacks (the first run on a machine). A stale lock fails here, naming `make lock`."""
+    import io
+
+    from sglang_deploy.plan import wheelhouse
+    from sglang_deploy.profile.schema import load_profile
+
+    profile = load_profile("sandbox")
+    wheelhouse.build(profile, out=io.StringIO())
+    directory = wheelhouse.lock_wheels_dir(profile.engine)
+    wheelhouse.uv_wheel(directory, profile.engine.platform)
+    return directory

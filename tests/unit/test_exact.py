@@ -14,6 +14,7 @@ from sglang_deploy.node import exact, preflight
 from sglang_deploy.node.lib import status
 from sglang_deploy.plan.host_plan import plan_for
 from sglang_deploy.plan.locks import node_lock_path
+from sglang_deploy.plan.node_scripts import NodeScripts
 from sglang_deploy.verify import checks, lock_checks
 from sglang_deploy.verify.verdict import FAILED, OK
 from tests.unit.test_checks import HOST_DATA, File, Node, Result
@@ -123,3 +124,17 @@ def test_verify_names_the_extra_distribution():
     node = Node(files={lock: File(lock)}, outputs={"exact.py": Result(0, json.dumps(report) + "\n")})
     assert lock_checks.exact_lock(node, plan).state == OK
     assert "exact lock" in [entry.name for entry in checks.REGISTRY]
+
+
+def test_drift_and_the_manifest_cover_every_locked_distribution():
+    """A locked engine's drift check (preflight, verify, repair) and its manifest name every
+    distribution of the lock, not a sample; an unlocked one its engine.drift_check."""
+    plan = plan_for({**HOST_DATA, "profile": "sandbox", "repair": True})
+    locked = sorted(e.name for e in plan.locked.lock.entries.values())
+    assert len(locked) > 10 and "fastapi" in locked and "pydantic-core" in locked
+    assert plan.scripts.drift_names == locked and plan.repair[1] == locked
+    assert set(locked) <= set(plan.scripts.manifest_names)
+    for command in (plan.scripts.drift(), plan.scripts.manifest(), plan.scripts.preflight()):
+        assert all(f" {name} " in command + " " for name in locked), command
+    unlocked = NodeScripts("/opt/d/node", "sglang.service", plan.profile, {}, "/l", None, "/run/d")
+    assert unlocked.drift_names == plan.profile.engine.drift_check == ["sglang"]

@@ -6,7 +6,6 @@ import shutil
 import pytest
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.plan import locks
 from sglang_deploy.plan.locked_engine import locked_engine
 from sglang_deploy.plan.wheelhouse import UV_PIN, lock_wheels_dir, sha256
 from sglang_deploy.profile.schema import load_profile
@@ -15,22 +14,25 @@ UV_WHEEL = f"uv-{UV_PIN.partition('==')[2]}-py3-none-manylinux_2_17_x86_64.manyl
 
 
 @pytest.fixture
-def sandbox(tmp_path):
-    """The sandbox profile's locked engine with a wheelhouse of its own: the stand-in wheel the
-    lock holds, and a uv wheel."""
+def sandbox(tmp_path, sandbox_wheelhouse):
+    """The sandbox profile's locked engine with a wheelhouse of its own: the wheels the lock
+    holds (the stand-in and its closure) and a uv wheel."""
     profile = load_profile("sandbox")
     found = locked_engine(profile, "/opt/sd", wheelhouse=tmp_path)
     directory = lock_wheels_dir(profile.engine, tmp_path)
-    directory.mkdir(parents=True)
-    wheel = next((locks.REPO / "build" / "wheels").glob("sglang-0.5.23+sandbox-*.whl"))
-    shutil.copy(wheel, directory / wheel.name)
+    shutil.copytree(sandbox_wheelhouse, directory, ignore=shutil.ignore_patterns("uv-*"))
     (directory / UV_WHEEL).write_bytes(b"uv")
-    return found, directory, wheel.name
+    standin = next(directory.glob("sglang-0.5.23+sandbox-*.whl")).name
+    return found, directory, standin
 
 
 def test_the_node_gets_the_locked_wheels_and_uv(sandbox):
     found, directory, standin = sandbox
-    assert [p.name for p in found.wheels()] == [standin, UV_WHEEL]
+    wheels = [p.name for p in found.wheels()]
+    assert wheels[-1] == UV_WHEEL and standin in wheels
+    # Every distribution of the closure, one wheel each: the stand-in is not alone in it.
+    assert len(wheels) == len(found.lock.entries) + 1 and len(found.lock.entries) > 10
+    assert {"fastapi", "pydantic-core", "uvicorn", "orjson"} <= set(found.lock.entries)
     assert found.remote_wheelhouse == f"/opt/sd/wheelhouse/{found.local_lock.stem}"
     assert found.remote_lock == f"/opt/sd/locks/{found.local_lock.name}"
 

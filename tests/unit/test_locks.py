@@ -3,6 +3,7 @@ in a closure, the lint's refusal of a profile whose packages left its lock, and 
 profiles' committed locks."""
 
 import io
+import subprocess
 
 import pytest
 
@@ -81,7 +82,7 @@ def test_closure_changes_name_what_moved():
 def test_make_lock_writes_the_header_and_prints_the_changes(tmp_path):
     profile = _profile(tmp_path, ["fastapi==0.165.0"])
     out = io.StringIO()
-    path = locks.make_lock(profile, ["p"], tmp_path, compile_=lambda engine, find_links: BODY, out=out)
+    path = locks.make_lock(profile, ["p"], tmp_path, compile_=lambda engine, **_: BODY, out=out)
     lock = locks.load_lock(path)
     assert lock.pins == ["fastapi==0.165.0"] and lock.header["update"] == "make lock PROFILE=p"
     assert "2 changes in the closure" in out.getvalue() and "added anyio 4.16.0" in out.getvalue()
@@ -90,7 +91,7 @@ def test_make_lock_writes_the_header_and_prints_the_changes(tmp_path):
     moved = _profile(tmp_path, ["fastapi==0.166.0"])
     body = BODY.replace("0.165.0", "0.166.0")
     out = io.StringIO()
-    new = locks.make_lock(moved, ["p"], tmp_path, compile_=lambda engine, find_links: body, out=out)
+    new = locks.make_lock(moved, ["p"], tmp_path, compile_=lambda engine, **_: body, out=out)
     assert new != path and path.is_file()
     assert "Fastapi 0.165.0 -> 0.166.0" in out.getvalue() and f"since {path}" in out.getvalue()
     assert locks.load_lock(path).header["profiles"] == "(none now)"
@@ -98,7 +99,7 @@ def test_make_lock_writes_the_header_and_prints_the_changes(tmp_path):
 
 def test_lint_refuses_packages_that_left_their_lock_and_names_the_command(tmp_path):
     profile = _profile(tmp_path, ["fastapi==0.165.0"])
-    locks.make_lock(profile, ["p"], tmp_path, compile_=lambda engine, find_links: BODY, out=io.StringIO())
+    locks.make_lock(profile, ["p"], tmp_path, compile_=lambda engine, **_: BODY, out=io.StringIO())
     assert locks.lock_problems(profile, tmp_path) == []
     moved = _profile(tmp_path, ["fastapi==0.166.0"])
     (problem,) = locks.lock_problems(moved, tmp_path)
@@ -148,3 +149,28 @@ def test_the_sandbox_lock_holds_the_standin_built_here():
     assert wheelhouse.sha256(wheel) in lock.entries["sglang"].hashes, (
         "stale lock: `make lock PROFILE=sandbox`"
     )
+
+
+def test_a_lock_made_from_the_find_links_alone_asks_no_index_and_says_so(tmp_path, monkeypatch):
+    profile = _profile(tmp_path, ["fastapi==0.165.0"])
+    seen = []
+    path = locks.make_lock(
+        profile,
+        ["p"],
+        tmp_path,
+        compile_=lambda engine, **kw: seen.append(kw) or BODY,
+        out=io.StringIO(),
+        index=False,
+    )
+    assert seen[0]["index"] is False
+    assert locks.load_lock(path).header["index"].startswith("none (the find-links alone, offline)")
+    commands = []
+    monkeypatch.setattr(
+        locks.subprocess,
+        "run",
+        lambda command, **kw: commands.append(command) or subprocess.CompletedProcess(command, 0, BODY, ""),
+    )
+    assert locks.uv_compile(profile.engine, find_links=["build/x"], index=False) == BODY
+    assert {"--no-index", "--offline", "--find-links"} <= set(commands[0]) and "--index-url" not in commands[
+        0
+    ]

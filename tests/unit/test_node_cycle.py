@@ -212,6 +212,21 @@ ROLLBACK = ["rollback", "restart", "gate"]
         ({}, {}, "served", {}, CYCLE + ["save"]),
         ({}, {"preflight": [{}]}, "preflight_failed", {"restored": True}, ["preflight", "restore"]),
         ({"running": True}, {}, "served", {}, ["gate", "workers", "decode", "save"]),
+        # A canary that failed its bake: straight to the rollback, never saved again.
+        (
+            {"revert": True},
+            {},
+            "rolled_back",
+            {"restored": True, "profile": "previous"},
+            ROLLBACK + ["remeasure"],
+        ),
+        (
+            {"revert": True},
+            {"gate": [{}]},
+            "rollback_failed",
+            {"restored": True, "profile": "previous"},
+            ROLLBACK,
+        ),
         (
             {"running": True},
             {"gate": [{}]},
@@ -281,3 +296,10 @@ def test_the_decisions_are_made_once_whatever_runs_the_steps(settings, failing, 
 
     assert cycle.decide(run, **settings) == (outcome, details)
     assert steps == ran
+
+
+def test_a_revert_restores_what_was_kept_and_gates_it(tmp_path, capsys):
+    code = cycle.cycle(_commands(tmp_path), revert=True)
+    found = result.parse(capsys.readouterr().out.splitlines())
+    assert (tmp_path / "ran").read_text().split() == ["restore", "restart", "gate"]
+    assert code == status.READY and found["outcome"] == "rolled_back" and found["profile"] == "previous"

@@ -268,3 +268,32 @@ def test_a_damaged_record_is_refused_with_nothing_written(quick, tmp_path, capsy
     found = result.parse(capsys.readouterr().out.splitlines())
     assert "is incomplete (env: its saved copy differs from the manifest)" in found["cause"]
     assert "nothing was changed" in found["cause"] and quick["env"].read_text() == "A=2\n"
+
+
+def test_a_canary_is_rolled_back_to_the_record_kept_before_it(node, monkeypatch, capsys):
+    """The canary passed its gate (p2 saved over p1); its failed bake puts p1 back, files and
+    record, although p2 is what the record held."""
+    kept = node["dir"] + ".before-canary"
+    assert save(node, "p1") == status.READY
+    assert lastgood.main(["keep", "--dir", node["dir"], "--to", kept]) == status.READY
+    node["env"].write_text("A=2\n")
+    node["state"]["started"] = time.time() + 5
+    assert save(node, "p2") == status.READY
+    assert lastgood.load(node["dir"])["profile"] == "p2"
+    monkeypatch.setattr(lastgood.subprocess, "run", lambda *a, **k: None)  # no daemon-reload here
+    monkeypatch.setattr(lastgood, "restore_venv", lambda manifest: True)
+    capsys.readouterr()
+    assert lastgood.main(["reinstate", "--dir", node["dir"], "--kept", kept]) == status.READY
+    out = capsys.readouterr().out
+    assert "reinstated p1 as the last known good" in out and "restored p1" in out
+    assert node["env"].read_text() == "A=1\n"
+    assert lastgood.load(node["dir"])["profile"] == "p1"
+    assert result.parse(out.splitlines())["profile"] == "p1"
+
+
+def test_keep_and_reinstate_without_a_record_change_nothing(node, capsys):
+    kept = node["dir"] + ".before-canary"
+    assert lastgood.main(["keep", "--dir", node["dir"], "--to", kept]) == status.NO_LAST_GOOD
+    assert lastgood.main(["reinstate", "--dir", node["dir"], "--kept", kept]) == status.NO_LAST_GOOD
+    assert "nothing kept" in capsys.readouterr().out
+    assert lastgood.load(node["dir"]) is None and not os.path.exists(kept)

@@ -491,7 +491,8 @@ def test_node_scripts_command_lines():
         "python3 /opt/sd/node/restart.py --unit sglang.service --port 30000 --stop-timeout 150"
     )
     assert scripts.gpus_needed() == 2
-    assert "--drift sglang" in scripts.preflight("/opt/sglang/venv/bin/python")
+    # The sandbox engine is locked: drift over every locked distribution.
+    assert "--drift annotated-doc annotated-types anyio " in scripts.preflight("/opt/sglang/venv/bin/python")
     assert "--no-argv" in scripts.preflight(argv_check=False)
     assert scripts.restore_last_good() == (
         "python3 /opt/sd/node/lastgood.py restore --dir /var/lib/sd/sglang/last-good"

@@ -75,7 +75,7 @@ def test_each_layer_of_pyinfra_host_data_is_checked_and_named():
         ),
         (
             host_data(override={"rolling_batch": 0}),
-            "--data: rolling_batch: Input should be greater than or equal to 1 (got 0)",
+            "--data: rolling_batch: a count of at least 1 or a percentage such as '25%', got 0",
         ),
     ]
     for data, message in cases:
@@ -109,7 +109,7 @@ def test_a_typo_in_group_data_all_py_fails(tmp_path):
         ),
         (
             "hosts: {a: {}}\nfleet: {rolling_batch: 0}\n",
-            "fleet.rolling_batch: Input should be greater than or equal to 1",
+            "fleet.rolling_batch: a count of at least 1 or a percentage",
         ),
         ("hosts: {a: {}}\nfleets: {}\n", "fleets: unknown key (did you mean 'fleet'?)"),
     ],

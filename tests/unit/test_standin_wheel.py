@@ -1,8 +1,11 @@
-"""The stand-in builds as the wheel the sandbox profile pins, and runs from a venv the way
-the unit's ExecStart runs it (`<venv>/bin/python -m sglang.launch_server ...`)."""
+"""The stand-in builds as the wheel the sandbox profile pins, with SGLang's HTTP/JSON stack as
+its dependencies; a venv holds it with its closure exactly as a node builds one (uv, the lock's
+hashes required, from the wheelhouse alone, offline), and it runs from there the way the unit's
+ExecStart runs it (`<venv>/bin/python -m sglang.launch_server ...`)."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -11,18 +14,51 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import pytest
 
-STANDIN = Path(__file__).resolve().parents[2] / "engine-standin"
+from sglang_deploy.operations.engine import locked_install
+from sglang_deploy.plan.locks import load_lock, lock_path
+from sglang_deploy.profile.schema import load_profile
+
+REPO = Path(__file__).resolve().parents[2]
+STANDIN = REPO / "engine-standin"
 WHEEL = "sglang-0.5.23+sandbox-py3-none-any.whl"
+# What SGLang 0.5.23's own metadata declares for these four (its METADATA's Requires-Dist).
+REQUIRES = ["fastapi", "orjson", "pydantic", "uvicorn>=0.51"]
+
+
+def requires_dist(wheel: Path) -> list:
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(name).decode()
+    return re.findall(r"^Requires-Dist: (.+)$", metadata, re.M)
+
+
+def node_venv(path: Path, wheelhouse: Path) -> Path:
+    """A venv built as operations/engine.py builds one on a node: no pip in it, then the
+    lock installed by uv with every hash required, no dependency resolution, no index."""
+    subprocess.run([sys.executable, "-m", "venv", "--copies", "--without-pip", str(path)], check=True)
+    lock = lock_path(load_profile("sandbox").engine)
+    command = locked_install(str(path), str(lock), str(wheelhouse), f"{sys.executable} -m uv") + " --offline"
+    done = subprocess.run(
+        command,
+        shell=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "UV_CACHE_DIR": str(path) + ".uv"},
+    )
+    assert done.returncode == 0, done.stderr
+    return path / "bin" / "python"
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory):
+def built(tmp_path_factory):
+    """The wheel built from a copy of engine-standin/ (setuptools writes build/ and
+    *.egg-info next to the sources)."""
     tmp = tmp_path_factory.mktemp("wheel")
-    # Build from a copy: setuptools writes build/ and *.egg-info next to the sources.
     src = tmp / "engine-standin"
     shutil.copytree(STANDIN, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     out = tmp / "wheels"
@@ -43,26 +79,39 @@ def venv(tmp_path_factory):
         capture_output=True,
     )
     assert [p.name for p in out.iterdir()] == [WHEEL]
-    env_dir = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
-    python = env_dir / "bin" / "python"
+    return out / WHEEL
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory, sandbox_wheelhouse):
+    return node_venv(tmp_path_factory.mktemp("node") / "venv", sandbox_wheelhouse)
+
+
+def test_the_wheel_depends_on_sglangs_http_stack_and_the_next_versions_too(built, tmp_path):
+    assert requires_dist(built) == REQUIRES
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(python),
-            "install",
-            "--no-index",
-            "--no-deps",
-            "--quiet",
-            str(out / WHEEL),
-        ],
+        [sys.executable, "sandbox/standin_wheel.py", "--version", "0.5.24+sandbox", "--out", str(tmp_path)],
+        cwd=REPO,
         check=True,
         capture_output=True,
     )
-    return python
+    (next_wheel,) = tmp_path.glob("sglang-0.5.24+sandbox-*.whl")
+    assert requires_dist(next_wheel) == REQUIRES
+
+
+def test_the_venv_is_exactly_the_lock_and_its_files_match_their_record(venv):
+    lock = load_lock(lock_path(load_profile("sandbox").engine))
+    node = REPO / "sglang_deploy" / "node"
+    exact = subprocess.run([str(venv), str(node / "exact.py"), "--lock", str(lock_path(load_profile("sandbox").engine))],
+                           capture_output=True, text=True, cwd="/")  # fmt: skip
+    assert exact.returncode == 0, exact.stdout
+    assert f"{len(lock.entries)} distributions, exactly the lock's" in exact.stdout
+    drift = subprocess.run(
+        [str(venv), str(node / "drift.py"), "--json", "--all"], capture_output=True, text=True, cwd="/"
+    )
+    report = json.loads(drift.stdout.splitlines()[-1])
+    assert drift.returncode == 0 and report["result"] == "READY", drift.stdout[-2000:]
+    assert {k.replace("_", "-").lower() for k in report["distributions"]} == set(lock.entries)
 
 
 def test_installed_metadata_and_version(venv):
@@ -118,3 +167,25 @@ def test_serves_from_the_venv(venv, tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_a_venv_missing_a_distribution_of_the_closure_fails_the_start(tmp_path, sandbox_wheelhouse):
+    """As SGLang: its http_server imports uvicorn at the server's start (a traceback, exit 1)."""
+    python = node_venv(tmp_path / "venv", sandbox_wheelhouse)
+    subprocess.run(
+        [sys.executable, "-m", "uv", "pip", "uninstall", "--python", str(python), "uvicorn"],
+        check=True,
+        capture_output=True,
+    )
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    done = subprocess.run(
+        [str(python), "-m", "sglang.launch_server", "--model-path", str(model), "--port", "1"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "ModuleNotFoundError: No module named 'uvicorn'" in done.stderr

@@ -69,10 +69,76 @@ def test_build_refuses_a_download_that_does_not_match(tmp_path, monkeypatch):
         (directory / "h11-0.16.0-py3-none-any.whl").write_bytes(b"x")
 
     with pytest.raises(DeployError) as refused:
-        wheelhouse.build(Profile, tmp_path, download=corrupt, out=io.StringIO())
+        wheelhouse.build(Profile, tmp_path, download=corrupt, out=io.StringIO(), cache=tmp_path / "cache")
     assert "idna-3.20-py3-none-any.whl: sha256" in str(refused.value)
     assert "h11-0.16.0-py3-none-any.whl: sha256" in str(refused.value)
     assert "`make wheelhouse PROFILE=p` fetches them" in str(refused.value)
+
+
+def _profile(find_links=()):
+    class Profile:
+        name = "p"
+
+        class engine:  # noqa: N801
+            platform = "x86_64-manylinux_2_34"
+            python_version = "3.12"
+
+    Profile.engine.find_links = [str(link) for link in find_links]
+    return Profile
+
+
+LOCK_ONE = locks.parse_lock(f"# pins: idna==3.20\nidna==3.20 \\\n    --hash=sha256:{sha(GOOD)}\n")
+
+
+def test_downloads_are_kept_in_the_cache_and_a_later_build_downloads_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(wheelhouse, "load_lock", lambda path: LOCK_ONE)
+    monkeypatch.setattr(wheelhouse, "lock_path", lambda engine: Path("locks/l.txt"))
+    downloads = []
+
+    def download(lock, wanted, directory, engine):
+        downloads.append(list(wanted))
+        (directory / "idna-3.20-py3-none-any.whl").write_bytes(GOOD)
+
+    cache = tmp_path / "cache"
+    wheelhouse.build(_profile(), tmp_path / "one", download=download, out=io.StringIO(), cache=cache)
+    assert downloads == [["idna==3.20"]] and (cache / "idna-3.20-py3-none-any.whl").read_bytes() == GOOD
+    # Another checkout (CI's fresh clone): its wheelhouse is filled from the cache.
+    out = io.StringIO()
+    accepted = wheelhouse.build(_profile(), tmp_path / "two", download=download, out=out, cache=cache)
+    assert downloads == [["idna==3.20"], []] and "1 from the cache" in out.getvalue()
+    assert accepted["idna"].read_bytes() == GOOD
+    # A cached file the lock does not accept is not used: downloaded again.
+    (cache / "idna-3.20-py3-none-any.whl").write_bytes(OTHER)
+    wheelhouse.build(_profile(), tmp_path / "three", download=download, out=io.StringIO(), cache=cache)
+    assert downloads[-1] == ["idna==3.20"]
+
+
+def test_a_find_links_wheel_rebuilt_since_the_lock_names_the_command_that_relocks(tmp_path, monkeypatch):
+    monkeypatch.setattr(wheelhouse, "load_lock", lambda path: LOCK_ONE)
+    monkeypatch.setattr(wheelhouse, "lock_path", lambda engine: Path("locks/l.txt"))
+    links = tmp_path / "wheels"
+    links.mkdir()
+    (links / "idna-3.20-py3-none-any.whl").write_bytes(OTHER)  # the same version, rebuilt
+
+    def download(lock, wanted, directory, engine):
+        raise AssertionError(f"no index has a wheel built here: {wanted}")
+
+    with pytest.raises(DeployError) as raised:
+        wheelhouse.build(
+            _profile([links]), tmp_path / "wh", download=download, out=io.StringIO(), cache=tmp_path
+        )
+    message = str(raised.value)
+    assert message.startswith("stale lock: ") and sha(OTHER) in message and "for idna==3.20" in message
+    assert "`make lock PROFILE=p` re-locks it" in message
+
+
+def test_uv_comes_from_the_find_links_or_the_cache_before_any_download(tmp_path):
+    source = tmp_path / "links"
+    source.mkdir()
+    version = wheelhouse.UV_PIN.partition("==")[2]
+    (source / f"uv-{version}-py3-none-manylinux_2_17_x86_64.whl").write_bytes(b"uv")
+    found = wheelhouse.uv_wheel(tmp_path / "wh", sources=[source], cache=tmp_path / "cache")
+    assert found.parent == tmp_path / "wh" and found.read_bytes() == b"uv"
 
 
 def test_pip_platforms_cover_older_manylinux_tags():

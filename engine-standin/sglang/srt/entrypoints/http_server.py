@@ -30,7 +30,6 @@ rank 0 is lost.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import signal
@@ -40,6 +39,13 @@ import time
 import urllib.error
 import urllib.request
 from typing import Optional
+
+# SGLang's http_server imports its HTTP/JSON stack here, at server start. The stand-in serves
+# with http.server, but a venv that lacks one of them (or holds a broken one) fails the start
+# as SGLang's does: the import's traceback, exit 1, nothing spawned.
+import fastapi  # noqa: F401
+import orjson
+import uvicorn  # noqa: F401
 
 from sglang.srt.entrypoints.engine import Engine, Lifecycle, set_envs_and_config
 from sglang.srt.entrypoints.http_api import (
@@ -61,7 +67,7 @@ logger = logging.getLogger(__name__)
 # ---------------------------------------------------------------------- warmup
 def _http(method: str, url: str, body: Optional[dict] = None, timeout: float = 600):
     """(status, body text) of one request; HTTP errors are answers, not exceptions."""
-    data = json.dumps(body).encode() if body is not None else None
+    data = orjson.dumps(body) if body is not None else None
     request = urllib.request.Request(
         url, data=data, method=method, headers={"Content-Type": "application/json"}
     )

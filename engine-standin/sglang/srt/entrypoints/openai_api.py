@@ -19,6 +19,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any, Optional
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from sglang.srt.sandbox.textgen import Generator, count_tokens
 
 
@@ -298,6 +300,29 @@ def completions(backend: Backend, body: dict):
 
 
 # ---------------------------------------------------------------------- /v1/chat/completions
+class ChatCompletionRequest(BaseModel):
+    """The fields of SGLang's ChatCompletionRequest (entrypoints/openai/protocol.py, a pydantic
+    model) that the stand-in reads, validated as pydantic validates them there (lax: "8" is 8,
+    "eight" is refused); the other fields pass through."""
+
+    model_config = ConfigDict(extra="allow")
+    messages: list
+    model: Optional[str] = None
+    max_tokens: Optional[int] = None
+    max_completion_tokens: Optional[int] = None
+    stream: bool = False
+    stream_options: Optional[dict] = None
+
+
+def _validated(model: type[BaseModel], body: Any) -> dict:
+    """``body`` as ``model`` validates it; a refusal is SGLang's validation_exception_handler's
+    answer: 400, type "Bad Request", pydantic's message and its error list."""
+    try:
+        return model.model_validate(body).model_dump()
+    except ValidationError as exc:
+        raise ApiError(400, f"{exc} {exc.errors()}", "Bad Request") from None
+
+
 def _chat_prompt_tokens(messages: Any) -> int:
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages must be a non-empty list")
@@ -314,6 +339,7 @@ def _chat_prompt_tokens(messages: Any) -> int:
 
 def chat_completions(backend: Backend, body: dict):
     received = time.monotonic()
+    body = _validated(ChatCompletionRequest, body)
     prompt_tokens = _chat_prompt_tokens(body.get("messages"))
     max_new = body.get("max_completion_tokens")
     if max_new is None:
