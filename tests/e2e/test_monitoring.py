@@ -120,6 +120,8 @@ def test_a_rule_that_does_not_parse_stops_before_prometheus_reloads(deployed, tm
     bad = tmp_path / "bad.rules.yml"
     bad.write_text("groups:\n- name: x\n  rules:\n  - alert: Bad\n    expr: rate(up[5m] > 1\n")
     config_before = requests.get(f"{prometheus}/api/v1/status/config", timeout=5).json()["data"]["yaml"]
+    rules = "cd /etc/prometheus/rules 2>/dev/null && sha256sum * 2>/dev/null || true"
+    rules_before = ssh(monitor, rules)
     started = unit_start(monitor, "prometheus.service")
     run = fleet_deploy(
         names, router, monitor, args=("--data", f"prometheus_rule_files={json.dumps([str(bad)])}")
@@ -131,7 +133,7 @@ def test_a_rule_that_does_not_parse_stops_before_prometheus_reloads(deployed, tm
     for name in names:  # the serving nodes' deploys went on
         assert f"sglang-deploy: {name}: unchanged" in run.output, run.output[-3000:]
     # Nothing replaced, nothing reloaded: the running Prometheus keeps its configuration.
-    assert ssh(monitor, "ls /etc/prometheus/rules/ 2>/dev/null || true").strip() == ""
+    assert ssh(monitor, rules) == rules_before  # the shipped rules, as they were
     assert (
         requests.get(f"{prometheus}/api/v1/status/config", timeout=5).json()["data"]["yaml"] == config_before
     )

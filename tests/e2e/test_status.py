@@ -48,7 +48,8 @@ def test_the_fleet_on_one_screen(deployed):  # noqa: F811
         assert row["rotation"]["state"] == "in" and row["rotation"]["routers"] == {router: "healthy"}
         assert row["last_good"]["profile"] == "sandbox" and row["engine"]["link"].startswith("sglang-")
         assert row["engine"]["running"] == row["engine"]["link"] == row["last_good"]["venv"]
-        assert row["decode"]["decode_tok_s"] > 0 and row["passport"] is None
+        assert row["decode"]["decode_tok_s"] > 0
+        assert "nvidia-smi not found" in json.dumps(row["passport"])  # kept, its GPUs not checked
     assert body["routers"][0]["answered"] and body["routers"][0]["healthy"] == len(names)
     assert body["took_s"] < 10
     code, screen = status("--wide")
@@ -67,7 +68,8 @@ def test_a_stopped_node_shows_stopped_and_out_of_rotation(deployed):  # noqa: F8
             if row["rotation"]["state"] == "out" or time.monotonic() > deadline:
                 break
             time.sleep(1)
-        assert code == 0 and row["unit"]["active"] == "inactive" and row["ping"] is False
+        # SGLang's processes die by signal when stopped: systemd may call that failed.
+        assert code == 0 and row["unit"]["active"] in ("inactive", "failed") and row["ping"] is False
         assert row["rotation"]["state"] == "out", row
     finally:
         ssh(stopped, "systemctl start sglang.service")
