@@ -28,6 +28,7 @@ def serving_node():
     server_files = steps.server_files(plan)
     steps.restarted_if_changed(plan, [engine, *server_files, *models])
     steps.serving(plan)
+    steps.metrics_textfile(plan)
     steps.old_venvs_pruned(plan)
     steps.engine_manifest(plan)
     steps.node_exporter()  # last: it never stands between a node and serving

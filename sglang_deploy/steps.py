@@ -242,6 +242,15 @@ def serving(plan):
         )
 
 
+def metrics_textfile(plan):
+    """The deploy's figures (the decode check just judged, the last known good's, the passport's
+    GPU links) for the node exporter's textfile collector, so the alert rules judge what the
+    deploy judged; written only when a figure changed. Nothing with `node_exporter: false`."""
+    if not settings_of(host.data).node_exporter:
+        return
+    sglang.metrics_textfile_written(name="Metrics textfile (the deploy's figures)", scripts=plan.scripts)
+
+
 def old_venvs_pruned(plan):
     """The newest `venvs_keep` engine venvs stay, and the live and last known good ones."""
     sglang.old_venvs_pruned(

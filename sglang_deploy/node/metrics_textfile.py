@@ -3,7 +3,8 @@ rules (templates/prometheus/sglang-alerts.rules.yml) judge the figures the deplo
 
     python3 metrics_textfile.py --service NAME --engine-port P --history FILE --last-good-dir D
         [--max-regression-pct X] [--min-decode-tok-s X] [--in-rotation yes|no]
-        [--drift-detected yes|no] [--pcie-json FILE] [--dir /var/lib/prometheus/node-exporter]
+        [--drift-detected yes|no] [--pcie-json FILE] [--passport FILE] [--check]
+        [--dir /var/lib/prometheus/node-exporter]
 
 Writes DIR/sglang-deploy-<service>.prom whole (a temporary file in DIR, flushed, renamed over
 it: the node exporter never reads half a file), mode 0644. The history and the last known good
@@ -44,8 +45,17 @@ that is missing or null is "not checked" and leaves that GPU's link samples out)
     sglang_deploy_gpu_pcie_link_degraded{gpu,bus_id}  1 when the current generation or width is
                                                       below its maximum, else 0
 
-Ends with the result line (result.py): {"path": the file written, "samples": how many}.
-Exit statuses: 0 written, 2 a bad command line or --pcie-json.
+GPU links from the hardware passport (--passport FILE: passport.py's file on the node): the
+same gauges, judged by lib/gpu_links.py (the rule the deploy and `make verify` apply: a lower
+generation below P0 is power saving, not degradation); a passport not there yet exports no link.
+
+The file is rewritten only when a figure in it changed (sglang_deploy_textfile_timestamp_seconds
+aside): --check only says whether it would be, and writes nothing (the deploy's operation runs
+the write only then, so a re-run with nothing changed reports no change).
+
+Ends with the result line (result.py): {"path": the file, "samples": how many, "changed": whether
+the figures differ from the file's}. Exit statuses: 0 written or checked, 2 a bad command line,
+--pcie-json or --passport.
 """
 
 import argparse
@@ -58,14 +68,16 @@ import time
 
 if __package__:
     from . import decode_check
-    from .lib import result, status
+    from .lib import gpu_links, result, status
 else:  # run as a script: our scripts' directory is on sys.path
     import decode_check
-    from lib import result, status
+    from lib import gpu_links, result, status
 
 # Debian's prometheus-node-exporter: ARGS="--collector.textfile.directory=/var/lib/prometheus/node-exporter".
 DEFAULT_DIR = "/var/lib/prometheus/node-exporter"
 PREFIX = "sglang_deploy_"
+# Changes on every write: left out when judging whether the file's figures changed.
+VOLATILE = PREFIX + "textfile_timestamp_seconds{"
 
 HELP = {
     "decode_check_tokens_per_second": "Median decode tok/s of the latest decode check that measured one.",
@@ -154,6 +166,29 @@ def pcie_samples(gpus):
     return out
 
 
+def passport_samples(passport):
+    """(name, extra labels, value) per GPU link of a hardware passport, judged by gpu_links."""
+    if not isinstance(passport, dict):
+        raise BadInput("--passport: a JSON object (passport.py's file)")
+    out = []
+    for gpu in gpu_links.gpus(passport):
+        if not isinstance(gpu, dict):
+            continue
+        verdict, _ = gpu_links.judge(gpu)
+        if verdict is None:
+            continue  # not checked: no figure, no alert
+        labels = {"gpu": str(gpu.get("index")), "bus_id": str(gpu.get("bus_id") or gpu.get("bdf") or "")}
+        figures = gpu_links.figures(gpu)
+        if figures is not None:
+            for kind in ("gen", "width"):
+                for state in ("current", "max"):
+                    out.append(
+                        ("gpu_pcie_link_" + kind, dict(labels, state=state), figures[kind + "_" + state])
+                    )
+        out.append(("gpu_pcie_link_degraded", labels, 1 if verdict else 0))
+    return out
+
+
 def render(service, engine_port, samples):
     """The file's text: HELP and TYPE once per metric, then its samples, labels sorted."""
     by_name = {}
@@ -189,6 +224,19 @@ def write_atomically(directory, name, text):
     return path
 
 
+def figures_of(text):
+    """The file's lines but the write's own timestamp: what a change is judged on."""
+    return [line for line in (text or "").splitlines() if not line.startswith(VOLATILE)]
+
+
+def current_text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def _flag(value):
     return {"yes": 1, "no": 0}[value]
 
@@ -212,6 +260,16 @@ def collect(args, now=None):
         except (OSError, ValueError) as e:
             raise BadInput("--pcie-json: %s" % e)
         samples += pcie_samples(gpus)
+    if args.passport:
+        try:
+            with open(args.passport) as f:
+                passport = json.load(f)
+        except FileNotFoundError:
+            passport = None  # not collected yet: no link is exported, none is called healthy
+        except (OSError, ValueError) as e:
+            raise BadInput("--passport: %s" % e)
+        if passport is not None:
+            samples += passport_samples(passport)
     samples.append(("textfile_timestamp_seconds", {}, time.time() if now is None else now))
     return samples
 
@@ -227,6 +285,8 @@ def main(argv=None):
     p.add_argument("--in-rotation", choices=("yes", "no"))
     p.add_argument("--drift-detected", choices=("yes", "no"))
     p.add_argument("--pcie-json", help="the GPUs' PCIe links, as a JSON list")
+    p.add_argument("--passport", help="the node's hardware passport (passport.py's file)")
+    p.add_argument("--check", action="store_true", help="say whether the figures changed; write nothing")
     p.add_argument("--dir", default=DEFAULT_DIR, help="the node exporter's textfile directory")
     args = p.parse_args(argv)
     try:
@@ -234,11 +294,18 @@ def main(argv=None):
     except BadInput as e:
         print("metrics textfile: %s" % e, file=sys.stderr)
         return result.emit(status.USAGE, str(e))
-    path = write_atomically(
-        args.dir, "sglang-deploy-%s.prom" % args.service, render(args.service, args.engine_port, samples)
-    )
-    print("metrics textfile: %d samples in %s" % (len(samples), path), flush=True)
-    return result.emit(status.READY, path=path, samples=len(samples))
+    name = "sglang-deploy-%s.prom" % args.service
+    text = render(args.service, args.engine_port, samples)
+    path = os.path.join(args.dir, name)
+    changed = figures_of(current_text(path)) != figures_of(text)
+    if args.check:
+        print("metrics textfile: %s %s" % (path, "would change" if changed else "is up to date"), flush=True)
+    elif changed:
+        path = write_atomically(args.dir, name, text)
+        print("metrics textfile: %d samples in %s" % (len(samples), path), flush=True)
+    else:
+        print("metrics textfile: %s is up to date" % path, flush=True)
+    return result.emit(status.READY, path=path, samples=len(samples), changed=changed)
 
 
 if __name__ == "__main__":

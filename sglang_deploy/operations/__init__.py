@@ -16,6 +16,7 @@ from sglang_deploy.operations.files import (
     startup_hook,
     unit_file,
 )
+from sglang_deploy.operations.metrics_textfile import metrics_textfile_written
 from sglang_deploy.operations.model import model_staged
 from sglang_deploy.operations.records import manifest_recorded, passport_recorded
 from sglang_deploy.operations.rollout import rolled_restart, router_restarted, router_serving
@@ -48,4 +49,5 @@ __all__ = [
     "wheelhouse",
     "model_staged",
     "fanout_cleanup",
+    "metrics_textfile_written",
 ]

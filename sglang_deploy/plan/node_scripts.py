@@ -321,22 +321,27 @@ class NodeScripts:
             passport,
         )
 
-    def metrics_textfile(self, in_rotation=None, drift_detected=None, pcie_json=None, textfile_dir=None):
+    def metrics_textfile(
+        self, in_rotation=None, drift_detected=None, pcie_json=None, textfile_dir=None, check=False
+    ):
         """metrics_textfile.py over this service's decode check history and last known good,
-        with the profile's throughput expectations (what the alert rules compare against)."""
-        check, service = self.profile.throughput, self.profile.service
+        with the profile's throughput expectations (what the alert rules compare against) and
+        the node's hardware passport's GPU links; ``check``: only whether the file would change."""
+        expected, service = self.profile.throughput, self.profile.service
         return metrics_textfile_command(
             self.directory,
             service.name,
             service.port,
             self.throughput_history,
             self.last_good_dir,
-            max_regression_pct=check.max_regression_pct,
-            min_decode_tok_s=check.min_decode_tok_s,
+            max_regression_pct=expected.max_regression_pct,
+            min_decode_tok_s=expected.min_decode_tok_s,
             in_rotation=in_rotation,
             drift_detected=drift_detected,
             pcie_json=pcie_json,
             textfile_dir=textfile_dir,
+            passport=self.passport_path,
+            check=check,
         )
 
     def nccl_ab(self, *args):

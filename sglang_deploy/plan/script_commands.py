@@ -308,9 +308,13 @@ def metrics_textfile_command(
     drift_detected=None,
     pcie_json=None,
     textfile_dir=None,
+    passport=None,
+    check=False,
 ):
     """metrics_textfile.py: the deploy's figures into the node exporter's textfile directory
-    (its default: Debian's); ``in_rotation``, ``drift_detected``: True, False or None (unknown)."""
+    (its default: Debian's); ``in_rotation``, ``drift_detected``: True, False or None (unknown);
+    ``passport``: the node's hardware passport file (its GPU links); ``check``: only say whether
+    the file's figures would change."""
 
     def yes_no(flag):
         return "yes" if flag else "no"
@@ -332,7 +336,9 @@ def metrics_textfile_command(
         *_if(in_rotation is not None, "--in-rotation", yes_no(in_rotation)),
         *_if(drift_detected is not None, "--drift-detected", yes_no(drift_detected)),
         *_if(pcie_json, "--pcie-json", pcie_json),
+        *_if(passport, "--passport", passport),
         *_if(textfile_dir, "--dir", textfile_dir),
+        *_if(check, "--check"),
     )
 
 

@@ -15,6 +15,8 @@ import pytest
 from sglang_deploy.node import decode_check, metrics_textfile
 from sglang_deploy.node.lib import decode_rate, last_good_record, result, status
 from sglang_deploy.plan import script_commands
+from tests.unit.test_gpu_health import captured
+from tests.unit.test_node_passport import SMI_Q, passport_of, with_link
 
 parser = pytest.importorskip("prometheus_client.parser", reason="prometheus-client (requirements.txt)")
 
@@ -290,3 +292,85 @@ def test_the_command_line_quotes_every_argument_and_defaults_to_debians_director
         "/g d",
     ]
     assert metrics_textfile.DEFAULT_DIR == "/var/lib/prometheus/node-exporter"
+
+
+# ------------------------------------------------------------------------- the passport's GPU links
+
+
+def _passport_file(tmp_path, q_text, pstate=None):
+    """passport.py's file, from a real H200's `nvidia-smi -q` (or a variation of it)."""
+    doc = passport_of(q_text, pstate=pstate)
+    (tmp_path / "passport.json").write_text(json.dumps(doc))
+    return f"--passport={tmp_path / 'passport.json'}"
+
+
+def _degraded(samples):
+    return {
+        dict(labels)["gpu"]: v
+        for (name, labels), v in samples.items()
+        if name == "sglang_deploy_gpu_pcie_link_degraded"
+    }
+
+
+def test_the_captured_h200s_passport_exports_a_healthy_gen5_x16_link(tmp_path):
+    assert _run(tmp_path, _passport_file(tmp_path, captured(SMI_Q))) == 0
+    samples = _samples(tmp_path)
+    assert _degraded(samples) == {"0": 0.0}
+    bus = "00000000:00:06.0"
+    assert _value(samples, "sglang_deploy_gpu_pcie_link_gen", gpu="0", bus_id=bus, state="current") == 5
+    assert _value(samples, "sglang_deploy_gpu_pcie_link_width", gpu="0", bus_id=bus, state="max") == 16
+
+
+def test_a_passport_link_at_x8_is_degraded_and_a_lower_gen_below_p0_is_not(tmp_path):
+    assert _run(tmp_path, _passport_file(tmp_path, with_link(width=8))) == 0
+    assert _degraded(_samples(tmp_path)) == {"0": 1.0}
+    # The deploy's own rule (gpu_links): Gen1 at P8 is the driver saving power.
+    assert _run(tmp_path, _passport_file(tmp_path, with_link(gen=1), pstate="P8")) == 0
+    assert _degraded(_samples(tmp_path)) == {"0": 0.0}
+
+
+def test_no_passport_yet_exports_no_link(tmp_path):
+    assert _run(tmp_path, f"--passport={tmp_path / 'absent.json'}") == 0
+    assert _degraded(_samples(tmp_path)) == {}
+
+
+@pytest.mark.parametrize("content", ["[1]", "{"])
+def test_a_bad_passport_is_a_usage_error_and_keeps_the_old_file(tmp_path, capsys, content):
+    assert _run(tmp_path) == 0
+    before = (tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text()
+    (tmp_path / "passport.json").write_text(content)
+    assert _run(tmp_path, f"--passport={tmp_path / 'passport.json'}") == status.USAGE
+    assert "--passport" in result.parse(capsys.readouterr().out.splitlines())["cause"]
+    assert (tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text() == before
+
+
+# --------------------------------------------------------------------------- changed or up to date
+
+
+def test_check_says_changed_and_writes_nothing_then_the_write_then_up_to_date(incident, capsys):
+    path = incident / "textfile" / "sglang-deploy-sglang.prom"
+    assert _run(incident, "--check", "--max-regression-pct=10") == 0
+    assert result.parse(capsys.readouterr().out.splitlines())["changed"] is True
+    assert not path.exists()
+    assert _run(incident, "--max-regression-pct=10") == 0
+    assert result.parse(capsys.readouterr().out.splitlines())["changed"] is True
+    written = path.read_text()
+    # Only the write's own timestamp would differ: up to date, and the file is left as it is.
+    assert _run(incident, "--check", "--max-regression-pct=10") == 0
+    assert result.parse(capsys.readouterr().out.splitlines())["changed"] is False
+    assert _run(incident, "--max-regression-pct=10") == 0
+    assert result.parse(capsys.readouterr().out.splitlines())["changed"] is False
+    assert path.read_text() == written
+    # A figure that changed (the profile's expectation) is a change.
+    assert _run(incident, "--check", "--max-regression-pct=5") == 0
+    assert result.parse(capsys.readouterr().out.splitlines())["changed"] is True
+    assert path.read_text() == written
+
+
+def test_the_builder_passes_the_passport_and_check():
+    argv = shlex.split(
+        script_commands.metrics_textfile_command(
+            "/d", "svc", 30001, "/h", "/g", passport="/p/p.json", check=True
+        )
+    )
+    assert argv[argv.index("--passport") + 1] == "/p/p.json" and argv[-1] == "--check"

@@ -29,6 +29,16 @@ def _views(gpu):
     return views
 
 
+def figures(gpu):
+    """{gen_current, gen_max, width_current, width_max} of the first view (nvidia-smi's, then
+    sysfs's) that has all four, or None."""
+    for _, link in _views(gpu):
+        found = {key: _int(link.get(key)) for key in ("gen_current", "gen_max", "width_current", "width_max")}
+        if None not in found.values():
+            return found
+    return None
+
+
 def gpus(passport):
     """The passport's GPUs: nvidia-smi's list, else the NVIDIA devices sysfs lists (no driver)."""
     listed = passport.get("gpus")

@@ -1,0 +1,30 @@
+"""The deploy's figures in the node exporter's textfile directory (node/metrics_textfile.py)."""
+
+from pyinfra import host, logger
+from pyinfra.api import operation
+
+from sglang_deploy.facts.metrics_textfile import MetricsTextfileCheck
+from sglang_deploy.node.lib import status
+
+
+@operation()
+def metrics_textfile_written(scripts):
+    """
+    Write the node's textfile of the deploy's figures (the latest decode check, the last known
+    good's figure, the profile's expectations, the passport's GPU links) when a figure in it
+    changed; a re-run with nothing changed reports no change. A check that cannot run is said
+    as a warning, never a failure: the node serves already.
+
+    + scripts: ``NodeScripts`` for this node
+    """
+    found = host.get_fact(
+        MetricsTextfileCheck, scripts_dir=scripts.directory, command=scripts.metrics_textfile(check=True)
+    )
+    if found is not None and found.get("status") != status.READY:
+        host.log(f"metrics textfile not written: {found.get('cause')}", logger.warning)
+        host.noop("metrics textfile not written")
+        return
+    if found is not None and not found.get("changed"):
+        host.noop(f"{found.get('path')} is up to date")
+        return
+    yield scripts.metrics_textfile()

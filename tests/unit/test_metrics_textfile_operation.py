@@ -1,0 +1,82 @@
+"""operations/metrics_textfile.py: the node's textfile of the deploy's figures is written only
+when metrics_textfile.py --check says a figure changed (a re-run reports no change), with the
+node's hardware passport; a check that cannot run is a warning, not a failed deploy."""
+
+import shlex
+
+import pytest
+from pyinfra.context import ctx_host
+
+from sglang_deploy.facts.metrics_textfile import MetricsTextfileCheck
+from sglang_deploy.node.lib import status
+from sglang_deploy.operations import metrics_textfile as ops
+from sglang_deploy.plan.host_plan import plan_for
+from tests.unit.test_checks import HOST_DATA
+
+PATH = "/var/lib/prometheus/node-exporter/sglang-deploy-sglang.prom"
+
+
+class FakeHost:
+    name = "node"
+
+    def __init__(self, answer):
+        self.answer, self.asked, self.noops, self.logs = answer, [], [], []
+
+    def get_fact(self, fact, **kwargs):
+        self.asked.append((fact, kwargs))
+        return self.answer
+
+    def noop(self, text):
+        self.noops.append(text)
+
+    def log(self, text, *args, **kwargs):
+        self.logs.append(text)
+
+
+@pytest.fixture
+def scripts():
+    found = plan_for({**HOST_DATA, "profile": "sandbox"}).scripts
+    expected = found.profile.throughput.model_copy(update={"max_regression_pct": 10.0})
+    found.profile = found.profile.model_copy(update={"throughput": expected})
+    return found
+
+
+def _run(scripts, answer):
+    fake = FakeHost(answer)
+    with ctx_host.use(fake):
+        commands = list(ops.metrics_textfile_written._inner(scripts))
+    return commands, fake
+
+
+def test_nothing_changed_is_a_noop(scripts):
+    commands, fake = _run(scripts, {"status": status.READY, "path": PATH, "changed": False})
+    assert commands == [] and fake.noops == [f"{PATH} is up to date"]
+    # The check is the script's --check with the node's passport, guarded by the script's presence.
+    fact, kwargs = fake.asked[0]
+    assert fact is MetricsTextfileCheck
+    argv = shlex.split(kwargs["command"])
+    assert argv[-1] == "--check" and argv[argv.index("--passport") + 1] == scripts.passport_path
+    assert scripts.passport_path and kwargs["scripts_dir"] == scripts.directory
+
+
+@pytest.mark.parametrize("answer", [{"status": status.READY, "path": PATH, "changed": True}, None])
+def test_a_changed_figure_or_a_first_run_writes_the_file_with_the_passport(scripts, answer):
+    commands, fake = _run(scripts, answer)
+    assert fake.noops == [] and len(commands) == 1
+    argv = shlex.split(commands[0])
+    assert argv[1].endswith("/metrics_textfile.py") and "--check" not in argv
+    assert argv[argv.index("--passport") + 1] == scripts.passport_path
+    assert argv[argv.index("--max-regression-pct") + 1] == "10.0"
+    assert argv[argv.index("--history") + 1] == scripts.throughput_history
+
+
+def test_a_check_that_fails_is_a_warning_and_no_write(scripts):
+    answer = {"status": status.USAGE, "cause": "--passport: Expecting value"}
+    commands, fake = _run(scripts, answer)
+    assert commands == [] and fake.noops == ["metrics textfile not written"]
+    assert fake.logs == ["metrics textfile not written: --passport: Expecting value"]
+
+
+def test_the_fact_is_guarded_by_the_script_and_never_fails():
+    command = MetricsTextfileCheck().command("/opt/d/node", "python3 /opt/d/node/metrics_textfile.py --check")
+    assert command.startswith("! test -f /opt/d/node/metrics_textfile.py || ") and command.endswith("|| true")
