@@ -47,6 +47,10 @@ class Node:
         return Path(self.inventory).resolve() == (REPO / SANDBOX_INVENTORY).resolve()
 
     def ssh_argv(self, command):
+        """ssh running ``command`` as root: through `sudo -n` on a host logged into as a sudo
+        user (hosts.yml `sudo: true`, the sandbox's --sudo-user nodes)."""
+        if self.data.get("_sudo") or self.data.get("sudo") is True:
+            command = f"sudo -n sh -c {shlex.quote(command)}"
         return ssh_argv(self.name, self.data, command)
 
     def ssh_line(self, command):
