@@ -357,6 +357,7 @@ HOST_TOOLS = {
     "cp": "coreutils",
     "chroot": "coreutils",
     "mountpoint": "util-linux",
+    "rsync": "rsync",  # the controller's side of model copies (resumable) and a fan-out's roots
 }
 
 
