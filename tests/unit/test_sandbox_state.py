@@ -212,10 +212,11 @@ def test_apt_hosts_are_debian_and_ubuntu(tmp_path, monkeypatch, text, apt):
 
 
 def test_missing_tools_map_to_their_packages():
-    present = {"ssh", "ssh-keygen", "cp", "chroot", "mountpoint"}
+    present = {"ssh", "ssh-keygen", "cp", "chroot", "mountpoint", "rsync"}
     which = lambda tool: f"/usr/bin/{tool}" if tool in present else None  # noqa: E731
     assert sandbox.missing_packages(which) == ["debootstrap", "systemd-container"]
     assert sandbox.missing_packages(lambda tool: "/bin/x") == []
+    assert sandbox.missing_packages(lambda tool: None if tool == "rsync" else "/bin/x") == ["rsync"]
 
 
 def test_non_apt_host_is_told_exactly_what_to_install(tmp_path, monkeypatch):
