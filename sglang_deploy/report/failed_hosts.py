@@ -27,12 +27,14 @@ def read(path=PATH) -> list:
     return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 
-def update(outcomes, path=PATH) -> list:
+def update(outcomes, path=PATH, inventory=None) -> list:
     """Rewrite ``path`` from this run's ``outcomes`` (report/outcome.Outcome, one per host of
-    the run); the hosts it lists now."""
+    the run); the hosts it lists now. ``inventory``: the names of the run's inventory (None:
+    any), so an entry of another inventory (another sandbox, a host since removed) goes."""
     ran = {o.host for o in outcomes}
     failed = [o.host for o in outcomes if o.state in RETRY_STATES]
-    names = [name for name in read(path) if name not in ran] + failed
+    kept = [name for name in read(path) if name not in ran and (inventory is None or name in inventory)]
+    names = kept + failed
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".tmp")

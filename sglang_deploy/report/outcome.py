@@ -261,13 +261,13 @@ def report_at_exit():
         state.add_callback_handler(recorder)
 
 
-def retry_line(outcomes, executed, path=None) -> str | None:
+def retry_line(outcomes, executed, path=None, inventory=None) -> str | None:
     """Rewrite the failed-hosts file (report/failed_hosts.py) after a run that executed; the
     line that says how to re-run what it lists, or None when it lists nothing."""
     if not executed:
         return None
     path = path or failed_hosts.PATH
-    names = failed_hosts.update(outcomes, path)
+    names = failed_hosts.update(outcomes, path, inventory)
     if not names:
         return None
     return (
@@ -292,10 +292,12 @@ def _report(state, recorder):
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        retry = retry_line(outcomes, state.current_stage >= StateStage.Execute)
+        inventory = {h.name for h in state.inventory}
+        retry = retry_line(outcomes, state.current_stage >= StateStage.Execute, inventory=inventory)
     except OSError as exc:  # the report's lines matter more than the file
         retry = f"sglang-deploy: the failed-hosts file could not be written: {exc}"
-    for line in report_lines(outcomes) + ([retry] if retry else []):
+    # The re-run hint first: the last lines stay one per host, then the exit status.
+    for line in ([retry] if retry else []) + report_lines(outcomes):
         print(line, file=sys.stderr)
     sys.stderr.flush()
     status = exit_status(outcomes)

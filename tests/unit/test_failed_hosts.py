@@ -50,6 +50,17 @@ def test_a_limited_run_keeps_the_others_entries(tmp_path):
     ]
 
 
+def test_an_entry_of_another_inventory_goes(tmp_path):
+    """A host the run's inventory does not have (another sandbox's, one since removed) is no
+    host to re-run."""
+    path = tmp_path / "failed-hosts.txt"
+    path.write_text("node5\nnode3\nghost\n")
+    done = [Outcome("node1", outcome.DEPLOYED), Outcome("node2", outcome.UNCHANGED)]
+    assert failed_hosts.update(done, path, inventory={"node1", "node2", "node3"}) == ["node3"]
+    assert path.read_text() == "node3\n"
+    assert outcome.retry_line(done, True, path, inventory={"node1", "node2"}) is None
+
+
 def test_a_dry_run_leaves_the_file_alone(tmp_path):
     path = tmp_path / "failed-hosts.txt"
     path.write_text("node1\n")
