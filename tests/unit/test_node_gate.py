@@ -246,9 +246,12 @@ def test_ready_path_reports_phases_and_is_quick_after_readiness(node):
     assert summary["status"] == 0 and summary["status_name"] == "READY"
     latency = summary["ready_at"] - node.ready_time
     print("gate latency after readiness: %.3f s" % latency)
-    assert 0 <= latency < 0.5
-    # phase times come from the journal's monotonic timestamps: loading lasted 0.8 s here
-    assert 0.75 < summary["phases"]["loading"] < 0.95, summary
+    # Never ready before the server is; the figure itself is bench/readiness.py's P1 (a loaded
+    # machine stretches it here): the bound only catches a gate that stopped polling.
+    assert 0 <= latency < 3.0
+    # phase times come from the journal's monotonic timestamps: loading lasted 0.8 s here (a
+    # loaded machine oversleeps, never undersleeps)
+    assert 0.75 < summary["phases"]["loading"] < 2.0, summary
     # the journal was read by invocation, not by unit name
     calls = (node.dir / "journalctl.calls").read_text()
     assert "_SYSTEMD_INVOCATION_ID=0a1b2c3d4e5f" in calls
