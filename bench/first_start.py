@@ -54,12 +54,18 @@ def fleet():
     return nodes, routers[0]["name"], routers[0]["server_port"]
 
 
-def deploy(profile, names, router, extra=()):
+def fleet_deploy_command(profile, names, router, extra=()):
+    """(argv, env) of a deploy of ``profile`` to ``names`` and the sandbox profile's router."""
     profiles = [f"{n}={profile}" for n in names] + [f"{router}=sandbox"]
     env = {**os.environ, "SGLANG_DEPLOY_SANDBOX_PROFILES": ",".join(profiles)}
+    return [sys.executable, "-m", "pyinfra", "-y", "inventory/sandbox.py", "deploy.py", *extra], env
+
+
+def deploy(profile, names, router, extra=()):
+    argv, env = fleet_deploy_command(profile, names, router, extra)
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "pyinfra", "-y", "inventory/sandbox.py", "deploy.py", *extra],
+        argv,
         cwd=REPO,
         env=env,
         capture_output=True,

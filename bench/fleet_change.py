@@ -17,7 +17,6 @@ bench/results/fleet-change-<date>.txt.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
-from first_start import MODEL, fleet, waves_said  # noqa: E402
+from first_start import MODEL, fleet, fleet_deploy_command, waves_said  # noqa: E402
 from fleet_load import deploy_under_load  # noqa: E402
 
 RESTART = re.compile(r"--> Starting operation: (?:.+ \| )?Restart \(configuration changed\)")
@@ -37,11 +36,10 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 def timed_deploy(profile, names, router, extra=()):
     """(exit, output, wall seconds, seconds until the first restart operation started)."""
-    profiles = [f"{n}={profile}" for n in names] + [f"{router}=sandbox"]
-    env = {**os.environ, "SGLANG_DEPLOY_SANDBOX_PROFILES": ",".join(profiles)}
+    argv, env = fleet_deploy_command(profile, names, router, extra)
     started = time.monotonic()
     process = subprocess.Popen(
-        [sys.executable, "-m", "pyinfra", "-y", "inventory/sandbox.py", "deploy.py", *extra],
+        argv,
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
