@@ -1,7 +1,8 @@
 """The hardware passport on sandbox nodes: the deploy keeps it on the node and the controller,
 a re-run changes nothing (the passport file included), `make verify` shows it, and a node whose
 copy says its GPU trained to x8 is flagged. Sandbox nodes have no GPU: the passport says
-"not checked: nvidia-smi not found" and still holds what the node has (IOMMU, kernel log)."""
+"not checked: nvidia-smi not found", still holds what the node has (IOMMU, kernel log), and
+verify passes on that, saying the GPUs were not checked."""
 
 import json
 import subprocess
@@ -54,8 +55,9 @@ def test_make_verify_shows_the_passport(deployed):
         for c in r["checks"]
         if c["name"] == "hardware passport"
     )
-    assert check["state"] == "not checked (nvidia-smi missing)"
-    assert check["detail"].startswith("GPUs not checked: nvidia-smi not found")
+    # A sandbox node passes on what its passport holds; the detail says its GPUs were not checked.
+    assert check["state"] == "ok", check
+    assert "GPUs not checked: nvidia-smi not found" in check["detail"], check
 
 
 def test_a_missing_passport_fails_verify(deployed):
