@@ -129,6 +129,7 @@ class RouterSettings:
     circuit_breaker: tuple = ()  # (failure_threshold, success_threshold, timeout_s, window_s)
     drain_settle_s: int = 5
     shutdown_grace_s: int = 60
+    worker_startup_check_interval_s: int = 2
 
     @property
     def url(self) -> str:
@@ -164,6 +165,7 @@ def router_settings(name, data) -> RouterSettings:
         health_failure_threshold=settings.router_health_failure_threshold,
         health_success_threshold=settings.router_health_success_threshold,
         health_check_timeout_s=settings.router_health_check_timeout_s,
+        worker_startup_check_interval_s=settings.router_worker_startup_check_interval_s,
         gate_timeout_s=float(settings.router_gate_timeout_s),
         unit_dir=settings.unit_dir,
         extra_args=tuple(settings.router_extra_args),

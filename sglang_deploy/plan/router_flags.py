@@ -71,6 +71,7 @@ FLAGS = {
     "health_check_timeout_s": "--health-check-timeout-secs",
     "health_failure_threshold": "--health-failure-threshold",
     "health_success_threshold": "--health-success-threshold",
+    "worker_startup_check_interval_s": "--worker-startup-check-interval",
     "worker_urls": "--worker-urls",
 }
 RENAMED: dict[tuple[str, str], dict[str, str]] = {}  # (distribution, version) -> {key: flag}

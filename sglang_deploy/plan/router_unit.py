@@ -53,6 +53,7 @@ def router_argv(router, worker_urls, options: RouterOptions | None = None) -> li
         ("health_check_timeout_s", router.health_check_timeout_s),
         ("health_failure_threshold", router.health_failure_threshold),
         ("health_success_threshold", router.health_success_threshold),
+        ("worker_startup_check_interval_s", router.worker_startup_check_interval_s),
     ]
     argv = [f"{router.venv}/bin/python", "-m", options.gateway.module]
     ours = {options.flag(key): key for key, _ in values} | {options.flag("worker_urls"): "worker_urls"}

@@ -289,6 +289,13 @@ class Router(_Group):
         description="Seconds between the router's health checks of its workers (its own default is far slower: a "
         "node that comes back would wait a minute for its first check).",
     )
+    router_worker_startup_check_interval_s: int = Field(
+        2,
+        ge=1,
+        description="Seconds between the router's checks of a worker it is adding (listed in its unit, or added "
+        "back by a node's rotation) until the worker answers. The gateways' own default, 30 s, kept a fresh "
+        "fleet's nodes out of rotation for minutes after they served.",
+    )
     router_health_check_timeout_s: int = Field(
         5, ge=1, description="Seconds one health check of a worker may take."
     )

@@ -123,7 +123,7 @@ def test_router_unit_lists_every_serving_node():
         "--cb-window-duration-secs 120 "
         "--health-check-endpoint /health "
         "--health-check-interval-secs 2 --health-check-timeout-secs 5 --health-failure-threshold 3 "
-        "--health-success-threshold 1 --log-level debug "
+        "--health-success-threshold 1 --worker-startup-check-interval 2 --log-level debug "
         "--worker-urls http://10.0.0.11:30000 http://10.0.0.12:30000"
     )
     assert "smg==1.13.0" in plan.unit_text and "TimeoutStopSec=75" in plan.unit_text

@@ -13,6 +13,7 @@ from sglang_deploy.node.lib.routers import Router, RouterError
 
 class FakeRouter(BaseHTTPRequestHandler):
     workers = {}  # url -> {"id", "is_healthy"}
+    queued = set()  # urls whose addition is queued, not listed yet (smg)
 
     def log_message(self, *args):
         pass
@@ -36,6 +37,18 @@ class FakeRouter(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if body["url"] in self.queued:  # smg 1.13.0's answer, word for word but the ids
+            wid = "01a23597-2555-705c-8c39-53d563654da6"
+            return self._send(
+                409,
+                {
+                    "error": f"Worker creation already in progress for URL '{body['url']}' with ID {wid}. "
+                    f"Poll GET /workers/{wid}.",
+                    "code": "WORKER_CREATE_IN_PROGRESS",
+                },
+            )
+        if body["url"] in self.workers:
+            return self._send(409, {"error": f"Worker {body['url']} already exists", "code": "WORKER_EXISTS"})
         self.workers[body["url"]] = {"id": f"id-{len(self.workers)}", "is_healthy": True, "model_id": "tiny"}
         self._send(202, {"status": "accepted"})
 
@@ -50,6 +63,7 @@ class FakeRouter(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def router():
+    FakeRouter.queued = set()
     FakeRouter.workers = {
         "http://10.0.0.11:30000": {"id": "a", "is_healthy": True, "model_id": "tiny"},
         "http://10.0.0.12:30000": {"id": "b", "is_healthy": False, "model_id": "tiny"},
@@ -67,6 +81,18 @@ def test_remove_then_add_back(router):
     assert client.remove("http://10.0.0.11:30000") is False  # not listed: nothing to remove
     client.add("http://10.0.0.11:30000/")
     client.wait_for("http://10.0.0.11:30000", "healthy", timeout=2)
+
+
+def test_an_addition_already_queued_counts_as_queued(router):
+    # smg queues the workers of its unit's --worker-urls at start and checks each every
+    # --worker-startup-check-interval; a node that serves before that check adds itself: 409.
+    FakeRouter.queued = {"http://10.0.0.13:30000"}
+    Router(router).add("http://10.0.0.13:30000")
+
+
+def test_an_addition_refused_otherwise_is_named(router):
+    with pytest.raises(RouterError, match=r"adding http://10.0.0.11:30000 answered 409: .*already exists"):
+        Router(router).add("http://10.0.0.11:30000")
 
 
 def test_wait_names_what_it_saw(router):

@@ -98,6 +98,7 @@ def test_retries_circuit_breaker_and_health_checks_are_rendered_from_their_setti
         router_health_check_timeout_s=4,
         router_health_failure_threshold=2,
         router_health_success_threshold=2,
+        router_worker_startup_check_interval_s=4,
         router_shutdown_grace_s=20,
     )
     assert {
@@ -124,9 +125,11 @@ def test_retries_circuit_breaker_and_health_checks_are_rendered_from_their_setti
         "--health-check-timeout-secs": "4",
         "--health-failure-threshold": "2",
         "--health-success-threshold": "2",
+        "--worker-startup-check-interval": "4",
     }
     # Rendered at their defaults too: a gateway that moves its own defaults moves nothing here.
-    for flag in ("--retry-max-retries", "--cb-failure-threshold", "--health-check-interval-secs"):
+    flags = ("--retry-max-retries", "--cb-failure-threshold", "--health-check-interval-secs")
+    for flag in (*flags, "--worker-startup-check-interval"):
         assert flag in argv_of() and flag in argv_of(**OLD)
     assert "TimeoutStopSec=35" in router_plan("r1", fleet(router_shutdown_grace_s=20)).unit_text
 

@@ -5,7 +5,10 @@ node or a router host. Standard library only.
                                   "status" (smg only: pending, ready, not_ready, failed,
                                   draining), "labels" (smg)}], ...}
     POST   /workers {"url": U}   queues an addition  -> 202 {"status": "accepted", "worker_id"}
-                                  (smg: 409 while U is still listed, draining included)
+                                  (smg: 409 while U is still listed, draining included, and
+                                  409 {"code": "WORKER_CREATE_IN_PROGRESS"} while an addition
+                                  of U is queued: its unit's --worker-urls at start, say; a
+                                  queued worker is not listed until it answers)
     PATCH  /workers/<id>         smg: queues an update of labels, health (drain_settle_secs)...
     DELETE /workers/<id>         queues a removal    -> 202; smg lists a ready worker as
                                   "draining" (not routable) for its drain_settle_secs, then
@@ -27,6 +30,8 @@ import urllib.request
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 # The label a drain's PATCH carries: the router lists it once the update is applied.
 DRAIN_LABEL = "sglang_deploy_drain"
+# smg's answer to an addition of a worker whose addition is already queued.
+CREATE_IN_PROGRESS = "WORKER_CREATE_IN_PROGRESS"
 
 
 class RouterError(Exception):
@@ -162,7 +167,10 @@ class Router:
             time.sleep(interval)
 
     def add(self, worker_url):
+        """Queue the addition of ``worker_url``; one already queued counts as queued."""
         code, text = self._call("POST", "/workers", {"url": normal_url(worker_url)})
+        if code == 409 and _error_code(text) == CREATE_IN_PROGRESS:
+            return
         if code not in (200, 201, 202):
             raise RouterError(
                 "router %s: adding %s answered %d: %s" % (self.url, worker_url, code, text[:200])
@@ -185,6 +193,15 @@ class Router:
                     % (self.url, worker_url, state, timeout, want)
                 )
             time.sleep(interval)
+
+
+def _error_code(text):
+    """The ``code`` of a gateway's JSON error answer, or None."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return None
+    return body.get("code") if isinstance(body, dict) else None
 
 
 def _reason(exc):
