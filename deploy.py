@@ -21,7 +21,7 @@ from sglang_deploy.cli import exit_on_deploy_error
 from sglang_deploy.plan.fleet import is_monitoring, is_router
 from sglang_deploy.plan.hosts import check_sudo_applies
 from sglang_deploy.plan.settings import settings_of
-from sglang_deploy.recipes import monitoring, router, router_rollout_lock, serving_node
+from sglang_deploy.recipes import every_node_served, monitoring, router, router_rollout_lock, serving_node
 from sglang_deploy.report.outcome import report_at_exit
 
 # Every run ends with one line per host: deployed, unchanged, failed or unreachable (and why).
@@ -33,11 +33,14 @@ with exit_on_deploy_error(host.name):
     settings_of(host.data)
     check_sudo_applies(host.data, sudo_everywhere=config.SUDO)
 
-# pyinfra orders operations by where they are called: these lines are the fleet's order.
+# The fleet's order: a router's lock before any node restarts; every host then waits at
+# every_node_served (pyinfra runs different hosts' operations side by side, level by level);
+# the routers' services and the monitoring host after it.
 if is_router(host):
     router_rollout_lock()
 elif not is_monitoring(host):
     serving_node()
+every_node_served()
 if is_router(host):
     router()
 if is_monitoring(host):

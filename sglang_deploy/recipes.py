@@ -34,6 +34,12 @@ def serving_node():
     steps.node_exporter()  # last: it never stands between a node and serving
 
 
+def every_node_served():
+    """Every host: the place in deploy.py after which the routers and the monitoring host go on,
+    once every node's steps ended."""
+    steps.every_node_served()
+
+
 @deploy("Router, before the nodes")
 def router_rollout_lock():
     """A router's first half: the fleet's rollout lock and what its service needs."""

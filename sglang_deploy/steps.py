@@ -14,6 +14,7 @@ from sglang_deploy import operations as sglang
 from sglang_deploy.cli import exit_on_deploy_error
 from sglang_deploy.facts.engine_venvs import PythonVersion
 from sglang_deploy.facts.gpu import ACS_UNIT, acs_unit_text
+from sglang_deploy.operations import fleet_order
 from sglang_deploy.operations import group as serving_group
 from sglang_deploy.operations import monitoring as monitoring_ops
 from sglang_deploy.operations.gpu_node import persistence_mode, unit_absent, unit_active
@@ -327,6 +328,15 @@ def router_service(router):
         _if=any_changed(router_venv, router_unit),
     )
     sglang.router_serving(name="Router serving", plan=router, scripts_dir=scripts_dir)
+
+
+# --- the fleet's order ----------------------------------------------------------------------
+
+
+def every_node_served():
+    """Called on every host at one place in deploy.py: a router's service and a monitoring host
+    come after every node's steps (pyinfra runs different hosts' operations side by side)."""
+    fleet_order.fleet_barrier(name="Every node's steps", what="the nodes' steps")
 
 
 # --- monitoring (a monitoring host; the node exporter on every host) --------------------------
