@@ -59,6 +59,7 @@ help:
 	@echo "make demo FLEET=1  a local fleet: 4 nodes behind SGLang's router, rolling restarts"
 	@echo "make lint-profiles schema, flag names and NCCL lint of every profile"
 	@echo "make report        reports/index.html: decode tok/s per node and profile over time"
+	@echo "make grafana-dashboards  SGLang's published Grafana dashboard, for monitoring hosts with Grafana"
 
 setup:
 	$(PYTHON) -m pip install --quiet -r requirements.txt
@@ -87,6 +88,19 @@ sandbox:
 router-wheels:
 	@ls $(ROUTER_WHEELS)/$(ROUTER_WHEEL) >/dev/null 2>&1 || \
 	  $(PYTHON) -m pip download --quiet --only-binary=:all: $(ROUTER_PIN) -d $(ROUTER_WHEELS)
+
+# SGLang's published Grafana dashboard (sgl-project/sglang, Apache-2.0; docs/grafana.md),
+# downloaded once at the commit its queries were checked at against the stand-in's /metrics;
+# the deploy provisions it where a monitoring host has Grafana (grafana_dashboard_files).
+SGLANG_DASHBOARD        := build/grafana/sglang-dashboard.json
+SGLANG_DASHBOARD_COMMIT ?= bac2cc6711e0342e25d27bbcdef773555ad402eb
+SGLANG_DASHBOARD_URL     = https://raw.githubusercontent.com/sgl-project/sglang/$(SGLANG_DASHBOARD_COMMIT)/examples/monitoring/grafana/dashboards/json/sglang-dashboard.json
+.PHONY: grafana-dashboards
+grafana-dashboards: $(SGLANG_DASHBOARD)
+$(SGLANG_DASHBOARD):
+	mkdir -p $(@D)
+	curl -fsSL -o $@.part $(SGLANG_DASHBOARD_URL)
+	$(PYTHON) -m json.tool $@.part >/dev/null && mv $@.part $@
 
 sandbox-down:
 	$(PYTHON) sandbox/sandbox.py down

@@ -58,8 +58,10 @@ def router():
 @deploy("Monitoring")
 def monitoring():
     """Prometheus over the fleet: every serving node's engine, every router's exporter and the
-    node exporter on every host as scrape targets, from the inventory."""
+    node exporter on every host as scrape targets, from the inventory; Grafana's dashboards
+    where the host has Grafana."""
     plan = steps.monitoring_planned()  # a bad fleet stops the run before any host is touched
     steps.monitoring_prerequisites()
     steps.node_exporter()
     steps.prometheus(plan)
+    steps.grafana(plan.grafana)

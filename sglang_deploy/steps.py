@@ -426,3 +426,19 @@ def prometheus(plan):
         gate=plan.gate(scripts_dir),
         gate_once=plan.gate(scripts_dir, timeout=0),
     )
+
+
+def grafana(plan):
+    """Grafana's provisioning where the monitoring host has Grafana (not in Debian's archive: the
+    deploy never installs it): our Prometheus as a datasource, a dashboard provider and the
+    dashboards (ours, SGLang's), each written only when it changed; Grafana restarted only when
+    its datasource or provider did. Where Grafana is not there, the step says so, and nothing
+    fails."""
+    monitoring_ops.grafana_provisioned(
+        name="Grafana provisioning (datasource, dashboards)",
+        provisioning_dir=plan.provisioning_dir,
+        files=plan.files,
+        read_at_start=list(plan.read_at_start),
+        unit=plan.unit,
+        warnings=list(plan.warnings),
+    )

@@ -1,7 +1,7 @@
 """Monitoring's operations: pinned distribution packages, a unit's drop-in, Prometheus'
-configuration checked by promtool before it replaces the running one, and the (re)start,
+configuration checked by promtool before it replaces the running one, the (re)start,
 reload and serving checks of Prometheus and the node exporter, each through its gate
-(node/prometheus_gate.py)."""
+(node/prometheus_gate.py), and Grafana's provisioning where Grafana is."""
 
 import posixpath
 import shlex
@@ -12,6 +12,7 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.command import FileUploadCommand
 from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import Directory
 
 from sglang_deploy.facts.monitoring import PrometheusGate
 from sglang_deploy.facts.serving import FileDigests, UnitState
@@ -98,6 +99,49 @@ def checked_configuration(files, config_path, staging_dir):
             f"install -m 0644 -o root -g root {staged} {temp} && sync {temp} && mv -f {temp} {shlex.quote(dest)}"
         )
     yield f"rm -rf {stage}"
+
+
+@operation()
+def grafana_provisioned(provisioning_dir, files, read_at_start, unit, warnings=()):
+    """
+    Grafana's provisioning where the host has Grafana (``provisioning_dir`` exists; the deploy
+    never installs it): each file that differs, or is not 0644 root, is written whole (nothing
+    in them is secret: Grafana reads them whatever user it runs as); then, when one of those
+    Grafana reads only at start changed, ``unit`` is restarted if it runs (a stopped Grafana
+    reads them when it starts). Where Grafana is not there, this says so and changes nothing.
+
+    + provisioning_dir: Grafana's provisioning directory
+    + files: {path on the node: text}
+    + read_at_start: the paths among ``files`` a running Grafana does not read again
+    + unit: Grafana's unit (``grafana-server.service``)
+    + warnings: what the plan left out (a dashboard file missing on the controller), said here
+    """
+    if not host.get_fact(Directory, path=provisioning_dir):
+        host.noop(f"Grafana is not installed here ({provisioning_dir} does not exist): nothing provisioned")
+        return
+    for line in warnings:
+        host.log(f"grafana: {line}", logger.warning)
+    remote_files = host.get_fact(FileDigests, paths=list(files))
+    changed = [dest for dest, text in files.items() if not _provisioned(remote_files.get(dest), text)]
+    if not changed:
+        host.noop(
+            f"Grafana's datasource, dashboard provider and {len(files) - len(read_at_start)} dashboard(s) are up to date"
+        )
+        return
+    for dest in changed:
+        _log_redacted_diff(dest, files[dest], ())
+        yield f"mkdir -p {shlex.quote(posixpath.dirname(dest))}"
+        yield from written_whole(dest, StringIO(files[dest]), "0644")
+    if not any(dest in read_at_start for dest in changed):
+        return  # the provider reads the dashboards again by itself
+    if host.get_fact(UnitState, unit=unit).get("LoadState") != "loaded":
+        host.log(f"{unit} is not installed: Grafana reads its provisioning when it starts")
+        return
+    yield f"systemctl try-restart {shlex.quote(unit)}"
+
+
+def _provisioned(remote, text):
+    return _same_content(remote, text) and remote["mode"] == "644" and remote["user"] == "root"
 
 
 @operation(is_idempotent=False)

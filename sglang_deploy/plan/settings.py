@@ -443,7 +443,7 @@ class Canary(_Group):
 
 
 class Monitoring(_Group):
-    """Monitoring: Prometheus over the fleet, a node exporter on every host (sglang_deploy/plan/monitoring.py)"""
+    """Monitoring: Prometheus over the fleet, a node exporter on every host, Grafana's dashboards where it runs (sglang_deploy/plan/monitoring.py)"""
 
     node_exporter: bool = Field(
         True,
@@ -473,6 +473,24 @@ class Monitoring(_Group):
         60,
         description="After a restart or reload, how long Prometheus may take to answer /-/ready 200 (and to "
         "report the new configuration loaded); the node exporter gets as long to answer /metrics.",
+    )
+    grafana_provisioning_dir: AbsPath = Field(
+        "/etc/grafana/provisioning",
+        description="Where a monitoring host's Grafana reads its provisioning (Grafana's own package's "
+        "default). Grafana is not in Debian's archive and the deploy never installs it: where this directory "
+        "exists, it gets our Prometheus datasource and a dashboard provider (Grafana restarted if that changed "
+        "and it runs); where it does not, the step says Grafana is not there and changes nothing.",
+    )
+    grafana_dashboards_dir: AbsPath = Field(
+        "/var/lib/grafana/dashboards/sglang-deploy",
+        description="Where the dashboards (grafana_dashboard_files) go on a monitoring host with Grafana; "
+        "the provider reads them from there.",
+    )
+    grafana_dashboard_files: list[str] = Field(
+        ["templates/grafana/sglang-deploy.json", "build/grafana/sglang-dashboard.json"],
+        description="Grafana dashboards on the controller (relative: to the repository): ours, and SGLang's "
+        "published one (`make grafana-dashboards` downloads it); each one's Prometheus queries are bound to "
+        "our datasource. One that does not exist is skipped, said in the run's output where Grafana is.",
     )
 
 

@@ -5,11 +5,13 @@ python3 sandbox/sandbox.py up --nodes 3 --routers 1 --monitoring 1 && python3 -m
 """
 
 import json
+import shlex
 import subprocess
 import time
 
 import pytest
 import requests
+import yaml
 
 from sglang_deploy.cli import EXIT_UNREACHABLE
 
@@ -90,6 +92,45 @@ def test_a_rerun_with_nothing_changed_changes_nothing(deployed):
     run = fleet_deploy(names, router, monitor)
     assert run.returncode == 0 and run.changed == 0, run.output[-5000:]
     assert unit_start(monitor, "prometheus.service") == before
+
+
+GRAFANA_PROVISIONING = "/etc/grafana/provisioning"  # grafana_provisioning_dir's default
+GRAFANA_DASHBOARDS = "/var/lib/grafana/dashboards/sglang-deploy"  # grafana_dashboards_dir's default
+
+
+def test_grafana_where_the_monitoring_node_has_it_is_provisioned_once(deployed):
+    """No Grafana on the sandbox (nor in Debian's archive): its provisioning directory made by
+    hand stands for one. The files land there, readable, and a re-run changes nothing; without
+    the directory the step changed nothing (test_a_rerun_with_nothing_changed_changes_nothing)."""
+    names, router, monitor, prometheus = deployed
+    ssh(monitor, f"test ! -e /etc/grafana && test ! -e /var/lib/grafana && mkdir -p {GRAFANA_PROVISIONING}")
+    try:
+        run = fleet_deploy(names, router, monitor)
+        assert run.returncode == 0 and run.changed > 0, run.output[-5000:]
+        found = ssh(
+            monitor,
+            f"cd / && stat -c '%a %U %n' {GRAFANA_PROVISIONING}/*/sglang-deploy.yaml {GRAFANA_DASHBOARDS}/*.json",
+        ).split()
+        ours = f"{GRAFANA_DASHBOARDS}/sglang-deploy.json"
+        assert found[2::3][:2] == [
+            f"{GRAFANA_PROVISIONING}/dashboards/sglang-deploy.yaml",
+            f"{GRAFANA_PROVISIONING}/datasources/sglang-deploy.yaml",
+        ]
+        assert ours in found and set(found[0::3]) == {"644"} and set(found[1::3]) == {"root"}
+        assert ssh(monitor, f"cat {ours}") == (REPO_ROOT / "templates/grafana/sglang-deploy.json").read_text()
+        datasource = yaml.safe_load(
+            ssh(monitor, f"cat {GRAFANA_PROVISIONING}/datasources/sglang-deploy.yaml")
+        )
+        url = datasource["datasources"][0]["url"]
+        assert url.rsplit(":", 1)[1] == prometheus.rsplit(":", 1)[1]  # the monitoring node's Prometheus
+        ready = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).status)"
+        assert (
+            ssh(monitor, f"python3 -c {shlex.quote(ready)} {shlex.quote(url + '/-/ready')}").strip() == "200"
+        )
+        again = fleet_deploy(names, router, monitor)
+        assert again.returncode == 0 and again.changed == 0, again.output[-5000:]
+    finally:
+        ssh(monitor, "rm -rf /etc/grafana /var/lib/grafana", check=False)  # made by this test alone
 
 
 def test_a_stopped_node_shows_as_down_and_fails_verify(deployed):

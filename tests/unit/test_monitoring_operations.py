@@ -9,6 +9,7 @@ from pyinfra.api import FunctionCommand
 from pyinfra.api.command import FileUploadCommand
 from pyinfra.context import ctx_host
 from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import Directory
 
 from sglang_deploy.facts.monitoring import PrometheusGate
 from sglang_deploy.facts.serving import FileDigests, UnitState
@@ -138,3 +139,78 @@ def test_a_running_ready_service_is_a_noop_and_a_stopped_one_started_and_gated(r
     not_ready = {**ready, PrometheusGate: {"status": status.TIMEOUT}}
     commands, _ = run(ops.serving, not_ready, "prometheus.service", "gate", "gate --timeout 0")
     assert len(commands) == 1 and isinstance(commands[0], FunctionCommand)
+
+
+PROVISIONING = "/etc/grafana/provisioning"
+DATASOURCE = f"{PROVISIONING}/datasources/sglang-deploy.yaml"
+PROVIDER = f"{PROVISIONING}/dashboards/sglang-deploy.yaml"
+DASHBOARD = "/var/lib/grafana/dashboards/sglang-deploy/sglang-deploy.json"
+GRAFANA_FILES = {DASHBOARD: '{"panels": []}\n', DATASOURCE: "datasources: []\n", PROVIDER: "providers: []\n"}
+GRAFANA_THERE = {"user": "root", "group": "grafana", "mode": 755}
+RUNNING = {"LoadState": "loaded", "ActiveState": "active"}
+
+
+def provisioned(run, facts, warnings=()):
+    return run(
+        ops.grafana_provisioned,
+        {Directory: GRAFANA_THERE, UnitState: RUNNING, **facts},
+        PROVISIONING,
+        GRAFANA_FILES,
+        [DATASOURCE, PROVIDER],
+        "grafana-server.service",
+        warnings,
+    )
+
+
+def written(commands):
+    return [c.rsplit(" ", 1)[1] for c in commands if isinstance(c, str) and " mv -f " in c]
+
+
+def test_where_grafana_is_not_there_the_step_says_so_and_changes_nothing(run):
+    commands, noops = provisioned(run, {Directory: None, FileDigests: digests()}, ["a dashboard is missing"])
+    assert commands == []
+    assert noops == [
+        "Grafana is not installed here (/etc/grafana/provisioning does not exist): nothing provisioned"
+    ]
+
+
+def test_provisioning_as_installed_is_a_noop(run):
+    commands, noops = provisioned(run, {FileDigests: digests(**GRAFANA_FILES)})
+    assert commands == []
+    assert noops == ["Grafana's datasource, dashboard provider and 1 dashboard(s) are up to date"]
+
+
+def test_a_first_provisioning_writes_every_file_readable_then_restarts_a_running_grafana(run):
+    commands, _ = provisioned(run, {FileDigests: digests()})
+    assert written(commands) == [DASHBOARD, DATASOURCE, PROVIDER]
+    assert "mkdir -p /var/lib/grafana/dashboards/sglang-deploy" in commands
+    assert all("chown root:root" in c and "chmod 0644" in c for c in commands if " mv -f " in str(c))
+    assert commands[-1] == "systemctl try-restart grafana-server.service"  # a stopped one stays stopped
+
+
+def test_a_changed_dashboard_alone_is_written_and_grafana_not_restarted(run):
+    # The provider reads the dashboards again by itself (updateIntervalSeconds).
+    installed = digests(**{**GRAFANA_FILES, DASHBOARD: '{"panels": [1]}\n'})
+    commands, noops = provisioned(run, {FileDigests: installed})
+    assert written(commands) == [DASHBOARD] and noops == []
+    assert not any("systemctl" in str(c) for c in commands)
+
+
+def test_a_changed_datasource_restarts_grafana_only_where_its_unit_is_installed(run):
+    installed = digests(**{**GRAFANA_FILES, DATASOURCE: "datasources: [old]\n"})
+    commands, _ = provisioned(run, {FileDigests: installed})
+    assert written(commands) == [DATASOURCE]
+    assert commands[-1] == "systemctl try-restart grafana-server.service"
+    commands, _ = provisioned(run, {FileDigests: installed, UnitState: {"LoadState": "not-found"}})
+    assert written(commands) == [DATASOURCE] and not any("systemctl" in str(c) for c in commands)
+
+
+def test_a_file_grafana_could_not_read_is_written_again(run):
+    unreadable = digests(**GRAFANA_FILES)
+    facts = {
+        FileDigests: lambda paths: {
+            p: {**v, "mode": "600"} if p == PROVIDER else v for p, v in unreadable(paths).items()
+        }
+    }
+    commands, _ = provisioned(run, facts)
+    assert written(commands) == [PROVIDER]

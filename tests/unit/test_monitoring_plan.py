@@ -1,16 +1,22 @@
 """What Prometheus scrapes, from the inventory alone (plan/monitoring.py): every serving node's
 engine, every router's exporter, a node exporter on every host; the configuration promtool
-checks with its rule files; the settings that pin the packages."""
+checks with its rule files; the settings that pin the packages; what a monitoring host's Grafana
+is given (datasource, provider, dashboards bound to that datasource)."""
 
+import json
 import shutil
 import subprocess
 
 import pytest
+import yaml
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.fleet_hosts import workers
+from sglang_deploy.plan.hosts import REPO_ROOT
 from sglang_deploy.plan.monitoring import (
     CONFIG_PATH,
+    GRAFANA_DATASOURCE_UID,
+    GRAFANA_RESCAN_S,
     RULES_DIR,
     monitoring_plan,
     node_exporter_plan,
@@ -214,3 +220,114 @@ def test_pins_are_met_only_at_their_version():
 def test_a_package_that_is_not_pinned_as_apt_takes_it_is_refused(pin):
     with pytest.raises(DeployError, match="pinned as name=version"):
         validate({"prometheus_packages": [pin]})
+
+
+# A dashboard as Grafana exports one (SGLang's is such a file): its queries name the exporting
+# Grafana's datasource uid, its panels the default datasource, its annotations Grafana's own.
+EXPORTED = {
+    "annotations": {"list": [{"datasource": {"type": "grafana", "uid": "-- Grafana --"}}]},
+    "panels": [
+        {
+            "datasource": {"default": True, "type": "prometheus"},
+            "targets": [
+                {"datasource": {"type": "prometheus", "uid": "x1y2z3"}, "expr": "sglang:gen_throughput"}
+            ],
+        },
+        {"datasource": {"type": "prometheus", "uid": "${datasource}"}, "targets": [{"expr": "up"}]},
+    ],
+    "templating": {"list": [{"datasource": {"type": "prometheus"}, "query": "label_values(instance)"}]},
+    "title": "Exported",
+}
+
+
+def grafana_fleet(tmp_path, *dashboards):
+    hosts = fleet()
+    hosts[-1][1]["grafana_dashboard_files"] = list(dashboards)
+    return monitoring_plan("mon", hosts, root=tmp_path).grafana
+
+
+def test_grafana_gets_the_monitoring_hosts_prometheus_as_a_datasource_and_a_provider(tmp_path):
+    grafana = grafana_fleet(tmp_path)
+    datasource = yaml.safe_load(grafana.datasource_text)
+    assert datasource == {
+        "apiVersion": 1,
+        "datasources": [
+            {
+                "name": "sglang-deploy Prometheus",
+                "uid": GRAFANA_DATASOURCE_UID,
+                "type": "prometheus",
+                "access": "proxy",
+                "url": "http://10.0.0.6:9091",  # the monitoring host's address, its prometheus_port
+                "editable": False,
+            }
+        ],
+    }
+    (provider,) = yaml.safe_load(grafana.provider_text)["providers"]
+    assert provider["type"] == "file" and provider["options"] == {
+        "path": "/var/lib/grafana/dashboards/sglang-deploy"
+    }
+    assert provider["allowUiUpdates"] is False and provider["updateIntervalSeconds"] == GRAFANA_RESCAN_S
+    assert grafana.datasource_path == "/etc/grafana/provisioning/datasources/sglang-deploy.yaml"
+    assert grafana.provider_path == "/etc/grafana/provisioning/dashboards/sglang-deploy.yaml"
+    assert grafana.read_at_start == (grafana.datasource_path, grafana.provider_path)
+    assert grafana.unit == "grafana-server.service"
+
+
+def test_grafana_settings_move_every_path():
+    hosts = fleet()
+    hosts[-1][1].update(grafana_provisioning_dir="/srv/grafana/prov", grafana_dashboards_dir="/srv/dash")
+    grafana = monitoring_plan("mon", hosts).grafana
+    assert grafana.provisioning_dir == "/srv/grafana/prov"
+    assert list(grafana.files) == [
+        "/srv/dash/sglang-deploy.json",  # the dashboards first, the provider that reads them last
+        "/srv/grafana/prov/datasources/sglang-deploy.yaml",
+        "/srv/grafana/prov/dashboards/sglang-deploy.yaml",
+    ]
+    assert "path: /srv/dash\n" in grafana.provider_text
+
+
+def test_our_dashboard_is_provisioned_as_it_is_and_a_missing_one_is_said():
+    grafana = monitoring_plan("mon", fleet()).grafana  # the defaults, from the repository
+    ours = REPO_ROOT / "templates" / "grafana" / "sglang-deploy.json"
+    assert (
+        grafana.dashboards["/var/lib/grafana/dashboards/sglang-deploy/sglang-deploy.json"] == ours.read_text()
+    )
+    if not (REPO_ROOT / "build" / "grafana" / "sglang-dashboard.json").exists():
+        assert grafana.warnings == (
+            "grafana_dashboard_files: build/grafana/sglang-dashboard.json does not exist: not installed",
+        )
+
+
+def test_an_exported_dashboard_is_bound_to_our_datasource_and_says_so(tmp_path):
+    (tmp_path / "exported.json").write_text(json.dumps(EXPORTED))
+    grafana = grafana_fleet(tmp_path, "exported.json")
+    doc = json.loads(grafana.dashboards["/var/lib/grafana/dashboards/sglang-deploy/exported.json"])
+    ours = {"type": "prometheus", "uid": GRAFANA_DATASOURCE_UID}
+    assert doc["panels"][0]["datasource"] == ours
+    assert doc["panels"][0]["targets"][0]["datasource"] == ours
+    assert doc["templating"]["list"][0]["datasource"] == ours
+    # A template variable and Grafana's own annotations stay as they are.
+    assert doc["panels"][1]["datasource"]["uid"] == "${datasource}"
+    assert doc["annotations"] == EXPORTED["annotations"]
+    assert doc["description"] == (
+        "Provisioned by sglang-deploy from exported.json, its Prometheus queries bound to datasource "
+        f"{GRAFANA_DATASOURCE_UID}."
+    )
+    assert {k: v for k, v in doc.items() if k not in ("panels", "templating", "description")} == {
+        k: v for k, v in EXPORTED.items() if k not in ("panels", "templating")
+    }
+    again = grafana_fleet(tmp_path, "exported.json")
+    assert again.files == grafana.files  # the same file is the same text: a re-run changes nothing
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{not json", "exported.json is not JSON"),
+        ('{"title": "x"}', "exported.json is not a Grafana dashboard"),
+    ],
+)
+def test_a_dashboard_file_that_is_none_stops_the_plan(tmp_path, text, message):
+    (tmp_path / "exported.json").write_text(text)
+    with pytest.raises(DeployError, match=f"grafana_dashboard_files: {message}"):
+        grafana_fleet(tmp_path, "exported.json")
