@@ -502,8 +502,8 @@ def rate_restored(node, unit):
 
 
 def memory(prom, monitor):
-    pid = monitor.ssh(f"systemctl show -p MainPID --value {PROMETHEUS_UNIT}").strip()
-    status = monitor.ssh(f"cat /proc/{int(pid)}/status")
+    pid = int(unit_show(monitor, PROMETHEUS_UNIT, "MainPID")["MainPID"])
+    status = monitor.ssh(f"cat /proc/{pid}/status")
     kib = dict(re.findall(r"^(VmRSS|VmHWM):\s+(\d+) kB", status, re.M))
     targets = prom.get("/api/v1/targets", state="active")["activeTargets"]
     return {
