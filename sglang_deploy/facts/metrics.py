@@ -1,6 +1,8 @@
 """A pyinfra fact: the server's SGLang /metrics, read on the node (the controller may not reach
 the server's port; curl is not on every node, python3 is), cut to the families a canary's bake
-compares (report/canary.py FAMILIES), with the node's clock at the read."""
+compares (report/canary.py FAMILIES), with the node's clock at the read; and each router's
+exporter as the node reaches it, cut to the node's own series of the gateway's families
+(report/canary.py GATEWAY_FAMILIES, label ``worker`` the node's worker URL)."""
 
 from __future__ import annotations
 
@@ -9,40 +11,58 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from sglang_deploy.report.canary import FAMILIES, Scrape
+from sglang_deploy.report.canary import FAMILIES, GATEWAY_FAMILIES, Scrape
 
 _SCRAPE_PY = """
 import json, sys, time, urllib.request
-port, families = int(sys.argv[1]), tuple(sys.argv[2:])
+ask = json.loads(sys.argv[1])
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-at = time.time()
-try:
-    with opener.open("http://127.0.0.1:%d/metrics" % port, timeout=5) as answer:
-        body = answer.read().decode("utf-8", "replace")
-except Exception as exc:
-    print(json.dumps({"at": at, "error": "%s: %s" % (type(exc).__name__, exc)}))
-else:
+
+def read(url, families, worker=None):
+    at = time.time()
+    try:
+        with opener.open(url, timeout=5) as answer:
+            body = answer.read().decode("utf-8", "replace")
+    except Exception as exc:
+        return {"at": at, "error": "%s: %s" % (type(exc).__name__, exc)}
+    types = tuple("# TYPE " + f for f in families)
+    mine = None
+    if worker is not None:
+        mine = 'worker="%s"' % worker.replace("\\\\", "\\\\\\\\").replace('"', '\\\\"')
     keep = [
         line for line in body.splitlines()
-        if line.startswith(families) or line.startswith(tuple("# TYPE " + f for f in families))
+        if line.startswith(types) or (line.startswith(tuple(families)) and (mine is None or mine in line))
     ]
-    print(json.dumps({"at": at, "text": "\\n".join(keep) + "\\n"}))
+    return {"at": at, "text": "\\n".join(keep) + "\\n"}
+
+found = read("http://127.0.0.1:%d/metrics" % ask["port"], ask["families"])
+found["worker"] = ask["worker"]
+found["gateway"] = {url: read(url, ask["gateway_families"], ask["worker"]) for url in ask["gateways"]}
+print(json.dumps(found))
 """
 
 
 class EngineMetrics(FactBase):
     """
     The server's /metrics on ``port`` as a report.canary.Scrape: its text (the bake's families
-    only) and when it was read, or why it could not be.
+    only) and when it was read, or why it could not be; with ``gateways`` (router exporter
+    URLs) and ``worker_url`` (the URL they know this node by), each one's read of this node's
+    series.
     """
 
     @staticmethod
     def default():
         return Scrape(error="the node printed nothing (no python3?)")
 
-    def command(self, port):
-        args = [str(int(port)), *FAMILIES]
-        return f"python3 -c {shlex.quote(_SCRAPE_PY)} " + " ".join(shlex.quote(a) for a in args) + " || true"
+    def command(self, port, worker_url=None, gateways=()):
+        ask = {
+            "port": int(port),
+            "families": list(FAMILIES),
+            "worker": worker_url,
+            "gateways": list(gateways),
+            "gateway_families": list(GATEWAY_FAMILIES),
+        }
+        return f"python3 -c {shlex.quote(_SCRAPE_PY)} {shlex.quote(json.dumps(ask))} || true"
 
     def process(self, output):
         text = "\n".join(output).strip()
@@ -52,4 +72,17 @@ class EngineMetrics(FactBase):
             found = None
         if not isinstance(found, dict):
             return Scrape(error=f"no answer from the node's scrape: {text[-200:] or 'nothing printed'}")
-        return Scrape(at=float(found.get("at", 0.0)), text=found.get("text"), error=found.get("error"))
+        gateway = {
+            url: _scrape(read) for url, read in (found.get("gateway") or {}).items() if isinstance(read, dict)
+        }
+        return Scrape(
+            at=float(found.get("at", 0.0)),
+            text=found.get("text"),
+            error=found.get("error"),
+            worker=found.get("worker"),
+            gateway=gateway,
+        )
+
+
+def _scrape(read):
+    return Scrape(at=float(read.get("at", 0.0)), text=read.get("text"), error=read.get("error"))

@@ -1,7 +1,8 @@
 """A canary wave's bake across the run's nodes (operations/rollout.py's WaveRun holds one):
 once every canary restarted, each canary that serves the new configuration and each serving
-node still on the old one reads its own SGLang /metrics (facts/metrics.py), waits the bake,
-reads it again; the last to report judges (report/canary.py, per served model). A bake that
+node still on the old one reads its own SGLang /metrics and its own series on every router's
+exporter (facts/metrics.py), waits the bake, reads them again; the last to report judges
+(report/canary.py, per served model; what could not be judged is said as a warning). A bake that
 fails stops the run (Rollout.stop) and every canary goes back to the configuration it served
 before (the record kept aside before it restarted: lastgood.py keep / reinstate), out of
 rotation like any restart.
@@ -80,7 +81,7 @@ class Bake:
         if self.done.is_set():
             return
         missing = Scrape(error="its scrape never reported (its restart operation ended)")
-        passed, failures = True, []
+        passed, failures, warnings = True, [], []
         for model in dict.fromkeys(self.models[name] for name in self.canaries):
             ours = {
                 n: self.scrapes.get(n, (missing, missing)) for n in self.serving if self.models[n] == model
@@ -89,11 +90,15 @@ class Bake:
             verdict = judging.judge(ours, theirs, self.rolling.canary_limits)
             for line in verdict.lines:
                 logger.info(f"canary bake ({model}): {line}")
+            for line in verdict.warnings:
+                logger.warning(f"canary bake ({model}): {line}")
             passed = passed and verdict.passed
             failures += verdict.failures
-        self.verdict = judging.Verdict(passed, failures)
+            warnings += [f"{model}: {line}" for line in verdict.warnings]
+        self.verdict = judging.Verdict(passed, failures, warnings=warnings)
         if passed:
-            logger.info(f"canary bake passed: {', '.join(self.canaries)}; the others follow")
+            alone = f" (not everything judged: {'; '.join(warnings)})" if warnings else ""
+            logger.info(f"canary bake passed: {', '.join(self.canaries)}; the others follow{alone}")
         else:
             why = f"canary {', '.join(self.canaries)} failed its bake: {self.verdict.cause()}"
             logger.error(why)
@@ -109,8 +114,14 @@ def _safe(scrape):
 
 
 def scraper(host, rotation):
-    """This node's scrape, for Bake.take_part."""
-    return lambda: host.get_fact(EngineMetrics, port=rotation.local_port)
+    """This node's scrape, for Bake.take_part: its SGLang /metrics and its series on every
+    router's exporter."""
+    return lambda: host.get_fact(
+        EngineMetrics,
+        port=rotation.local_port,
+        worker_url=rotation.worker_url,
+        gateways=tuple(rotation.gateway_metrics),
+    )
 
 
 def keep_last_good(host, scripts):

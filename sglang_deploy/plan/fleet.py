@@ -62,6 +62,7 @@ class CanaryLimits:
     max_ttft_regression_pct: float = 20.0
     max_decode_regression_pct: float = 10.0
     min_requests: int = 10
+    require_gateway_metrics: bool = False  # unread gateway figures fail the bake (else: said)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ def rolling_settings(data) -> Rolling:
             max_ttft_regression_pct=settings.rolling_canary_max_ttft_regression_pct,
             max_decode_regression_pct=settings.rolling_canary_max_decode_regression_pct,
             min_requests=settings.rolling_canary_min_requests,
+            require_gateway_metrics=settings.rolling_canary_require_gateway_metrics,
         ),
     )
 
@@ -138,6 +140,11 @@ class RouterSettings:
     @property
     def local_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """Its Prometheus exporter, as the nodes reach it (a canary's bake reads it there)."""
+        return f"http://{self.address}:{self.prometheus_port}/metrics"
 
     @property
     def probe_url(self) -> str | None:

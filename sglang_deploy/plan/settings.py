@@ -405,7 +405,8 @@ class Canary(_Group):
         description="Nodes restarted first, as a count or a percentage of the serving nodes the run restarts "
         "(0: no canary): after the nodes that serve nothing, only they restart; then for rolling_canary_bake_s their "
         "SGLang /metrics are compared with the nodes still on the old configuration (error rate, TTFT p95, "
-        "decode tok/s); a canary that does worse is rolled back to the configuration it served before and the "
+        "decode tok/s), and so is what the routers' exporters say of each (the gateway's error rate per worker); "
+        "a canary that does worse is rolled back to the configuration it served before and the "
         "run stops, naming it and the metric. Refused when it would leave no node of a canary's model on the "
         "old configuration. Single nodes only: serving groups roll in batches.",
     )
@@ -426,7 +427,8 @@ class Canary(_Group):
         le=1,
         description="A canary fails when the share of its requests aborted during the bake "
         "(sglang:num_aborted_requests_total of those and sglang:num_requests_total) is more than this above the "
-        "old nodes' share.",
+        "old nodes' share. The gateway's error rate has the same limit: the share of a canary's answers its "
+        'routers counted failed (smg_worker_cb_outcomes_total{outcome="failure"} of its worker URL).',
     )
     rolling_canary_max_ttft_regression_pct: float = Field(
         20,
@@ -439,6 +441,14 @@ class Canary(_Group):
         ge=0,
         description="A canary fails when its decode tok/s during the bake (sglang:generation_tokens_total per "
         "second) is more than this percentage below the old nodes' median.",
+    )
+    rolling_canary_require_gateway_metrics: bool = Field(
+        False,
+        description="When a bake's gateway figures (each node's series on every router's exporter, "
+        "router_prometheus_port, read from the node) could not be read or saw fewer than "
+        "rolling_canary_min_requests answers: false says so as a warning and SGLang's /metrics judge alone; "
+        "true fails the bake, and the canary is rolled back. smg exports no latency per worker: SGLang's TTFT "
+        "p95 judges latency either way.",
     )
 
 

@@ -1,5 +1,7 @@
 """A canary's bake, judged: the canaries' SGLang /metrics against the nodes still on the old
-configuration, each read at the start and at the end of the bake (pure: the scrapes are given).
+configuration, each read at the start and at the end of the bake, then what the gateway saw of
+each of them (report/canary_gateway.py: its error rate per worker, from every router's
+exporter). Pure: the scrapes are given.
 
 Per node, over the bake (counter deltas; a counter that went down restarted, so its end value
 is the delta, as Prometheus' rate() takes it):
@@ -20,7 +22,9 @@ A canary fails when its error rate is more than ``max_error_rate`` above the old
 TTFT p95 more than ``max_ttft_regression_pct`` % above theirs, or its decode tok/s more than
 ``max_decode_regression_pct`` % below their median. A bake without evidence fails too, saying
 why: a node whose /metrics could not be read (a canary, or every old node), fewer than
-``min_requests`` requests, or a metric one side exports and the other does not.
+``min_requests`` requests, or a metric one side exports and the other does not. A canary that
+does worse through the gateway fails naming it (``gateway: error rate``); gateway figures that
+could not be read are said (a warning, or a failure with ``require_gateway_metrics``).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from sglang_deploy.report import prom_text
+from sglang_deploy.report import canary_gateway, prom_text
 
 REQUESTS = "sglang:num_requests_total"
 ABORTED = "sglang:num_aborted_requests_total"
@@ -39,6 +43,7 @@ TOKENS = "sglang:generation_tokens_total"
 GEN_THROUGHPUT = "sglang:gen_throughput"
 # What a scrape keeps (the node filters /metrics to these families before sending it).
 FAMILIES = (REQUESTS, ABORTED, TTFT, E2E, TOKENS, GEN_THROUGHPUT)
+GATEWAY_FAMILIES = canary_gateway.FAMILIES  # of each router's exporter, the node's own series
 
 PER_REQUEST, GAUGE, PER_NODE = "per request", "sglang:gen_throughput", "node tokens/s"
 
@@ -46,11 +51,14 @@ PER_REQUEST, GAUGE, PER_NODE = "per request", "sglang:gen_throughput", "node tok
 @dataclass(frozen=True)
 class Scrape:
     """One read of a node's /metrics: ``text`` at ``at`` (the node's clock, seconds), or
-    ``error`` saying why there is none."""
+    ``error`` saying why there is none; with the routers', ``gateway``: {exporter URL: Scrape},
+    and ``worker``: the URL the routers know the node by (their series' ``worker`` label)."""
 
     at: float = 0.0
     text: str | None = None
     error: str | None = None
+    worker: str | None = None
+    gateway: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -76,17 +84,10 @@ class Verdict:
     passed: bool
     failures: list = field(default_factory=list)  # (node or "bake", metric, why)
     lines: list = field(default_factory=list)  # what the run says of the comparison
+    warnings: list = field(default_factory=list)  # what could not be judged, and why
 
     def cause(self) -> str:
         return "; ".join(f"{node}: {metric}: {why}" for node, metric, why in self.failures)
-
-
-def _delta(start, end):
-    if end is None:
-        return None
-    if start is None or end < start:  # restarted (or first seen) during the bake
-        return end
-    return end - start
 
 
 def rates(node: str, start: Scrape, end: Scrape) -> Rates:
@@ -101,15 +102,15 @@ def rates(node: str, start: Scrape, end: Scrape) -> Rates:
     if b.total(REQUESTS) is None:
         raise ValueError(f"/metrics has no {REQUESTS} (is the server started with --enable-metrics?)")
     seconds = max(end.at - start.at, 1e-9)
-    aborted = _delta(a.total(ABORTED), b.total(ABORTED)) or 0.0
-    finished = _delta(a.total(REQUESTS), b.total(REQUESTS))
+    aborted = prom_text.increase(a.total(ABORTED), b.total(ABORTED)) or 0.0
+    finished = prom_text.increase(a.total(REQUESTS), b.total(REQUESTS))
     buckets = _bucket_deltas(a.buckets(TTFT), b.buckets(TTFT))
-    tokens = _delta(a.total(TOKENS), b.total(TOKENS))
+    tokens = prom_text.increase(a.total(TOKENS), b.total(TOKENS))
     decode = {}
     if tokens is not None:
         decode[PER_NODE] = tokens / seconds
-        busy = _delta(a.total(E2E + "_sum"), b.total(E2E + "_sum"))
-        first = _delta(a.total(TTFT + "_sum"), b.total(TTFT + "_sum"))
+        busy = prom_text.increase(a.total(E2E + "_sum"), b.total(E2E + "_sum"))
+        first = prom_text.increase(a.total(TTFT + "_sum"), b.total(TTFT + "_sum"))
         if busy is not None and first is not None and busy - first > 0 and tokens > 0:
             decode[PER_REQUEST] = tokens / (busy - first)
     gauge = b.total(GEN_THROUGHPUT)
@@ -236,6 +237,12 @@ def judge(canaries: dict, old: dict, limits) -> Verdict:
                     f"{limits.max_decode_regression_pct:g})",
                 )
             )
+    canary_gateway.judge(
+        {node: canaries[node] for node in canary_rates},
+        {node: old[node] for node in old_rates},
+        limits,
+        verdict,
+    )
     verdict.passed = not verdict.failures
     return verdict
 

@@ -62,6 +62,17 @@ class Exposition:
         return dict(sorted(found.items()))
 
 
+def increase(start: float | None, end: float | None) -> float | None:
+    """A counter's increase between two scrapes (None: not in the later one). A counter that went
+    down restarted, so its later value is the increase, as Prometheus' rate() takes it; one first
+    seen in the later scrape counts from zero."""
+    if end is None:
+        return None
+    if start is None or end < start:
+        return end
+    return end - start
+
+
 def parse(text: str) -> Exposition:
     out = Exposition()
     for number, raw in enumerate(text.splitlines(), 1):

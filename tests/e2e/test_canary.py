@@ -1,7 +1,7 @@
 """A canary wave behind SGLang's router: 3 serving nodes and a router node, a bake of a few
 seconds under a load through the router. A change that decodes slower on its canary (the
 stand-in's SGLANG_STANDIN_TOKENS_PER_SECOND) is rolled back and the run stops; a change that
-does not is followed by the other nodes.
+does not is followed by the other nodes, its figures on the router's exporter judged too.
 
 python3 sandbox/sandbox.py up --nodes 3 --routers 1 && python3 -m pytest -m fleet tests/e2e/test_canary.py
 """
@@ -78,6 +78,11 @@ def test_a_canary_that_does_as_well_is_followed_by_the_others(deployed, profile_
     assert run.returncode == 0, run.output[-4000:]
     canary = _canary_of(run.output)
     assert f"canary bake passed: {canary}" in run.output
+    # The gateway's figures were read from the router's exporter and judged, not left out.
+    assert re.search(
+        rf"gateway: {canary}: \d+ answers, error rate [0-9.]+% \(smg_worker_cb_outcomes_total", run.output
+    ), run.output[-4000:]
+    assert "not judged there" not in run.output
     assert "canary passed its bake" in _outcome_line(run.output, canary)
     assert all(unit_start(name) != starts[name] for name in names)
     assert load.failed == 0

@@ -23,6 +23,7 @@ from sglang_deploy.report.canary import Scrape
 pytestmark = pytest.mark.usefixtures("cycle_in_session")
 
 ROUTER = "http://10.0.0.5:30000"
+EXPORTER = "http://10.0.0.5:29000/metrics"
 ACTIVE = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running"}
 EVENTS = []
 
@@ -66,17 +67,31 @@ def metrics(requests, tokens, first_token_s, tok_s):
     return "\n".join(lines) + "\n"
 
 
+def outcomes(worker, success, failure):
+    """smg 1.13.0's exporter: one worker's circuit-breaker outcomes (captured/smg_1.13.0_*)."""
+    return (
+        "# TYPE smg_worker_cb_outcomes_total counter\n"
+        f'smg_worker_cb_outcomes_total{{worker="{worker}",outcome="success"}} {success}\n'
+        f'smg_worker_cb_outcomes_total{{worker="{worker}",outcome="failure"}} {failure}\n'
+    )
+
+
 class Node:
     """A serving node; after its restart it decodes at ``new_tok_s`` (the old configuration
-    at 80 tok/s); ``metrics_error``: its /metrics cannot be read."""
+    at 80 tok/s) and fails ``new_failed`` of its 20 answers per scrape through the gateway;
+    ``metrics_error``: its /metrics cannot be read; ``gateway_error``: nor the router's."""
 
-    def __init__(self, name, new_tok_s=80.0, metrics_error=None):
+    def __init__(self, name, new_tok_s=80.0, metrics_error=None, new_failed=0, gateway_error=None):
         self.name, self.new_tok_s, self.metrics_error = name, new_tok_s, metrics_error
+        self.new_failed, self.gateway_error = new_failed, gateway_error
         self.current_op_hash = "restart-op"
         self.logged, self.restarted, self.scrapes = [], False, 0
+        self.answers = [0, 0]  # through the gateway: success, failure
+        self.asked = []  # the scrape's arguments
 
     def get_fact(self, cls, **kwargs):
         if cls is EngineMetrics:
+            self.asked.append(kwargs)
             return self.scrape()
         return {
             UnitState: ACTIVE,
@@ -90,7 +105,19 @@ class Node:
         self.scrapes += 1
         requests = 20 * self.scrapes
         tok_s = self.new_tok_s if self.restarted else 80.0
-        return Scrape(at=30.0 * self.scrapes, text=metrics(requests, requests * 100, 0.15, tok_s))
+        failed = self.new_failed if self.restarted else 0
+        self.answers = [self.answers[0] + 20 - failed, self.answers[1] + failed]
+        worker = f"http://{self.name}:30000"
+        if self.gateway_error:
+            gateway = Scrape(error=self.gateway_error)
+        else:
+            gateway = Scrape(at=30.0 * self.scrapes, text=outcomes(worker, *self.answers))
+        return Scrape(
+            at=30.0 * self.scrapes,
+            text=metrics(requests, requests * 100, 0.15, tok_s),
+            worker=worker,
+            gateway={EXPORTER: gateway},
+        )
 
     def run_shell_command(self, command, print_output=False):
         text = str(command.bits[0]) if isinstance(command, StringCommand) else str(command)
@@ -140,6 +167,7 @@ def roll(monkeypatch, caplog):
                 rolling_settings(data),
                 model="m",
                 fleet_models=tuple(sorted(models.items())),
+                gateway_metrics=(EXPORTER,),
             )
             args = (state, node, Scripts(), "/venv/bin/python", rotation, "new", True)
             jobs.append(gevent.spawn(fleet_ops._rotate, *args))
@@ -199,3 +227,34 @@ def test_a_percentage_batch_rolls_that_share_at_a_time(roll):
     ok, said, _ = roll([Node(f"n{i}") for i in range(1, 5)], rolling_batch="50%")
     assert ok == [True] * 4
     assert "rolling 2 at a time: n1, n2 | n3, n4" in said
+
+
+def test_a_canary_failing_more_through_the_gateway_is_rolled_back_naming_gateway_error_rate(roll):
+    nodes = [Node("n1", new_failed=5), Node("n2"), Node("n3")]
+    ok, said, run = roll(nodes, rolling_canary=1)
+    assert ok == [False, False, False] and events("start") == ["n1"] and events("revert") == ["n1"]
+    assert "canary n1 failed its bake: n1: gateway: error rate: 5 of its 20 answers failed (25.0%)" in said
+    assert run.notes["n1"] == "canary rolled back: serves old"
+    assert nodes[0].asked[-1] == {
+        "port": 30000,
+        "worker_url": "http://n1:30000",
+        "gateways": ("http://10.0.0.5:29000/metrics",),
+    }
+
+
+def test_gateway_metrics_not_reachable_are_said_and_the_bake_judges_on_sglang_alone(roll):
+    nodes = [Node(n, gateway_error="URLError: connection refused") for n in ("n1", "n2", "n3")]
+    ok, said, _ = roll(nodes, rolling_canary=1)
+    assert ok == [True, True, True]
+    assert (
+        "canary bake (m): gateway: metrics not reachable: http://10.0.0.5:29000/metrics (n1: no /metrics"
+        in said
+    )
+    assert "canary bake passed: n1; the others follow (not everything judged: m: gateway: metrics not" in said
+
+
+def test_gateway_metrics_not_reachable_roll_the_canary_back_when_required(roll):
+    nodes = [Node(n, gateway_error="URLError: connection refused") for n in ("n1", "n2", "n3")]
+    ok, said, _ = roll(nodes, rolling_canary=1, rolling_canary_require_gateway_metrics=True)
+    assert ok == [False, False, False] and events("revert") == ["n1"]
+    assert "canary n1 failed its bake: bake: gateway: metrics not reachable" in said

@@ -28,6 +28,7 @@ def test_every_captured_file_names_its_source():
                 or first.startswith("# Captured with capture_on_gpu_node.sh")
                 or first.startswith("# Captured with capture_torch_rendezvous.sh")
                 or first.startswith("# Captured with capture_sglang_metrics.py")
+                or first.startswith("# Captured with capture_smg_metrics.py")
                 or first.startswith("# Captured on the sandbox host")
             ), path.name
 
