@@ -93,7 +93,7 @@ class RouterPlan:
             return None
         relock = router_lock_command(replace(self.locked.engine, python_version=found))
         return (
-            f"router_python {self.settings.python} is Python {python_version} here, the router's lock "
+            f"{self.settings.python} (router_python) is Python {python_version} here, the router's lock "
             f"{self.locked.local_lock.name} is for Python {wanted}: set router_python_version: "
             f'"{found}" and `{relock}`'
         )
