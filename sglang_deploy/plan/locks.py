@@ -465,7 +465,7 @@ def main(argv=None) -> int:
                 done.add(lock_name(pins))
                 make_router_lock(pins, index=not args.no_index)
     except DeployError as exc:
-        print(f"router_packages: {exc}", file=sys.stderr)
+        print(f"router lock: {exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -290,7 +290,7 @@ def _router_main(args) -> int:
             uv = uv_wheel(lock_wheels_dir(pins, args.dir), pins.platform)
             print(f"uv for the router hosts: {uv.name}")
     except DeployError as exc:
-        print(f"router_packages: {exc}", file=sys.stderr)
+        print(f"router wheels: {exc}", file=sys.stderr)
         return 1
     return 0
 
