@@ -40,11 +40,16 @@ LIMIT_CHECK = $(if $(LIMIT_FILE),$(if $(strip $(LIMIT_NAMES)),,$(error LIMIT=$(L
 # engine versions on sandbox nodes (tests/e2e/test_engine_venvs.py).
 NEXT_STANDIN := 0.5.24+sandbox
 NEXT_WHEELS  := build/wheels-next
-# SGLang's gateway (smg; sglang-router for 0.3.2 and before) and its dependencies, downloaded
-# here once for nodes without internet. ROUTER_PIN must be the router_packages setting's pin.
-ROUTER_WHEELS := build/router-wheels
-ROUTER_PIN    ?= smg==1.13.0
-ROUTER_WHEEL   = $(subst -,_,$(firstword $(subst ==, ,$(ROUTER_PIN))))-$(lastword $(subst ==, ,$(ROUTER_PIN)))-*.whl
+# SGLang's gateway (smg; sglang-router for 0.3.2 and before): a router pin set, as the
+# router_packages setting has it (several pins comma-separated), for `make lock` and `make
+# router-wheels`; ROUTER_PYTHON_VERSION / ROUTER_PLATFORM when the router hosts' are not the
+# settings' defaults (router_python_version, router_platform). Unset: every router lock.
+ROUTER_PIN            ?=
+ROUTER_PYTHON_VERSION ?=
+ROUTER_PLATFORM       ?=
+ROUTER_ARGS = $(ROUTER_PIN) \
+	$(if $(ROUTER_PYTHON_VERSION),--router-python-version $(ROUTER_PYTHON_VERSION)) \
+	$(if $(ROUTER_PLATFORM),--router-platform $(ROUTER_PLATFORM))
 
 .PHONY: help setup wheels sandbox sandbox-down deploy plan verify demo test test-unit test-e2e clean
 
@@ -82,12 +87,12 @@ standin-model:
 sandbox:
 	$(PYTHON) sandbox/sandbox.py up --nodes $(NODES) $(if $(BARE),--bare $(NODES)) --routers $(ROUTERS) --monitoring $(MONITORING)
 
-# Router wheels for hosts without internet (kept: the pin decides what is inside; another pin's
-# wheels beside them are left, and pip installs only what the pins name).
+# The gateway's locked wheels for router hosts without internet: ROUTER_PIN's lock (unset: every
+# router lock in locks/), downloaded once into build/wheelhouse/<lock>/ with the pinned uv wheel,
+# every sha256 checked, as `make wheelhouse` does for an engine (the wheel cache too).
 .PHONY: router-wheels
 router-wheels:
-	@ls $(ROUTER_WHEELS)/$(ROUTER_WHEEL) >/dev/null 2>&1 || \
-	  $(PYTHON) -m pip download --quiet --only-binary=:all: $(ROUTER_PIN) -d $(ROUTER_WHEELS)
+	$(PYTHON) -m sglang_deploy.plan.wheelhouse --router $(ROUTER_ARGS)
 
 # SGLang's published Grafana dashboard (sgl-project/sglang, Apache-2.0; docs/grafana.md),
 # downloaded once at the commit its queries were checked at against the stand-in's /metrics;
@@ -109,7 +114,7 @@ deploy: wheels $(ENGINE_WHEELHOUSES) $(if $(filter-out 0,$(ROUTERS)),router-whee
 	$(LIMIT_CHECK)$(PYINFRA) -y $(INVENTORY) deploy.py $(LIMIT_ARGS)
 
 # What a deploy would change, with diffs (secret values shown as ***); changes nothing.
-plan: wheels $(ENGINE_WHEELHOUSES)
+plan: wheels $(ENGINE_WHEELHOUSES) $(if $(filter-out 0,$(ROUTERS)),router-wheels)
 	$(LIMIT_CHECK)$(PYINFRA) $(INVENTORY) deploy.py --dry --diff $(LIMIT_ARGS) < /dev/null
 
 # testinfra assertions, then the per-host report (also as JSON, for machines), printed whether
@@ -172,12 +177,14 @@ wheelhouse-%: wheels
 	$(PYTHON) -m sglang_deploy.plan.wheelhouse $*
 
 # Locks (locks/, committed): every distribution of each profile's engine closure with its
-# sha256, resolved by uv for the nodes' platform (engine.platform, engine.python_version).
-# PROFILE=name: that profile's lock only. Prints what moved in the closure.
+# sha256, resolved by uv for the nodes' platform (engine.platform, engine.python_version), and of
+# each gateway pin set for the router hosts' (router_platform, router_python_version).
+# PROFILE=name: that profile's lock only; ROUTER_PIN=pins: that router pin set's only; neither:
+# every profile, every router lock in locks/ and the router_packages default. Prints what moved.
 PROFILE ?=
 .PHONY: lock
 lock: wheels
-	$(PYTHON) -m sglang_deploy.plan.locks lock $(PROFILE)
+	$(PYTHON) -m sglang_deploy.plan.locks lock $(PROFILE) $(if $(ROUTER_PIN),--router $(ROUTER_ARGS))
 
 # The locked wheels of PROFILE's lock (and the pinned uv wheel the nodes build venvs with),
 # downloaded once into build/wheelhouse/<lock>/, every sha256 checked; kept between runs, and

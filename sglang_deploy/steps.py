@@ -12,6 +12,7 @@ from pyinfra.operations.util import any_changed
 
 from sglang_deploy import operations as sglang
 from sglang_deploy.cli import exit_on_deploy_error
+from sglang_deploy.errors import DeployError
 from sglang_deploy.facts.engine_venvs import PythonVersion
 from sglang_deploy.facts.gpu import ACS_UNIT, acs_unit_text
 from sglang_deploy.operations import fleet_order
@@ -298,21 +299,38 @@ def router_prerequisites():
 
 
 def router_service(router):
-    """The router's pinned venv and its unit (worker URLs, policy, health checks); a restart only
-    when either changed, then its gate (/readiness 200, every expected worker healthy)."""
+    """The router's venv, exactly its lock, and its unit (worker URLs, policy, health checks); a
+    restart only when either changed, then its gate (/readiness 200, every expected worker
+    healthy). The lock and the wheels the host lacks come from the controller's wheelhouse
+    (`make router-wheels`), and uv builds the venv with hashes required, no index, as a node's
+    locked engine; a host whose router_python is not the lock's Python stops here."""
     settings = settings_of(host.data)
-    router_dir = f"{settings.sglang_deploy_dir}/router-wheels"
     scripts_dir = f"{settings.sglang_deploy_dir}/node"
-    for wheel in router.wheels:
-        sglang.binary_file(
-            name=f"Router wheel {wheel.name}", src=str(wheel), dest=f"{router_dir}/{wheel.name}"
-        )
-    router_venv = sglang.tool_venv(
-        name="Router venv",
+    locked = router.locked
+    with exit_on_deploy_error(host.name):
+        wheels = locked.wheels()
+        problem = router.python_problem(host.get_fact(PythonVersion, python=router.settings.python))
+        if problem:
+            raise DeployError(problem)
+    sglang.wheelhouse(
+        name=f"Router wheelhouse ({locked.local_lock.name})",
+        wheels=wheels,
+        remote_dir=locked.remote_wheelhouse or f"{settings.sglang_deploy_dir}/wheelhouse",
+        lock=locked.local_lock,
+        remote_lock=locked.remote_lock,
+    )
+    sglang.tool_venv(
+        name="uv", venv=locked.uv_venv, python=router.settings.python, packages=[locked.uv_pin],
+        wheels_dir=locked.remote_wheelhouse,
+    )  # fmt: skip
+    router_venv = sglang.locked_venv(
+        name="Router venv (exactly its lock)",
         venv=router.settings.venv,
         python=router.settings.python,
-        packages=list(router.settings.packages),
-        wheels_dir=router_dir if router.wheels else None,
+        lock=locked.remote_lock,
+        uv=locked.uv,
+        scripts_dir=scripts_dir,
+        wheels_dir=locked.remote_wheelhouse,
     )
     router_unit = sglang.unit_file(
         name="Router unit",

@@ -1,5 +1,6 @@
 """pyinfra facts about the engine venvs: the interpreter's version (part of a venv's name) and
-which venvs the node holds, which one the unit runs through its link, and the last known good's."""
+which venvs the node holds, which one the unit runs through its link, and the last known good's;
+whether a venv built from a lock (a router's) still holds exactly its lock."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import shlex
 from pyinfra.api import FactBase
 
 from sglang_deploy.facts.serving import ScriptResult
-from sglang_deploy.plan.script_commands import venvs_list_command
+from sglang_deploy.node.venvs import MARKER
+from sglang_deploy.plan.script_commands import exact_command, venvs_list_command
 
 _VERSION_PY = "import platform; print(platform.python_version())"
 
@@ -33,3 +35,17 @@ class EngineVenvs(ScriptResult):
 
     def command(self, scripts_dir, venvs_dir, link, last_good_dir=None):
         return self._guarded(scripts_dir, venvs_list_command(scripts_dir, venvs_dir, link, last_good_dir))
+
+
+class VenvLock(ScriptResult):
+    """exact.py's result line for ``venv`` against ``lock`` on the node (``{"status", "extra",
+    "missing", "different", ...}``), run by the venv's interpreter; None when the venv is no
+    finished build (venvs.py's marker), or the lock or our scripts are not on the node yet."""
+
+    script = "exact.py"
+
+    def command(self, venv, scripts_dir, lock):
+        marker, python = shlex.quote(f"{venv}/{MARKER}"), f"{venv}/bin/python"
+        return f"! test -f {marker} || ! test -f {shlex.quote(lock)} || " + self._guarded(
+            scripts_dir, exact_command(python, scripts_dir, lock)
+        )

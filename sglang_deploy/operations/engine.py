@@ -1,13 +1,15 @@
 """The engine: one venv per pin set, built beside the live one, and the switch to it staged
-for the restart cycle; repaired on request. Tools (the Hub client, the router) get plain venvs."""
+for the restart cycle; repaired on request. SGLang's gateway on a router host gets a venv of
+its own built from its lock (locked_venv); other tools (the Hub client, uv) plain venvs."""
 
 import shlex
 
 from pyinfra import host
 from pyinfra.api import operation
 
-from sglang_deploy.facts.engine_venvs import EngineVenvs
+from sglang_deploy.facts.engine_venvs import EngineVenvs, VenvLock
 from sglang_deploy.facts.serving import EngineDrift, FileDigests, InstalledDistributions, InterpreterStartup
+from sglang_deploy.node.lib import status
 from sglang_deploy.node.lib.installed import canonical
 from sglang_deploy.node.venvs import MARKER, PENDING
 from sglang_deploy.operations.files import pth_directory
@@ -121,6 +123,36 @@ def tool_venv(venv, python, packages, wheels_dir=None):
         return
     if not (yield from _keep_exact(venv, pip, packages, None)):
         host.noop(f"{venv} holds {', '.join(packages)}")
+
+
+@operation()
+def locked_venv(venv, python, lock, uv, scripts_dir, wheels_dir=None):
+    """
+    A venv of its own holding exactly ``lock`` (SGLang's gateway on a router host), named after
+    what the lock installs: built by uv without pip, every sha256 required, no dependency
+    resolution, from ``wheels_dir`` alone (no index) when given. A finished build that no
+    longer is its lock (exact.py: a distribution extra, missing or at another version) is
+    synced to it; nothing when it is.
+
+    + venv: where it lives (its name says which lock: plan/fleet.py router_venv)
+    + python: interpreter that creates it
+    + lock: the lock file on the host
+    + uv: the host's uv command (``uv_tool``'s venv)
+    + scripts_dir: where our on-node scripts are (exact.py checks it, venvs.py marks it built)
+    + wheels_dir: the host's wheelhouse of the lock; None: the locked wheels from the index
+    """
+    marker = f"{venv}/{MARKER}"
+    if marker not in host.get_fact(FileDigests, paths=[marker]):
+        yield from _build(
+            venv, python, locked_install(venv, lock, wheels_dir, uv), [], scripts_dir, with_pip=False
+        )
+        return
+    report = host.get_fact(VenvLock, venv=venv, scripts_dir=scripts_dir, lock=lock)
+    if report is not None and report["status"] == status.READY:
+        host.noop(f"{venv} holds exactly {lock.rsplit('/', 1)[-1]} ({report['locked']} distributions)")
+        return
+    # Another distribution in it, one missing, another version, or no answer: made the lock again.
+    yield f"{uv} pip sync {_uv_target(venv, wheels_dir)} {shlex.quote(lock)}"
 
 
 def _build(venv, python, pip, packages, scripts_dir, with_pip=True):

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.plan import rolling_sizes
+from sglang_deploy.plan.locked_engine import LockedEngine, locked_router
+from sglang_deploy.plan.locks import router_lock_problems, router_pins
 from sglang_deploy.plan.router_flags import gateway_pin, pinned_options
 from sglang_deploy.plan.settings import settings_of
 
@@ -22,7 +24,6 @@ MONITORING_GROUP = "monitoring"
 # One unit name whichever gateway runs (smg or sglang-router): moving a host from one to the
 # other is a changed unit, replaced and restarted like any other change.
 ROUTER_UNIT = "sglang-router.service"
-ROUTER_VENVS = "/opt/sglang-router/venvs"
 
 
 def is_router(host) -> bool:
@@ -115,10 +116,9 @@ class RouterSettings:
     port: int
     prometheus_port: int
     policy: str
-    venv: str
+    venv: str  # named after the gateway's pin and what its lock installs
     python: str
     packages: tuple
-    find_links: str | None
     health_check_interval_s: int
     health_failure_threshold: int
     health_success_threshold: int
@@ -132,6 +132,7 @@ class RouterSettings:
     drain_settle_s: int = 5
     shutdown_grace_s: int = 60
     worker_startup_check_interval_s: int = 2
+    locked: LockedEngine | None = field(default=None, compare=False, repr=False)  # its lock and wheels
 
     @property
     def url(self) -> str:
@@ -153,10 +154,12 @@ class RouterSettings:
 
 
 def router_settings(name, data) -> RouterSettings:
-    """One router's settings from its host data; DeployError naming the bad one."""
+    """One router's settings from its host data; DeployError naming the bad one (a gateway pin
+    set without a lock among them)."""
     settings = settings_of(data, name)
     packages = tuple(settings.router_packages)
     check_policy(name, settings.router_policy, packages)
+    locked = router_locked(name, settings)
     return RouterSettings(
         name=name,
         address=address(settings, name),
@@ -164,10 +167,9 @@ def router_settings(name, data) -> RouterSettings:
         port=settings.router_port,
         prometheus_port=settings.router_prometheus_port,
         policy=settings.router_policy,
-        venv=settings.router_venv or default_router_venv(packages),
+        venv=router_venv(settings.router_venvs_dir, locked),
         python=settings.router_python,
         packages=packages,
-        find_links=settings.router_find_links,
         health_check_interval_s=settings.router_health_check_interval_s,
         health_failure_threshold=settings.router_health_failure_threshold,
         health_success_threshold=settings.router_health_success_threshold,
@@ -192,7 +194,23 @@ def router_settings(name, data) -> RouterSettings:
         ),
         drain_settle_s=settings.router_drain_settle_s,
         shutdown_grace_s=settings.router_shutdown_grace_s,
+        locked=locked,
     )
+
+
+def router_locked(name, settings) -> LockedEngine:
+    """The router's lock (locks/) for its pin set and platform; DeployError when there is none
+    or it does not hold the pins, naming the command that makes it."""
+    pins = router_pins(
+        settings.router_packages,
+        settings.router_platform,
+        settings.router_python_version,
+        settings.router_install_from,
+    )
+    problems = router_lock_problems(pins)
+    if problems:
+        raise DeployError("\n".join(f"{name}: {problem}" for problem in problems))
+    return locked_router(pins, settings.sglang_deploy_dir)
 
 
 def check_policy(name, policy, packages) -> None:
@@ -206,10 +224,12 @@ def check_policy(name, policy, packages) -> None:
         )
 
 
-def default_router_venv(packages) -> str:
-    """One venv per gateway version: a new pin builds beside the running router's venv."""
-    dist, version = gateway_pin(packages)
-    return f"{ROUTER_VENVS}/{dist}-{version}"
+def router_venv(venvs_dir: str, locked: LockedEngine) -> str:
+    """One venv per lock, named after the gateway's pin and what the lock installs (for the
+    lock's Python, which the router step checks the host runs): a new pin or a re-lock builds
+    beside the running router's venv, and the unit moves to it on restart."""
+    dist, version = gateway_pin(locked.engine.packages)
+    return f"{venvs_dir}/{locked.venv_name([f'{dist}=={version}'], locked.lock.header['python'])}"
 
 
 def check_ports(routers, workers, ssh_ports) -> None:

@@ -5,10 +5,8 @@ any host is touched."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
 
-from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.fleet import (
     ROUTER_UNIT,
     Rolling,
@@ -22,7 +20,7 @@ from sglang_deploy.plan.fleet import (
     serves,
     worker_url,
 )
-from sglang_deploy.plan.hosts import REPO_ROOT
+from sglang_deploy.plan.locks import router_lock_command
 from sglang_deploy.plan.script_commands import rotation_command, router_gate_command
 from sglang_deploy.plan.serving_group import profile_of, resolve
 from sglang_deploy.plan.settings import settings_of
@@ -76,11 +74,29 @@ class RouterPlan:
     settings: RouterSettings
     worker_urls: list
     unit_text: str
-    wheels: list
 
     @property
     def unit(self):
         return ROUTER_UNIT
+
+    @property
+    def locked(self):
+        """The gateway's lock and its wheels (plan/locked_engine.py)."""
+        return self.settings.locked
+
+    def python_problem(self, python_version: str | None) -> str | None:
+        """Why the host's router_python (at ``python_version``, its full version; None: not
+        known) cannot run the lock's venv: another X.Y than the lock was made for."""
+        wanted = self.locked.lock.header.get("python")
+        found = ".".join((python_version or "").split(".")[:2])
+        if not found or found == wanted:
+            return None
+        relock = router_lock_command(replace(self.locked.engine, python_version=found))
+        return (
+            f"{self.settings.python} (router_python) is Python {python_version} here, the router's lock "
+            f"{self.locked.local_lock.name} is for Python {wanted}: set router_python_version: "
+            f'"{found}" and `{relock}`'
+        )
 
     @property
     def unit_path(self):
@@ -101,7 +117,6 @@ def router_plan(name, hosts) -> RouterPlan:
         settings=settings,
         worker_urls=urls,
         unit_text=render_router_unit(settings, urls),
-        wheels=_wheels(settings.find_links),
     )
 
 
@@ -166,13 +181,3 @@ def rotation_for(name, data, hosts, port) -> Rotation:
         drain_settle_s=max((r.drain_settle_s for r in found_routers), default=0),
         gateway_metrics=tuple(r.metrics_url for r in found_routers),
     )
-
-
-def _wheels(find_links):
-    if not find_links:
-        return []
-    path = Path(find_links) if Path(find_links).is_absolute() else REPO_ROOT / find_links
-    found = sorted(path.glob("*.whl")) if path.is_dir() else []
-    if not found:
-        raise DeployError(f"router_find_links: no wheel at {path} (run `make router-wheels`)")
-    return found

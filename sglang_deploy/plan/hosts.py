@@ -28,7 +28,6 @@ DEFAULT_HOSTS_FILE = REPO_ROOT / "inventory" / "hosts.yml"
 SANDBOX_STATE_FILE = REPO_ROOT / ".sandbox" / "state.json"
 GROUP_DATA_ALL = REPO_ROOT / "group_data" / "all.py"
 SANDBOX_PROFILE = "sandbox"
-SANDBOX_ROUTER_WHEELS = "build/router-wheels"
 # Per-node profiles for the sandbox, e.g. "node1=sandbox,node2=sandbox-eagle3".
 SANDBOX_PROFILES_VAR = "SGLANG_DEPLOY_SANDBOX_PROFILES"
 # Serving groups of sandbox nodes, rank 0 first, e.g. "g1=node1+node2" (several: "a=...,b=...").
@@ -210,8 +209,8 @@ def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict
 
 def sandbox_routers(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict]]:
     """Sandbox nodes recorded with role router (`sandbox.py up --routers N`): SGLang's router
-    on the node's server port, installed from the wheels `make router-wheels` downloads on the
-    controller (the nodes have no internet)."""
+    on the node's server port, installed from its lock's wheels, which `make router-wheels`
+    downloads on the controller (the nodes have no internet)."""
     if not state_file.is_file():
         return []
     state = json.loads(state_file.read_text())
@@ -225,7 +224,6 @@ def sandbox_routers(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, di
                 # Nodes share the host's network: each router its own exporter port.
                 "router_prometheus_port": node["server_port"] - 1000,
                 "router_health_check_port": node["server_port"] - SANDBOX_PROBE_OFFSET,
-                "router_find_links": SANDBOX_ROUTER_WHEELS,
                 **sandbox_exporter(node, state),
             },
         )

@@ -1,6 +1,7 @@
-"""What a host's deploy needs to install its engine from a lock (locks/, plan/locks.py): the
-lock, its wheels in the controller's wheelhouse (plan/wheelhouse.py) and where both go on the
-node. A profile whose pin set has no lock installs as before (pip resolves; the lint warns)."""
+"""What a host's deploy needs to install a venv from a lock (locks/, plan/locks.py): the lock,
+its wheels in the controller's wheelhouse (plan/wheelhouse.py) and where both go on the host.
+A node's engine (a profile whose pin set has no lock installs as before: pip resolves; the lint
+warns), and a router host's gateway (always locked: plan/fleet.py refuses a pin set without)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.plan.locks import Lock, load_lock, lock_path
+from sglang_deploy.plan.locks import Lock, RouterPins, load_lock, lock_path
 from sglang_deploy.plan.venv_names import locked_venv_name
 from sglang_deploy.plan.wheelhouse import (
     UV_PIN,
@@ -17,14 +18,16 @@ from sglang_deploy.plan.wheelhouse import (
     fetch_command,
     lock_wheels_dir,
     missing_message,
+    router_fetch_command,
     wheel_for,
 )
 
 
 @dataclass
 class LockedEngine:
-    profile_name: str
-    engine: object  # the profile's engine section
+    owner: str  # whose venv, in errors: the profile's name, or `router_packages`
+    fetch: str  # the command that fetches its wheels into the wheelhouse
+    engine: object  # the pin set: the profile's engine section, or a router's RouterPins
     lock: Lock
     local_lock: Path
     remote_lock: str  # where the lock lies on the node
@@ -53,7 +56,8 @@ class LockedEngine:
     uv_pin = UV_PIN
 
     def venv_name(self, packages, python_version: str) -> str:
-        """The venv's name: the engine's pin, then a hash of what the lock installs."""
+        """The venv's name: the engine's pin (of ``packages``), then a hash of what the lock
+        installs and ``python_version``."""
         return locked_venv_name(packages, self.lock.digest, python_version)
 
     def wheels(self) -> list[Path]:
@@ -69,16 +73,12 @@ class LockedEngine:
         if directory.is_dir():
             accepted, missing, refused = check_wheels(self.lock, directory)
         if refused:
-            raise DeployError(
-                f"{self.profile_name}: wheels refused, nothing installed: " + "; ".join(refused)
-            )
+            raise DeployError(f"{self.owner}: wheels refused, nothing installed: " + "; ".join(refused))
         uv = wheel_for(directory, "uv", UV_PIN.partition("==")[2]) if directory.is_dir() else []
         if not uv:
             missing.append(UV_PIN)
         if missing:
-            raise DeployError(
-                f"{self.profile_name}: " + missing_message(missing, self.profile_name, directory)
-            )
+            raise DeployError(f"{self.owner}: " + missing_message(missing, self.fetch, directory))
         return [*accepted.values(), uv[0]]
 
 
@@ -88,7 +88,8 @@ def locked_engine(profile, deploy_dir: str, wheelhouse: Path = WHEELHOUSE) -> Lo
     if not path.is_file():
         return None
     return LockedEngine(
-        profile_name=profile.name,
+        owner=profile.name,
+        fetch=fetch_command(profile.name),
         engine=profile.engine,
         lock=load_lock(path),
         local_lock=path,
@@ -98,4 +99,20 @@ def locked_engine(profile, deploy_dir: str, wheelhouse: Path = WHEELHOUSE) -> Lo
     )
 
 
-__all__ = ["LockedEngine", "fetch_command", "locked_engine"]
+def locked_router(pins: RouterPins, deploy_dir: str, wheelhouse: Path = WHEELHOUSE) -> LockedEngine:
+    """A router pin set's lock and what goes with it (its lock must exist: plan/fleet.py checks
+    it first). On the router host the lock, the wheelhouse and uv lie where a node's do."""
+    path = lock_path(pins)
+    return LockedEngine(
+        owner="router_packages",
+        fetch=router_fetch_command(pins),
+        engine=pins,
+        lock=load_lock(path),
+        local_lock=path,
+        remote_lock=f"{deploy_dir}/locks/{path.name}",
+        deploy_dir=deploy_dir,
+        wheelhouse=wheelhouse,
+    )
+
+
+__all__ = ["LockedEngine", "fetch_command", "locked_engine", "locked_router"]

@@ -1,9 +1,14 @@
-"""Locks: every distribution of an engine's closure, pinned with its sha256, for the nodes'
-platform. One lock per pin set (``engine.packages`` + ``engine.platform`` +
-``engine.python_version``), committed under locks/.
+"""Locks: every distribution of a venv's closure, pinned with its sha256, for its hosts'
+platform: a profile's engine on the nodes, SGLang's gateway on the router hosts. One lock per
+pin set (``engine.packages`` + ``engine.platform`` + ``engine.python_version``; a router's
+``router_packages`` + ``router_platform`` + ``router_python_version``), committed under locks/.
 
     python -m sglang_deploy.plan.locks lock [PROFILE ...]    # `make lock [PROFILE=...]`
     python -m sglang_deploy.plan.locks lock --no-index PROFILE   # from its find-links alone
+    python -m sglang_deploy.plan.locks lock --router smg==1.13.0 # `make lock ROUTER_PIN=...`
+
+With neither a profile nor --router it locks every profile and every gateway pin set: the
+router locks already in locks/ and the router_packages default.
 
 --no-index resolves from the profile's find-links alone, offline: a profile whose wheels are
 another lock's wheelhouse plus a wheel built here (the sandbox's next stand-in versions, locked
@@ -18,10 +23,12 @@ rollback. Its header names what it was made from:
     # pins: sglang==0.5.23
     # platform: x86_64-manylinux_2_34
     # python: 3.12
-    # profiles: baseline, eagle3-2step
+    # profiles: baseline, eagle3-2step       (a router's lock: `# gateway: smg`)
     ...
 
-then uv's requirements (``name==version`` and its ``--hash=sha256:...`` lines).
+then uv's requirements (``name==version`` and its ``--hash=sha256:...`` lines). A profile never
+locked only warns (pip resolves on the node); a router pin set never locked is refused: its
+gateway is always installed from a lock.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import argparse
 import hashlib
 import json
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -73,6 +81,38 @@ class Lock:
         """sha256 of what the lock installs (names, versions, hashes): a venv's identity."""
         wanted = sorted((k, e.version, sorted(e.hashes)) for k, e in self.entries.items())
         return hashlib.sha256(json.dumps(wanted).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class RouterPins:
+    """A router host's pin set, as a profile's engine section is the engine's: what its lock is
+    made from (router_packages, router_platform, router_python_version, router_install_from:
+    plan/settings.py). The gateway's pin comes first, so the lock is named after it."""
+
+    packages: tuple
+    platform: str
+    python_version: str
+    install_from: str = "wheelhouse"  # or "index": the router host downloads the locked wheels
+    find_links: tuple = ()  # none: the gateway's wheels are the index's
+
+    @property
+    def gateway(self) -> str:
+        """The gateway's distribution (``smg``, ``sglang-router``)."""
+        return _gateway(self.packages)[0]
+
+
+def router_pins(packages, platform: str, python_version: str, install_from: str = "wheelhouse") -> RouterPins:
+    """The pin set of ``packages`` (exact pins, one of them a gateway), the gateway's first."""
+    dist, version = _gateway(packages)
+    first = next(p for p in packages if canonical(p.partition("==")[0].split("[", 1)[0]) == dist)
+    rest = sorted((p for p in packages if p != first), key=canonical)
+    return RouterPins((first, *rest), platform, python_version, install_from)
+
+
+def _gateway(packages):
+    from sglang_deploy.plan.router_flags import gateway_pin
+
+    return gateway_pin(packages)
 
 
 def parse_lock(text: str) -> Lock:
@@ -129,6 +169,23 @@ def update_command(profile_name: str) -> str:
     return f"make lock PROFILE={profile_name}"
 
 
+def router_make_args(pins: RouterPins) -> str:
+    """make's variables naming a router pin set: ``ROUTER_PIN=...`` and, where they are not the
+    settings' defaults, ``ROUTER_PYTHON_VERSION`` and ``ROUTER_PLATFORM``."""
+    from sglang_deploy.plan.settings import default
+
+    words = [f"ROUTER_PIN={shlex.quote(','.join(pins.packages))}"]
+    if pins.python_version != default("router_python_version"):
+        words.append(f"ROUTER_PYTHON_VERSION={shlex.quote(pins.python_version)}")
+    if pins.platform != default("router_platform"):
+        words.append(f"ROUTER_PLATFORM={shlex.quote(pins.platform)}")
+    return " ".join(words)
+
+
+def router_lock_command(pins: RouterPins) -> str:
+    return f"make lock {router_make_args(pins)}"
+
+
 def lock_problems(profile, locks_dir: Path = LOCKS_DIR) -> list[str]:
     """Why ``profile``'s lock does not hold its engine packages (none: it does)."""
     engine, path = profile.engine, lock_path(profile.engine, locks_dir)
@@ -143,6 +200,24 @@ def lock_problems(profile, locks_dir: Path = LOCKS_DIR) -> list[str]:
                 f"{', '.join(old.pins)}, {old.header.get('platform')}, Python {old.header.get('python')}): {fix}"
             ]
         return []  # never locked: unlocked_warning says so
+    return _mismatches(path, engine, fix)
+
+
+def router_lock_problems(pins: RouterPins, locks_dir: Path = LOCKS_DIR) -> list[str]:
+    """Why a router pin set cannot be installed from its lock (none: it can). Never locked is a
+    problem: a gateway is installed from its lock only."""
+    path = lock_path(pins, locks_dir)
+    if not path.is_file():
+        return [
+            f"router_packages {', '.join(pins.packages)} ({pins.platform}, Python {pins.python_version}) "
+            f"have no lock in {_shown(locks_dir)}: `{router_lock_command(pins)}` makes it"
+        ]
+    return _mismatches(path, pins, f"`{router_lock_command(pins)}` updates it", "router_packages")
+
+
+def _mismatches(path: Path, engine, fix: str, whose: str = "the profile") -> list[str]:
+    """Where the lock at ``path`` was made for another pin set than ``engine``'s (``whose``),
+    or lacks one of its pins (an edited lock: its name is the pin set's digest)."""
     lock = load_lock(path)
     wanted = pin_set(engine)
     made = {
@@ -150,7 +225,7 @@ def lock_problems(profile, locks_dir: Path = LOCKS_DIR) -> list[str]:
         "platform": lock.header.get("platform"),
         "python": lock.header.get("python"),
     }
-    problems = [f"{_shown(path)} was made for {k} {made[k]}, the profile has {wanted[k]}: {fix}"
+    problems = [f"{_shown(path)} was made for {k} {made[k]}, {whose} has {wanted[k]}: {fix}"
                 for k in ("pins", "platform", "python") if made[k] != wanted[k]]  # fmt: skip
     for pin in engine.packages:
         name, _, version = pin.partition("==")
@@ -199,24 +274,27 @@ def closure_changes(old: Lock | None, new: Lock) -> list[str]:
     return lines
 
 
-def render_lock(header: dict, body: str) -> str:
-    head = ["# sglang-deploy lock: every distribution of the engine venv, with its sha256."]
+def render_lock(header: dict, body: str, venv: str = "engine") -> str:
+    head = [f"# sglang-deploy lock: every distribution of the {venv} venv, with its sha256."]
     head += [f"# {key}: {value}" for key, value in header.items()]
     return "\n".join(head) + "\n" + body.strip() + "\n"
 
 
-def uv_compile(engine, uv=(sys.executable, "-m", "uv"), find_links=(), cwd=REPO, index=True) -> str:
+def uv_compile(
+    engine, uv=(sys.executable, "-m", "uv"), find_links=(), cwd=REPO, index=True, source="engine-packages.in"
+) -> str:
     """uv's hashed requirements of ``engine``'s closure for its platform (no header); without
-    ``index``, from ``find_links`` alone (offline)."""
+    ``index``, from ``find_links`` alone (offline). ``source``: the requirements file's name,
+    which uv's ``# via -r ...`` lines name."""
     with tempfile.TemporaryDirectory() as scratch:
         # A fixed name, run from its directory: uv's `# via -r engine-packages.in` stays the same.
-        (Path(scratch) / "engine-packages.in").write_text("\n".join(engine.packages) + "\n")
+        (Path(scratch) / source).write_text("\n".join(engine.packages) + "\n")
         command = [*uv, "pip", "compile", "--quiet", "--no-header", "--generate-hashes"]
         command += ["--python-platform", engine.platform, "--python-version", engine.python_version]
         command += ["--index-url", INDEX_URL] if index else ["--no-index", "--offline"]
         for link in find_links:
             command += ["--find-links", str(Path(cwd) / link)]
-        command.append("engine-packages.in")
+        command.append(source)
         done = subprocess.run(command, cwd=scratch, capture_output=True, text=True)
     if done.returncode != 0:
         raise DeployError(f"uv pip compile failed: {done.stderr.strip()}")
@@ -228,36 +306,104 @@ def make_lock(
 ):
     """Resolve ``profile``'s lock (without ``index``: from its find-links alone), write it and
     print what moved; the path written."""
-    out = out or sys.stdout
-    engine, path = profile.engine, lock_path(profile.engine, locks_dir)
+    path = lock_path(profile.engine, locks_dir)
     previous = path if path.is_file() else previous_lock(profile.name, locks_dir)
+    users = {"profiles": ", ".join(sorted(profiles_sharing))}
+    written = _write_lock(
+        profile.engine, users, update_command(profile.name), path, previous, compile_, out, index
+    )
+    if previous is not None and previous != path:
+        _forget_profiles(previous, profiles_sharing)
+    return written
+
+
+def make_router_lock(
+    pins: RouterPins, locks_dir: Path = LOCKS_DIR, compile_=uv_compile, out=None, index=True
+):
+    """Resolve a router pin set's lock, write it and print what moved since its last lock (this
+    pin set's, else the newest of the same gateway's); the path written. Older locks stay as
+    they are: other router hosts may still run them."""
+    path = lock_path(pins, locks_dir)
+    previous = path if path.is_file() else previous_router_lock(pins.gateway, locks_dir)
+    command = router_lock_command(pins)
+    return _write_lock(
+        pins, {"gateway": pins.gateway}, command, path, previous, compile_, out, index, "router", INDEX_URL
+    )
+
+
+def _write_lock(engine, users, update, path, previous, compile_, out, index, venv="engine", note=INDEX_NOTE):
+    """``engine``'s closure resolved and written to ``path`` with its header (``users``: the
+    line naming who installs it; ``note``: what the index line says of it); what moved since
+    ``previous`` printed."""
+    out = out or sys.stdout
     old = load_lock(previous) if previous else None
     started = time.monotonic()
-    body = compile_(engine, find_links=engine.find_links, index=index)
+    body = compile_(engine, find_links=engine.find_links, index=index, source=f"{venv}-packages.in")
     seconds = time.monotonic() - started
     header = {
         "pins": ", ".join(engine.packages),
         "platform": engine.platform,
         "python": engine.python_version,
-        "profiles": ", ".join(sorted(profiles_sharing)),
-        "index": (INDEX_NOTE if index else "none (the find-links alone, offline)")
+        **users,
+        "index": (note if index else "none (the find-links alone, offline)")
         + (f"; find-links: {', '.join(engine.find_links)}" if engine.find_links else ""),
         "made by": "uv pip compile --generate-hashes --python-platform "
         f"{engine.platform} --python-version {engine.python_version}",
-        "update": update_command(profile.name),
+        "update": update,
     }
-    lock = parse_lock(render_lock(header, body))
+    lock = parse_lock(render_lock(header, body, venv))
     moved = closure_changes(old, lock)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_lock(header, body))
-    if previous is not None and previous != path:
-        _forget_profiles(previous, profiles_sharing)
+    path.write_text(render_lock(header, body, venv))
     print(f"{_shown(path)}: {len(lock.entries)} distributions, resolved in {seconds:.1f} s", file=out)
     since = f" since {_shown(previous)}" if previous else ""
     print(f"  {len(moved)} changes in the closure{since}", file=out)
     for line in moved:
         print(f"  {line}", file=out)
     return path
+
+
+def router_locks(locks_dir: Path = LOCKS_DIR) -> list[RouterPins]:
+    """The pin set of every router lock in ``locks_dir`` (its header names a gateway)."""
+    found = []
+    for path in sorted(Path(locks_dir).glob("*.txt")):
+        lock = load_lock(path)
+        if lock.header.get("gateway"):
+            found.append(router_pins(lock.pins, lock.header["platform"], lock.header["python"]))
+    return found
+
+
+def previous_router_lock(gateway: str, locks_dir: Path = LOCKS_DIR):
+    """The newest router lock of ``gateway`` (its distribution), or None."""
+    found = [
+        (path.stat().st_mtime, path.name, path)
+        for path in Path(locks_dir).glob("*.txt")
+        if load_lock(path).header.get("gateway") == gateway
+    ]
+    return max(found)[2] if found else None
+
+
+def default_router_pins() -> RouterPins:
+    """The router pin set of the settings' defaults (plan/settings.py)."""
+    from sglang_deploy.plan.settings import default
+
+    return router_pins(
+        default("router_packages"), default("router_platform"), default("router_python_version")
+    )
+
+
+def router_pins_from_args(pins: str, platform: str | None, python_version: str | None) -> RouterPins:
+    """A router pin set from the command line (``a==1,b==2``), the settings' defaults where
+    platform or Python are not given; DeployError on a pin set without one gateway."""
+    defaults = default_router_pins()
+    try:
+        return router_pins(
+            [p.strip() for p in pins.split(",") if p.strip()],
+            platform or defaults.platform,
+            python_version or defaults.python_version,
+        )
+    except ValueError as exc:
+        raise DeployError(f"--router: {exc}") from None
 
 
 def _forget_profiles(path: Path, names) -> None:
@@ -286,9 +432,17 @@ def main(argv=None) -> int:
     parser.add_argument("command", choices=["lock"])
     parser.add_argument("profiles", nargs="*", help="profile names or files (default: every profile)")
     parser.add_argument("--no-index", action="store_true", help="resolve from the find-links alone (offline)")
+    parser.add_argument(
+        "--router", metavar="PINS", help="a router pin set (a==1,b==2), one gateway among them"
+    )
+    parser.add_argument("--router-platform", help="its hosts' platform (default: router_platform's)")
+    parser.add_argument(
+        "--router-python-version", help="its hosts' Python X.Y (default: router_python_version's)"
+    )
     args = parser.parse_intermixed_args(argv)
     every = [load_profile(ref) for ref in default_profiles()]
-    wanted = [load_profile(ref) for ref in args.profiles] if args.profiles else every
+    everything = not args.profiles and args.router is None
+    wanted = [load_profile(ref) for ref in args.profiles] if args.profiles else every if everything else []
     done = set()
     for profile in wanted:
         name = lock_name(profile.engine)
@@ -301,6 +455,18 @@ def main(argv=None) -> int:
         except DeployError as exc:
             print(f"{profile.name}: {exc}", file=sys.stderr)
             return 1
+    try:
+        if args.router is not None:
+            routers = [router_pins_from_args(args.router, args.router_platform, args.router_python_version)]
+        else:
+            routers = [*router_locks(), default_router_pins()] if everything else []
+        for pins in routers:
+            if lock_name(pins) not in done:
+                done.add(lock_name(pins))
+                make_router_lock(pins, index=not args.no_index)
+    except DeployError as exc:
+        print(f"router lock: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -24,7 +24,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.rolling_sizes import count_or_percent
 from sglang_deploy.plan.router_flags import gateway_pin
-from sglang_deploy.profile.fields import AbsPath, Pin
+from sglang_deploy.profile.fields import AbsPath, LockPlatform, Pin, PythonVersion, VenvPath
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 Seconds = Annotated[float, Field(gt=0)]
@@ -245,19 +245,33 @@ class Router(_Group):
     router_packages: RouterPins = Field(
         ["smg==1.13.0"],
         description="The router's exact pins: one gateway (`smg==<version>`, or `sglang-router==<version>`, its "
-        "last release under that name being 0.3.2) and any others, in a venv of their own, installed from "
-        "router_find_links or from the index. The gateway's flag names come from its version's option list "
-        "(sglang_deploy/plan/router_options/): a flag the version lacks stops the run at plan time.",
+        "last release under that name being 0.3.2) and any others, installed in a venv of their own from "
+        "their lock (locks/, `make lock ROUTER_PIN=...`): every distribution with its sha256, no dependency "
+        "resolution; a pin set without a lock stops the run at plan time, naming the command that makes it. "
+        "The gateway's flag names come from its version's option list (sglang_deploy/plan/router_options/): a "
+        "flag the version lacks stops the run at plan time.",
     )
-    router_find_links: str | None = Field(
-        None,
-        description="A directory of wheels on the controller (relative: to the repository), uploaded and installed "
-        "from (`make router-wheels`); unset: the package index.",
+    router_platform: LockPlatform = Field(
+        "x86_64-manylinux_2_34",
+        description="The router hosts' platform, which the router's lock is resolved for (CPU architecture and "
+        "glibc as a manylinux tag, as the engine's `engine.platform`).",
     )
-    router_venv: AbsPath | None = Field(
-        None,
-        description="The router's venv on its host; unset: `/opt/sglang-router/venvs/<gateway>-<version>`, one "
-        "per gateway version, so a new pin is built beside the running one and the unit moves to it on restart.",
+    router_python_version: PythonVersion = Field(
+        "3.11",
+        description="The X.Y of router_python on the router hosts (Debian 12's python3), which the router's lock "
+        "is resolved for; a host whose interpreter is another one stops the run, naming the lock to make.",
+    )
+    router_install_from: Literal["wheelhouse", "index"] = Field(
+        "wheelhouse",
+        description="`wheelhouse`: the router's locked wheels are downloaded once on the controller (`make "
+        "router-wheels`) and uploaded, so the host needs no route to an index; `index`: the host downloads "
+        "them itself (hashes still required).",
+    )
+    router_venvs_dir: VenvPath = Field(
+        "/opt/sglang-router/venvs",
+        description="Where the router's venvs live on its host: one per lock, "
+        "`<gateway>-<version>-<hash of the lock>`, so a new pin or lock is built beside the running one and "
+        "the unit moves to it on restart.",
     )
     router_python: str = Field(
         "python3", min_length=1, description="The interpreter that creates the router's venv."

@@ -1,7 +1,11 @@
 """The wheelhouse: every wheel of a lock, downloaded once on the controller and checked against
-the lock's sha256s, for the deploy to upload to nodes that need no route to an index.
+the lock's sha256s, for the deploy to upload to nodes (and router hosts) that need no route to
+an index.
 
     python -m sglang_deploy.plan.wheelhouse PROFILE [--dir build/wheelhouse]   # make wheelhouse
+    python -m sglang_deploy.plan.wheelhouse --router [PINS]     # make router-wheels [ROUTER_PIN=...]
+
+--router without pins fills the wheelhouse of every router lock in locks/.
 
 One directory per lock (``build/wheelhouse/<lock name>/``): a lock's hashes accept every file of
 a version, for every platform, so only the wheels pip chose for this lock's platform go there.
@@ -13,7 +17,7 @@ what an earlier run downloaded, outside the checkout) or the index, one distribu
 hash before it keeps the file), and what was downloaded joins the cache. A file the lock does
 not accept is refused and named; a find-links wheel of a locked version that the lock does not
 accept means the lock is stale (the wheel was rebuilt): named, with the command that re-locks.
-The pinned uv wheel (requirements.txt) joins the engine's wheels: the nodes build venvs with it.
+The pinned uv wheel (requirements.txt) joins the lock's wheels: the hosts build venvs with it.
 """
 
 from __future__ import annotations
@@ -28,7 +32,20 @@ from pathlib import Path
 from sglang_deploy.errors import DeployError
 from sglang_deploy.node.lib.installed import canonical
 from sglang_deploy.plan import wheel_cache
-from sglang_deploy.plan.locks import INDEX_URL, REPO, Lock, load_lock, lock_path, update_command
+from sglang_deploy.plan.locks import (
+    INDEX_URL,
+    REPO,
+    Lock,
+    RouterPins,
+    load_lock,
+    lock_path,
+    router_lock_command,
+    router_lock_problems,
+    router_locks,
+    router_make_args,
+    router_pins_from_args,
+    update_command,
+)
 from sglang_deploy.plan.venv_names import wheel_identity
 
 WHEELHOUSE = REPO / "build" / "wheelhouse"
@@ -47,6 +64,10 @@ def sha256(path: Path) -> str:
 
 def fetch_command(profile_name: str) -> str:
     return f"make wheelhouse PROFILE={profile_name}"
+
+
+def router_fetch_command(pins: RouterPins) -> str:
+    return f"make router-wheels {router_make_args(pins)}"
 
 
 def pip_platforms(platform: str) -> list[str]:
@@ -85,10 +106,11 @@ def check_wheels(lock: Lock, directory: Path) -> tuple[dict, list[str], list[str
     return accepted, missing, refused
 
 
-def missing_message(missing, profile_name, directory) -> str:
+def missing_message(missing, fetch: str, directory) -> str:
+    """``missing`` locked wheels named, with ``fetch``: the command that fetches them."""
     return (
         f"the wheelhouse {directory} lacks {len(missing)} locked wheels ({', '.join(missing[:10])}"
-        f"{', ...' if len(missing) > 10 else ''}): `{fetch_command(profile_name)}` fetches them"
+        f"{', ...' if len(missing) > 10 else ''}): `{fetch}` fetches them"
     )
 
 
@@ -99,11 +121,44 @@ def lock_wheels_dir(engine, root: Path = WHEELHOUSE) -> Path:
 def build(profile, root: Path = WHEELHOUSE, download=None, out=None, cache: Path | None = None) -> dict:
     """Fill ``profile``'s lock's directory under ``root`` with its locked wheels; {canonical
     name: path}. DeployError naming every wheel refused or not found."""
+    engine = profile.engine
+    return _fill(
+        load_lock(lock_path(engine)),
+        engine,
+        lock_wheels_dir(engine, root),
+        fetch_command(profile.name),
+        update_command(profile.name),
+        download,
+        out,
+        cache,
+    )
+
+
+def build_router(pins: RouterPins, root: Path = WHEELHOUSE, download=None, out=None, cache=None) -> dict:
+    """Fill a router pin set's lock's directory under ``root`` with its locked wheels, as
+    build() does for a profile's; DeployError when the pin set has no lock, naming the
+    command that makes it."""
+    problems = router_lock_problems(pins)
+    if problems:
+        raise DeployError("; ".join(problems))
+    return _fill(
+        load_lock(lock_path(pins)),
+        pins,
+        lock_wheels_dir(pins, root),
+        router_fetch_command(pins),
+        router_lock_command(pins),
+        download,
+        out,
+        cache,
+    )
+
+
+def _fill(lock: Lock, engine, directory: Path, fetch: str, relock: str, download, out, cache) -> dict:
+    """``directory`` filled with ``lock``'s wheels for ``engine``'s platform: kept, from its
+    find-links or the cache, else downloaded; {canonical name: path}. ``fetch`` and ``relock``:
+    the commands the errors name."""
     out = out or sys.stdout
     cache = wheel_cache.CACHE if cache is None else cache
-    engine = profile.engine
-    directory = lock_wheels_dir(engine, root)
-    lock = load_lock(lock_path(engine))
     directory.mkdir(parents=True, exist_ok=True)
     accepted, missing, refused = check_wheels(lock, directory)
     for path in [Path(r.split(":", 1)[0]) for r in refused]:
@@ -124,7 +179,7 @@ def build(profile, root: Path = WHEELHOUSE, download=None, out=None, cache: Path
                 )
                 missing.remove(wanted)  # rebuilt here: no index has it
     if stale:
-        raise DeployError(f"stale lock: {'; '.join(stale)}: `{update_command(profile.name)}` re-locks it")
+        raise DeployError(f"stale lock: {'; '.join(stale)}: `{relock}` re-locks it")
     print(
         f"{directory}: {len(accepted)} locked wheels present, {cached} from the cache {cache}, "
         f"{len(missing)} to download",
@@ -135,9 +190,9 @@ def build(profile, root: Path = WHEELHOUSE, download=None, out=None, cache: Path
     accepted, missing, refused = check_wheels(lock, directory)
     wheel_cache.keep([p for p in accepted.values() if p not in before], cache)
     if refused or missing:
-        problems = refused + ([missing_message(missing, profile.name, directory)] if missing else [])
+        problems = refused + ([missing_message(missing, fetch, directory)] if missing else [])
         raise DeployError("; ".join(problems))
-    print(f"{directory}: all {len(accepted)} wheels of {lock_path(engine).name} match the lock", file=out)
+    print(f"{directory}: all {len(accepted)} wheels of {directory.name}.txt match the lock", file=out)
     return accepted
 
 
@@ -191,9 +246,24 @@ def main(argv=None) -> int:
     from sglang_deploy.profile.schema import load_profile
 
     parser = argparse.ArgumentParser(prog="python -m sglang_deploy.plan.wheelhouse")
-    parser.add_argument("profile")
+    parser.add_argument("profile", nargs="?")
     parser.add_argument("--dir", type=Path, default=WHEELHOUSE)
+    parser.add_argument(
+        "--router",
+        nargs="?",
+        const="",
+        metavar="PINS",
+        help="a router pin set's wheels (none: every router lock's)",
+    )
+    parser.add_argument("--router-platform", help="its hosts' platform (default: router_platform's)")
+    parser.add_argument(
+        "--router-python-version", help="its hosts' Python X.Y (default: router_python_version's)"
+    )
     args = parser.parse_args(argv)
+    if (args.profile is None) == (args.router is None):
+        parser.error("a PROFILE or --router [PINS]")
+    if args.router is not None:
+        return _router_main(args)
     profile = load_profile(args.profile)
     try:
         build(profile, args.dir)
@@ -205,6 +275,22 @@ def main(argv=None) -> int:
         print(f"uv for the nodes: {uv.name}")
     except DeployError as exc:
         print(f"{profile.name}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _router_main(args) -> int:
+    try:
+        if args.router:
+            every = [router_pins_from_args(args.router, args.router_platform, args.router_python_version)]
+        else:
+            every = router_locks()
+        for pins in every:
+            build_router(pins, args.dir)
+            uv = uv_wheel(lock_wheels_dir(pins, args.dir), pins.platform)
+            print(f"uv for the router hosts: {uv.name}")
+    except DeployError as exc:
+        print(f"router wheels: {exc}", file=sys.stderr)
         return 1
     return 0
 

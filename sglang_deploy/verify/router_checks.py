@@ -11,9 +11,8 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sglang_deploy.facts.serving import InstalledDistributions
-from sglang_deploy.node.lib import result
-from sglang_deploy.node.lib.installed import canonical
+from sglang_deploy.node.lib import result, status
+from sglang_deploy.plan.script_commands import exact_command
 from sglang_deploy.verify.verdict import FAILED, OK, Check
 
 SCRIPTS_DIR = "/opt/sglang-deploy/node"
@@ -46,18 +45,19 @@ def router_host_checks(node, plan, scripts_dir=SCRIPTS_DIR) -> list[Check]:
 
 @router_check("router packages")
 def packages(node, plan, scripts_dir):
-    fact = InstalledDistributions()
-    found = fact.process(node.run(fact.command(venv=plan.settings.venv)).stdout.splitlines())
+    """The router's venv holds exactly its lock (exact.py, run by the venv's interpreter)."""
+    venv, lock = plan.settings.venv, plan.locked.remote_lock
+    if not node.file(f"{venv}/bin/python").exists:
+        return Check("router packages", FAILED, f"no venv at {venv}")
+    if not node.file(lock).exists:
+        return Check("router packages", FAILED, f"no lock at {lock}: deploy")
+    found = result.parse(node.run(exact_command(f"{venv}/bin/python", scripts_dir, lock)).stdout.splitlines())
     if found is None:
-        return Check("router packages", FAILED, f"no venv at {plan.settings.venv}")
-    wrong = [
-        f"{pin} (installed: {found.get(canonical(pin.partition('==')[0]), 'none')})"
-        for pin in plan.settings.packages
-        if found.get(canonical(pin.partition("==")[0])) != pin.partition("==")[2]
-    ]
-    if wrong:
-        return Check("router packages", FAILED, "; ".join(wrong))
-    return Check("router packages", OK, ", ".join(plan.settings.packages))
+        return Check("router packages", FAILED, f"exact.py printed no result for {venv}")
+    if found["status"] != status.READY:
+        return Check("router packages", FAILED, (found.get("cause") or "differs from its lock") + " (deploy)")
+    pins = ", ".join(plan.settings.packages)
+    return Check("router packages", OK, f"{pins}: {found['locked']} distributions, exactly the lock's")
 
 
 @router_check("router unit")

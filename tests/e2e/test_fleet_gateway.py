@@ -12,7 +12,8 @@ import urllib.request
 
 import pytest
 
-from sglang_deploy.plan.hosts import SANDBOX_PROBE_OFFSET
+from sglang_deploy.plan.fleet import router_settings
+from sglang_deploy.plan.hosts import SANDBOX_PROBE_OFFSET, deploy_defaults
 
 from .sandbox import REPO_ROOT, deploy, profile_dir, ssh, unit_start  # noqa: F401 (a fixture)
 from .test_fleet import fleet, router_view, sandbox_with_env, under_load
@@ -23,6 +24,12 @@ OLD = ("--data", 'router_packages=["sglang-router==0.3.2"]', "--data", "router_h
 
 def fleet_deploy(names, router, profile="sandbox", args=()):
     return deploy({**{name: profile for name in names}, router: "sandbox"}, args=args)
+
+
+def planned(**settings):
+    """A router with these settings as planned: its venv named after its gateway and its lock."""
+    data = {**deploy_defaults(), "role": "router", "ssh_hostname": "127.0.0.1", **settings}
+    return router_settings("router", data)
 
 
 def exec_start(router):
@@ -51,14 +58,16 @@ def test_moving_the_router_from_sglang_router_to_smg_is_one_ordinary_deploy(prof
     starts = {name: unit_start(name) for name in names}
     moved = fleet_deploy(names, router)
     assert moved.returncode == 0, moved.output[-4000:]
-    assert "smg.launch_router" in exec_start(router) and "/opt/sglang-router/venvs/smg-1.13.0/" in exec_start(
-        router
-    )
+    smg = planned()
+    assert "smg.launch_router" in exec_start(router) and f"{smg.venv}/bin/python" in exec_start(router)
     assert ssh(router, "systemctl is-active sglang-router.service").strip() == "active"
     assert sorted(router_view(router_port).values()) == [True] * len(names)
     assert all(unit_start(name) == starts[name] for name in names), "no node restarts for the router's move"
-    # The old venv is left where it was; the new one holds smg.
-    assert ssh(router, "test -d /opt/sglang-router/venvs/sglang-router-0.3.2 && echo kept").strip() == "kept"
+    # The old venv is left where it was; the new one holds exactly smg's lock.
+    old_venv = planned(router_packages=["sglang-router==0.3.2"]).venv
+    assert ssh(router, f"test -d {old_venv} && echo kept").strip() == "kept"
+    exact = f"{smg.venv}/bin/python /opt/sglang-deploy/node/exact.py --lock {smg.locked.remote_lock}"
+    assert "exactly the lock's" in ssh(router, exact)
     code, body = probe(router_port)
     assert code == 200 and body["status"] == "ready", body
 

@@ -114,7 +114,7 @@ def test_router_unit_lists_every_serving_node():
     assert plan.worker_urls == ["http://10.0.0.11:30000", "http://10.0.0.12:30000"]
     exec_start = next(line for line in plan.unit_text.splitlines() if line.startswith("ExecStart="))
     assert exec_start == (
-        "ExecStart=/opt/sglang-router/venvs/smg-1.13.0/bin/python -m smg.launch_router --host 0.0.0.0 "
+        f"ExecStart={plan.settings.venv}/bin/python -m smg.launch_router --host 0.0.0.0 "
         "--port 30000 --policy cache_aware --prometheus-host 0.0.0.0 --prometheus-port 29000 "
         "--health-check-port 29001 --shutdown-grace-period-secs 60 "
         "--retry-max-retries 5 --retry-initial-backoff-ms 50 --retry-max-backoff-ms 30000 "
@@ -253,4 +253,5 @@ def test_sandbox_router_nodes_form_the_routers_group(tmp_path):
     assert [name for name, _ in sandbox_hosts(state)] == ["node1"]
     ((name, data),) = sandbox_routers(state)
     assert name == "node2" and data["role"] == "router" and data["router_port"] == 30002
-    assert data["router_find_links"] == "build/router-wheels"
+    # Installed from its lock's wheels (the settings' default): no directory of its own.
+    assert "router_find_links" not in data and router_settings(name, data).locked.remote_wheelhouse

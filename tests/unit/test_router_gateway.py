@@ -13,7 +13,7 @@ from test_operations import FakeHost, on_node, run  # noqa: F401 (fixture)
 
 from sglang_deploy import operations
 from sglang_deploy.errors import DeployError
-from sglang_deploy.facts.serving import FileDigests, InstalledDistributions
+from sglang_deploy.facts.serving import FileDigests
 from sglang_deploy.plan import router_flags
 from sglang_deploy.plan.fleet import ROUTER_UNIT, router_settings
 from sglang_deploy.plan.fleet_hosts import router_plan
@@ -68,14 +68,12 @@ def test_each_option_list_is_its_versions_help(dist, version, help_file):
 
 def test_flag_names_and_launcher_follow_the_pinned_gateway():
     new = argv_of()
-    assert new[:3] == ["/opt/sglang-router/venvs/smg-1.13.0/bin/python", "-m", "smg.launch_router"]
+    assert new[1:3] == ["-m", "smg.launch_router"]
+    assert re.fullmatch(r"/opt/sglang-router/venvs/smg-1\.13\.0-[0-9a-f]{12}/bin/python", new[0])
     assert _value(new, "--health-check-port") == "29001"
     old = argv_of(**OLD)
-    assert old[:3] == [
-        "/opt/sglang-router/venvs/sglang-router-0.3.2/bin/python",
-        "-m",
-        "sglang_router.launch_router",
-    ]
+    assert old[1:3] == ["-m", "sglang_router.launch_router"]
+    assert re.fullmatch(r"/opt/sglang-router/venvs/sglang-router-0\.3\.2-[0-9a-f]{12}/bin/python", old[0])
     assert "--health-check-port" not in old
     # Everything else is the same flag in both: the same settings, the same behaviour.
     assert [a for a in new[3:] if a.startswith("--") and a != "--health-check-port"] == [
@@ -209,24 +207,28 @@ def test_moving_to_smg_is_one_ordinary_deploy(run):  # noqa: F811
     assert before.unit_path == after.unit_path == "/etc/systemd/system/sglang-router.service"
     assert _exec_start(before.unit_text) != _exec_start(after.unit_text)
     # A venv of its own beside the old one, which the running router keeps until the restart.
-    assert (before.settings.venv, after.settings.venv) == (
-        "/opt/sglang-router/venvs/sglang-router-0.3.2",
-        "/opt/sglang-router/venvs/smg-1.13.0",
-    )
+    assert before.settings.venv.startswith("/opt/sglang-router/venvs/sglang-router-0.3.2-")
+    assert after.settings.venv.startswith("/opt/sglang-router/venvs/smg-1.13.0-")
+    venv, locked = after.settings.venv, after.locked
     commands, _ = run(
-        operations.tool_venv,
-        {InstalledDistributions: None},
-        after.settings.venv,
+        operations.locked_venv,
+        {FileDigests: {}},
+        venv,
         "python3",
-        list(after.settings.packages),
-        wheels_dir="/opt/sd/router-wheels",
+        locked.remote_lock,
+        locked.uv,
+        "/opt/sglang-deploy/node",
+        wheels_dir=locked.remote_wheelhouse,
     )
-    assert commands == [
-        "rm -rf /opt/sglang-router/venvs/smg-1.13.0 && mkdir -p /opt/sglang-router/venvs",
-        "python3 -m venv /opt/sglang-router/venvs/smg-1.13.0",
-        "/opt/sglang-router/venvs/smg-1.13.0/bin/pip install --no-input --disable-pip-version-check "
-        "--no-index --find-links /opt/sd/router-wheels smg==1.13.0",
+    assert commands[:2] == [
+        f"rm -rf {venv} && mkdir -p /opt/sglang-router/venvs",
+        f"python3 -m venv --copies --without-pip {venv}",
     ]
+    assert commands[3] == (
+        f"/opt/sglang-deploy/uv-venv/bin/uv pip install --python={venv}/bin/python --require-hashes "
+        f"--no-deps --no-config --no-index --find-links /opt/sglang-deploy/wheelhouse/{locked.local_lock.stem} "
+        f"-r /opt/sglang-deploy/locks/{locked.local_lock.name}"
+    )
     assert not any("sglang-router-0.3.2" in c for c in commands)  # the old venv is left alone
     # The installed unit is the old one: it is replaced (verified first) and reloaded, which
     # the router step's restart follows (its _if: the venv or the unit changed).

@@ -48,7 +48,9 @@ def test_a_wheel_matching_its_hash_is_accepted(tmp_path):
 
 
 def test_a_missing_wheel_names_the_command_that_fetches_it():
-    text = wheelhouse.missing_message(["h11==0.16.0"], "sandbox", Path("build/wheelhouse/x"))
+    text = wheelhouse.missing_message(
+        ["h11==0.16.0"], wheelhouse.fetch_command("sandbox"), Path("build/wheelhouse/x")
+    )
     assert "lacks 1 locked wheels (h11==0.16.0)" in text and "`make wheelhouse PROFILE=sandbox`" in text
 
 
