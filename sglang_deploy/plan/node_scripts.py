@@ -321,12 +321,11 @@ class NodeScripts:
             passport,
         )
 
-    def metrics_textfile(
-        self, in_rotation=None, drift_detected=None, pcie_json=None, textfile_dir=None, check=False
-    ):
+    def metrics_textfile(self, routers=True, pcie_json=None, textfile_dir=None, check=False):
         """metrics_textfile.py over this service's decode check history and last known good,
         with the profile's throughput expectations (what the alert rules compare against) and
-        the node's hardware passport's GPU links; ``check``: only whether the file would change."""
+        the node's hardware passport's GPU links; ``routers``: whether the inventory names any
+        (without, no rotation sample); ``check``: only whether the file would change."""
         expected, service = self.profile.throughput, self.profile.service
         return metrics_textfile_command(
             self.directory,
@@ -336,11 +335,10 @@ class NodeScripts:
             self.last_good_dir,
             max_regression_pct=expected.max_regression_pct,
             min_decode_tok_s=expected.min_decode_tok_s,
-            in_rotation=in_rotation,
-            drift_detected=drift_detected,
             pcie_json=pcie_json,
             textfile_dir=textfile_dir,
             passport=self.passport_path,
+            no_routers=not routers,
             check=check,
         )
 

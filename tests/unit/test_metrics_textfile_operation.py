@@ -1,6 +1,7 @@
 """operations/metrics_textfile.py: the node's textfile of the deploy's figures is written only
 when metrics_textfile.py --check says a figure changed (a re-run reports no change), with the
-node's hardware passport; a check that cannot run is a warning, not a failed deploy."""
+node's hardware passport; a check that cannot run is a warning, not a failed deploy. Behind no
+router it says so."""
 
 import shlex
 
@@ -41,10 +42,10 @@ def scripts():
     return found
 
 
-def _run(scripts, answer):
+def _run(scripts, answer, **kwargs):
     fake = FakeHost(answer)
     with ctx_host.use(fake):
-        commands = list(ops.metrics_textfile_written._inner(scripts))
+        commands = list(ops.metrics_textfile_written._inner(scripts, **kwargs))
     return commands, fake
 
 
@@ -80,3 +81,13 @@ def test_a_check_that_fails_is_a_warning_and_no_write(scripts):
 def test_the_fact_is_guarded_by_the_script_and_never_fails():
     command = MetricsTextfileCheck().command("/opt/d/node", "python3 /opt/d/node/metrics_textfile.py --check")
     assert command.startswith("! test -f /opt/d/node/metrics_textfile.py || ") and command.endswith("|| true")
+
+
+def test_behind_no_router_the_check_and_the_write_say_so(scripts):
+    answer = {"status": status.READY, "path": PATH, "changed": True}
+    commands, fake = _run(scripts, answer, routers=False)
+    assert "--no-routers" in shlex.split(fake.asked[0][1]["command"])
+    assert "--no-routers" in shlex.split(commands[0])
+    commands, fake = _run(scripts, answer)  # behind routers the rotation file is rotation.py's
+    assert "--no-routers" not in fake.asked[0][1]["command"] + commands[0]
+
