@@ -32,7 +32,13 @@ def profile_checked():
     member runs its rank's flags (plan/serving_group.py)."""
     with exit_on_deploy_error(host.name):
         plan = plan_for(host.data, member=serving_group.member_of(host))
-        plan.rotation = rotation_for(host.name, host.data, fleet_hosts(inventory), plan.profile.service.port)
+        plan.rotation = rotation_for(
+            host.name,
+            host.data,
+            fleet_hosts(inventory),
+            plan.profile.service.port,
+            textfile=plan.scripts.textfile_flags(),
+        )
     print_lint_warnings(plan)
     return plan
 

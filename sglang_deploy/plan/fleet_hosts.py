@@ -116,6 +116,7 @@ class Rotation:
     model: str = ""  # the served model's name (the first wave's "last serving node" rule)
     fleet_models: tuple = ()  # (name, model) of every serving node of the inventory
     drain_settle_s: int = 5  # seconds a router with a Draining state (smg) lists the node draining
+    textfile: tuple = ()  # NodeScripts.textfile_flags(): rotation.py writes the in-rotation sample
 
     def wrap(self, scripts_dir, cycle, restore):
         """rotation.py around the node's restart cycle (``cycle``: cycle.py's command line;
@@ -148,10 +149,10 @@ class Rotation:
             args += ["--router", url]
         if self.rolling.without_routers:
             args.append("--allow-unreachable-routers")
-        return rotation_command(scripts_dir, *args, *tail)
+        return rotation_command(scripts_dir, *args, *self.textfile, *tail)
 
 
-def rotation_for(name, data, hosts, port) -> Rotation:
+def rotation_for(name, data, hosts, port, textfile=()) -> Rotation:
     found_routers, _ = checked_fleet(hosts)
     models = served_models(hosts)
     return Rotation(
@@ -163,6 +164,7 @@ def rotation_for(name, data, hosts, port) -> Rotation:
         fleet_models=tuple(sorted(models.items())),
         # The routers' longest: every router the node leaves lists it Draining that long.
         drain_settle_s=max((r.drain_settle_s for r in found_routers), default=0),
+        textfile=tuple(textfile),
     )
 
 

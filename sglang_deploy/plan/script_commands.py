@@ -183,10 +183,13 @@ def exact_command(python, directory, lock):
     return _script(python, directory, "exact.py", "--lock", lock)
 
 
-def drift_command(venv, directory, distributions, pins=()):
-    """drift.py run by the venv's interpreter: the report in its result line."""
+def drift_command(venv, directory, distributions, pins=(), textfile=()):
+    """drift.py run by the venv's interpreter: the report in its result line; ``textfile``:
+    textfile_args(), for the node's drift sample."""
     pin_args = ["--pins", *pins] if pins else []
-    return _script(f"{venv}/bin/python", directory, "drift.py", "--json", *distributions, *pin_args)
+    return _script(
+        f"{venv}/bin/python", directory, "drift.py", "--json", *textfile, *distributions, *pin_args
+    )
 
 
 def textfile_args(service, engine_port, directory=None):
