@@ -34,7 +34,13 @@ def profile_checked():
     member runs its rank's flags (plan/serving_group.py)."""
     with exit_on_deploy_error(host.name):
         plan = plan_for(host.data, member=serving_group.member_of(host))
-        plan.rotation = rotation_for(host.name, host.data, fleet_hosts(inventory), plan.profile.service.port)
+        plan.rotation = rotation_for(
+            host.name,
+            host.data,
+            fleet_hosts(inventory),
+            plan.profile.service.port,
+            textfile=plan.scripts.textfile_flags(),
+        )
     print_lint_warnings(plan)
     return plan
 
@@ -247,10 +253,16 @@ def serving(plan):
 def metrics_textfile(plan):
     """The deploy's figures (the decode check just judged, the last known good's, the passport's
     GPU links) for the node exporter's textfile collector, so the alert rules judge what the
-    deploy judged; written only when a figure changed. Nothing with `node_exporter: false`."""
+    deploy judged; written only when a figure changed. Rotation and drift are the node's own
+    samples, written by rotation.py and the drift checks as they run. Nothing with
+    `node_exporter: false`."""
     if not settings_of(host.data).node_exporter:
         return
-    sglang.metrics_textfile_written(name="Metrics textfile (the deploy's figures)", scripts=plan.scripts)
+    sglang.metrics_textfile_written(
+        name="Metrics textfile (the deploy's figures)",
+        scripts=plan.scripts,
+        routers=bool(plan.rotation.router_urls),
+    )
 
 
 def old_venvs_pruned(plan):

@@ -5,6 +5,7 @@ Run BY THE VENV'S INTERPRETER, so that importlib.metadata sees that venv's site-
     /opt/sglang/venv/bin/python drift.py sglang torch
     /opt/sglang/venv/bin/python drift.py --json --pins sglang==0.5.23 torch==2.9.1
     /opt/sglang/venv/bin/python drift.py --manifest sglang torch     # or: --manifest --all
+    /opt/sglang/venv/bin/python drift.py --json sglang --textfile-service sglang --textfile-port 30000
 
 For each named distribution, the files its RECORD lists (record.py: modified, missing,
 unreadable, skipped) and the stray .py files in its package directories (strays.py: unexpected).
@@ -19,6 +20,14 @@ The result line (result.py) carries the report; --json prints only that line:
     {"manifest": [{"name", "version", "record_sha256"}...], "missing_distributions": [...],
      "python": sys.executable, "status": n}
 
+With --textfile-service (not with --manifest), what the check found is the node's
+sglang_deploy_drift_detected sample (lib/textfile.py, its own file in the node exporter's
+textfile directory): 1 when the status is not clean (drift, a pin differs, no RECORD, a
+distribution not installed: what preflight and `make verify` refuse), 0 when clean, labelled
+venv: the name of the venv checked (the live link's target, or under preflight the venv about to
+be switched in). Every drift check writes it, wherever it runs: it records what was found,
+never a change of the deploy's.
+
 Exit status (values and descriptions in status.py): status.READY when nothing differs;
 status.DRIFT when a file is modified, missing, unexpected or unreadable, a pin differs, or a
 distribution has no RECORD (cannot be verified); status.NOT_INSTALLED when a named distribution
@@ -28,13 +37,14 @@ Standard library only, Python >= 3.9.
 """
 
 import argparse
+import os
 import sys
 import time
 
 if __package__:
-    from .lib import engine_manifest, installed, record, result, status, strays
+    from .lib import engine_manifest, installed, record, result, status, strays, textfile
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import engine_manifest, installed, record, result, status, strays
+    from lib import engine_manifest, installed, record, result, status, strays, textfile
 
 CLEAN = status.READY
 DRIFT = status.DRIFT
@@ -152,6 +162,12 @@ def drift(names, pins=None, workers=record.DEFAULT_WORKERS, everything=False):
     return result
 
 
+def export(found, args):
+    """What a drift() report found, as the node's drift sample (see the module's docstring)."""
+    venv = os.path.basename(os.path.realpath(sys.prefix))
+    textfile.export(args, "drift_detected", 0 if found["status"] == CLEAN else 1, {"venv": venv})
+
+
 def report_lines(result, limit=20):
     """Human-readable lines for a drift() result; at most `limit` paths per list."""
     lines = []
@@ -212,6 +228,7 @@ def main(argv=None):
     parser.add_argument(
         "--workers", type=int, default=record.DEFAULT_WORKERS, help="hashing threads (1: none)"
     )
+    textfile.add_arguments(parser)
     args = parser.parse_args(argv)
     try:
         pins = parse_pins(args.pins)
@@ -223,6 +240,7 @@ def main(argv=None):
         found = engine_manifest.manifest(list(args.names) + list(pins), everything=args.all)
         return result.emit(found["status"], _missing(found), **found)
     found = drift(args.names, pins, workers=max(1, args.workers), everything=args.all)
+    export(found, args)
     lines = report_lines(found)
     if not args.json:  # --json: the result line alone, the report in it
         for line in lines:

@@ -2,15 +2,14 @@
 rules (templates/prometheus/sglang-alerts.rules.yml) judge the figures the deploy judges.
 
     python3 metrics_textfile.py --service NAME --engine-port P --history FILE --last-good-dir D
-        [--max-regression-pct X] [--min-decode-tok-s X] [--in-rotation yes|no]
-        [--drift-detected yes|no] [--pcie-json FILE] [--passport FILE] [--check]
-        [--dir /var/lib/prometheus/node-exporter]
+        [--max-regression-pct X] [--min-decode-tok-s X] [--pcie-json FILE] [--passport FILE]
+        [--no-routers] [--check] [--dir /var/lib/prometheus/node-exporter]
 
-Writes DIR/sglang-deploy-<service>.prom whole (a temporary file in DIR, flushed, renamed over
-it: the node exporter never reads half a file), mode 0644. The history and the last known good
-are read with decode_check.py's own functions: the figure a rule compares with is the baseline
-the next decode check will judge against. DIR defaults to Debian's
-prometheus-node-exporter textfile directory (its --collector.textfile.directory).
+Writes DIR/sglang-deploy-<service>.prom whole (lib/textfile.py: a temporary file in DIR,
+flushed, renamed over it: the node exporter never reads half a file), mode 0644. The history
+and the last known good are read with decode_check.py's own functions: the figure a rule
+compares with is the baseline the next decode check will judge against. DIR defaults to
+Debian's prometheus-node-exporter textfile directory (its --collector.textfile.directory).
 
 Metrics (every one a gauge; every series has the labels service and engine_port, the port of
 the service's engine, which the rules match against the engine's scrape instance; a sample
@@ -29,11 +28,14 @@ whose figure is not known is left out, so no rule fires on it):
     sglang_deploy_min_decode_tokens_per_second        the profile's throughput.min_decode_tok_s
     sglang_deploy_decode_check_info                   1, labels profile (the latest check's) and
                                                       last_good_profile
-    sglang_deploy_in_rotation                         1 in every router's rotation, 0 out (when
-                                                      known)
-    sglang_deploy_drift_detected                      1 when the engine's files drifted from
-                                                      their wheels (drift.py), 0 clean (when known)
     sglang_deploy_textfile_timestamp_seconds          when this file was written
+
+Two samples are the node's own, each in a file of its writer (lib/textfile.py), so they hold
+between deploys and this file never rewrites them: sglang_deploy_in_rotation (rotation.py, in
+DIR/sglang-deploy-<service>@rotation.prom) and sglang_deploy_drift_detected (every drift check,
+in DIR/sglang-deploy-<service>@drift.prom). --no-routers (the inventory names no router: the
+node is in no rotation) removes a rotation file left from when it had routers, so a 0 written
+then cannot alert for ever.
 
 GPU links (--pcie-json FILE: a JSON list, one object per GPU, {"gpu": "0", "bus_id":
 "00000000:18:00.0", "gen_current": 4, "gen_max": 5, "width_current": 8, "width_max": 16}, as
@@ -50,12 +52,13 @@ same gauges, judged by lib/gpu_links.py (the rule the deploy and `make verify` a
 generation below P0 is power saving, not degradation); a passport not there yet exports no link.
 
 The file is rewritten only when a figure in it changed (sglang_deploy_textfile_timestamp_seconds
-aside): --check only says whether it would be, and writes nothing (the deploy's operation runs
-the write only then, so a re-run with nothing changed reports no change).
+aside), and the rotation file removed only when it is there: --check only says whether either
+would be, and writes nothing (the deploy's operation runs the write only then, so a re-run with
+nothing changed reports no change).
 
 Ends with the result line (result.py): {"path": the file, "samples": how many, "changed": whether
-the figures differ from the file's}. Exit statuses: 0 written or checked, 2 a bad command line,
---pcie-json or --passport.
+the figures differ from the file's, or --no-routers finds a rotation file}. Exit statuses: 0
+written or checked, 2 a bad command line, --pcie-json or --passport.
 """
 
 import argparse
@@ -63,19 +66,17 @@ import calendar
 import json
 import os
 import sys
-import tempfile
 import time
 
 if __package__:
     from . import decode_check
-    from .lib import gpu_links, result, status
+    from .lib import gpu_links, result, status, textfile
 else:  # run as a script: our scripts' directory is on sys.path
     import decode_check
-    from lib import gpu_links, result, status
+    from lib import gpu_links, result, status, textfile
 
-# Debian's prometheus-node-exporter: ARGS="--collector.textfile.directory=/var/lib/prometheus/node-exporter".
-DEFAULT_DIR = "/var/lib/prometheus/node-exporter"
-PREFIX = "sglang_deploy_"
+DEFAULT_DIR = textfile.DEFAULT_DIR
+PREFIX = textfile.PREFIX
 # Changes on every write: left out when judging whether the file's figures changed.
 VOLATILE = PREFIX + "textfile_timestamp_seconds{"
 
@@ -89,21 +90,17 @@ HELP = {
     "max_regression_pct": "The profile's throughput.max_regression_pct.",
     "min_decode_tokens_per_second": "The profile's throughput.min_decode_tok_s.",
     "decode_check_info": "The profile of the latest decode check and the last known good's.",
-    "in_rotation": "1 when the node is in every router's rotation, 0 when out.",
-    "drift_detected": "1 when the engine's installed files differ from their wheels, else 0.",
     "textfile_timestamp_seconds": "When the deploy wrote this file (Unix time).",
     "gpu_pcie_link_gen": "PCIe link generation of the GPU, current and maximum.",
     "gpu_pcie_link_width": "PCIe link width of the GPU, current and maximum.",
     "gpu_pcie_link_degraded": "1 when the GPU's PCIe link trained below its maximum generation or width.",
+    # The node's own, each in its writer's file (lib/textfile.py): every metric a node exports.
+    **{metric: help_text for metric, (_, help_text) in textfile.STATE.items()},
 }
 
 
 class BadInput(ValueError):
     pass
-
-
-def _escape(value):
-    return str(value).replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
 def _unix(stamp):
@@ -191,54 +188,12 @@ def passport_samples(passport):
 
 def render(service, engine_port, samples):
     """The file's text: HELP and TYPE once per metric, then its samples, labels sorted."""
-    by_name = {}
-    for name, labels, value in samples:
-        by_name.setdefault(name, []).append((labels, value))
-    lines = []
-    for name, rows in by_name.items():
-        metric = PREFIX + name
-        lines += ["# HELP %s %s" % (metric, HELP[name]), "# TYPE %s gauge" % metric]
-        for labels, value in rows:
-            labels = dict(labels, service=service, engine_port=str(engine_port))
-            pairs = ",".join('%s="%s"' % (k, _escape(labels[k])) for k in sorted(labels))
-            lines.append("%s{%s} %s" % (metric, pairs, repr(float(value))))
-    return "".join(line + "\n" for line in lines)
-
-
-def write_atomically(directory, name, text):
-    """``text`` into directory/name whole: a temporary file beside it, flushed, renamed over it."""
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + name + ".", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # the node exporter runs as its own user
-        path = os.path.join(directory, name)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return textfile.render(samples, {"service": service, "engine_port": str(engine_port)}, HELP)
 
 
 def figures_of(text):
     """The file's lines but the write's own timestamp: what a change is judged on."""
     return [line for line in (text or "").splitlines() if not line.startswith(VOLATILE)]
-
-
-def current_text(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def _flag(value):
-    return {"yes": 1, "no": 0}[value]
 
 
 def collect(args, now=None):
@@ -249,10 +204,6 @@ def collect(args, now=None):
         samples.append(("max_regression_pct", {}, args.max_regression_pct))
     if args.min_decode_tok_s is not None:
         samples.append(("min_decode_tokens_per_second", {}, args.min_decode_tok_s))
-    if args.in_rotation is not None:
-        samples.append(("in_rotation", {}, _flag(args.in_rotation)))
-    if args.drift_detected is not None:
-        samples.append(("drift_detected", {}, _flag(args.drift_detected)))
     if args.pcie_json:
         try:
             with open(args.pcie_json) as f:
@@ -282,10 +233,11 @@ def main(argv=None):
     p.add_argument("--last-good-dir", required=True)
     p.add_argument("--max-regression-pct", type=float)
     p.add_argument("--min-decode-tok-s", type=float)
-    p.add_argument("--in-rotation", choices=("yes", "no"))
-    p.add_argument("--drift-detected", choices=("yes", "no"))
     p.add_argument("--pcie-json", help="the GPUs' PCIe links, as a JSON list")
     p.add_argument("--passport", help="the node's hardware passport (passport.py's file)")
+    p.add_argument(
+        "--no-routers", action="store_true", help="the node is behind no router: no rotation sample"
+    )
     p.add_argument("--check", action="store_true", help="say whether the figures changed; write nothing")
     p.add_argument("--dir", default=DEFAULT_DIR, help="the node exporter's textfile directory")
     args = p.parse_args(argv)
@@ -294,18 +246,25 @@ def main(argv=None):
     except BadInput as e:
         print("metrics textfile: %s" % e, file=sys.stderr)
         return result.emit(status.USAGE, str(e))
-    name = "sglang-deploy-%s.prom" % args.service
+    name = textfile.file_name(args.service)
     text = render(args.service, args.engine_port, samples)
     path = os.path.join(args.dir, name)
-    changed = figures_of(current_text(path)) != figures_of(text)
+    changed = figures_of(textfile.current_text(path)) != figures_of(text)
+    # Behind no router there is no rotation to be in: a sample left from routers goes.
+    rotation = textfile.file_name(args.service, "rotation")
+    stale = args.no_routers and os.path.exists(os.path.join(args.dir, rotation))
     if args.check:
-        print("metrics textfile: %s %s" % (path, "would change" if changed else "is up to date"), flush=True)
-    elif changed:
-        path = write_atomically(args.dir, name, text)
-        print("metrics textfile: %d samples in %s" % (len(samples), path), flush=True)
+        said = "would change" if changed or stale else "is up to date"
+        print("metrics textfile: %s %s" % (path, said), flush=True)
     else:
-        print("metrics textfile: %s is up to date" % path, flush=True)
-    return result.emit(status.READY, path=path, samples=len(samples), changed=changed)
+        if changed:
+            path = textfile.write_atomically(args.dir, name, text)
+            print("metrics textfile: %d samples in %s" % (len(samples), path), flush=True)
+        else:
+            print("metrics textfile: %s is up to date" % path, flush=True)
+        if stale and textfile.removed(args.dir, rotation):
+            print("metrics textfile: no router: %s removed" % rotation, flush=True)
+    return result.emit(status.READY, path=path, samples=len(samples), changed=bool(changed or stale))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
         [--gpus-needed 8] [--min-driver 550.54.15] [--gpu-model H200]
         [--min-free-gib 2 --disk-path /opt/sglang] [--no-argv]
         [--new-venv /opt/sglang/venvs/NAME --live-venv /opt/sglang/venv] [--lock LOCK.txt]
+        [--textfile-service sglang --textfile-port 30000 [--textfile-dir DIR]]
 
 Run by the venv's interpreter, so the engine's own argument parser judges the argv
 (`sglang.srt.server_args.prepare_server_args`, the same call on SGLang and on the stand-in),
@@ -16,9 +17,11 @@ server will start from; enough GPUs for the parallel sizes (nvidia-smi; "no GPU:
 the NVIDIA driver version and GPU model the profile's `gpu:` section asks for (gpu_settings.py);
 the port is free or held by this unit's own processes; free disk (and room for a new engine
 venv: the live one's size plus --min-free-gib); the engine's installed files
-match their wheels' RECORD (--drift); the venv holds exactly its lock (--lock, exact.py). One line per check: `preflight ok: …`, `… skipped: …`,
-`… warning: …` or `… failed: …`; then the result line (result.py) with every check, the
-warnings and, as its cause, the failures; exit 0 when nothing failed, else status.PREFLIGHT_FAILED.
+match their wheels' RECORD (--drift; with --textfile-service what it found is the node's
+sglang_deploy_drift_detected sample, as drift.py writes it); the venv holds exactly its lock
+(--lock, exact.py). One line per check: `preflight ok: …`, `… skipped: …`, `… warning: …` or
+`… failed: …`; then the result line (result.py) with every check, the warnings and, as its
+cause, the failures; exit 0 when nothing failed, else status.PREFLIGHT_FAILED.
 """
 
 import argparse
@@ -33,7 +36,7 @@ import sys
 
 if __package__:
     from . import drift, exact, flags, model_manifest, model_stage, venvs
-    from .lib import gpu_settings, procs, result, status, systemd
+    from .lib import gpu_settings, procs, result, status, systemd, textfile
 else:  # run as a script: our scripts' directory is on sys.path
     import drift
     import exact
@@ -41,7 +44,7 @@ else:  # run as a script: our scripts' directory is on sys.path
     import model_manifest
     import model_stage
     import venvs
-    from lib import gpu_settings, procs, result, status, systemd
+    from lib import gpu_settings, procs, result, status, systemd, textfile
 
 
 def option(argv, *names):
@@ -156,12 +159,14 @@ def check_port(port, unit):
     return "ok", "port %d is held by %s itself" % (port, unit)
 
 
-def check_drift(names, allow):
+def check_drift(names, allow, args=None):
     """Installed engine files against their wheels' RECORD: a patched engine is not what the
-    profile pins, and the incident's real cause was exactly that."""
+    profile pins, and the incident's real cause was exactly that. ``args``: the command line's,
+    whose --textfile-* flags ask for the drift sample."""
     if not names:
         return None
     found = drift.drift(names)
+    drift.export(found, args)
     if found["status"] == status.READY:
         checked = sum(r["files_checked"] for r in found["distributions"].values())
         return "ok", "no drift in %s (%d files match their RECORD)" % (", ".join(names), checked)
@@ -257,6 +262,7 @@ def main(argv=None):
     parser.add_argument("--lock", help="the engine's lock file: the venv must hold exactly it")
     parser.add_argument("--new-venv", help="an engine venv about to be built: is there room?")
     parser.add_argument("--live-venv", help="the link to the live engine venv (its size)")
+    textfile.add_arguments(parser)
     args = parser.parse_args(argv)
     server_argv = json.loads(args.argv_json)
     port = int(option(server_argv, "--port") or 30000)
@@ -273,7 +279,7 @@ def main(argv=None):
         check_new_venv(args.new_venv, args.live_venv, args.min_free_gib)
         if args.new_venv
         else check_disk(args.disk_path, args.min_free_gib),
-        None if args.no_argv else check_drift(args.drift, args.allow_drift),
+        None if args.no_argv else check_drift(args.drift, args.allow_drift, args),
         None if args.no_argv else check_lock(args.lock),
     ]
     checks = [{"verdict": verdict, "text": text} for verdict, text in filter(None, results)]

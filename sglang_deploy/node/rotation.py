@@ -6,6 +6,7 @@ it anyway, and the controller then only orders the nodes.
     python3 rotation.py --worker-url http://10.0.0.11:30001 --local-port 30001
         [--router http://10.0.0.5:30000 ...] [--drain-timeout 120] [--healthy-timeout 120]
         [--drain-settle 5] [--allow-unreachable-routers]
+        [--textfile-service sglang --textfile-port 30001 [--textfile-dir DIR]]
         --cycle 'CYCLE COMMAND' --restore 'RESTORE COMMAND'
     python3 rotation.py ... --only out     # out of rotation and drained, nothing restarted
     python3 rotation.py ... --only back    # back in every router and healthy there
@@ -38,6 +39,16 @@ drain time the operator allowed, and then, as with requests still in flight, the
 ahead, saying "load unknown: <why>" (the node is out of every router by then: waiting longer
 would only keep it out of rotation longer).
 
+With --textfile-service, the node's sglang_deploy_in_rotation sample (lib/textfile.py, its own
+file in the node exporter's textfile directory, so it holds between deploys) follows what this
+script does to the routers: 0 right before the node leaves the first router, or when it does not
+serve (in no rotation, or left out after a cycle that ended not serving: failed, rollback
+failed); 1 once every router it rotates through lists it healthy again (after the new
+configuration, a rollback or a failed preflight); 0 when a router did not take it back. A
+rotation refused before anything left a router changes nothing, the sample neither. Behind no
+router (no --router) there is no rotation to be in: the sample is removed, not 0 or 1, so no
+rule fires on it and "nodes in rotation" counts only nodes behind routers.
+
 Ends with one result line: the cycle's result (outcome, steps, restored, profile) plus
 "rotation": {"routers", "out_s" (time out of rotation), "drain_s", "drained", "in_flight_left"
 (None when unknown), "load_unknown" (why, or None)};
@@ -57,10 +68,10 @@ import urllib.error
 import urllib.request
 
 if __package__:
-    from .lib import result, status
+    from .lib import result, status, textfile
     from .lib.routers import Router, RouterError, last_routable, normal_url, state_of
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import result, status
+    from lib import result, status, textfile
     from lib.routers import Router, RouterError, last_routable, normal_url, state_of
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -69,6 +80,11 @@ SERVES_AFTER = ("served", "rolled_back", "preflight_failed", "regressed")
 
 def say(text):
     print("rotation: " + text, flush=True)
+
+
+def mark(args, in_rotation):
+    """The in-rotation sample (see the module's docstring): 1 or 0, none behind no router."""
+    textfile.export(args, "in_rotation", (1 if in_rotation else 0) if args.router else None)
 
 
 def in_flight(load_answer):
@@ -185,6 +201,7 @@ def take_out(args, rotation):
         return routers, was_serving, "router_unreachable", refused
     if not was_serving:
         say("not serving: in no rotation, nothing to drain")
+        mark(args, False)
         return routers, was_serving, None, None
     left = []
     try:
@@ -196,14 +213,19 @@ def take_out(args, rotation):
             why = peers_routable(router, args.worker_url, 0)  # again, right before leaving it
             if why:
                 cause = put_back(left, args.worker_url, args.healthy_timeout, args.drain_settle or 0)
+                if left:
+                    mark(args, cause is None)
                 why += ": put back in the routers it had left" + ("" if cause is None else "; " + cause)
                 return routers, was_serving, "last_in_rotation", why
+            mark(args, False)  # before it leaves: the sample never says "in" of a node that is out
             left.append(router)
             if router.remove(args.worker_url, args.drain_settle, args.healthy_timeout):
                 router.wait_for(args.worker_url, "out", args.healthy_timeout)
             say("out of %s" % router.url)
     except RouterError as exc:
         cause = put_back(routers, args.worker_url, args.healthy_timeout, args.drain_settle or 0)
+        if left:
+            mark(args, cause is None)
         return routers, was_serving, "router_failed", str(exc) + ("" if cause is None else "; " + cause)
     drain_s, left, unknown = drain(args.local_port, args.drain_timeout)
     rotation.update(drain_s=round(drain_s, 2), drained=left == 0, in_flight_left=left, load_unknown=unknown)
@@ -242,6 +264,7 @@ def rotate(args):
     code, lines = result.run_streaming(args.cycle)
     found = result.parse(lines)
     if found is None:
+        mark(args, False)
         rotation["out_s"] = round(time.monotonic() - taken_out, 2)
         return result.emit(
             code or status.UNEXPECTED,
@@ -255,10 +278,13 @@ def rotate(args):
     cause, code = found.get("cause"), found["status"]
     if found.get("outcome") in SERVES_AFTER:
         failed = put_back(routers, args.worker_url, args.healthy_timeout, args.drain_settle or 0)
+        mark(args, failed is None)
         if failed:
             cause = failed if code == status.READY else "%s; %s" % (cause, failed)
             code = code if code != status.READY else status.TIMEOUT
             details["rotation_failed"] = failed
+    else:  # it does not serve: left out of every router
+        mark(args, False)
     rotation["out_s"] = round(time.monotonic() - taken_out, 2) if was_serving else 0.0
     details["rotation"] = rotation
     return result.emit(code, cause, **details)
@@ -284,12 +310,14 @@ def back_only(args):
     routers = [Router(url) for url in args.router]
     if not serving(args.local_port):
         say("not serving: left out of every router")
+        mark(args, False)
         return result.emit(
             status.FAILED_START,
             "not serving: left out of rotation",
             rotation={"routers": [r.url for r in routers]},
         )
     cause = put_back(routers, args.worker_url, args.healthy_timeout, args.drain_settle or 0)
+    mark(args, cause is None)
     return result.emit(
         status.TIMEOUT if cause else status.READY, cause, rotation={"routers": [r.url for r in routers]}
     )
@@ -309,6 +337,7 @@ def main(argv=None):
     parser.add_argument(
         "--only", choices=("out", "back"), help="one half, around a restart driven from elsewhere"
     )
+    textfile.add_arguments(parser)
     parser.add_argument("--cycle", help="cycle.py's command line")
     parser.add_argument("--restore", help="lastgood.py restore's command line")
     args = parser.parse_args(argv)

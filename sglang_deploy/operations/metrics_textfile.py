@@ -8,17 +8,22 @@ from sglang_deploy.node.lib import status
 
 
 @operation()
-def metrics_textfile_written(scripts):
+def metrics_textfile_written(scripts, routers=True):
     """
     Write the node's textfile of the deploy's figures (the latest decode check, the last known
     good's figure, the profile's expectations, the passport's GPU links) when a figure in it
-    changed; a re-run with nothing changed reports no change. A check that cannot run is said
-    as a warning, never a failure: the node serves already.
+    changed; a re-run with nothing changed reports no change. The node's own samples (rotation,
+    drift) are in files of their own, which this never compares or writes; behind no router a
+    rotation file left from routers is removed. A check that cannot run is said as a warning,
+    never a failure: the node serves already.
 
     + scripts: ``NodeScripts`` for this node
+    + routers: whether the inventory names any router
     """
     found = host.get_fact(
-        MetricsTextfileCheck, scripts_dir=scripts.directory, command=scripts.metrics_textfile(check=True)
+        MetricsTextfileCheck,
+        scripts_dir=scripts.directory,
+        command=scripts.metrics_textfile(routers=routers, check=True),
     )
     if found is not None and found.get("status") != status.READY:
         host.log(f"metrics textfile not written: {found.get('cause')}", logger.warning)
@@ -27,4 +32,4 @@ def metrics_textfile_written(scripts):
     if found is not None and not found.get("changed"):
         host.noop(f"{found.get('path')} is up to date")
         return
-    yield scripts.metrics_textfile()
+    yield scripts.metrics_textfile(routers=routers)

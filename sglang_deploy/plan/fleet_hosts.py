@@ -132,6 +132,7 @@ class Rotation:
     fleet_models: tuple = ()  # (name, model) of every serving node of the inventory
     drain_settle_s: int = 5  # seconds a router with a Draining state (smg) lists the node draining
     gateway_metrics: tuple = ()  # every router's exporter URL (a canary's bake reads the node's series)
+    textfile: tuple = ()  # NodeScripts.textfile_flags(): rotation.py writes the in-rotation sample
 
     def wrap(self, scripts_dir, cycle, restore):
         """rotation.py around the node's restart cycle (``cycle``: cycle.py's command line;
@@ -164,10 +165,10 @@ class Rotation:
             args += ["--router", url]
         if self.rolling.without_routers:
             args.append("--allow-unreachable-routers")
-        return rotation_command(scripts_dir, *args, *tail)
+        return rotation_command(scripts_dir, *args, *self.textfile, *tail)
 
 
-def rotation_for(name, data, hosts, port) -> Rotation:
+def rotation_for(name, data, hosts, port, textfile=()) -> Rotation:
     found_routers, _ = checked_fleet(hosts)
     models = served_models(hosts)
     return Rotation(
@@ -180,4 +181,5 @@ def rotation_for(name, data, hosts, port) -> Rotation:
         # The routers' longest: every router the node leaves lists it Draining that long.
         drain_settle_s=max((r.drain_settle_s for r in found_routers), default=0),
         gateway_metrics=tuple(r.metrics_url for r in found_routers),
+        textfile=tuple(textfile),
     )

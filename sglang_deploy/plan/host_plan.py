@@ -167,6 +167,7 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
             lock=locked.remote_lock if locked else None,
             passport_path=f"{settings.state_dir}/passport.json",
             drift_names=drift_names,
+            exports_metrics=bool(settings.node_exporter),
         ),
         lock_path=f"{run_dir}/{service}.lock",
         lock_wait_s=float(settings.deploy_lock_wait_s),

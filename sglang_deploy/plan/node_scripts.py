@@ -20,6 +20,7 @@ from sglang_deploy.plan.script_commands import (
     model_stage_command,
     node_status_command,
     passport_command,
+    textfile_args,
     workers_command,
 )
 
@@ -41,6 +42,7 @@ class NodeScripts:
         lock=None,
         passport_path=None,
         drift_names=None,
+        exports_metrics=False,
     ):
         self.directory = directory
         self.unit = unit
@@ -55,6 +57,10 @@ class NodeScripts:
         # The distributions drift.py checks against their RECORD (default: engine.drift_check;
         # a locked engine's plan gives every locked distribution).
         self.drift_names = list(profile.engine.drift_check if drift_names is None else drift_names)
+        # The node runs a node exporter (the node_exporter setting): the scripts that change
+        # what the alert rules judge (rotation, drift) write their samples into its textfile
+        # directory as they run.
+        self.exports_metrics = exports_metrics
         # The venv of the profile's pin set (NodePlan.bind_venv); until named, the link the
         # unit runs through (profile.engine.venv), i.e. the live one.
         self.venv = profile.engine.venv
@@ -129,9 +135,19 @@ class NodeScripts:
         """workers.py with only its result line (the report) as output."""
         return workers_command(self.directory, self.unit, self.profile.hook_vars())
 
+    def textfile_flags(self):
+        """The flags with which rotation.py, drift.py and preflight.py write this service's
+        samples into the node exporter's textfile directory; none without a node exporter."""
+        if not self.exports_metrics:
+            return []
+        return textfile_args(self.profile.service.name, self.profile.service.port)
+
     def drift(self):
-        """drift.py over the drift-checked distributions (drift_names) and the pins."""
-        return drift_command(self.venv, self.directory, self.drift_names, self.profile.engine.packages)
+        """drift.py over the drift-checked distributions (drift_names) and the pins; what it
+        finds is the node's drift sample."""
+        return drift_command(
+            self.venv, self.directory, self.drift_names, self.profile.engine.packages, self.textfile_flags()
+        )
 
     def manifest(self):
         """drift.py --manifest over the pinned and the drift-checked distributions."""
@@ -181,7 +197,7 @@ class NodeScripts:
     def preflight(self, python="python3", argv_check=True, allow_drift=False, new_venv=None):
         """preflight.py; ``new_venv``: a venv about to be built, whose disk it checks too."""
         engine = self.profile.engine
-        flags = ["--drift", *self.drift_names] if argv_check else ["--no-argv"]
+        flags = ["--drift", *self.drift_names, *self.textfile_flags()] if argv_check else ["--no-argv"]
         flags += ["--allow-drift"] if engine.allow_drift or allow_drift else []
         flags += ["--new-venv", new_venv, "--live-venv", engine.venv] if new_venv else []
         # Under repair an extra or missing distribution is what is about to be fixed.
@@ -321,12 +337,11 @@ class NodeScripts:
             passport,
         )
 
-    def metrics_textfile(
-        self, in_rotation=None, drift_detected=None, pcie_json=None, textfile_dir=None, check=False
-    ):
+    def metrics_textfile(self, routers=True, pcie_json=None, textfile_dir=None, check=False):
         """metrics_textfile.py over this service's decode check history and last known good,
         with the profile's throughput expectations (what the alert rules compare against) and
-        the node's hardware passport's GPU links; ``check``: only whether the file would change."""
+        the node's hardware passport's GPU links; ``routers``: whether the inventory names any
+        (without, no rotation sample); ``check``: only whether the file would change."""
         expected, service = self.profile.throughput, self.profile.service
         return metrics_textfile_command(
             self.directory,
@@ -336,11 +351,10 @@ class NodeScripts:
             self.last_good_dir,
             max_regression_pct=expected.max_regression_pct,
             min_decode_tok_s=expected.min_decode_tok_s,
-            in_rotation=in_rotation,
-            drift_detected=drift_detected,
             pcie_json=pcie_json,
             textfile_dir=textfile_dir,
             passport=self.passport_path,
+            no_routers=not routers,
             check=check,
         )
 

@@ -183,10 +183,26 @@ def exact_command(python, directory, lock):
     return _script(python, directory, "exact.py", "--lock", lock)
 
 
-def drift_command(venv, directory, distributions, pins=()):
-    """drift.py run by the venv's interpreter: the report in its result line."""
+def drift_command(venv, directory, distributions, pins=(), textfile=()):
+    """drift.py run by the venv's interpreter: the report in its result line; ``textfile``:
+    textfile_args(), for the node's drift sample."""
     pin_args = ["--pins", *pins] if pins else []
-    return _script(f"{venv}/bin/python", directory, "drift.py", "--json", *distributions, *pin_args)
+    return _script(
+        f"{venv}/bin/python", directory, "drift.py", "--json", *textfile, *distributions, *pin_args
+    )
+
+
+def textfile_args(service, engine_port, directory=None):
+    """The flags of a script that writes a sample of its own into the node exporter's textfile
+    directory (node/lib/textfile.py: rotation.py, drift.py, preflight.py); ``directory``: none
+    is Debian's."""
+    return [
+        "--textfile-service",
+        service,
+        "--textfile-port",
+        engine_port,
+        *_if(directory, "--textfile-dir", directory),
+    ]
 
 
 def manifest_command(venv, directory, distributions):
@@ -304,21 +320,16 @@ def metrics_textfile_command(
     last_good_dir,
     max_regression_pct=None,
     min_decode_tok_s=None,
-    in_rotation=None,
-    drift_detected=None,
     pcie_json=None,
     textfile_dir=None,
     passport=None,
+    no_routers=False,
     check=False,
 ):
     """metrics_textfile.py: the deploy's figures into the node exporter's textfile directory
-    (its default: Debian's); ``in_rotation``, ``drift_detected``: True, False or None (unknown);
-    ``passport``: the node's hardware passport file (its GPU links); ``check``: only say whether
-    the file's figures would change."""
-
-    def yes_no(flag):
-        return "yes" if flag else "no"
-
+    (its default: Debian's); ``passport``: the node's hardware passport file (its GPU links);
+    ``no_routers``: the inventory names no router (no rotation sample); ``check``: only say
+    whether the file's figures would change."""
     return _script(
         "python3",
         directory,
@@ -333,11 +344,10 @@ def metrics_textfile_command(
         last_good_dir,
         *_if(max_regression_pct is not None, "--max-regression-pct", max_regression_pct),
         *_if(min_decode_tok_s is not None, "--min-decode-tok-s", min_decode_tok_s),
-        *_if(in_rotation is not None, "--in-rotation", yes_no(in_rotation)),
-        *_if(drift_detected is not None, "--drift-detected", yes_no(drift_detected)),
         *_if(pcie_json, "--pcie-json", pcie_json),
         *_if(passport, "--passport", passport),
         *_if(textfile_dir, "--dir", textfile_dir),
+        *_if(no_routers, "--no-routers"),
         *_if(check, "--check"),
     )
 

@@ -15,10 +15,22 @@ import yaml
 
 from sglang_deploy.cli import EXIT_UNREACHABLE
 
-from .sandbox import REPO_ROOT, deploy, host_tests_argv, nodes, ssh, unit_start
+from .sandbox import (  # noqa: F401 (a fixture)
+    REPO_ROOT,
+    deploy,
+    host_tests_argv,
+    nodes,
+    profile_dir,
+    ssh,
+    start_deploy,
+    unit_start,
+    wait_for_output,
+    write_profile,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fleet]
 SCRAPE_S = 15  # prometheus_scrape_interval_s's default
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # Debian's node exporter's textfile directory
 
 
 def fleet():
@@ -52,6 +64,36 @@ def wait_for(prometheus, done, timeout=3 * SCRAPE_S + 10):
         if done(seen) or time.monotonic() > deadline:
             return seen
         time.sleep(2)
+
+
+def samples(prometheus, metric):
+    """{host: value} of ``metric`` as Prometheus holds it now (the targets' host label)."""
+    found = requests.get(f"{prometheus}/api/v1/query", params={"query": metric}, timeout=5).json()
+    return {r["metric"]["host"]: float(r["value"][1]) for r in found["data"]["result"]}
+
+
+def wait_for_samples(prometheus, metric, done, timeout=3 * SCRAPE_S + 10):
+    """``metric``'s samples once ``done(samples)`` holds (the last ones read otherwise)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = samples(prometheus, metric)
+        if done(seen) or time.monotonic() > deadline:
+            return seen
+        time.sleep(2)
+
+
+def node_sample(node, owner):
+    """The node's own sample as its textfile holds it (lib/textfile.py): the value, or None."""
+    text = ssh(node, f"cat {TEXTFILE_DIR}/sglang-deploy-sglang@{owner}.prom 2>/dev/null || true")
+    values = [line.split()[-1] for line in text.splitlines() if line and not line.startswith("#")]
+    return float(values[0]) if values else None
+
+
+def verify_node(node, *args):
+    """`make verify`'s host tests on one serving node."""
+    return subprocess.run(
+        host_tests_argv(node, "-q", *args), cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 def verify_monitor(monitor):
@@ -154,6 +196,62 @@ def test_a_stopped_node_shows_as_down_and_fails_verify(deployed):
     finally:
         ssh(stopped, "systemctl start sglang.service")
     wait_for(prometheus, lambda s: all(health == "up" for health, _ in s.values()))
+
+
+def test_a_node_restarted_behind_the_router_says_out_then_in(deployed, profile_dir):  # noqa: F811
+    names, router, monitor, prometheus = deployed
+    restarted = names[0]
+    changed = write_profile(
+        profile_dir, "rotated", "extends: {profiles}/sandbox.yml\nenv:\n  NCCL_NTHREADS: 128\n"
+    )
+    profiles = {
+        **{name: "sandbox" for name in names},
+        restarted: changed,
+        router: "sandbox",
+        monitor: "sandbox",
+    }
+    run = start_deploy(profiles)
+    try:
+        # Its gate waits for the new server: the node is out of the router, and its sample says so.
+        wait_for_output(run, "phase: loading weights", timeout=300)
+        assert node_sample(restarted, "rotation") == 0.0
+        output = run.communicate(timeout=600)[0]
+        assert run.returncode == 0, output[-5000:]
+        assert node_sample(restarted, "rotation") == 1.0
+        seen = wait_for_samples(prometheus, "sglang_deploy_in_rotation", lambda s: s.get(restarted) == 1.0)
+        assert seen.get(restarted) == 1.0, seen
+    finally:
+        if run.poll() is None:
+            run.kill()
+        back = fleet_deploy(names, router, monitor)  # the later tests' fleet: every node on sandbox
+        assert back.returncode == 0, back.output[-5000:]
+    assert node_sample(restarted, "rotation") == 1.0
+
+
+def test_drift_that_verify_finds_alerts_until_a_check_finds_it_gone(deployed):
+    names, _, _, prometheus = deployed
+    node = names[-1]
+    site = "/opt/sglang/venv/lib/python3.11/site-packages"
+    patched = f"{site}/sglang/srt/managers/scheduler.py"
+    ssh(node, f"cp -p {patched} /root/scheduler.py.before && echo '# a hand edit' >> {patched}")
+    try:
+        assert verify_node(node, "-k", "drift").returncode != 0
+        assert node_sample(node, "drift") == 1.0
+        seen = wait_for_samples(prometheus, "sglang_deploy_drift_detected", lambda s: s.get(node) == 1.0)
+        assert seen.get(node) == 1.0, seen
+        alerts = wait_for_samples(
+            prometheus,
+            'ALERTS{alertname="SGLangDriftDetected",alertstate="firing"}',
+            lambda s: node in s,
+        )
+        assert node in alerts, alerts
+    finally:
+        ssh(node, f"cp -p /root/scheduler.py.before {patched} && rm /root/scheduler.py.before")
+    checked = verify_node(node, "-k", "drift")
+    assert checked.returncode == 0, checked.stdout[-3000:]
+    assert node_sample(node, "drift") == 0.0
+    seen = wait_for_samples(prometheus, "sglang_deploy_drift_detected", lambda s: s.get(node) == 0.0)
+    assert seen.get(node) == 0.0, seen
 
 
 def test_a_rule_that_does_not_parse_stops_before_prometheus_reloads(deployed, tmp_path):

@@ -14,6 +14,7 @@ import pytest
 from sglang_deploy.facts.serving import InstalledDistributions
 from sglang_deploy.node import drift
 from sglang_deploy.node.lib import installed, status
+from sglang_deploy.plan import script_commands
 from sglang_deploy.plan.host_plan import plan_for
 
 DRIFT = Path(drift.__file__).resolve()
@@ -365,3 +366,36 @@ def test_drift_names_its_exit_statuses_from_status_only():
     named = set(re.findall(r"status\.([A-Z_]+)", doc))
     assert named == {"READY", "DRIFT", "NOT_INSTALLED"} and named <= set(status.NAMES.values())
     assert not re.search(r"\b[A-Z_]+ \(\d+\)", doc), "exit values are status.py's to state"
+
+
+def test_what_the_check_found_is_the_nodes_drift_sample_named_after_the_live_venv(tmp_path, venv):
+    """As `make verify` runs it (the engine link's interpreter, node/lib/textfile.py's flags):
+    the node exporter's drift sample follows every check, labelled with the venv the link points
+    at, and --json still prints only its result line."""
+    vpy, site = venv
+    live = tmp_path / "engine-link"
+    live.symlink_to(vpy.parent.parent)
+    textfile_dir = tmp_path / "textfile"
+    command = script_commands.drift_command(
+        str(live),
+        str(DRIFT.parent),
+        ["tinypkg"],
+        textfile=script_commands.textfile_args("sglang", 30000, str(textfile_dir)),
+    )
+
+    def check():
+        done = subprocess.run(shlex.split(command), capture_output=True, text=True)
+        assert json.loads(done.stdout)["status"] == done.returncode, done.stderr
+        return done.returncode, (textfile_dir / "sglang-deploy-sglang@drift.prom").read_text()
+
+    series = 'sglang_deploy_drift_detected{engine_port="30000",service="sglang",venv="venv"}'
+    rc, text = check()
+    assert rc == drift.CLEAN and f"{series} 0.0\n" in text
+    core = site / "tinypkg" / "core.py"
+    original = core.read_text()
+    core.write_text(original.replace("return 0", "return 1"))
+    rc, text = check()
+    assert rc == drift.DRIFT and f"{series} 1.0\n" in text
+    core.write_text(original)  # repaired: the next check says so
+    rc, text = check()
+    assert rc == drift.CLEAN and f"{series} 0.0\n" in text

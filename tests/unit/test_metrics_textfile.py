@@ -1,6 +1,7 @@
-"""node/metrics_textfile.py: the deploy's decode check figures, flags and GPU links into a node
-exporter textfile, from a history and a last known good written by the deploy's own writers
-(decode_check.py, node/lib/last_good_record.py), whole or not at all; and its command line."""
+"""node/metrics_textfile.py: the deploy's decode check figures, expectations and GPU links into a
+node exporter textfile, from a history and a last known good written by the deploy's own writers
+(decode_check.py, node/lib/last_good_record.py), whole or not at all, beside the node's own
+samples (rotation, drift) without ever counting them as its change; and its command line."""
 
 import json
 import os
@@ -9,11 +10,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from sglang_deploy.node import decode_check, metrics_textfile
-from sglang_deploy.node.lib import decode_rate, last_good_record, result, status
+from sglang_deploy.node.lib import decode_rate, last_good_record, result, status, textfile
 from sglang_deploy.plan import script_commands
 from tests.unit.test_gpu_health import captured
 from tests.unit.test_node_passport import SMI_Q, passport_of, with_link
@@ -97,7 +99,7 @@ def incident(tmp_path, monkeypatch, capsys):
 
 
 def test_the_incident_exports_the_figures_the_deploy_judged(incident, capsys):
-    assert _run(incident, "--max-regression-pct=10", "--in-rotation=yes", "--drift-detected=no") == 0
+    assert _run(incident, "--max-regression-pct=10") == 0
     line = result.parse(capsys.readouterr().out.splitlines())
     path = incident / "textfile" / "sglang-deploy-sglang.prom"
     assert line["path"] == str(path) and line["status"] == status.READY
@@ -110,8 +112,8 @@ def test_the_incident_exports_the_figures_the_deploy_judged(incident, capsys):
     assert _value(samples, "sglang_deploy_decode_check_accepted") == 0.0
     assert _value(samples, "sglang_deploy_decode_check_measured") == 1.0
     assert _value(samples, "sglang_deploy_max_regression_pct") == 10.0
-    assert _value(samples, "sglang_deploy_in_rotation") == 1.0
-    assert _value(samples, "sglang_deploy_drift_detected") == 0.0
+    # Rotation and drift are the node's own samples, in files of their own (lib/textfile.py).
+    assert not {name for name, _ in samples} & {"sglang_deploy_in_rotation", "sglang_deploy_drift_detected"}
     assert _value(samples, "sglang_deploy_decode_check_info", profile="base", last_good_profile="base") == 1.0
     entry = decode_check.read_history(incident / "throughput.jsonl")[-1]
     when = _value(samples, "sglang_deploy_decode_check_timestamp_seconds")
@@ -248,7 +250,7 @@ def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path, monke
 
     monkeypatch.setattr(metrics_textfile.os, "replace", no_rename)
     with pytest.raises(OSError):
-        _run(tmp_path, "--drift-detected=yes")
+        _run(tmp_path, "--max-regression-pct=5")
     assert os.listdir(tmp_path / "textfile") == ["sglang-deploy-sglang.prom"]
     assert (tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text() == before
 
@@ -262,18 +264,15 @@ def test_the_builders_command_line_runs_the_script_as_uploaded(incident):
         str(incident / "throughput.jsonl"),
         str(incident / "last-good"),
         max_regression_pct=10.0,
-        in_rotation=False,
-        drift_detected=True,
         textfile_dir=str(incident / "textfile"),
+        no_routers=True,
     )
     argv = shlex.split(command)
-    assert argv[:2] == ["python3", f"{NODE_DIR}/metrics_textfile.py"]
-    assert argv[argv.index("--in-rotation") + 1] == "no" and argv[argv.index("--drift-detected") + 1] == "yes"
+    assert argv[:2] == ["python3", f"{NODE_DIR}/metrics_textfile.py"] and "--no-routers" in argv
     done = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     samples = _samples(incident)
-    assert _value(samples, "sglang_deploy_in_rotation") == 0.0
-    assert _value(samples, "sglang_deploy_drift_detected") == 1.0
+    assert _value(samples, "sglang_deploy_max_regression_pct") == 10.0
 
 
 def test_the_command_line_quotes_every_argument_and_defaults_to_debians_directory():
@@ -374,3 +373,57 @@ def test_the_builder_passes_the_passport_and_check():
         )
     )
     assert argv[argv.index("--passport") + 1] == "/p/p.json" and argv[-1] == "--check"
+
+
+# ------------------------------------------------------------------ the node's own samples beside it
+
+
+def _own_sample(tmp_path, metric, value, **labels):
+    """A sample the node writes of its own (rotation.py, a drift check), as they write it."""
+    args = SimpleNamespace(
+        textfile_service="sglang", textfile_port=30000, textfile_dir=str(tmp_path / "textfile")
+    )
+    return textfile.export(args, metric, value, labels)
+
+
+def test_the_nodes_own_samples_never_make_the_deploys_file_change(incident, capsys):
+    """The no-op rule: rotation.py and the drift checks write between two runs of the deploy's
+    step; the step's check compares only its own file, so the next run reports no change."""
+    assert _run(incident, "--max-regression-pct=10") == 0
+    capsys.readouterr()
+    written = (incident / "textfile" / "sglang-deploy-sglang.prom").read_text()
+    assert _own_sample(incident, "in_rotation", 0) is True
+    assert _own_sample(incident, "drift_detected", 1, venv="v1") is True
+    assert _run(incident, "--check", "--max-regression-pct=10") == 0
+    assert result.parse(capsys.readouterr().out.splitlines())["changed"] is False
+    assert _run(incident, "--max-regression-pct=10") == 0
+    assert result.parse(capsys.readouterr().out.splitlines())["changed"] is False
+    assert (incident / "textfile" / "sglang-deploy-sglang.prom").read_text() == written
+    assert sorted(os.listdir(incident / "textfile")) == [
+        "sglang-deploy-sglang.prom",
+        "sglang-deploy-sglang@drift.prom",
+        "sglang-deploy-sglang@rotation.prom",
+    ]
+
+
+def test_behind_no_router_a_rotation_sample_left_from_routers_is_removed_once(incident, capsys):
+    rotation = incident / "textfile" / "sglang-deploy-sglang@rotation.prom"
+    assert _run(incident) == 0
+    assert _own_sample(incident, "in_rotation", 0) is True  # out when the routers went away
+    capsys.readouterr()
+    assert _run(incident, "--check", "--no-routers") == 0
+    assert result.parse(capsys.readouterr().out.splitlines())["changed"] is True
+    assert rotation.exists()  # --check writes nothing
+    assert _run(incident, "--no-routers") == 0
+    assert result.parse(capsys.readouterr().out.splitlines())["changed"] is True
+    assert not rotation.exists()
+    assert _run(incident, "--check", "--no-routers") == 0
+    assert result.parse(capsys.readouterr().out.splitlines())["changed"] is False
+    # Behind routers the rotation file is rotation.py's: the deploy's step leaves it alone.
+    assert _own_sample(incident, "in_rotation", 1) is True
+    assert _run(incident) == 0
+    assert rotation.exists()
+
+
+def test_every_metric_the_node_exports_has_its_help():
+    assert set(textfile.STATE) <= set(metrics_textfile.HELP)

@@ -2,6 +2,7 @@
 like sglang-router 0.3.2 (test_node_routers.FakeRouter) and a server that answers /ping and
 /get_load like SGLang; the restart cycle and the restore are small commands."""
 
+import argparse
 import json
 import shlex
 import sys
@@ -12,7 +13,7 @@ import pytest
 from test_node_routers import FakeRouter, router  # noqa: F401 (fixture)
 
 from sglang_deploy.node import rotation
-from sglang_deploy.node.lib import result, status
+from sglang_deploy.node.lib import result, status, textfile
 
 WORKER = "http://10.0.0.11:30000"
 
@@ -74,8 +75,7 @@ def _args(router_url, port, *extra):
         WORKER,
         "--local-port",
         str(port),
-        "--router",
-        router_url,
+        *(["--router", router_url] if router_url else []),
         "--drain-timeout",
         "5",
         "--healthy-timeout",
@@ -220,3 +220,142 @@ def test_in_flight_counts_only_answers_with_a_load():
     for answer in ({}, [], "ok", [{"dp_rank": 0}]):
         with pytest.raises(ValueError):
             rotation.in_flight(answer)
+
+
+# ------------------------------------------------- the in-rotation sample (node/lib/textfile.py)
+
+
+def _exported(tmp_path):
+    """rotation.py's flags for the node's in-rotation sample, in tmp_path/textfile."""
+    return [
+        "--textfile-service",
+        "sglang",
+        "--textfile-port",
+        "30000",
+        "--textfile-dir",
+        str(tmp_path / "textfile"),
+    ]
+
+
+def _sample(tmp_path):
+    """The in-rotation sample the node exports ("absent" without its file)."""
+    path = tmp_path / "textfile" / "sglang-deploy-sglang@rotation.prom"
+    if not path.exists():
+        return "absent"
+    (line,) = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    assert line.startswith('sglang_deploy_in_rotation{engine_port="30000",service="sglang"} ')
+    return float(line.split()[-1])
+
+
+def _seeing(tmp_path, line):
+    """A restart cycle that notes the in-rotation sample exported while it runs, then prints ``line``."""
+    path = tmp_path / "textfile" / "sglang-deploy-sglang@rotation.prom"
+    code = (
+        f"import json, os, sys; p = {str(path)!r}; "
+        "seen = open(p).read().split()[-1] if os.path.exists(p) else 'absent'; "
+        f"open({str(tmp_path / 'ran')!r}, 'a').write('cycle:' + seen + '\\n'); "
+        f"line = {json.dumps(line)!r}; print(line); sys.exit(json.loads(line)['status'])"
+    )
+    return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
+
+
+def _rotate(tmp_path, router_url, port, outcome, status_code=0):
+    cycle = _seeing(tmp_path, {"status": status_code, "outcome": outcome, "steps": []})
+    restore = _command(tmp_path, "restore", {"status": 0})
+    return rotation.main(
+        [*_args(router_url, port, "--cycle", cycle, "--restore", restore), *_exported(tmp_path)]
+    )
+
+
+def test_the_sample_is_out_while_it_restarts_and_in_once_back(router, server, tmp_path):  # noqa: F811
+    assert _rotate(tmp_path, router, server, "served") == status.READY
+    assert _ran(tmp_path) == ["cycle:0.0"]  # out of rotation, said before the restart
+    assert _sample(tmp_path) == 1.0 and FakeRouter.workers[WORKER]["is_healthy"]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("rolled_back", status.FAILED_START, 1.0),  # serves the last known good: back in
+        ("preflight_failed", status.PREFLIGHT_FAILED, 1.0),  # never stopped: back in
+        ("regressed", status.THROUGHPUT_REGRESSION, 1.0),
+        ("failed", status.FAILED_START, 0.0),  # serves nothing: left out
+        ("rollback_failed", status.FAILED_START, 0.0),
+    ],
+)
+def test_after_the_cycle_the_sample_says_whether_it_went_back(router, server, tmp_path, case):  # noqa: F811
+    outcome, code, after = case
+    _rotate(tmp_path, router, server, outcome, code)
+    assert _ran(tmp_path) == ["cycle:0.0"] and _sample(tmp_path) == after
+    assert (WORKER in FakeRouter.workers) == (after == 1.0)
+
+
+def test_a_cycle_that_prints_no_result_leaves_the_sample_out(router, server, tmp_path):  # noqa: F811
+    cycle = f"{shlex.quote(sys.executable)} -c 'import sys; sys.exit(3)'"
+    restore = _command(tmp_path, "restore", {"status": 0})
+    rotation.main([*_args(router, server, "--cycle", cycle, "--restore", restore), *_exported(tmp_path)])
+    assert _sample(tmp_path) == 0.0 and WORKER not in FakeRouter.workers
+
+
+def _left_sample(tmp_path, value):
+    """The sample as an earlier rotation left it."""
+    args = argparse.Namespace(
+        textfile_service="sglang", textfile_port=30000, textfile_dir=str(tmp_path / "textfile")
+    )
+    assert textfile.export(args, "in_rotation", value) is True
+
+
+def test_a_refused_rotation_changes_no_sample(server, tmp_path):
+    _rotate(tmp_path, "http://127.0.0.1:9", server, "served")  # unreachable: nothing left a router
+    assert _sample(tmp_path) == "absent" and _ran(tmp_path) == ["restore"]
+    _left_sample(tmp_path, 1)  # in rotation before: still in, and still said so
+    _rotate(tmp_path, "http://127.0.0.1:9", server, "served")
+    assert _sample(tmp_path) == 1.0
+
+
+def test_the_last_routable_worker_of_its_model_keeps_its_sample(router, server, tmp_path):  # noqa: F811
+    FakeRouter.workers["http://10.0.0.12:30000"]["is_healthy"] = False
+    cycle = _seeing(tmp_path, {"status": 0, "outcome": "served", "steps": []})
+    restore = _command(tmp_path, "restore", {"status": 0})
+    argv = _args(router, server, "--healthy-timeout", "0.3", "--cycle", cycle, "--restore", restore)
+    assert rotation.main([*argv, *_exported(tmp_path)]) == status.PREFLIGHT_FAILED
+    assert _sample(tmp_path) == "absent" and _ran(tmp_path) == ["restore"]
+
+
+def test_a_node_that_did_not_serve_is_out_until_it_serves(router, tmp_path):  # noqa: F811
+    # Port 9 answers no /ping: the node serves nothing, so it is in no rotation.
+    _rotate(tmp_path, router, 9, "failed", status.FAILED_START)
+    assert _ran(tmp_path) == ["cycle:0.0"] and _sample(tmp_path) == 0.0
+
+
+def test_out_only_and_back_only_say_out_then_in(router, server, tmp_path):  # noqa: F811
+    assert rotation.main([*_args(router, server, "--only", "out"), *_exported(tmp_path)]) == status.READY
+    assert _sample(tmp_path) == 0.0
+    assert rotation.main([*_args(router, server, "--only", "back"), *_exported(tmp_path)]) == status.READY
+    assert _sample(tmp_path) == 1.0
+
+
+def test_back_only_that_a_router_refuses_or_that_does_not_serve_stays_out(router, server, tmp_path):  # noqa: F811
+    rotation.main([*_args(router, server, "--only", "out"), *_exported(tmp_path)])
+    unreachable = _args("http://127.0.0.1:9", server, "--healthy-timeout", "0.5", "--only", "back")
+    assert rotation.main([*unreachable, *_exported(tmp_path)]) == status.TIMEOUT
+    assert _sample(tmp_path) == 0.0
+    (tmp_path / "textfile" / "sglang-deploy-sglang@rotation.prom").unlink()
+    assert rotation.main([*_args(router, 9, "--only", "back"), *_exported(tmp_path)]) == status.FAILED_START
+    assert _sample(tmp_path) == 0.0
+
+
+def test_behind_no_router_there_is_no_sample_and_one_left_from_routers_goes(server, tmp_path):
+    _left_sample(tmp_path, 0)  # out of a router the inventory no longer names
+    assert _rotate(tmp_path, None, server, "served") == status.READY
+    assert _sample(tmp_path) == "absent"
+    assert _rotate(tmp_path, None, server, "failed", status.FAILED_START) == status.FAILED_START
+    assert _sample(tmp_path) == "absent"  # nor a 0 that would alert
+
+
+def test_without_its_flags_rotation_writes_no_sample(router, server, tmp_path):  # noqa: F811
+    cycle = _command(tmp_path, "cycle", {"status": 0, "outcome": "served", "steps": []})
+    restore = _command(tmp_path, "restore", {"status": 0})
+    argv = _args(router, server, "--cycle", cycle, "--restore", restore)
+    assert rotation.main([*argv, "--textfile-dir", str(tmp_path / "textfile")]) == status.READY
+    assert not (tmp_path / "textfile").exists()
