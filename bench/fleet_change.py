@@ -75,7 +75,7 @@ def main():
             path = Path(tmp) / f"change-{i}.yml"
             path.write_text(
                 f"extends: {REPO}/profiles/sandbox.yml\n"
-                f"env:\n  SGLANG_STANDIN_LOAD_SECONDS: {args.load_seconds:g}\n  NCCL_NTHREADS: {256 + i * 64}\n"
+                f"env:\n  SGLANG_STANDIN_LOAD_SECONDS: {args.load_seconds:g}\n  SGLANG_DEPLOY_BENCH_TURN: {'ab'[i]}\n"
             )
             profiles.append(str(path))
         code, output, seconds, _ = timed_deploy(profiles[1], names, router)
