@@ -20,7 +20,14 @@ from sglang_deploy.operations.files import hook_paths
 from sglang_deploy.operations.service import _cause, _fail, _say_outcome, run_cycle
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan import rolling_sizes
-from sglang_deploy.plan.fleet import NodeFacts, Rollout, idle_reason, last_in_rotation, plan_waves
+from sglang_deploy.plan.fleet import (
+    NodeFacts,
+    Rollout,
+    by_host_name,
+    idle_reason,
+    last_in_rotation,
+    plan_waves,
+)
 
 # rotation.py's outcomes when it took the node out of no router (or put it back): the cycle
 # did not run, the node serves what it served.
@@ -197,12 +204,12 @@ def _waves(state, host, rotation):
 
 def wave_run(state, key, restarting, rotation, title=None, canaries=True):
     """The run's WaveRun for ``key``, made by the first to ask with the names ``restarting()``
-    gives (in pyinfra's order); None when fewer than two restart (nothing to order). ``title``
+    gives (by host name: node2 before node10); None when fewer than two restart (nothing to order). ``title``
     heads the lines that say the order (serving groups are named by their rank 0);
     ``canaries``: whether a canary wave may be planned (single nodes only)."""
     waves = run_state.of(state).waves
     if key not in waves:
-        names = restarting()
+        names = sorted(restarting(), key=by_host_name)
         if len(names) < 2:
             return None
         # Every node's operation must run at once to arrive: pyinfra spawns at most

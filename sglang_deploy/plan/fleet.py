@@ -10,6 +10,7 @@ monitoring``): neither serves.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from sglang_deploy.errors import DeployError
@@ -296,6 +297,12 @@ def idle_reason(unit, view, with_routers) -> str | None:
             return "not healthy in any router"
         return None
     return None if view.get("ping") else "not answering /ping"
+
+
+def by_host_name(name):
+    """A sort key that puts node2 before node10: the order the run's output says waves in (pyinfra
+    lists active hosts as they connected, which differs between runs)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,14 @@ def test_a_fresh_fleet_starts_together(roll):
     assert "node1, node2, node3, node4, node5, node6, node7, node8 start together" in said
 
 
+def test_batches_go_by_host_name_whatever_order_the_hosts_connected_in(roll):
+    # pyinfra lists active hosts as they connected: the waves were said (and run) in that order.
+    nodes = [Node(f"node{i}") for i in (10, 3, 1, 2)]
+    ok, said = roll(nodes, batch=2)
+    assert ok == [True] * 4
+    assert "rolling 2 at a time: node1, node2 | node3, node10" in said
+
+
 def test_stopped_nodes_start_first_then_the_serving_ones_roll(roll):
     nodes = [
         Node(f"node{i}", active="failed" if i == 3 else "inactive" if i == 4 else "active")
