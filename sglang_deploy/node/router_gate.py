@@ -14,25 +14,20 @@ Ends with one result line: {"workers": {url: "healthy" | "unhealthy" | "not list
 """
 
 import argparse
-import json
 import sys
 import time
 
 if __package__:
     from .lib import result, status
-    from .lib.routers import Router, RouterError, normal_url, state_of
+    from .lib.routers import Router, RouterError, answer_field, normal_url, state_of
 else:  # run as a script: our scripts' directory is on sys.path
     from lib import result, status
-    from lib.routers import Router, RouterError, normal_url, state_of
+    from lib.routers import Router, RouterError, answer_field, normal_url, state_of
 
 
 def readiness_reason(text):
     """The reason of a /readiness answer (smg's JSON body), or None."""
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return None
-    return body.get("reason") if isinstance(body, dict) else None
+    return answer_field(text, "reason")
 
 
 def view(router, expected, probe=None):

@@ -169,7 +169,7 @@ class Router:
     def add(self, worker_url):
         """Queue the addition of ``worker_url``; one already queued counts as queued."""
         code, text = self._call("POST", "/workers", {"url": normal_url(worker_url)})
-        if code == 409 and _error_code(text) == CREATE_IN_PROGRESS:
+        if code == 409 and answer_field(text, "code") == CREATE_IN_PROGRESS:
             return
         if code not in (200, 201, 202):
             raise RouterError(
@@ -195,13 +195,13 @@ class Router:
             time.sleep(interval)
 
 
-def _error_code(text):
-    """The ``code`` of a gateway's JSON error answer, or None."""
+def answer_field(text, key):
+    """``key`` of a gateway's JSON answer (smg's error ``code``, /readiness's ``reason``), or None."""
     try:
         body = json.loads(text)
     except ValueError:
         return None
-    return body.get("code") if isinstance(body, dict) else None
+    return body.get(key) if isinstance(body, dict) else None
 
 
 def _reason(exc):
