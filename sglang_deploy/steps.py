@@ -134,6 +134,23 @@ def hardware_passport(plan):
     sglang.passport_recorded(name="Hardware passport", scripts=plan.scripts)
 
 
+def locked_wheels_and_uv(locked, wheels, what, deploy_dir, python, **wheelhouse_args):
+    """A locked venv's sources on the host, for the engine and the router alike: its lock, the
+    wheels the host lacks (``wheels``) and uv, from the wheelhouse."""
+    sglang.wheelhouse(
+        name=f"{what} wheelhouse ({locked.local_lock.name})",
+        wheels=wheels,
+        remote_dir=locked.remote_wheelhouse or f"{deploy_dir}/wheelhouse",
+        lock=locked.local_lock,
+        remote_lock=locked.remote_lock,
+        **wheelhouse_args,
+    )
+    sglang.tool_venv(
+        name="uv", venv=locked.uv_venv, python=python, packages=[locked.uv_pin],
+        wheels_dir=locked.remote_wheelhouse,
+    )  # fmt: skip
+
+
 def engine(plan):
     """This pin set's venv, built beside the live one (which keeps serving); the unit's link is
     staged to point at it at the restart. A locked engine (locks/) gets the lock and the wheels
@@ -143,18 +160,9 @@ def engine(plan):
     if locked is not None:
         with exit_on_deploy_error(host.name):
             wheels = locked.wheels()
-        sglang.wheelhouse(
-            name=f"Engine wheelhouse ({locked.local_lock.name})",
-            wheels=wheels,
-            remote_dir=locked.remote_wheelhouse or f"{plan.deploy_dir}/wheelhouse",
-            lock=locked.local_lock,
-            remote_lock=locked.remote_lock,
-            scripts_dir=plan.scripts.directory,
+        locked_wheels_and_uv(
+            locked, wheels, "Engine", plan.deploy_dir, "python3", scripts_dir=plan.scripts.directory
         )
-        sglang.tool_venv(
-            name="uv", venv=locked.uv_venv, python="python3", packages=[locked.uv_pin],
-            wheels_dir=locked.remote_wheelhouse,
-        )  # fmt: skip
     for wheel in plan.wheels:
         sglang.binary_file(name=f"Wheel {wheel.name}", src=str(wheel), dest=f"{plan.wheels_dir}/{wheel.name}")
     fanout_cleanup(plan)
@@ -324,17 +332,7 @@ def router_service(router):
         problem = router.python_problem(host.get_fact(PythonVersion, python=router.settings.python))
         if problem:
             raise DeployError(problem)
-    sglang.wheelhouse(
-        name=f"Router wheelhouse ({locked.local_lock.name})",
-        wheels=wheels,
-        remote_dir=locked.remote_wheelhouse or f"{settings.sglang_deploy_dir}/wheelhouse",
-        lock=locked.local_lock,
-        remote_lock=locked.remote_lock,
-    )
-    sglang.tool_venv(
-        name="uv", venv=locked.uv_venv, python=router.settings.python, packages=[locked.uv_pin],
-        wheels_dir=locked.remote_wheelhouse,
-    )  # fmt: skip
+    locked_wheels_and_uv(locked, wheels, "Router", settings.sglang_deploy_dir, router.settings.python)
     router_venv = sglang.locked_venv(
         name="Router venv (exactly its lock)",
         venv=router.settings.venv,
