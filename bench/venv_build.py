@@ -93,7 +93,10 @@ def install_command(arm, venv, lock, wheels, pip_dir, uv):
         argv += ["--no-cache-dir", *offline] + (["--no-compile"] if arm == "pip --no-compile" else [])
         return argv, {"PYTHONPATH": pip_dir, "PIP_ROOT_USER_ACTION": "ignore"}
     argv = [uv, "pip", "install", "--quiet", "--python", python, "--no-config", "--no-cache", *offline]
-    return argv + (["--compile-bytecode"] if arm == "uv --compile-bytecode" else []), {}
+    # As the deploy runs it (operations/engine.py UV_REPRODUCIBLE): no install-time metadata.
+    return argv + (["--compile-bytecode"] if arm == "uv --compile-bytecode" else []), {
+        "UV_NO_INSTALLER_METADATA": "1"
+    }
 
 
 def build(arm, python, lock, wheels, pip_dir, uv, venv):

@@ -15,12 +15,18 @@ from sglang_deploy.node.venvs import MARKER, PENDING
 from sglang_deploy.operations.files import pth_directory
 from sglang_deploy.plan.script_commands import venvs_mark_command
 
+# uv writes uv_cache.json (the time its cache unpacked the wheel) into each dist-info and lists
+# it in RECORD: two nodes built from one lock would differ in every RECORD, and the manifest
+# diff of a fleet would never be 0. Without installer metadata a venv is the same bytes anywhere.
+UV_REPRODUCIBLE = "UV_NO_INSTALLER_METADATA=1"
+
 
 def locked_install(venv, lock, wheels_dir=None, uv="python3 -m uv"):
     """The command installing exactly ``lock`` into ``venv``: every sha256 required, no
-    dependency resolution; from ``wheels_dir`` alone (no index) when given. ``uv``: how the
-    node runs uv (uv_tool's venv); the lock decides, so pip's resolver is never asked."""
-    return f"{uv} pip install {_uv_target(venv, wheels_dir, '--no-deps')} -r {shlex.quote(lock)}"
+    dependency resolution; from ``wheels_dir`` alone (no index) when given; no installer
+    metadata (UV_REPRODUCIBLE). ``uv``: how the node runs uv (uv_tool's venv); the lock
+    decides, so pip's resolver is never asked."""
+    return f"{UV_REPRODUCIBLE} {uv} pip install {_uv_target(venv, wheels_dir, '--no-deps')} -r {shlex.quote(lock)}"
 
 
 def _uv_target(venv, wheels_dir, *flags):
@@ -152,7 +158,7 @@ def locked_venv(venv, python, lock, uv, scripts_dir, wheels_dir=None):
         host.noop(f"{venv} holds exactly {lock.rsplit('/', 1)[-1]} ({report['locked']} distributions)")
         return
     # Another distribution in it, one missing, another version, or no answer: made the lock again.
-    yield f"{uv} pip sync {_uv_target(venv, wheels_dir)} {shlex.quote(lock)}"
+    yield f"{UV_REPRODUCIBLE} {uv} pip sync {_uv_target(venv, wheels_dir)} {shlex.quote(lock)}"
 
 
 def _build(venv, python, pip, packages, scripts_dir, with_pip=True):
@@ -193,7 +199,7 @@ def _keep_locked(venv, lock, wheels_dir, uv, repair):
     and the distributions whose files drifted are reinstalled from their locked wheels."""
     if not repair:
         return False
-    yield f"{uv} pip sync {_uv_target(venv, wheels_dir)} {shlex.quote(lock)}"
+    yield f"{UV_REPRODUCIBLE} {uv} pip sync {_uv_target(venv, wheels_dir)} {shlex.quote(lock)}"
     drifted, strays = _drift(venv, *repair)
     if drifted:
         names = " ".join(f"--reinstall-package {shlex.quote(pin.partition('==')[0])}" for pin in drifted)

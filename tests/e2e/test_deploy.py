@@ -12,6 +12,7 @@ from sglang_deploy.plan.hosts import deploy_defaults
 from sglang_deploy.plan.locks import load_lock, lock_path
 from sglang_deploy.plan.node_scripts import NodeScripts
 from sglang_deploy.profile.schema import load_profile
+from sglang_deploy.report.manifest import diff as manifest_diff
 
 from .sandbox import (  # noqa: F401 (a fixture)
     DEPLOYED_PATHS,
@@ -54,6 +55,9 @@ def test_converge_two_profiles_in_one_run(converged):
     recorded_names = {canonical(d["name"]): d["version"] for d in recorded["distributions"]}
     assert recorded_names == {key: entry.version for key, entry in lock.entries.items()}
     assert recorded_names["sglang"] == "0.5.23+sandbox" and "fastapi" in recorded_names
+    # Both profiles run one lock, each node built its venv at its own moment: the same bytes.
+    first = json.loads((REPO_ROOT / "reports/manifests/node1/latest.json").read_text())
+    assert manifest_diff(first, recorded) == []
 
 
 def test_rerun_changes_nothing_and_restarts_nothing(converged):

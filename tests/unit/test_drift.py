@@ -271,6 +271,30 @@ def test_manifest(venv):
     assert rc == drift.NOT_INSTALLED and report["missing_distributions"] == ["nope"]
 
 
+def test_the_manifest_leaves_out_what_uv_wrote_about_the_install(venv):
+    """uv lists uv_cache.json (the time its cache unpacked the wheel) in RECORD: the same wheel
+    installed on two nodes must still give one digest."""
+    vpy, site = venv
+    record = site / "tinypkg-1.2.3.dist-info" / "RECORD"
+    pip_written = record.read_bytes()
+    _, before = run_json(vpy, "--manifest", "tinypkg")
+    digests = set()
+    for stamp in (
+        "b-IgH9JF4MEFq9wLLonnLcLlqBncjKbctVyuEGEOLrw",
+        "emdLZztIgmdc8HY-LW0n6zwuIu-HAMxnfpvSbI4PwXw",
+    ):
+        record.write_bytes(
+            pip_written + b"tinypkg-1.2.3.dist-info/uv_cache.json,sha256=" + stamp.encode() + b",127\n"
+        )
+        _, report = run_json(vpy, "--manifest", "tinypkg")
+        digests.add(report["manifest"][0]["record_sha256"])
+    assert digests == {before["manifest"][0]["record_sha256"]}
+    # Any other line still counts.
+    record.write_bytes(pip_written + b"tinypkg/extra.py,sha256=abc,3\n")
+    _, report = run_json(vpy, "--manifest", "tinypkg")
+    assert report["manifest"][0]["record_sha256"] != before["manifest"][0]["record_sha256"]
+
+
 def test_usage_errors(venv):
     vpy, _site = venv
     for args in ([], ["--pins", "tinypkg>=1"]):

@@ -225,7 +225,7 @@ def test_moving_to_smg_is_one_ordinary_deploy(run):  # noqa: F811
         f"python3 -m venv --copies --without-pip {venv}",
     ]
     assert commands[3] == (
-        f"/opt/sglang-deploy/uv-venv/bin/uv pip install --python={venv}/bin/python --require-hashes "
+        f"UV_NO_INSTALLER_METADATA=1 /opt/sglang-deploy/uv-venv/bin/uv pip install --python={venv}/bin/python --require-hashes "
         f"--no-deps --no-config --no-index --find-links /opt/sglang-deploy/wheelhouse/{locked.local_lock.stem} "
         f"-r /opt/sglang-deploy/locks/{locked.local_lock.name}"
     )

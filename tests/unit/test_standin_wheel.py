@@ -114,6 +114,33 @@ def test_the_venv_is_exactly_the_lock_and_its_files_match_their_record(venv):
     assert {k.replace("_", "-").lower() for k in report["distributions"]} == set(lock.entries)
 
 
+def test_two_builds_of_the_lock_at_one_path_are_the_same_bytes(venv, tmp_path, sandbox_wheelhouse):
+    """Two nodes build the lock's venv at the same path at different moments: every RECORD (what
+    the fleet's manifest diff compares) and every other file must be the same, or a fleet that
+    runs one lock could never diff to 0."""
+    first = venv.parent.parent
+    second = node_venv(tmp_path / first.name, sandbox_wheelhouse).parent.parent
+    # The same path on both nodes; here the second build sits elsewhere, so compare below it.
+    site = "lib/python%d.%d/site-packages" % sys.version_info[:2]
+    files = sorted(p.relative_to(first / site) for p in (first / site).rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(second / site) for p in (second / site).rglob("*") if p.is_file())
+    assert not [f for f in files if f.name == "uv_cache.json"], "uv wrote install-time metadata"
+    records = [f for f in files if f.name == "RECORD"]
+    assert len(records) == len(load_lock(lock_path(load_profile("sandbox").engine)).entries)
+    for name in records:
+        one = [
+            line
+            for line in (first / site / name).read_text().splitlines()
+            if not line.startswith("../../../bin/")
+        ]
+        other = [
+            line
+            for line in (second / site / name).read_text().splitlines()
+            if not line.startswith("../../../bin/")
+        ]
+        assert one == other, name
+
+
 def test_installed_metadata_and_version(venv):
     code = (
         "import importlib.metadata as m, sglang; "

@@ -182,7 +182,7 @@ def test_a_locked_venv_is_built_without_pip_from_the_wheelhouse_alone(run):  # n
     )  # fmt: skip
     assert commands[1] == f"python3 -m venv --copies --without-pip {V}"
     assert commands[3] == (
-        f"/opt/sd/uv/bin/uv pip install --python={V}/bin/python --require-hashes --no-deps --no-config "
+        f"UV_NO_INSTALLER_METADATA=1 /opt/sd/uv/bin/uv pip install --python={V}/bin/python --require-hashes --no-deps --no-config "
         "--no-index --find-links /opt/sd/wheelhouse/L -r /opt/sd/locks/L.txt"
     )
     assert not any(" pip install --no-input" in c for c in commands)
