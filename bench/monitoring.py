@@ -191,6 +191,18 @@ def engine_instance(targets_data, host):
     return None
 
 
+def wait_scraped(prom, timeout, poll_s=1.0):
+    """/api/v1/targets' data once every active target was scraped at least once (its health no
+    longer "unknown"), or at ``timeout`` seconds as it is then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        data = prom.get("/api/v1/targets", state="active")
+        targets = data.get("activeTargets") or ()
+        if (targets and all(t.get("health") != "unknown" for t in targets)) or time.monotonic() > deadline:
+            return data
+        time.sleep(poll_s)
+
+
 def window_crossing_s(good, low, threshold, window_s, warm_s, step=0.5):
     """Seconds after the rate fell from ``good`` to ``low`` until the rate window's mean (traffic
     at ``good`` for ``warm_s`` before the fall, the window ``window_s`` long) is below
@@ -596,7 +608,8 @@ def main(argv=None):
     except (RuntimeError, OSError, ValueError, KeyError) as e:
         raise SystemExit(f"Prometheus on {monitor.name} does not answer (is the fleet deployed?): {e}") from e
     rules, template = rules_of(prom.get("/api/v1/rules")), template_for_s()
-    targets = prom.get("/api/v1/targets", state="active")
+    # A Prometheus the deploy just restarted has not scraped every target yet.
+    targets = wait_scraped(prom, timeout=3 * scrape_s + 30)
     instances = {n.name: engine_instance(targets, n.name) for n in (decode_node, stop_node)}
     for scenario, name, alert in (
         ("decode", decode_node.name, DECODE_ALERT),

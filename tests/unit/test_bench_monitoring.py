@@ -115,3 +115,26 @@ def test_the_window_crossing_full_and_partly_filled():
     assert bench.window_crossing_s(82, 60, 73.8, 600, 60) == 36.0
     assert bench.window_crossing_s(82, 75, 73.8, 600, 600) is None  # never under the threshold
     assert bench.window_crossing_s(float("nan"), 60, 73.8, 600, 600) is None
+
+
+class AnswersInTurn:
+    """A Prometheus whose /api/v1/targets answers are ``answers``, one per read (the last kept)."""
+
+    def __init__(self, answers):
+        self.answers, self.reads = list(answers), 0
+
+    def get(self, path, **params):
+        assert path == "/api/v1/targets" and params == {"state": "active"}
+        self.reads += 1
+        return self.answers[min(self.reads, len(self.answers)) - 1]
+
+
+def test_a_just_restarted_prometheus_is_read_once_every_target_was_scraped():
+    fresh = {"activeTargets": [{"health": "unknown", "labels": {"job": "sglang", "host": "node1"}}]}
+    none_yet = {"activeTargets": []}
+    scraped = {"activeTargets": [{"health": "up", "labels": {"job": "sglang", "host": "node1"}}]}
+    prom = AnswersInTurn([none_yet, fresh, scraped])
+    assert bench.wait_scraped(prom, timeout=30, poll_s=0) is scraped and prom.reads == 3
+    # A target that stays unknown is given up on at the timeout: the skip then names it.
+    prom = AnswersInTurn([fresh])
+    assert bench.wait_scraped(prom, timeout=0, poll_s=0) is fresh
