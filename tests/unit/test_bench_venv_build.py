@@ -27,7 +27,8 @@ def test_only_the_bytecode_flags_differ():
     assert "--no-compile" not in pip and env["PYTHONPATH"] == "/pip" and pip[0] == "/v/bin/python"
     assert command("pip --no-compile")[0] == [*pip, "--no-compile"]
     uv, env = command("uv")
-    assert uv[0] == "/uv" and "--no-cache" in uv and "--compile-bytecode" not in uv and env == {}
+    assert uv[0] == "/uv" and "--no-cache" in uv and "--compile-bytecode" not in uv
+    assert env == {"UV_NO_INSTALLER_METADATA": "1"}  # as the deploy runs it
     assert command("uv --compile-bytecode")[0] == [*uv, "--compile-bytecode"]
 
 
