@@ -29,6 +29,12 @@ def locked_install(venv, lock, wheels_dir=None, uv="python3 -m uv"):
     return f"{UV_REPRODUCIBLE} {uv} pip install {_uv_target(venv, wheels_dir, '--no-deps')} -r {shlex.quote(lock)}"
 
 
+def locked_sync(venv, lock, wheels_dir=None, uv="python3 -m uv"):
+    """The command making ``venv`` exactly ``lock`` again: extra distributions removed, missing
+    ones installed, hashes required; as ``locked_install``, from ``wheels_dir`` alone when given."""
+    return f"{UV_REPRODUCIBLE} {uv} pip sync {_uv_target(venv, wheels_dir)} {shlex.quote(lock)}"
+
+
 def _uv_target(venv, wheels_dir, *flags):
     """uv's arguments for the venv's interpreter, hashes required (and ``flags``), no
     configuration read, and the wheelhouse alone (no index) when given."""
@@ -158,7 +164,7 @@ def locked_venv(venv, python, lock, uv, scripts_dir, wheels_dir=None):
         host.noop(f"{venv} holds exactly {lock.rsplit('/', 1)[-1]} ({report['locked']} distributions)")
         return
     # Another distribution in it, one missing, another version, or no answer: made the lock again.
-    yield f"{UV_REPRODUCIBLE} {uv} pip sync {_uv_target(venv, wheels_dir)} {shlex.quote(lock)}"
+    yield locked_sync(venv, lock, wheels_dir, uv)
 
 
 def _build(venv, python, pip, packages, scripts_dir, with_pip=True):
@@ -199,7 +205,7 @@ def _keep_locked(venv, lock, wheels_dir, uv, repair):
     and the distributions whose files drifted are reinstalled from their locked wheels."""
     if not repair:
         return False
-    yield f"{UV_REPRODUCIBLE} {uv} pip sync {_uv_target(venv, wheels_dir)} {shlex.quote(lock)}"
+    yield locked_sync(venv, lock, wheels_dir, uv)
     drifted, strays = _drift(venv, *repair)
     if drifted:
         names = " ".join(f"--reinstall-package {shlex.quote(pin.partition('==')[0])}" for pin in drifted)

@@ -1,8 +1,9 @@
 """The engine's manifest: name, version and sha256 of RECORD per distribution.
 
 Cheap (reads the RECORD files only, hashes nothing else); record_sha256 is null without a
-RECORD, and leaves out what an installer wrote about the install (uv's uv_cache.json). The controller stores it per deploy, so two nodes or two dates can be diffed. Printed
-by `drift.py --manifest`.
+RECORD, and leaves out what an installer wrote about the install (uv's uv_cache.json). The
+controller stores it per deploy, so two nodes or two dates can be diffed. Printed by
+`drift.py --manifest`.
 
 Standard library only, Python >= 3.9.
 """
