@@ -1,10 +1,16 @@
 """Check that every SGLang worker process carries the expected environment.
 
 Finds the unit's MainPID, walks its descendants, keeps those whose command line (process
-title) starts with --match (SGLang titles its schedulers `sglang::scheduler_TP<n>`), and
-compares /proc/<pid>/environ with --expect-json.
+title) starts with a --match (SGLang titles its children `sglang::scheduler_TP<n>`, at TP 1
+`sglang::scheduler`, and `sglang::detokenizer`), and compares what each one's start-up hook
+recorded of its environment (lib/env_records.py, in --records: by default the unit's runtime
+directory) with --expect-json. /proc/<pid>/environ is no witness: SGLang's setproctitle reuses
+that memory for the title, so a titled process's reads as NUL bytes. A worker without a record
+did not run the hook (started from another interpreter, or before the hook was installed) and
+fails the check, as one whose record holds another value does.
 
     python3 workers.py --unit sglang.service --expect-json '{"NCCL_PROTO": "LL"}'
+    python3 workers.py --pid 4242 --records /tmp/records --expect-json '{...}'   # no systemd
 
 Output, one line per worker and one per mismatch:
     pid 1234 sglang::scheduler_TP0: 6/6 variables ok
@@ -19,12 +25,16 @@ import json
 import sys
 
 if __package__:
-    from .lib import procs, result, status, systemd
+    from .lib import env_records, procs, result, status, systemd
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import procs, result, status, systemd
+    from lib import env_records, procs, result, status, systemd
+
+# The titles of SGLang's children that run the engine's code (and so NCCL, CUDA).
+MATCH = ("sglang::scheduler", "sglang::detokenizer")
+NO_RECORD = "no record of its environment from the start-up hook (the hook did not run in this process)"
 
 
-def check_worker(pid, expected, proc=procs.PROC):
+def check_worker(pid, expected, records, proc=procs.PROC):
     """{pid, title, checked, ok, error, mismatches: [{var, expected, actual (None = missing)}]}."""
     report = {
         "pid": pid,
@@ -34,10 +44,9 @@ def check_worker(pid, expected, proc=procs.PROC):
         "error": None,
         "mismatches": [],
     }
-    try:
-        env = procs.read_environ(pid, proc)
-    except OSError as exc:
-        report.update(ok=False, error="cannot read environment: %s" % (exc.strerror or exc))
+    env = env_records.read(records, pid, proc)
+    if env is None:
+        report.update(ok=False, error=NO_RECORD)
         return report
     for var, want in sorted(expected.items()):
         have = env.get(var)
@@ -47,12 +56,17 @@ def check_worker(pid, expected, proc=procs.PROC):
     return report
 
 
-def find_workers(main_pid, match, proc=procs.PROC):
-    """Descendants of main_pid (and main_pid itself) whose command line starts with match."""
+def find_workers(main_pid, match=MATCH, proc=procs.PROC):
+    """Descendants of main_pid (and main_pid itself) whose command line starts with one of match."""
     if main_pid <= 0:
         return []
     candidates = [main_pid] + procs.descendants(main_pid, procs.ppid_map(proc))
-    return [pid for pid in candidates if procs.title(pid, proc).startswith(match)]
+    return [pid for pid in candidates if procs.title(pid, proc).startswith(tuple(match))]
+
+
+def is_scheduler(worker):
+    """A tensor-parallel scheduler (one per rank), not the detokenizer."""
+    return worker["title"].startswith("sglang::scheduler")
 
 
 def report_lines(report):
@@ -72,18 +86,23 @@ def report_lines(report):
     return lines
 
 
-def run(unit, expected, match="sglang::scheduler", main_pid=None, systemctl=systemd.SYSTEMCTL):
-    """The report dict, with 'status' set."""
+def run(unit, expected, match=MATCH, main_pid=None, records=None, systemctl=systemd.SYSTEMCTL):
+    """The report dict, with 'status' set; ``records``: where the hook writes (default: the
+    unit's runtime directory)."""
     message = None
+    match = tuple(match)
+    if records is None:
+        records = env_records.records_dir(env_records.service_of(unit))
     if main_pid is None:
         main_pid = systemd.as_int(systemd.unit_show(unit, ("MainPID",), systemctl=systemctl).get("MainPID"))
-    workers = [check_worker(pid, expected) for pid in find_workers(main_pid, match)]
+    workers = [check_worker(pid, expected, records) for pid in find_workers(main_pid, match)]
     if main_pid <= 0:
         code, message = status.NO_WORKERS, "%s has no main process (not running)" % unit
     elif not workers:
         code, message = (
             status.NO_WORKERS,
-            "no process under main pid %d has a command line starting with %r" % (main_pid, match),
+            "no process under main pid %d has a command line starting with %s"
+            % (main_pid, " or ".join(repr(m) for m in match)),
         )
     elif all(w["ok"] for w in workers):
         code = status.READY
@@ -92,7 +111,8 @@ def run(unit, expected, match="sglang::scheduler", main_pid=None, systemctl=syst
     return {
         "unit": unit,
         "main_pid": main_pid,
-        "match": match,
+        "match": list(match),
+        "records": records,
         "expected": expected,
         "workers": workers,
         "message": message,
@@ -103,9 +123,16 @@ def run(unit, expected, match="sglang::scheduler", main_pid=None, systemctl=syst
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Check the environment of the unit's worker processes.")
-    parser.add_argument("--unit", required=True)
+    parser.add_argument("--unit", default="sglang.service")
     parser.add_argument("--expect-json", required=True, help='{"VAR": "value", ...}')
-    parser.add_argument("--match", default="sglang::scheduler", help="command-line prefix of a worker")
+    parser.add_argument(
+        "--match",
+        action="append",
+        help="command-line prefix of a worker (repeatable; default: %s)" % ", ".join(MATCH),
+    )
+    parser.add_argument(
+        "--records", help="where the start-up hook records (default: the unit's runtime directory)"
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON report instead of lines")
     parser.add_argument("--pid", type=int, help="use this main pid instead of the unit's MainPID")
     parser.add_argument("--systemctl", default=systemd.SYSTEMCTL)
@@ -117,7 +144,7 @@ def main(argv=None):
     except ValueError as exc:
         parser.error("--expect-json: %s" % exc)
     expected = {str(k): str(v) for k, v in expected.items()}
-    report = run(args.unit, expected, args.match, args.pid, args.systemctl)
+    report = run(args.unit, expected, args.match or MATCH, args.pid, args.records, args.systemctl)
     lines = report_lines(report)
     if not args.json:  # --json: the result line alone, the report in it
         for line in lines:

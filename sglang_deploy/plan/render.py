@@ -14,6 +14,7 @@ from pathlib import Path
 import jinja2
 
 from sglang_deploy.errors import DeployError
+from sglang_deploy.node.lib import env_records
 from sglang_deploy.profile.schema import Profile
 
 ENV_DIR = "/etc/sglang"  # default; the deploy passes its own `env_dir`
@@ -79,6 +80,9 @@ def render_unit(profile: Profile, env_dir: str = ENV_DIR) -> str:
         profile,
         exec_start=exec_start(profile),
         env_file=f"{env_dir}/{profile.service.name}.env",
+        records_var=env_records.RECORDS_VAR,
+        records_dir=env_records.records_dir(profile.service.name),
+        runtime_directory=env_records.runtime_directory(profile.service.name),
     )
 
 
@@ -92,7 +96,12 @@ def render_env_file(profile: Profile, operator_env: Mapping[str, str]) -> str:
 
 def render_hook_module(profile: Profile) -> str:
     """sglang_deploy_env.py: setdefault of every `env` variable (never secrets), by name."""
-    return _render("sglang_env_hook.py.j2", profile, variables=canonical_order(profile.hook_vars()))
+    return _render(
+        "sglang_env_hook.py.j2",
+        profile,
+        variables=canonical_order(profile.hook_vars()),
+        records_var=env_records.RECORDS_VAR,
+    )
 
 
 def canonical_order(variables: Mapping[str, str]) -> dict:

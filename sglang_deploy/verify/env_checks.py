@@ -9,6 +9,7 @@ import shlex
 
 from sglang_deploy.facts.serving import UnitState, WorkerEnvironment
 from sglang_deploy.node.lib import status
+from sglang_deploy.node.workers import is_scheduler
 from sglang_deploy.plan.envfile import parse_env_file
 from sglang_deploy.verify.nccl_confirm import confirm
 from sglang_deploy.verify.registry import ownership, read_fact, redactor, tp_size, verify_check
@@ -130,7 +131,8 @@ def hook(node, plan) -> Check:
 
 @verify_check("workers' env")
 def workers_env(node, plan) -> Check:
-    """tp-size schedulers, every one carrying every variable of the profile."""
+    """tp-size schedulers, every one (and the detokenizer) carrying every variable of the
+    profile, as each process's start-up hook recorded it (node/lib/env_records.py)."""
     report = (
         read_fact(
             node,
@@ -154,12 +156,15 @@ def workers_env(node, plan) -> Check:
                 if not worker["ok"]
             ),
         )
-    if len(report["workers"]) != tp_size(plan):
-        return Check("workers' env", FAILED, f"{len(report['workers'])} schedulers, tp-size {tp_size(plan)}")
+    schedulers = [worker for worker in report["workers"] if is_scheduler(worker)]
+    if len(schedulers) != tp_size(plan):
+        return Check("workers' env", FAILED, f"{len(schedulers)} schedulers, tp-size {tp_size(plan)}")
+    others = len(report["workers"]) - len(schedulers)
     return Check(
         "workers' env",
         OK,
-        f"{len(report['workers'])} schedulers carry {len(plan.profile.hook_vars())} variables",
+        f"{len(schedulers)} schedulers{f' and {others} more' if others else ''} carry "
+        f"{len(plan.profile.hook_vars())} variables (their start-up hook's records)",
     )
 
 

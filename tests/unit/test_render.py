@@ -279,6 +279,12 @@ User=root
 # Log lines reach the journal as they are written: the readiness gate reads them live.
 Environment=PYTHONUNBUFFERED=1
 EnvironmentFile=/etc/sglang/sglang.env
+# Every process of the server records what its environment holds of the profile's variables
+# (the start-up hook), in a directory of this start alone (root's, or the service user's,
+# 0700; removed when the service stops): SGLang's process titles blank /proc/<pid>/environ.
+Environment=SGLANG_DEPLOY_ENV_RECORDS=/run/sglang-env/sglang
+RuntimeDirectory=sglang-env/sglang
+RuntimeDirectoryMode=0700
 ExecStart=/opt/sglang/venv/bin/python -m sglang.launch_server --model-path /models/tiny-standin \
 --served-model-name tiny-standin --host 0.0.0.0 --port 30000 --tp-size 2 --trust-remote-code \
 --mem-fraction-static 0.85 --context-length 512 --cuda-graph-max-bs-decode 32 --enable-metrics
@@ -317,6 +323,8 @@ def test_unit_follows_service_settings():
         "Restart=always",
         "EnvironmentFile=/run/sglang/sglang-b.env",
         "SyslogIdentifier=sglang-b",
+        "Environment=SGLANG_DEPLOY_ENV_RECORDS=/run/sglang-env/sglang-b",
+        "RuntimeDirectory=sglang-env/sglang-b",
     ]:
         assert line + "\n" in unit
     assert " --port 30001 " in unit
