@@ -276,22 +276,28 @@ def test_context_length_from_config(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------- process title
 def _retitle_and_report(conn):
-    from sglang.srt.sandbox.proctitle import setproctitle
+    from setproctitle import setproctitle  # what the stand-in's scheduler titles itself with
 
-    conn.send(setproctitle("sglang::scheduler_TP7"))
+    setproctitle("sglang::scheduler_TP7")
+    conn.send(os.environ.get("STANDIN_TITLE_CANARY"))
     conn.recv()  # the test reads /proc, then tells us to go
 
 
-def test_setproctitle_rewrites_cmdline_and_comm():
+def test_titles_blank_the_environ_as_on_sglang(monkeypatch):
+    """The stand-in titles its children with the real setproctitle, as SGLang does: the title
+    in /proc/<pid>/cmdline and comm, and /proc/<pid>/environ blank although the process still
+    holds its environment (seen on SGLang 0.5.17: a check reading environ finds nothing)."""
+    monkeypatch.setenv("STANDIN_TITLE_CANARY", "present")
     # spawn, as the stand-in does: the child gets this process's sys.path, so it finds sglang.
     ctx = multiprocessing.get_context("spawn")
     ours, theirs = ctx.Pipe()
     proc = ctx.Process(target=_retitle_and_report, args=(theirs,))
     proc.start()
     try:
-        assert ours.poll(30) and ours.recv() is True
+        assert ours.poll(30) and ours.recv() == "present"
         cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
         comm = Path(f"/proc/{proc.pid}/comm").read_text().strip()
+        environ = Path(f"/proc/{proc.pid}/environ").read_bytes()
     finally:
         ours.send("go")
         proc.join(timeout=10)
@@ -299,3 +305,4 @@ def test_setproctitle_rewrites_cmdline_and_comm():
             proc.kill()
     assert cmdline.split(b"\0")[0] == b"sglang::scheduler_TP7"
     assert comm == "sglang::schedul"  # the kernel keeps 15 bytes
+    assert b"STANDIN_TITLE_CANARY" not in environ and not environ.strip(b"\0")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import signal
 import threading
 
-from sglang.srt.sandbox.proctitle import kill_itself_when_parent_died, setproctitle
+from setproctitle import setproctitle
+
+from sglang.srt.sandbox.proctitle import kill_itself_when_parent_died
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils import configure_logger
 
