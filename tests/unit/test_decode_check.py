@@ -25,6 +25,7 @@ class _Streamer(BaseHTTPRequestHandler):
     first after one token-time), a finish chunk and a usage chunk claiming ``usage`` tokens."""
 
     rate, tokens, usage, version, error, seen = 100.0, 11, None, "0.5.23", None, []
+    reasoning = 0  # the first ``reasoning`` tokens stream as reasoning_content (a reasoning parser)
 
     def log_message(self, *args):
         pass
@@ -56,7 +57,8 @@ class _Streamer(BaseHTTPRequestHandler):
         start = time.perf_counter()
         for i in range(self.tokens):
             time.sleep(max(0.0, start + (i + 1) / self.rate - time.perf_counter()))
-            send({"choices": [{"delta": {"content": " w"}}]})
+            field = "reasoning_content" if i < self.reasoning else "content"
+            send({"choices": [{"delta": {field: " w"}}]})
         if self.error == "stream":
             send({"error": {"message": "scheduler died"}})
         send({"choices": [{"delta": {}, "finish_reason": "length"}]})
@@ -99,6 +101,18 @@ def test_the_usage_chunk_wins_when_chunks_pack_several_tokens(server):
     handler.usage = 31  # speculative decoding: three tokens per chunk
     tokens, decode_s, _ = decode_rate.stream_once(_url(port), "m", "hi", 32, 10)
     assert tokens == 31 and decode_rate.decode_rate(tokens, decode_s) == pytest.approx(300, rel=0.3)
+
+
+@pytest.mark.parametrize("reasoning", [11, 9])
+def test_a_reasoning_models_thinking_is_decode_too(server, reasoning):
+    """With a reasoning parser (Kimi-K2.5, DeepSeek-R1, Qwen3) SGLang streams the thinking as
+    delta.reasoning_content (seen on 0.5.17: every token of a short answer): all of it is
+    timed, not only the content after it (unmeasured when all is thinking, tok/s overstated
+    when two tokens of content close a long thought)."""
+    handler, port = server
+    handler.reasoning, handler.usage = reasoning, 11
+    tokens, decode_s, _ = decode_rate.stream_once(_url(port), "m", "hi", 11, 10)
+    assert tokens == 11 and decode_rate.decode_rate(tokens, decode_s) == pytest.approx(100, rel=0.3)
 
 
 @pytest.mark.parametrize("error, says", [("http", "HTTP 503: busy"), ("stream", "scheduler died")])

@@ -2,7 +2,8 @@
 completions at temperature 0, one at a time (batch 1). Standard library only: decode_check.py
 runs it on the node, bench/throughput.py from the controller.
 
-Per request: tokens = stream chunks carrying content, unless the final usage chunk's
+Per request: tokens = stream chunks carrying content or, with a reasoning parser, reasoning
+content (SGLang streams a reasoning model's thinking as delta.reasoning_content), unless the final usage chunk's
 completion_tokens says more (a server may pack several tokens into one chunk, as speculative
 decoding does); decode tok/s = (tokens - 1) / (last token's arrival - first token's arrival),
 so prefill and the time to the first token (TTFT, reported apart) are left out.
@@ -62,7 +63,8 @@ def stream_once(url, model, prompt, max_tokens, timeout):
             if event.get("usage"):
                 usage = event["usage"].get("completion_tokens")
             for choice in event.get("choices") or ():
-                if (choice.get("delta") or {}).get("content"):
+                delta = choice.get("delta") or {}
+                if delta.get("content") or delta.get("reasoning_content"):
                     now = time.perf_counter()
                     chunks += 1
                     first = first or now
