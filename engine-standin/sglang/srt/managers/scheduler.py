@@ -19,12 +19,12 @@ import signal
 import sys
 import threading
 
+from setproctitle import setproctitle
+
 from sglang.srt.hf_transformers_utils import get_config
 from sglang.srt.model_executor.model_runner import GPU_TOTAL_GB, ModelRunner
 from sglang.srt.sandbox import dist_group, failures
 from sglang.srt.sandbox.knobs import Knobs
-from setproctitle import setproctitle
-
 from sglang.srt.sandbox.proctitle import kill_itself_when_parent_died
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils import configure_logger, get_exception_traceback
