@@ -122,8 +122,9 @@ def clean_env(**extra) -> dict:
 # -- Asking a parser -------------------------------------------------------------------------
 
 # Runs in the parser's interpreter: for each case, prepare_server_args(argv) with its exit
-# status (argparse exits 2 on a bad argv), the last line it wrote to stderr, and the fields
-# the test asks for as the parser typed them.
+# status (argparse exits 2 on a bad argv; an exception, as from a bad --config file, is exit 1
+# with the exception's type and text), the last line it wrote to stderr, and the fields the
+# test asks for as the parser typed them.
 PROBE = r"""
 import contextlib, io, json, sys
 from importlib import metadata
@@ -140,6 +141,9 @@ for case in cases:
     except SystemExit as exc:
         lines = err.getvalue().strip().splitlines()
         results.append({"exit": exc.code, "error": lines[-1] if lines else "", "fields": {}})
+        continue
+    except Exception as exc:
+        results.append({"exit": 1, "error": f"{type(exc).__name__}: {exc}", "fields": {}})
         continue
     results.append({"exit": 0, "error": "", "fields": {
         name: getattr(args, name, "<no such field>") for name in case["fields"]}})
@@ -225,6 +229,15 @@ PARITY = {
     "underscore-flag": lambda: BASE + ["--tp_size", "2"],
     # argparse takes an unambiguous prefix as the flag it abbreviates: our check refuses it
     "abbreviated-flag": lambda: BASE + ["--speculative-num-step", "2"],
+    # options beyond the shipped profiles' (tests/unit/test_standin_server_args.py: all of them)
+    "reasoning-tools-api-key": lambda: BASE
+    + ["--reasoning-parser", "deepseek-r1", "--tool-call-parser", "deepseekv3", "--api-key", "K"],
+    "base-gpu-id-dp-size": lambda: BASE + ["--base-gpu-id", "2", "--dp-size", "2"],
+    "data-parallel-size-alias": lambda: BASE + ["--data-parallel-size", "2"],
+    "bad-reasoning-parser": lambda: BASE + ["--reasoning-parser", "nosuch"],
+    "bad-base-gpu-id": lambda: BASE + ["--base-gpu-id", "two"],
+    "bad-context-length": lambda: BASE + ["--context-length", "1.5Ki"],
+    "bad-log-level": lambda: BASE + ["--log-level", "chatty"],
 }
 
 

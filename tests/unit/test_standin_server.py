@@ -20,6 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from sglang_deploy.node.lib import env_records
+from sglang_deploy.plan.render import HOOK_MODULE, render_hook_module
+from sglang_deploy.profile.schema import load_profile
+
 STANDIN = Path(__file__).resolve().parents[2] / "engine-standin"
 TINY_CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -33,6 +37,15 @@ TINY_CONFIG = {
     "vocab_size": 1000,
     "torch_dtype": "float16",
 }
+# The start-up hook's variables in the healthy server's test: the unit's own values, and one the
+# launcher overwrites (SGLang sets CUDA_DEVICE_MAX_CONNECTIONS=8 whatever the profile says).
+HOOK_ENV = {
+    "STANDIN_TEST_MARKER": "from-the-unit-env",
+    "NCCL_PROTO": "LL",
+    "NCCL_BUFFSIZE": "16777216",
+    "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+}
+
 NCCL_TUNING = {
     "NCCL_DEBUG": "INFO",
     "NCCL_PROTO": "LL",
@@ -230,7 +243,18 @@ def server(tmp_path_factory):
         SGLANG_STANDIN_TOKENS_PER_SECOND="40",
         STANDIN_TEST_MARKER="from-the-unit-env",
     )
-    s = Standin(tmp_path_factory.mktemp("standin"), ["--enable-metrics"], env=env)
+    workdir = tmp_path_factory.mktemp("standin")
+    # The start-up hook as the deploy renders it (PYTHONPATH has no .pth: a sitecustomize.py
+    # imports it), recording each process's environment where the workers' check reads it.
+    hook_dir, records = workdir / "hook", workdir / "records"
+    hook_dir.mkdir()
+    records.mkdir(mode=0o700)
+    profile = load_profile("sandbox", overrides={"env": HOOK_ENV})
+    (hook_dir / f"{HOOK_MODULE}.py").write_text(render_hook_module(profile))
+    (hook_dir / "sitecustomize.py").write_text(f"import {HOOK_MODULE}\n")
+    env.update({"PYTHONPATH": f"{STANDIN}:{hook_dir}", env_records.RECORDS_VAR: str(records)})
+    s = Standin(workdir, ["--enable-metrics"], env=env)
+    s.records = str(records)
     yield s
     s.kill()
 
@@ -316,22 +340,20 @@ def test_health_without_generation_when_disabled(standins):
 
 
 def test_schedulers_are_titled_spawn_children_with_the_parents_environment(server):
+    """Titled as SGLang titles them (the real setproctitle: /proc/<pid>/environ blank), each
+    child holds the launcher's environment, as its start-up hook recorded at interpreter start."""
     kids = server.descendants()
     titles = {cmdline(pid): pid for pid in kids}
     assert {"sglang::scheduler_TP0", "sglang::scheduler_TP1", "sglang::detokenizer"} <= set(titles)
     for title in ("sglang::scheduler_TP0", "sglang::scheduler_TP1"):
         pid = titles[title]
         assert Path(f"/proc/{pid}/comm").read_text().strip() == "sglang::schedul"
-        environ = dict(
-            item.split("=", 1)
-            for item in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
-            if "=" in item
-        )
+        assert not Path(f"/proc/{pid}/environ").read_bytes().strip(b"\0")
+        environ = env_records.read(server.records, pid)
         assert environ["STANDIN_TEST_MARKER"] == "from-the-unit-env"
         assert environ["NCCL_PROTO"] == "LL" and environ["NCCL_BUFFSIZE"] == "16777216"
-        # Set by the launcher in its os.environ after it started: only an exec'd (spawned)
-        # child has them in its initial environment block.
-        assert environ["NCCL_CUMEM_ENABLE"] == "0" and environ["NCCL_NVLS_ENABLE"] == "0"
+        # Set by the launcher in its os.environ after it started, over the profile's value:
+        # only an exec'd (spawned) child has it in its initial environment.
         assert environ["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
 
 

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "engine-standin"
 WHEEL = "sglang-0.5.23+sandbox-py3-none-any.whl"
 # What SGLang 0.5.23's own metadata declares for these four (its METADATA's Requires-Dist).
-REQUIRES = ["fastapi", "orjson", "pydantic", "uvicorn>=0.51"]
+REQUIRES = ["fastapi", "orjson", "pydantic", "setproctitle", "uvicorn>=0.51"]
 
 
 def requires_dist(wheel: Path) -> list:

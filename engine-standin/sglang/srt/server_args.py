@@ -1,53 +1,59 @@
 """The arguments of the server.
 
-Only the flags the deploy's profiles use exist here, with the names, aliases, types,
-defaults and help of SGLang 0.5.23's parser (read from the released wheel), so that an argv
-the stand-in accepts is one SGLang accepts and a mistake fails the same way: argparse prints
-usage plus `sglang serve: error: ...` and exits 2.
+The parser has every option of SGLang 0.5.23's (`ServerArgs.add_cli_args`), built from
+server_args_spec.py, a table generated from the real parser (engine-standin/tools/): the same
+flags and aliases in the same order, value types, nargs, actions, choices and defaults. So an
+argv the stand-in accepts is one SGLang accepts, and a mistake fails the same way: argparse
+prints usage plus `sglang serve: error: ...` and exits 2. The value types and SGLang's own
+actions are re-implemented here, by the names the table gives them. `prepare_server_args`
+does what SGLang's does around the parse: `--config FILE.yaml` merging, the --log-level check.
 
 Two consequences of 0.5.23's parser worth knowing:
-* It has no `--cuda-graph-max-bs` any more, only `--cuda-graph-max-bs-decode` and
-  `--cuda-graph-max-bs-prefill`; with argparse's prefix matching `--cuda-graph-max-bs`
-  is "ambiguous option ... could match --cuda-graph-max-bs-decode,
-  --cuda-graph-max-bs-prefill" (exit 2). Both flags exist here for that reason.
+* It has no `--cuda-graph-max-bs` any more, only `--cuda-graph-max-bs-decode` and `-prefill`;
+  with argparse's prefix matching `--cuda-graph-max-bs` is "ambiguous option ... could match
+  --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill" (exit 2).
 * `--speculative-algorithm` is a free string at parse time; an unknown name fails later,
   before anything is spawned: `ValueError: Unknown speculative algorithm name: X` (exit 1).
+
+The ServerArgs record keeps, as typed fields, what the stand-in acts on; every other option's
+value is in `other_args` and readable as an attribute too (`server_args.reasoning_parser`).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import logging
+import os
 import re
-from typing import Optional
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Optional
 
-# Builtin speculative algorithms of SGLang 0.5.23 (names are matched case-insensitively;
-# NEXTN is an alias of EAGLE).
-SPECULATIVE_ALGORITHMS = (
-    "DFLASH",
-    "UNO",
-    "DSPARK",
-    "EAGLE",
-    "EAGLE3",
-    "FROZEN_KV_MTP",
-    "STANDALONE",
-    "NGRAM",
-    "NONE",
-    "NEXTN",
+import orjson
+
+from sglang.srt.server_args_spec import (
+    CUDA_GRAPH_ALLOWED_KEYS,
+    CUDA_GRAPH_PHASES,
+    ENV_CHOICES,
+    NOT_FIELDS,
+    OPTIONS,
+    SPECULATIVE_ALGORITHMS,
+    Option,
 )
+
+logger = logging.getLogger(__name__)
+
+# -- Value types: SGLang's callables, by the names the table uses ------------------------------
+# argparse names a type in its messages ("invalid int value", "invalid loads value") unless it
+# raises ArgumentTypeError, whose text it prints; each keeps SGLang's name and messages.
 
 
 def human_readable_int(value: str) -> int:
-    """Supports standard SI suffixes (k, M, G, T) and IEC suffixes
-    (Ki, Mi, Gi, Ti). Suffixes are case-sensitive.
-
-    Decimals are allowed for SI suffixes only.
-
-    Examples:
-        '1k' -> 1000      '1M' -> 1000000    '25.6k' -> 25600
-        '1Ki' -> 1024     '1Mi' -> 1048576
-    """
-    # argparse names this function in its error: "invalid human_readable_int value".
+    """An int, or one with an SI (k, M, G, T; decimals allowed: '25.6k') or IEC suffix
+    (Ki, Mi, Gi, Ti). Suffixes are case-sensitive."""
     value = value.strip()
     si = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
     iec = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -57,49 +63,209 @@ def human_readable_int(value: str) -> int:
         if suffix in iec:
             if "." in number:
                 raise argparse.ArgumentTypeError(
-                    f"Decimals are not allowed with IEC suffixes like '{suffix}'."
+                    f"Decimals are not allowed with IEC suffixes like '{suffix}'. "
+                    f"Use an integer IEC value such as '{int(Decimal(number))}{suffix}', "
+                    f"or an SI value such as '{number}{suffix[0]}'."
                 )
             return int(number) * iec[suffix]
-        return int(float(number) * si[suffix])
-    return int(value)
+        return int(Decimal(number) * si[suffix])
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"Invalid integer value: '{value}'. "
+            "Use a plain integer, SI suffixes (1k, 1M), or IEC suffixes (1Ki, 1Mi). "
+            "Suffixes are case-sensitive."
+        )
+
+
+def json_list_type(value: str) -> Any:
+    """Any JSON value, read by orjson as SGLang reads it."""
+    try:
+        return orjson.loads(value)
+    except json.JSONDecodeError:  # orjson's error is a subclass
+        raise argparse.ArgumentTypeError(f"Invalid JSON list: {value}. Please provide a valid JSON list.")
+
+
+def nullable_str(val: str) -> Optional[str]:
+    """'' and 'None' mean no value."""
+    if not val or val == "None":
+        return None
+    return val
+
+
+def parse_cuda_graph_backend_arg(raw: str) -> str:
+    """Reject the retired backend before argparse checks the choices."""
+    if raw == "tc_piecewise":
+        raise argparse.ArgumentTypeError("tc_piecewise was removed; select breakable, full, or disabled")
+    return raw
+
+
+def parse_cuda_graph_config_arg(raw: str) -> dict[str, dict[str, Any]]:
+    """--cuda-graph-config: a JSON object of phase -> settings, each phase's keys checked."""
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"--cuda-graph-config must be JSON: {e}")
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(
+            f"--cuda-graph-config must be a JSON object, got {type(parsed).__name__}"
+        )
+    result: dict[str, dict[str, Any]] = {}
+    for phase, phase_settings in parsed.items():
+        phase = str(phase)
+        if phase not in CUDA_GRAPH_PHASES:
+            raise argparse.ArgumentTypeError(
+                f"--cuda-graph-config: unknown phase '{phase}', expected one of {CUDA_GRAPH_PHASES}"
+            )
+        if not isinstance(phase_settings, dict):
+            raise argparse.ArgumentTypeError(
+                f"--cuda-graph-config['{phase}'] must be a JSON object, got {type(phase_settings).__name__}"
+            )
+        if "backend" in phase_settings:
+            parse_cuda_graph_backend_arg(phase_settings["backend"])
+        allowed = CUDA_GRAPH_ALLOWED_KEYS[phase]
+        result[phase] = {}
+        for key, value in phase_settings.items():
+            if key not in allowed:
+                raise argparse.ArgumentTypeError(
+                    f"--cuda-graph-config['{phase}']: unknown key '{key}', expected one of {allowed}"
+                )
+            result[phase][key] = value
+    return result
+
+
+TYPES: dict[str, Callable[[str], Any]] = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "json.loads": json.loads,
+    "human_readable_int": human_readable_int,
+    "json_list_type": json_list_type,
+    "nullable_str": nullable_str,
+    "parse_cuda_graph_backend_arg": parse_cuda_graph_backend_arg,
+    "parse_cuda_graph_config_arg": parse_cuda_graph_config_arg,
+}
+
+# -- SGLang's own actions (class names as SGLang's: --config's messages name them) -------------
+
+
+def warn_deprecated(option_string: Optional[str], new_flag: Optional[str]) -> None:
+    """SGLang's warning, in yellow; before logging is set up it goes plain to stderr."""
+    replacement = f" Use '{new_flag}' instead." if new_flag else ""
+    message = f"'{option_string}' is deprecated and will be removed in a future release.{replacement}"
+    logger.warning(f"\033[1;33m{message}\033[0m")
+
+
+class LoRAPathAction(argparse.Action):
+    """--lora-paths: each value a path, or a JSON object with lora_name and lora_path."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        lora_paths = []
+        if values:
+            assert isinstance(values, list), "Expected a list of LoRA paths."
+            for lora_path in values:
+                lora_path = lora_path.strip()
+                if lora_path.startswith("{") and lora_path.endswith("}"):
+                    obj = json.loads(lora_path)
+                    assert "lora_path" in obj and "lora_name" in obj, (
+                        f"{repr(lora_path)} looks like a JSON str, "
+                        "but it does not contain 'lora_name' and 'lora_path' keys."
+                    )
+                    lora_paths.append(obj)
+                else:
+                    lora_paths.append(lora_path)
+        setattr(namespace, self.dest, lora_paths)
+
+
+class DeprecatedStoreTrueAction(argparse.Action):
+    """A deprecated flag that still stores True, with a warning naming its replacement."""
+
+    def __init__(self, option_strings, dest, new_flag=None, nargs=0, const=True, default=False, **kwargs):
+        self.new_flag = new_flag
+        super().__init__(option_strings, dest, nargs=nargs, const=const, default=default, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        warn_deprecated(option_string, self.new_flag)
+        setattr(namespace, self.dest, True)
+
+
+class DeprecatedStoreConstAction(argparse.Action):
+    """A deprecated flag that writes `const_value` onto its replacement's dest, with a warning."""
+
+    def __init__(
+        self, option_strings, dest, new_flag=None, const_value=None, nargs=0, default=None, **kwargs
+    ):
+        self.new_flag = new_flag
+        self.const_value = const_value
+        super().__init__(option_strings, dest, nargs=nargs, default=default, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        warn_deprecated(option_string, self.new_flag)
+        setattr(namespace, self.dest, self.const_value)
+
+
+def add_option(parser: argparse.ArgumentParser, option: Option) -> None:
+    """parser.add_argument as SGLang called it for this table entry."""
+    kind, flags = option.action, option.flags
+    kwargs: dict[str, Any] = {"dest": option.dest, "required": option.required, "default": option.default}
+    if kind == "boolean_optional":
+        # The table lists `--x, --no-x`; the action makes each `--no-` form itself.
+        flags, kwargs["action"] = flags[::2], argparse.BooleanOptionalAction
+    elif kind in ("store_true", "deprecated_store_true"):
+        kwargs["action"] = "store_true"
+        if kind == "deprecated_store_true":
+            kwargs.update(action=DeprecatedStoreTrueAction, new_flag=option.new_flag)
+    elif kind in ("store", "lora_path", "deprecated_store_const"):
+        choices = option.choices
+        for variable, added in ENV_CHOICES.get(option.dest, {}).items():
+            if os.environ.get(variable, "").lower() in ("true", "1", "yes", "y"):  # SGLang's EnvBool
+                choices = list(choices or []) + list(added)
+        kwargs.update(nargs=option.nargs, type=TYPES[option.type] if option.type else None, choices=choices)
+        if kind == "store":
+            kwargs.update(action="store", const=option.const)
+        elif kind == "lora_path":
+            kwargs["action"] = LoRAPathAction
+        else:
+            kwargs.update(action=DeprecatedStoreConstAction, new_flag=option.new_flag)
+            kwargs["const_value"] = option.const_value
+    else:
+        raise ValueError(f"{flags}: unknown kind of action {kind!r}")
+    parser.add_argument(*flags, **kwargs)
+
+
+# -- The record ------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
 class ServerArgs:
-    """Server-wide configuration (the subset of SGLang's fields the profiles use)."""
+    """Server-wide configuration: typed fields for what the stand-in acts on (defaults as
+    SGLang's), every other option's parsed value in `other_args`."""
 
     # Model and tokenizer
     model_path: str
     trust_remote_code: bool = False
     context_length: Optional[int] = None
-
     # Memory and scheduling
     mem_fraction_static: Optional[float] = None
-
     # Distributed topology and parallelism
     dist_timeout: Optional[int] = None
     dist_init_addr: Optional[str] = None
     nnodes: int = 1
     node_rank: int = 0
     tp_size: int = 1
-
     # Device info and server timeout
     watchdog_timeout: float = 300
-
     # HTTP server
     host: str = "127.0.0.1"
     port: int = 30000
-
     # API related
     served_model_name: Optional[str] = None
-
     # Logging, metrics
     enable_metrics: bool = False
-
     # Cuda graphs
     cuda_graph_max_bs_decode: Optional[int] = None
     cuda_graph_max_bs_prefill: Optional[int] = None
-
     # Speculative decoding
     speculative_algorithm: Optional[str] = None
     speculative_draft_model_path: Optional[str] = None
@@ -107,136 +273,32 @@ class ServerArgs:
     speculative_eagle_topk: Optional[int] = None
     speculative_num_draft_tokens: Optional[int] = None
 
+    # The other options' values, by dest
+    other_args: dict[str, Any] = dataclasses.field(default_factory=dict)
+
     def __post_init__(self):
         # Like SGLang: /v1/models lists the model path unless a name is given.
         if self.served_model_name is None:
             self.served_model_name = self.model_path
 
+    def __getattr__(self, name: str) -> Any:
+        """An option without a typed field, as SGLang's record has it (`args.api_key`)."""
+        other = vars(self).get("other_args", {})  # absent while unpickling
+        if name.startswith("__") or name not in other:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return other[name]
+
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
-        """Register the flags, with SGLang's spelling, aliases, types and defaults."""
-        d = ServerArgs  # defaults come from the dataclass, as in SGLang
-        parser.add_argument(
-            "--model-path",
-            "--model",
-            type=str,
-            dest="model_path",
-            required=True,
-            help="The path of the model weights. This can be a local folder or a Hugging Face repo ID.",
-        )
-        parser.add_argument(
-            "--trust-remote-code",
-            action="store_true",
-            default=d.trust_remote_code,
-            help="Whether or not to allow for custom models defined on the Hub in their own modeling files.",
-        )
-        parser.add_argument(
-            "--context-length",
-            type=human_readable_int,
-            default=d.context_length,
-            help="The model's maximum context length. Defaults to None (will use the value from the model's config.json instead)."
-            f"\n\n{human_readable_int.__doc__}",
-        )
-        parser.add_argument(
-            "--mem-fraction-static",
-            type=float,
-            default=d.mem_fraction_static,
-            help="The fraction of the memory used for static allocation (model weights and KV cache memory pool). Use a smaller value if you see out-of-memory errors.",
-        )
-        parser.add_argument(
-            "--dist-timeout",
-            type=int,
-            default=d.dist_timeout,
-            help="Set timeout for torch.distributed initialization.",
-        )
-        parser.add_argument(
-            "--dist-init-addr",
-            "--nccl-init-addr",
-            type=str,
-            dest="dist_init_addr",
-            default=d.dist_init_addr,
-            help="The host address for initializing distributed backend (e.g., `192.168.0.2:25000`).",
-        )
-        parser.add_argument("--nnodes", type=int, default=d.nnodes, help="The number of nodes.")
-        parser.add_argument("--node-rank", type=int, default=d.node_rank, help="The node rank.")
-        parser.add_argument(
-            "--tp-size",
-            "--tensor-parallel-size",
-            type=int,
-            dest="tp_size",
-            default=d.tp_size,
-            help="The tensor parallelism size.",
-        )
-        parser.add_argument(
-            "--watchdog-timeout",
-            type=float,
-            default=d.watchdog_timeout,
-            help="Set watchdog timeout in seconds. If a forward batch takes longer than this, the server will crash to prevent hanging.",
-        )
-        parser.add_argument("--host", type=str, default=d.host, help="The host of the HTTP server.")
-        parser.add_argument("--port", type=int, default=d.port, help="The port of the HTTP server.")
-        parser.add_argument(
-            "--served-model-name",
-            type=str,
-            default=d.served_model_name,
-            help="Override the model name returned by the v1/models endpoint in OpenAI API server.",
-        )
-        parser.add_argument(
-            "--enable-metrics",
-            action="store_true",
-            default=d.enable_metrics,
-            help="Enable log prometheus metrics.",
-        )
-        parser.add_argument(
-            "--cuda-graph-max-bs-decode",
-            type=int,
-            default=d.cuda_graph_max_bs_decode,
-            help="Maximum batch size captured for the decode cuda graph.",
-        )
-        parser.add_argument(
-            "--cuda-graph-max-bs-prefill",
-            type=int,
-            default=d.cuda_graph_max_bs_prefill,
-            help="Maximum batch size captured for the prefill cuda graph.",
-        )
-        parser.add_argument(
-            "--speculative-algorithm",
-            type=str,
-            default=d.speculative_algorithm,
-            help="Speculative algorithm. Builtins: EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM, DFLASH, "
-            "DSPARK, UNO. Or any name registered via `SpeculativeAlgorithm.register`.",
-        )
-        parser.add_argument(
-            "--speculative-draft-model-path",
-            "--speculative-draft-model",
-            type=str,
-            dest="speculative_draft_model_path",
-            default=d.speculative_draft_model_path,
-            help="The path of the draft model weights. This can be a local folder or a Hugging Face repo ID.",
-        )
-        parser.add_argument(
-            "--speculative-num-steps",
-            type=int,
-            default=d.speculative_num_steps,
-            help="The number of steps sampled from draft model in Speculative Decoding.",
-        )
-        parser.add_argument(
-            "--speculative-eagle-topk",
-            type=int,
-            default=d.speculative_eagle_topk,
-            help="The number of tokens sampled from the draft model in eagle2 each step.",
-        )
-        parser.add_argument(
-            "--speculative-num-draft-tokens",
-            type=int,
-            default=d.speculative_num_draft_tokens,
-            help="The number of tokens sampled from the draft model in Speculative Decoding.",
-        )
+        """Register SGLang 0.5.23's options, in its order (server_args_spec.OPTIONS)."""
+        for option in OPTIONS:
+            add_option(parser, option)
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> ServerArgs:
-        names = [f.name for f in dataclasses.fields(cls)]
-        return cls(**{name: getattr(args, name) for name in names})
+        typed = [f.name for f in dataclasses.fields(cls) if f.name != "other_args"]
+        other = {k: v for k, v in vars(args).items() if k not in typed and k not in NOT_FIELDS}
+        return cls(**{name: getattr(args, name) for name in typed}, other_args=other)
 
     def check_server_args(self) -> None:
         """Checks SGLang makes before launching anything (an exception: exit 1)."""
@@ -257,7 +319,79 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# -- --config FILE.yaml: SGLang's ConfigArgumentMerger ---------------------------------------
+
+
+def _config_keys(action: argparse.Action) -> set:
+    return {action.dest} | {o[2:].replace("-", "_") for o in action.option_strings if o.startswith("--")}
+
+
+def merge_config_with_args(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """The YAML file's options as flags before argv's (argv wins), `--config FILE` taken out.
+
+    As SGLang: true store_true keys become the flag, false ones nothing, other booleans
+    `--key true|false`, lists `--key a b`, mappings JSON; keys of multi-value actions are
+    refused. Errors are ValueError (exit 1). PyYAML is imported here: not in the closure.
+    """
+    import yaml
+
+    indices = [i for i, arg in enumerate(argv) if arg == "--config"]
+    if len(indices) > 1:
+        raise ValueError("Multiple config files specified! Only one allowed.")
+    if indices[0] == len(argv) - 1:
+        raise ValueError("No config file specified after --config flag!")
+    file_path = argv[indices[0] + 1]
+    if not file_path:
+        return argv
+    if Path(file_path).suffix.lower() not in [".yaml", ".yml"]:
+        raise ValueError(f"Config file must be YAML format, got: {Path(file_path).suffix}")
+    if not Path(file_path).exists():
+        raise ValueError(f"Config file not found: {file_path}")
+    with open(file_path) as file:
+        config = yaml.safe_load(file)
+    config = {} if config is None else config
+    if not isinstance(config, dict):
+        raise ValueError("Config file must contain a dictionary at root level")
+
+    def single(a: argparse.Action) -> bool:
+        return isinstance(a, (argparse._StoreTrueAction, argparse._StoreAction)) or a.nargs is None
+
+    store_true = {
+        k for a in parser._actions if isinstance(a, argparse._StoreTrueAction) for k in _config_keys(a)
+    }
+    supported = {k for a in parser._actions if single(a) for k in _config_keys(a)}
+    unsupported = {
+        key: a
+        for a in parser._actions
+        if a.option_strings and not single(a) and not {"--config", "--help", "-h"} & set(a.option_strings)
+        for key in _config_keys(a)
+        if key not in supported
+    }
+    args: list[str] = []
+    for key, value in config.items():
+        key_norm = key.replace("-", "_")
+        if key_norm in unsupported:
+            action_name = unsupported[key_norm].__class__.__name__
+            raise ValueError(f"Unsupported config option '{key_norm}' with action '{action_name}'")
+        if isinstance(value, bool):
+            if key_norm not in store_true:
+                args += [f"--{key}", str(value).lower()]
+            elif value:
+                args.append(f"--{key}")
+        elif isinstance(value, list):
+            if value:
+                args += [f"--{key}"] + [str(item) for item in value]
+        else:
+            args += [f"--{key}", json.dumps(value) if isinstance(value, dict) else str(value)]
+    return args + argv[: indices[0]] + argv[indices[0] + 2 :]
+
+
 def prepare_server_args(argv: list[str]) -> ServerArgs:
     """Parse argv into ServerArgs; unknown flags or bad values exit 2 with argparse's message."""
-    raw_args = make_parser().parse_args(argv)
+    parser = make_parser()
+    if "--config" in argv:
+        argv = merge_config_with_args(parser, argv)
+    raw_args = parser.parse_args(argv)
+    # SGLang sets up logging with this level first: a name logging lacks fails here (exit 1).
+    logging.Logger("sglang").setLevel(getattr(logging, raw_args.log_level.upper()))
     return ServerArgs.from_cli_args(raw_args)
