@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.node.lib import env_records
+from sglang_deploy.node.lib import decode_rate, env_records
 from sglang_deploy.plan.render import HOOK_MODULE, render_hook_module
 from sglang_deploy.profile.schema import load_profile
 
@@ -404,6 +404,30 @@ def test_native_generate_and_openai_completion(server):
     body = json.loads(data)
     assert status == 200 and body["usage"]["completion_tokens"] == 3
     assert body["choices"][0]["finish_reason"] == "length"
+
+
+def test_a_reasoning_parser_streams_the_thinking_as_reasoning_content(standins):
+    """As SGLang with --reasoning-parser: the thinking arrives as delta.reasoning_content, then
+    the answer as content; the decode check's measurement counts both channels at the
+    configured rate (counting content alone gave 'too few tokens' or an overstated tok/s)."""
+    s = standins(
+        ["--reasoning-parser", "deepseek-r1"],
+        env={"SGLANG_STANDIN_TOKENS_PER_SECOND": "40", "SGLANG_STANDIN_WARMUP_SECONDS": "0.1"},
+    )
+    assert s.wait_log("fired up")
+    status, info = s.get_json("/model_info")
+    assert status == 200 and info["reasoning_parser"] == "deepseek-r1"
+    url = f"http://127.0.0.1:{s.port}/v1/chat/completions"
+    tokens, decode_s, _ = decode_rate.stream_once(url, "tiny-standin", "Think.", 16, 30)
+    assert tokens == 16 and decode_rate.decode_rate(tokens, decode_s) == pytest.approx(40, rel=0.25)
+    status, data = s.request(
+        "POST",
+        "/v1/chat/completions",
+        {"model": "tiny-standin", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8},
+    )
+    message = json.loads(data)["choices"][0]["message"]
+    assert status == 200 and message["reasoning_content"] and message["content"]
+    assert json.loads(data)["usage"]["reasoning_tokens"] == 6
 
 
 def test_streaming_chat_completion_runs_at_the_configured_rate(server):

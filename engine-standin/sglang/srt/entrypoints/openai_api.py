@@ -52,6 +52,9 @@ class ApiError(Exception):
         }
 
 
+THINKING_SHARE = (3, 4)
+
+
 class Backend:
     """What the endpoints need from the server: model facts, pacing, warmup gating."""
 
@@ -63,6 +66,7 @@ class Backend:
         first_forward_at: float,
         broken_at: Optional[float] = None,
         hangs: bool = False,
+        reasoning: bool = False,
     ):
         self.served_model_name = served_model_name
         self.context_len = context_len
@@ -76,6 +80,14 @@ class Backend:
         # deadlocked first all-reduce looks like): no answer, no more log lines.
         self.hangs = hangs
         self.on_request = None  # called at the start of every generation request
+        # --reasoning-parser: a chat answer's first THINKING_SHARE of tokens is the model's
+        # thinking, which SGLang streams as delta.reasoning_content (seen on 0.5.17), the rest
+        # its content.
+        self.reasoning = reasoning
+
+    def thinking_tokens(self, n: int) -> int:
+        """How many of a chat answer's ``n`` tokens are thinking (reasoning_content)."""
+        return (n * THINKING_SHARE[0]) // THINKING_SHARE[1] if self.reasoning else 0
 
     def prepare(self, prompt_tokens: int, max_new_tokens: Any) -> int:
         if self.on_request is not None:
@@ -131,13 +143,13 @@ def _prompt_tokens(prompt: Any) -> int:
     raise ApiError(400, "prompt must be a string or a list of token ids")
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def _usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0) -> dict:
     return {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
         "prompt_tokens_details": None,
-        "reasoning_tokens": 0,
+        "reasoning_tokens": reasoning_tokens,
     }
 
 
@@ -347,6 +359,7 @@ def chat_completions(backend: Backend, body: dict):
     n = backend.prepare(prompt_tokens, 128 if max_new is None else max_new)
     rid, created, model = uuid.uuid4().hex, int(time.time()), body.get("model") or backend.served_model_name
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    thinking = backend.thinking_tokens(n)
 
     def chunk(delta: dict, finish: Optional[str]) -> dict:
         return {
@@ -365,8 +378,9 @@ def chat_completions(backend: Backend, body: dict):
             yield chunk({"role": "assistant", "content": ""}, None)
             count = 0
             for token in backend.tokens(prompt_tokens, n, rid, True, received):
+                field = "reasoning_content" if count < thinking else "content"
                 count += 1
-                yield chunk({"content": token}, None)
+                yield chunk({field: token}, None)
             yield chunk({}, "length")
             if include_usage:
                 yield {
@@ -375,11 +389,12 @@ def chat_completions(backend: Backend, body: dict):
                     "created": created,
                     "model": model,
                     "choices": [],
-                    "usage": _usage(prompt_tokens, count),
+                    "usage": _usage(prompt_tokens, count, min(count, thinking)),
                 }
 
         return Stream(events())
-    text = "".join(backend.tokens(prompt_tokens, n, rid, False, received))
+    tokens = list(backend.tokens(prompt_tokens, n, rid, False, received))
+    reasoning, text = "".join(tokens[:thinking]), "".join(tokens[thinking:])
     return Json(
         200,
         {
@@ -393,7 +408,7 @@ def chat_completions(backend: Backend, body: dict):
                     "message": {
                         "role": "assistant",
                         "content": text,
-                        "reasoning_content": None,
+                        "reasoning_content": reasoning or None,
                         "tool_calls": None,
                     },
                     "logprobs": None,
@@ -401,6 +416,6 @@ def chat_completions(backend: Backend, body: dict):
                     "matched_stop": None,
                 }
             ],
-            "usage": _usage(prompt_tokens, n),
+            "usage": _usage(prompt_tokens, n, thinking),
         },
     )
