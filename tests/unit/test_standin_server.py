@@ -174,15 +174,13 @@ class Standin:
             s.settimeout(0.5)
             return s.connect_ex(("127.0.0.1", self.port)) == 0
 
-    def request(self, method, path, body=None, timeout=10):
+    def request(self, method, path, body=None, timeout=10, key=None):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
         try:
-            conn.request(
-                method,
-                path,
-                body=json.dumps(body) if body is not None else None,
-                headers={"Content-Type": "application/json"},
-            )
+            conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
             resp = conn.getresponse()
             data = resp.read()
             return resp.status, data
@@ -428,6 +426,27 @@ def test_a_reasoning_parser_streams_the_thinking_as_reasoning_content(standins):
     message = json.loads(data)["choices"][0]["message"]
     assert status == 200 and message["reasoning_content"] and message["content"]
     assert json.loads(data)["usage"]["reasoning_tokens"] == 6
+
+
+def test_an_api_key_guards_every_endpoint_but_health_ready_and_metrics(standins):
+    """As SGLang's add_api_key_middleware (seen on 0.5.17: /v1/models and /ping 401, /health
+    open): the warmup sends the key itself, so the server still fires up."""
+    key = "sk-standin-test"
+    s = standins(["--api-key", key, "--enable-metrics"], env={"SGLANG_STANDIN_WARMUP_SECONDS": "0.1"})
+    assert s.wait_log("fired up")
+    for method, path in (
+        ("GET", "/v1/models"),
+        ("GET", "/ping"),
+        ("GET", "/model_info"),
+        ("POST", "/generate"),
+    ):
+        body = {"text": "x", "sampling_params": {"max_new_tokens": 1}} if method == "POST" else None
+        status, data = s.request(method, path, body)
+        assert (status, json.loads(data)) == (401, {"error": "Unauthorized"}), path
+        assert s.request(method, path, body, key="sk-wrong")[0] == 401, path
+        assert s.request(method, path, body, key=key)[0] == 200, path
+    for path in ("/health", "/ready", "/metrics"):
+        assert s.request("GET", path)[0] == 200, path
 
 
 def test_streaming_chat_completion_runs_at_the_configured_rate(server):

@@ -14,6 +14,7 @@ server-sent events). Access lines are uvicorn's:
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import http.server
 import json
 import logging
@@ -206,6 +207,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
     dummy_health_only = False
 
     # ------------------------------------------------------------------ plumbing
+    # SGLang's add_api_key_middleware: with --api-key every endpoint but these wants
+    # `Authorization: Bearer <key>` (401 {"error": "Unauthorized"}); probes and scrapes stay open.
+    OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+
+    def _authorized(self, path: str) -> bool:
+        key = getattr(self.state.server_args, "api_key", None)
+        if not key or self.command == "OPTIONS" or path.startswith(self.OPEN_PREFIXES):
+            return True
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token, key)
+
+    def _refused(self, path: str) -> bool:
+        """Answered 401 (the body read and dropped) when the request lacks the server's key."""
+        if self._authorized(path):
+            return False
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self._json(401, {"error": "Unauthorized"})
+        return True
+
     def setup(self):
         super().setup()
         # Token-by-token streaming: do not let Nagle batch the small writes.
@@ -285,6 +305,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         path = self.path.split("?", 1)[0]
         state = self.state
+        if self._refused(path):
+            return None
         if self.dummy_health_only and path in ("/health", "/health_generate", "/ping"):
             return self._empty(200)
         if path in ("/health", "/health_generate"):
@@ -343,6 +365,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         path = self.path.split("?", 1)[0]
+        if self._refused(path):
+            return None
         routes = {
             "/generate": openai_api.generate,
             "/v1/completions": openai_api.completions,

@@ -65,12 +65,14 @@ logger = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------- warmup
-def _http(method: str, url: str, body: Optional[dict] = None, timeout: float = 600):
-    """(status, body text) of one request; HTTP errors are answers, not exceptions."""
+def _http(method: str, url: str, body: Optional[dict] = None, timeout: float = 600, key=None):
+    """(status, body text) of one request; HTTP errors are answers, not exceptions. ``key``:
+    the server's --api-key, sent as SGLang's warmup sends it."""
     data = orjson.dumps(body) if body is not None else None
-    request = urllib.request.Request(
-        url, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, response.read().decode(errors="replace")
@@ -81,11 +83,12 @@ def _http(method: str, url: str, body: Optional[dict] = None, timeout: float = 6
 def _execute_server_warmup(url: str, state: ServerState) -> None:
     """SGLang's warmup: wait for /model_info, one short /generate (its 200 sets the status Up),
     then /freeze_gc."""
+    key = getattr(state.server_args, "api_key", None)
     last_error = None
     for _ in range(120):
         time.sleep(1)  # as SGLang: 1 s before each try, the first one included
         try:
-            status, text = _http("GET", url + "/model_info", timeout=5)
+            status, text = _http("GET", url + "/model_info", timeout=5, key=key)
             if status == 200:
                 break
             last_error = f"status={status}, text={text!r}"
@@ -97,11 +100,11 @@ def _execute_server_warmup(url: str, state: ServerState) -> None:
         "sampling_params": {"temperature": 0, "max_new_tokens": 8},
         "text": "The capital city of France is",
     }
-    status, text = _http("POST", url + "/generate", json_data)
+    status, text = _http("POST", url + "/generate", json_data, key=key)
     assert status == 200, f"{text}"
     state.server_status = ServerStatus.UP
     try:
-        _http("POST", url + "/freeze_gc", timeout=10)
+        _http("POST", url + "/freeze_gc", timeout=10, key=key)
     except OSError:
         logger.warning("post-warmup freeze_gc failed", exc_info=True)
 
