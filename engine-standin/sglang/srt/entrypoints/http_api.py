@@ -93,7 +93,7 @@ class ServerState:
             first_forward_at=now + knobs.warmup_seconds,
             broken_at=now + knobs.fail_after_seconds if knobs.fail == "warmup-fails" else None,
             hangs=knobs.fail == "hang-warmup",
-            reasoning=server_args.reasoning_parser is not None,
+            reasoning=getattr(server_args, "reasoning_parser", None) is not None,
         )
         # Starting until the warmup's /generate answered 200 (then Up); /health sets Up or
         # UnHealthy after each generation check.
@@ -159,7 +159,7 @@ class ServerState:
             "preferred_sampling_params": None,
             "weight_version": "default",
             "load_format": "auto",
-            "reasoning_parser": self.server_args.reasoning_parser,
+            "reasoning_parser": getattr(self.server_args, "reasoning_parser", None),
             "tool_call_parser": None,
             "disaggregation_mode": "null",
             "has_image_understanding": False,
