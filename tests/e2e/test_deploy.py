@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sglang_deploy.node.lib import status
+from sglang_deploy.node.lib import env_records, status
 from sglang_deploy.node.lib.installed import canonical
 from sglang_deploy.plan.hosts import deploy_defaults
 from sglang_deploy.plan.locks import load_lock, lock_path
@@ -97,8 +97,9 @@ def test_changing_one_nccl_value_restarts_once_and_reaches_workers(converged, pr
     result = verify(profiles)
     assert result.returncode == 0, result.stdout[-5000:]
     main_pid = after["node1"][0]
-    environ = ssh("node1", f"cat /proc/$(pgrep -P {main_pid} -f sglang::scheduler_TP0)/environ")
-    assert "NCCL_NTHREADS=256" in environ.split("\0")
+    scheduler = ssh("node1", f"pgrep -P {main_pid} -f sglang::scheduler_TP0").strip()
+    record = json.loads(ssh("node1", f"cat {env_records.records_dir('sglang')}/{scheduler}.json"))
+    assert record["variables"]["NCCL_NTHREADS"] == "256"
 
 
 def test_a_comment_only_change_restarts_nothing(converged, profile_dir):

@@ -1,16 +1,20 @@
 """The SGLang stand-in under a plain systemd unit on a sandbox node (no deploy involved):
 what reaches spawned schedulers, and how each injected failure looks from outside.
 
-- variables of the unit's EnvironmentFile= are in every scheduler's /proc/<pid>/environ;
-- variables exported in an SSH shell before `systemctl restart` are not (the incident's trap);
+- variables of the unit's EnvironmentFile= reach every scheduler, over the start-up hook's
+  defaults; variables exported in an SSH shell before `systemctl restart` do not (the
+  incident's trap). A titled scheduler's /proc/<pid>/environ is blank (setproctitle, as on
+  SGLang), so what each one holds is read from the hook's records, as the deploy's check does;
 - each failure the stand-in can inject shows in the exit status, the journal and the port;
 - how a stop ends: SIGTERM to the main process alone (drained, exit 0) and `systemctl stop`.
 """
 
+import json
 import time
 
 import pytest
 
+from sglang_deploy.plan.render import HOOK_MODULE, render_hook_module, render_hook_pth
 from sglang_deploy.plan.wheelhouse import lock_wheels_dir
 from sglang_deploy.profile.schema import load_profile
 
@@ -23,11 +27,17 @@ UNIT_TEXT = f"""[Service]
 Type=exec
 EnvironmentFile=/etc/standin-plain.env
 Environment=PYTHONUNBUFFERED=1
+Environment=SGLANG_DEPLOY_ENV_RECORDS=/run/standin-plain
+RuntimeDirectory=standin-plain
 ExecStart={VENV}/bin/python -m sglang.launch_server --model-path /models/tiny-standin --tp-size 2 \\
   --context-length 512 --host 127.0.0.1 --port {PORT}
 Restart=no
 """
 ENV_TEXT = 'NCCL_PROTO="LL"\nNCCL_P2P_LEVEL="SYS"\nSPACED="a b $c # d"\nSGLANG_STANDIN_LOAD_SECONDS="1"\n'
+# The start-up hook's defaults: a value that reached a scheduler from elsewhere wins over them.
+HOOK_ENV = {
+    name: "from-the-hook" for name in ("NCCL_PROTO", "NCCL_P2P_LEVEL", "SPACED", "NCCL_ALGO", "NCCL_NTHREADS")
+}
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +59,12 @@ def plain_unit():
         f"{VENV}/bin/pip install -q --no-index --find-links /tmp/standin-wheels --force-reinstall "
         "sglang==0.5.23+sandbox",
     )
+    site = ssh(
+        NODE, f"{VENV}/bin/python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))'"
+    ).strip()
+    profile = load_profile("sandbox", overrides={"env": HOOK_ENV})
+    ssh(NODE, f"cat > {site}/{HOOK_MODULE}.py", stdin=render_hook_module(profile))
+    ssh(NODE, f"cat > {site}/{HOOK_MODULE}.pth", stdin=render_hook_pth(profile))
     ssh(NODE, f"cat > /etc/systemd/system/{UNIT}", stdin=UNIT_TEXT)
     yield
     ssh(
@@ -87,14 +103,13 @@ def healthy():
 
 
 def scheduler_environs():
+    """Each scheduler's variables as its start-up hook recorded them (its /proc/<pid>/environ
+    reads as NUL bytes: checked too)."""
     main = ssh(NODE, f"systemctl show -p MainPID --value {UNIT}").strip()
     pids = ssh(NODE, f"pgrep -P {main} -f '^sglang::scheduler'").split()
-    return {
-        pid: dict(
-            item.split("=", 1) for item in ssh(NODE, f"cat /proc/{pid}/environ").split("\0") if "=" in item
-        )
-        for pid in pids
-    }
+    for pid in pids:
+        assert not ssh(NODE, f"tr -d '\\0' < /proc/{pid}/environ"), pid
+    return {pid: json.loads(ssh(NODE, f"cat /run/standin-plain/{pid}.json"))["variables"] for pid in pids}
 
 
 def port_listening():
@@ -115,7 +130,7 @@ def test_variables_exported_in_the_ssh_shell_do_not_reach_them(plain_unit):
     start(shell_exports="export NCCL_ALGO=Ring NCCL_NTHREADS=512;")
     assert wait_for(healthy)
     for pid, environ in scheduler_environs().items():
-        assert "NCCL_ALGO" not in environ and "NCCL_NTHREADS" not in environ, pid
+        assert environ["NCCL_ALGO"] == environ["NCCL_NTHREADS"] == "from-the-hook", pid
 
 
 @pytest.mark.parametrize(
