@@ -10,8 +10,11 @@ spawned scheduler processes -> NCCL. One run walks it end to end, without system
    started as the unit would start it: `python -m sglang.launch_server <profile argv>` in an
    environment made ONLY of that file plus PATH, PYTHONUNBUFFERED=1 (the unit's own
    Environment=) and PYTHONPATH for the stand-in (what the venv install would give). Nothing
-   is inherited from the calling shell. Then: the readiness gate (gate.py --pid/--log), every
-   scheduler's /proc/<pid>/environ (workers.py --pid), NCCL's own "set by environment" lines
+   is inherited from the calling shell; the profile's start-up hook is importable (a
+   sitecustomize.py beside it on PYTHONPATH: no venv here) and records each process's
+   environment. Then: the readiness gate (gate.py --pid/--log), every scheduler's environment
+   as its hook recorded it (workers.py --pid --records: a titled process's /proc/<pid>/environ
+   is blank), NCCL's own "set by environment" lines
    (nccl_confirm, all six on every rank; with one rank NCCL_PROTO/NCCL_ALGO are not logged:
    they need >= 2 ranks), the
    worker PIDs holding GPU memory (nvidia-smi), and none after a SIGTERM stop.
@@ -48,9 +51,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sglang_deploy.node.lib import compute_apps, procs, status  # noqa: E402
+from sglang_deploy.node.lib import compute_apps, env_records, procs, status  # noqa: E402
 from sglang_deploy.plan.envfile import parse_env_file  # noqa: E402
-from sglang_deploy.plan.render import render_env_file  # noqa: E402
+from sglang_deploy.plan.render import HOOK_MODULE, render_env_file, render_hook_module  # noqa: E402
 from sglang_deploy.plan.script_commands import gate_args  # noqa: E402
 from sglang_deploy.profile.schema import load_profile  # noqa: E402
 from sglang_deploy.verify import gpu_health, nccl_confirm  # noqa: E402
@@ -78,7 +81,7 @@ SGLANG_SETS = frozenset(
         "PROMETHEUS_MULTIPROC_DIR",
     }
 )
-LOCALE_COERCION = ("C.UTF-8", "C.utf8", "UTF-8")
+WORKERS_CHECK = "worker environment (start-up hook records)"
 TINY_CONFIG = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
@@ -167,12 +170,12 @@ def server_environment(env_file_vars: dict[str, str], pass_env: dict[str, str] =
     return env
 
 
-def inherited_extras(worker_env: dict[str, str], server_env: dict[str, str]) -> list[str]:
-    """Variables in a worker that the server was not given and neither SGLang nor the Python
-    interpreter sets itself (PEP 538: with no locale set, Python coerces the C locale and exports
-    LC_CTYPE=C.UTF-8 to its children)."""
-    extra = set(worker_env) - set(server_env) - SGLANG_SETS
-    if worker_env.get("LC_CTYPE") in LOCALE_COERCION and not {"LC_ALL", "LC_CTYPE", "LANG"} & set(server_env):
+def inherited_extras(worker_names, server_env: dict[str, str]) -> list[str]:
+    """Variables (by name, as the hook records them) in a worker that the server was not given
+    and neither SGLang nor the Python interpreter sets itself (PEP 538: with no locale set,
+    Python coerces the C locale and exports LC_CTYPE to its children)."""
+    extra = set(worker_names) - set(server_env) - SGLANG_SETS
+    if not {"LC_ALL", "LC_CTYPE", "LANG"} & set(server_env):
         extra.discard("LC_CTYPE")
     return sorted(extra)
 
@@ -281,13 +284,13 @@ def check_workers_positive(report: dict) -> Result:
     n = len(report["workers"])
     if report["status"] == status.READY:
         return Result(
-            "worker environment (/proc/<pid>/environ)",
+            WORKERS_CHECK,
             True,
             "%d scheduler(s), %d/%d variables each" % (n, len(report["expected"]), len(report["expected"])),
             lines,
         )
     return Result(
-        "worker environment (/proc/<pid>/environ)",
+        WORKERS_CHECK,
         False,
         "%s %s" % (report["status_name"], report.get("message") or ""),
         lines,
@@ -312,7 +315,7 @@ def check_workers_negative(report: dict, tuning: dict[str, str]) -> Result:
         reasons.append("no scheduler found")
     detail = "%s: %s missing in every scheduler" % (report["status_name"], ", ".join(tuning))
     return Result(
-        "worker environment (/proc/<pid>/environ)",
+        WORKERS_CHECK,
         not reasons,
         "; ".join(reasons) if reasons else detail,
         lines,
@@ -537,6 +540,14 @@ def start_and_check(name, profile, expected_env, tuning, args, work, gpu, positi
         )
     )
     server_env = server_environment(parsed, args.pass_env)
+    # The start-up hook as the deploy renders it, recording into a directory of this start.
+    hook_dir, records = work / ("%s-hook" % name), work / ("%s-records" % name)
+    hook_dir.mkdir()
+    records.mkdir(mode=0o700)
+    (hook_dir / ("%s.py" % HOOK_MODULE)).write_text(render_hook_module(profile))
+    (hook_dir / "sitecustomize.py").write_text("import %s\n" % HOOK_MODULE)
+    server_env["PYTHONPATH"] += ":%s" % hook_dir
+    server_env[env_records.RECORDS_VAR] = str(records)
     from_shell = [k for k in TUNING if k in os.environ]
     run.facts.append("server environment: %s" % ", ".join(sorted(server_env)))
     if args.pass_env:
@@ -604,6 +615,8 @@ def start_and_check(name, profile, expected_env, tuning, args, work, gpu, positi
                 "(plain process)",
                 "--pid",
                 str(server.pid),
+                "--records",
+                str(records),
                 "--expect-json",
                 json.dumps(expected_env),
                 "--json",
@@ -617,8 +630,9 @@ def start_and_check(name, profile, expected_env, tuning, args, work, gpu, positi
 
         extras, coerced = {}, False
         for pid in worker_pids:
-            worker_env = procs.read_environ(pid)
-            extra = inherited_extras(worker_env, server_env)
+            record = env_records.read_record(records, pid)
+            worker_env = record.get("names", []) if record else []
+            extra = inherited_extras(worker_env, server_env) if record else ["(no record of its environment)"]
             coerced |= "LC_CTYPE" in worker_env and "LC_CTYPE" not in extra and "LC_CTYPE" not in server_env
             if extra:
                 extras[pid] = extra
@@ -794,7 +808,7 @@ def main(argv=None):
         out += ["  " + fact for fact in run.facts]
         for result in run.results:
             expected_failure = run.name == "negative" and result.name in (
-                "worker environment (/proc/<pid>/environ)",
+                WORKERS_CHECK,
                 "NCCL confirmation",
             )
             out += result.render(expect_ok=not expected_failure)

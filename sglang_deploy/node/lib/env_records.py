@@ -7,10 +7,12 @@ be read from outside any more. The start-up hook (templates/sglang_env_hook.py.j
 runs in every process of the engine venv's interpreter before SGLang's code, and, where
 RECORDS_VAR names a directory, writes `<dir>/<pid>.json`:
 
-    {"pid": 1234, "starttime": 56789, "variables": {"NCCL_PROTO": "LL", "NCCL_ALGO": null}}
+    {"pid": 1234, "starttime": 56789, "variables": {"NCCL_PROTO": "LL", "NCCL_ALGO": null},
+     "names": ["HOME", "NCCL_ALGO", ...]}
 
 with the values of the profile's `env` variables (never a secret: the hook knows none) as that
-process holds them once the hook ran (null: not set). `starttime` is field 22 of
+process holds them once the hook ran (null: not set), and the names, never the values, of every
+variable it holds. `starttime` is field 22 of
 /proc/<pid>/stat, so a record is never taken for another process that got the same pid.
 
 The unit gives the directory per start: systemd creates `RuntimeDirectory=` (mode 0700, the
@@ -52,6 +54,13 @@ def service_of(unit):
 def read(directory, pid, proc=procs.PROC):
     """The record of live process ``pid``: its variables, or None when it wrote none (the hook
     did not run in it) or the record is another process's that had the same pid."""
+    record = read_record(directory, pid, proc)
+    variables = record.get("variables") if record else None
+    return variables if isinstance(variables, dict) else None
+
+
+def read_record(directory, pid, proc=procs.PROC):
+    """The whole record of live process ``pid`` (see the module's docstring), or None."""
     try:
         with open(os.path.join(directory, "%d.json" % pid)) as f:
             record = json.load(f)
@@ -60,5 +69,4 @@ def read(directory, pid, proc=procs.PROC):
     stat = procs.read_stat(pid, proc)
     if not isinstance(record, dict) or stat is None or record.get("starttime") != stat["starttime"]:
         return None
-    variables = record.get("variables")
-    return variables if isinstance(variables, dict) else None
+    return record
