@@ -1,7 +1,7 @@
 """Checks on the node before anything is stopped: can this configuration start here?
 
     <venv>/bin/python preflight.py --unit sglang.service --argv-json '["--model-path", ...]'
-        [--gpus-needed 8] [--min-driver 550.54.15] [--gpu-model H200]
+        [--cuda-visible-devices 0,1] [--min-driver 550.54.15] [--gpu-model H200]
         [--min-free-gib 2 --disk-path /opt/sglang] [--no-argv]
         [--new-venv /opt/sglang/venvs/NAME --live-venv /opt/sglang/venv] [--lock LOCK.txt]
         [--textfile-service sglang --textfile-port 30000 [--textfile-dir DIR]]
@@ -13,7 +13,9 @@ argparse alone would accept an abbreviation).
 Checks: the argv parses; the model path (and the draft model path) is a directory with a
 config.json whose files have their manifest's sizes (model_manifest.py), or, where a staged
 model waits for the restart's swap (model_stage.py), that staged directory is: it is what the
-server will start from; enough GPUs for the parallel sizes (nvidia-smi; "no GPU: skipped" without it);
+server will start from; the GPUs SGLang's layout puts workers on (tp × pp × dp per node, from
+--base-gpu-id every --gpu-id-step) exist among those CUDA_VISIBLE_DEVICES leaves visible
+(nvidia-smi -L; "no GPU: skipped" without it);
 the NVIDIA driver version and GPU model the profile's `gpu:` section asks for (gpu_settings.py);
 the port is free or held by this unit's own processes; free disk (and room for a new engine
 venv: the live one's size plus --min-free-gib); the engine's installed files
@@ -29,6 +31,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -98,14 +101,108 @@ def check_model_dir(label, path):
     return "ok", "%s %s has a config.json" % (label, path)
 
 
-def check_gpus(needed, nvidia_smi="nvidia-smi"):
+def _flag(argv, names, default=1):
+    """The integer after the last of ``names`` in argv (argparse keeps the last), else ``default``."""
+    found = default
+    for index, arg in enumerate(argv):
+        name, equals, value = arg.partition("=")
+        if name in names and (equals or index + 1 < len(argv)):
+            text = value if equals else argv[index + 1]
+            found = int(text) if text.isdigit() else default
+    return found
+
+
+def gpu_layout(argv):
+    """The GPUs SGLang 0.5.23 starts this node's workers on: {"tp", "pp", "dp", "nnodes", "base",
+    "step", "gpus"} (one CUDA index per worker). Replicas (--dp-size) take a tp × pp group each, one
+    after the other (managers/data_parallel_controller.py); attention DP (--attn-dp-size, or
+    --dp-size read as it with --enable-dp-attention or DeepSeek's --enable-prefill-cp) runs inside
+    the tp group. A worker's GPU: base-gpu-id + replica × tp × pp × gpu-id-step + pp rank × tp per node
+    + tp rank × gpu-id-step, ranks counted on this node (entrypoints/engine.py)."""
+    tp = _flag(argv, ("--tp-size", "--tensor-parallel-size"))
+    pp = _flag(argv, ("--pp-size", "--pipeline-parallel-size"))
+    nnodes, step = _flag(argv, ("--nnodes",)), _flag(argv, ("--gpu-id-step",))
+    base = _flag(argv, ("--base-gpu-id",), 0)
+    attention = _flag(argv, ("--attn-dp-size", "--attention-data-parallel-size")) > 1
+    attention = attention or bool({"--enable-dp-attention", "--enable-prefill-cp"} & set(argv))
+    dp = 1 if attention else max(_flag(argv, ("--dp-size", "--data-parallel-size")), 1)
+    pp_here, tp_here = max(pp // max(nnodes, 1), 1), max(tp // max(nnodes // max(pp, 1), 1), 1)
+    gpus = [
+        base + replica * tp * pp * step + pp_rank * tp_here + tp_rank * step
+        for replica in range(dp)
+        for pp_rank in range(pp_here)
+        for tp_rank in range(tp_here)
+    ]
+    return {"tp": tp, "pp": pp, "dp": dp, "nnodes": nnodes, "base": base, "step": step, "gpus": gpus}
+
+
+def parse_gpu_list(text):
+    """nvidia-smi -L: [(index, uuid)] of its GPUs, then [(None, uuid)] of their MIG devices."""
+    gpus = re.findall(r"^GPU (\d+):.*\(UUID: ([^)]+)\)", text, re.M)
+    migs = re.findall(r"^\s+MIG .*\(UUID: ([^)]+)\)", text, re.M)
+    return [(int(index), uuid) for index, uuid in gpus] + [(None, uuid) for uuid in migs]
+
+
+def _span(indices):
+    """'2..9' for a run, else '0, 2, 4'."""
+    if len(indices) > 1 and list(indices) == list(range(indices[0], indices[0] + len(indices))):
+        return "%d..%d" % (indices[0], indices[-1])
+    return ", ".join(str(i) for i in indices) or "none"
+
+
+def describe_need(layout):
+    """'tp 4 × dp 2 = 8 GPUs from GPU 2 (base-gpu-id 2) need GPUs 2..9'."""
+    sizes = " × ".join("%s %d" % (k, layout[k]) for k in ("tp", "pp", "dp") if k == "tp" or layout[k] > 1)
+    text = sizes + (" / %d nodes" % layout["nnodes"] if layout["nnodes"] > 1 else "")
+    plural = "s" if len(layout["gpus"]) > 1 else ""
+    text += " = %d GPU%s" % (len(layout["gpus"]), plural)
+    text += " from GPU %(base)d (base-gpu-id %(base)d)" % layout if layout["base"] else ""
+    text += " spaced %(step)d apart (gpu-id-step %(step)d)" % layout if layout["step"] > 1 else ""
+    return "%s need%s GPU%s %s" % (text, "" if plural else "s", plural, _span(sorted(set(layout["gpus"]))))
+
+
+def check_gpu_layout(argv, visible, listed):
+    """(verdict, text): the GPUs the argv's layout needs (gpu_layout) against the node's
+    (``listed``, parse_gpu_list) as CUDA_VISIBLE_DEVICES (``visible``: the profile env's value,
+    or None) leaves them to SGLang: it limits and renumbers them (0 is its first entry)."""
+    layout = gpu_layout(argv)
+    gpus, indices = layout["gpus"], sorted(index for index, _ in listed if index is not None)
+    count, have = len(indices), "the node has %d (%s)" % (len(indices), _span(indices))
+    if visible is not None:
+        entries = [entry.strip() for entry in visible.split(",")] if visible.strip() else []
+        strangers = [entry for entry in entries if not _listed(entry, listed)]
+        if strangers:
+            names = ", ".join(repr(entry) if not entry else entry for entry in strangers)
+            return (
+                "failed",
+                f"CUDA_VISIBLE_DEVICES={visible} names {names}, which nvidia-smi does not list; {have}",
+            )
+        visible_now = _span(list(range(len(entries))))
+        have = f"CUDA_VISIBLE_DEVICES={visible} makes {len(entries)} of the node's {count} visible, as {visible_now}"
+        count = len(entries)
+    text = "%s; %s" % (describe_need(layout), have)
+    shared = _span(sorted({gpu for gpu in gpus if gpus.count(gpu) > 1}))
+    if shared != "none":
+        return "failed", "%s; GPU %s would hold two workers (pp ranks with gpu-id-step)" % (text, shared)
+    return ("failed" if max(gpus) >= count else "ok"), text
+
+
+def _listed(entry, listed):
+    """A CUDA_VISIBLE_DEVICES entry names a GPU nvidia-smi lists: its index or (a prefix of) its UUID."""
+    if entry.isdigit():
+        return any(index == int(entry) for index, _ in listed)
+    return bool(entry) and any(uuid.startswith(entry) for _, uuid in listed)
+
+
+def check_gpus(argv, visible=None, nvidia_smi="nvidia-smi"):
+    """check_gpu_layout over nvidia-smi -L on this node."""
+    need = describe_need(gpu_layout(argv))
     if shutil.which(nvidia_smi) is None:
-        return "skipped", "no GPU: nvidia-smi not found (%d needed on a GPU node)" % needed
+        return "skipped", "no GPU: nvidia-smi not found (%s on a GPU node)" % need
     listing = subprocess.run([nvidia_smi, "-L"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    found = sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
-    if listing.returncode != 0 or found < needed:
-        return "failed", "%d GPUs needed, nvidia-smi lists %d" % (needed, found)
-    return "ok", "%d GPUs needed, %d present" % (needed, found)
+    if listing.returncode != 0:
+        return "failed", "%s; nvidia-smi -L failed: %s" % (need, (listing.stderr or listing.stdout).strip())
+    return check_gpu_layout(argv, visible, parse_gpu_list(listing.stdout))
 
 
 def check_gpu_settings(min_driver, model, nvidia_smi="nvidia-smi"):
@@ -246,7 +343,8 @@ def main(argv=None):
     parser.add_argument("--unit", required=True)
     parser.add_argument("--argv-json", required=True, help="the server's arguments, as JSON")
     parser.add_argument("--no-argv", action="store_true", help="skip the engine parser check")
-    parser.add_argument("--gpus-needed", type=int, default=1)
+    parser.add_argument("--gpus-needed", type=int, help="ignored: the argv's layout says (gpu_layout)")
+    parser.add_argument("--cuda-visible-devices", help="CUDA_VISIBLE_DEVICES in the profile's env")
     parser.add_argument("--min-driver", help="oldest NVIDIA driver version accepted")
     parser.add_argument("--gpu-model", help="text every GPU's name must contain, e.g. H200")
     parser.add_argument("--disk-path", default="/")
@@ -272,7 +370,7 @@ def main(argv=None):
         else check_argv(server_argv),
         check_model_dir("model path", option(server_argv, "--model-path")),
         check_model_dir("draft model path", option(server_argv, "--speculative-draft-model-path")),
-        check_gpus(args.gpus_needed),
+        check_gpus(server_argv, args.cuda_visible_devices),
         check_gpu_settings(args.min_driver, args.gpu_model),
         check_port(port, args.unit),
         # A venv about to be built: room for it beside the live one (which implies the rest).

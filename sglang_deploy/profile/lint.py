@@ -1,13 +1,15 @@
 """Check profiles before a deploy: the schema (through the loader), the flag names against the
-pinned engine's option list (engine_flags), then the NCCL variables, the model sources, and
-that the engine packages are those of the profile's lock (locks/, plan/locks.py).
+pinned engine's option list (engine_flags), the variables the engine sets over the profile's
+env (engine_env), then the NCCL variables, the model sources, and that the engine packages are
+those of the profile's lock (locks/, plan/locks.py).
 
     python -m sglang_deploy.profile.lint [--strict] [PROFILE_OR_PATH ...]   # default: profiles/*.yml
     python -m sglang_deploy.profile.lint --schema                            # JSON Schema of a profile
 
 One line per problem (`profiles/x.yml: error: server_args.tp-sizee: ...`,
-`profiles/x.yml: warning: NCCL_BUFFSIZE: ...`; a profile that does not
-load prints the loader's `file:line: key: reason`), then a count. Exit status 1 when a profile
+`profiles/x.yml: warning: NCCL_BUFFSIZE: ...`; a profile that does not load prints the
+loader's `file:line: key: reason`, and so does an env variable the engine overwrites:
+`profiles/x.yml:31: env.CUDA_DEVICE_MAX_CONNECTIONS: ...`), then a count. Exit status 1 when a profile
 does not load or has an error (with --strict: or a warning), otherwise 0.
 """
 
@@ -21,17 +23,19 @@ from typing import TextIO
 from sglang_deploy.errors import ProfileError
 from sglang_deploy.plan.locks import lock_problems, unlocked_warning
 from sglang_deploy.plan.model_sources import lint_sources
+from sglang_deploy.profile.engine_env import lint_engine_env
 from sglang_deploy.profile.engine_flags import lint_flags
 from sglang_deploy.profile.nccl_lint import Finding, lint_env
 from sglang_deploy.profile.schema import PROFILES_DIR, Profile, load_profile, schema_json
 
 
 def lint_profile(profile: Profile, *, pcie_only: bool = True) -> list[Finding]:
-    """The findings of one loaded profile: its flag names, then its NCCL variables. Every node
-    this project provisions is PCIe-only, so `pcie_only` is true unless a caller knows better;
-    profiles do not say (yet)."""
+    """The findings of one loaded profile: its flag names, the variables the engine sets over
+    its env (engine_env), then its NCCL variables. Every node this project provisions is
+    PCIe-only, so `pcie_only` is true unless a caller knows better; profiles do not say (yet)."""
     return (
         lint_flags(profile)
+        + lint_engine_env(profile)
         + lint_env(profile.env, pcie_only=pcie_only)
         + lint_sources(profile)
         + [Finding("error", "engine.packages", why) for why in lock_problems(profile)]
@@ -40,13 +44,13 @@ def lint_profile(profile: Profile, *, pcie_only: bool = True) -> list[Finding]:
 
 
 def finding_lines(profile: Profile, *, where: str | None = None) -> tuple[list[str], list[str]]:
-    """(errors, warnings) of one loaded profile, each a line naming its file (or `where`)."""
+    """(errors, warnings) of one loaded profile, each a line naming its file (or `where`); a
+    finding that knows its key's line is located as the loader's errors are: `file:line: key: why`."""
     where = where or _display(profile.source[0])
-    findings = lint_profile(profile)
-    return (
-        [f"{where}: {f}" for f in findings if f.severity == "error"],
-        [f"{where}: {f}" for f in findings if f.severity != "error"],
-    )
+    lines = {"error": [], "warning": []}
+    for f in lint_profile(profile):
+        lines[f.severity].append(f"{f.where}: {f.variable}: {f.message}" if f.where else f"{where}: {f}")
+    return lines["error"], lines["warning"]
 
 
 def default_profiles() -> list[str]:

@@ -45,6 +45,7 @@ class Finding:
     severity: Severity
     variable: str  # the variable, or several joined by ", " for a note about a group
     message: str
+    where: str | None = None  # `file:line` of the key it is about, where known (the lint prints it)
 
     def __str__(self) -> str:
         return f"{self.severity}: {self.variable}: {self.message}"

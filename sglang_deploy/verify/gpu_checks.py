@@ -7,13 +7,13 @@ import shlex
 
 from sglang_deploy.facts.gpu import ACS_UNIT, PERSISTENCED_UNIT, GpuPersistence, acs_unit_text
 from sglang_deploy.facts.serving import UnitState
+from sglang_deploy.node import preflight
 from sglang_deploy.node.lib import gpu_settings, result
 from sglang_deploy.verify.gpu_health import (
     acs_check,
     gpus_check,
     iommu_check,
     is_pcie_tuned,
-    parse_gpus,
     topology_check,
 )
 from sglang_deploy.verify.registry import read_fact, tool_output, verify_check
@@ -28,11 +28,15 @@ NVIDIA_SMI_GPUS = (
 def gpus(node, plan) -> list[Check]:
     """GPU count and model, link types, ACS on PCIe bridges, IOMMU: tools missing on a node
     make a check "not checked", never "ok"."""
-    listing = tool_output(node, "nvidia-smi", NVIDIA_SMI_GPUS)
-    found = gpus_check(listing)
-    needed = plan.scripts.gpus_needed()
-    if found.ok and len(parse_gpus(listing)) < needed:
-        found = Check(found.name, FAILED, f"{found.detail}; {needed} needed")
+    found = gpus_check(tool_output(node, "nvidia-smi", NVIDIA_SMI_GPUS))
+    if found.ok:  # the profile's layout on these GPUs: preflight's own judgement
+        verdict, layout = preflight.check_gpu_layout(
+            plan.scripts.profile.argv(),
+            plan.scripts.profile.env.get("CUDA_VISIBLE_DEVICES"),
+            preflight.parse_gpu_list(node.run("nvidia-smi -L").stdout),
+        )
+        if verdict == "failed":
+            found = Check(found.name, FAILED, f"{found.detail}; {layout}")
     iommu_dir = node.run("ls /sys/class/iommu 2>/dev/null")
     return [
         found,
