@@ -1,14 +1,17 @@
 """The restart cycle of one unit on this node, in one call: preflight, switch (the unit's
 engine venv link to the venv the deploy built, if it staged one; then, with a "model" command,
-a staged model swapped in: model_stage.py swap), restart, readiness gate,
-workers' environment, then save what serves as the last known good. A failed gate or workers
-check, or a save that is refused, puts the last known good back, restarts on it and gates it
-again (unless --no-rollback). A failed preflight stops nothing: the files go back and the
-running server keeps serving. With a "decode" command (decode_check.py), the decode rate is
-measured after the workers check: a regression under the profile's `on_regression: rollback`
-rolls back like a failed gate, under `fail` it leaves the new configuration serving unrecorded
-(outcome "regressed"), under `warn` it is served and recorded; a check that could not measure
-(DECODE_UNMEASURED, or one that died) is a failed step whatever the policy: it rolls back.
+a staged model swapped in: model_stage.py swap), restart, readiness gate (which also watches the
+server for the profile's readiness.settle_s once it is up), workers' environment, then save what
+serves as the last known good, once the recheck (gate.py --recheck) found it still the server the
+gate saw ready. A failed gate, workers check or recheck, or a save that is refused, puts the last
+known good back, restarts on it and gates it again (unless --no-rollback). A failed preflight
+stops nothing: the files go back and the running server keeps serving. With a "decode" command
+(decode_check.py), the decode rate is measured after the workers check: a regression under the
+profile's `on_regression: rollback` rolls back like a failed gate, under `fail` it leaves the new
+configuration serving unrecorded (outcome "regressed"), under `warn` it is served and recorded;
+a check that could not measure (DECODE_UNMEASURED, or one that died) is a failed step whatever
+the policy: it rolls back, and the recheck says whether the server died meanwhile (then its
+cause is the cycle's).
 With --running the server already runs what is installed (the deploy started it, or a run that
 died midway left it unrecorded): the cycle starts at the gate, so nothing is recorded as the
 last known good without its decode check. With --revert the server serves a configuration that
@@ -16,8 +19,8 @@ passed its gate but failed a canary's bake: the cycle starts at the rollback (it
 is then lastgood.py reinstate: the record kept before the canary restarted). The decisions are decide()'s, which a serving
 group's restart runs too, with steps that act across its members (operations/group_restart.py).
 
-    python3 cycle.py --steps-json '{"preflight": CMD, "switch": CMD, "restart": CMD,
-                                    "gate": CMD, "workers": CMD, "save": CMD, "restore": CMD}'
+    python3 cycle.py --steps-json '{"preflight": CMD, "switch": CMD, "restart": CMD, "gate": CMD,
+                                    "workers": CMD, "recheck": CMD, "save": CMD, "restore": CMD}'
                      [--no-rollback] [--running | --revert]
 
 Each CMD is one of our scripts' command lines (NodeScripts builds them). Their progress lines
@@ -25,9 +28,10 @@ stream through as they come; their result lines (result.py) are read, not shown.
 result line: {"outcome": "served" | "preflight_failed" | "failed" | "rolled_back" |
 "rollback_failed" | "regressed", "profile": the profile restored (rolled_back,
 rollback_failed), "restored": whether the last known good files went back, "steps": [{"step",
-"status", "cause"}], "cause": the first step that failed, "throughput": the decode check's
+"status", "cause"}], "cause": the first step that failed (a failed recheck's first: a server
+that died explains the checks that failed before it), "throughput": the decode check's
 figures, when it ran, "restored_throughput": the restored server's after a rollback}. Exit
-status: 0 served, else the first failed step's.
+status: 0 served, else that of the step the cause is.
 """
 
 import argparse
@@ -40,7 +44,7 @@ if __package__:
 else:  # run as a script: our scripts' directory is on sys.path
     from lib import result, status
 
-STEPS = ("preflight", "switch", "restart", "gate", "workers", "save", "restore")
+STEPS = ("preflight", "switch", "restart", "gate", "workers", "recheck", "save", "restore")
 OPTIONAL_STEPS = ("decode", "model")
 LABELS = {
     "preflight": "preflight",
@@ -50,6 +54,7 @@ LABELS = {
     "gate": "readiness gate",
     "decode": "decode check",
     "workers": "worker environment check",
+    "recheck": "recheck of the gated server",
     "save": "recording last known good",
     "restore": "restoring the last known good files",
 }
@@ -79,14 +84,17 @@ def decide(run, rollback=True, running=False, revert=False):
     if passed and not revert:
         decoded, found = run("decode")
         if decoded:
-            if run("save")[0]:
+            # Recorded only while it is still the server the gate saw ready: not one that died
+            # (or was restarted) since, which would crash-loop with nothing to roll back to.
+            if run("recheck")[0] and run("save")[0]:
                 return "served", {}
             # Not recorded: the next crash or deploy would restore an older configuration
             # than the one serving, and a crash-loop of this one nothing: roll back now.
         elif found.get("status") == status.THROUGHPUT_REGRESSION:  # slower: its policy decides
             if not (rollback and found.get("on_regression") == "rollback"):
                 return "regressed", {"restored": False}
-        # else the check could not measure (or died): the server does not decode, a failed step
+        else:  # the check could not measure (or died): a failed step; did the server die?
+            run("recheck")
     if not rollback:
         return "failed", {"restored": False}
     restored, found = run("rollback")
@@ -147,6 +155,8 @@ class Cycle:
 
     def end(self, outcome, **details):
         failed = [step for step in self.steps if step["status"] != status.READY]
+        # A server that died after its gate is why the checks before the recheck failed.
+        failed.sort(key=lambda step: step["step"] != LABELS["recheck"])
         code = (
             status.READY
             if outcome == "served"

@@ -12,25 +12,32 @@ dropped journal line must not fail a serving start). Every --interval the gate a
 (systemctl show) and the journal of this start, so it fails within about a second when the
 main process dies, the unit leaves activating/active or systemd restarts it; it reads the unit
 once more at the verdict itself (a start that died after its last answers is a failed start,
-with its cause, never "ready"); it reports each
-start-up phase, a heartbeat every --progress-every seconds, a hang (no journal line for
---hang-after seconds outside the long phases) and the timeout with the last phase reached.
+with its cause, never "ready"). Once up, the server must stay up --settle seconds before the
+verdict is "ready": the same main process (for a unit, the same invocation) alive, and no cause
+of death (sglang_log.CAUSES) in what it logs meanwhile; one that dies then is a failed start,
+with the cause it logged. It reports each start-up phase, a heartbeat every --progress-every
+seconds, a hang (no journal line for --hang-after seconds outside the long phases) and the
+timeout with the last phase reached.
 
 Output lines (elapsed seconds since the unit's main process started):
     [  12.3s] phase: capturing CUDA graphs
     [  20.0s] waiting: phase capturing CUDA graphs (7.7s), unit active/running, main pid 1234, http: port closed
-    ready in 93.4s (phase times: starting 1.0s, loading 40.2s, graphs 30.1s, http 0.5s, warmup 2.1s)
+    [  93.4s] up; watching it for 5s before the verdict
+    ready in 93.4s (phase times: starting 1.0s, loading 40.2s, graphs 30.1s, http 0.5s, warmup 2.1s); stayed up 5s
+    [  95.0s] failed: scheduler-died: a scheduler process died: <log line> (main process 1234 is gone (...), 1.6s after it was up)
     [   5.2s] failed: cuda-oom: CUDA out of memory: <log line> (unit failed/failed, main process exited with status 1)
     [1200.0s] timeout: not ready within 1200s; last phase: capturing CUDA graphs (600.2s); http: port closed
     [ 305.0s] hung: no new journal line for 300s in phase warming up; http: /health 503
 failures are followed by '--- last N journal lines of this start ---', the lines, and '---'.
-Exit status: see status.py (READY, FAILED_START, TIMEOUT, HUNG).
+Exit status: see status.py (READY, FAILED_START, TIMEOUT, HUNG). The --json report names the
+main process (and invocation) it saw ready: `gate.py ... --json REPORT --recheck` asks, right
+before the last known good is saved, whether the server is still that one (node/lib/recheck.py).
 
 Without systemd (a GPU box, a test): `--pid PID --log FILE` gates a plain process instead of a
 unit, with the same phases, causes and readiness rules: the process being alive stands for the
 unit being active, the lines of its log file (its stdout and stderr) for the journal.
     python3 gate.py --pid 4242 --log /tmp/server.log --port 30000 --served-name x --timeout 120 \
-        --interval 0.25 --progress-every 10 --hang-after 300 --fired-up-grace 15
+        --interval 0.25 --progress-every 10 --hang-after 300 --fired-up-grace 15 --settle 5
 """
 
 import argparse
@@ -38,13 +45,13 @@ import json
 import time
 
 if __package__:
-    from .lib import result, sglang_log, status, systemd
+    from .lib import recheck, result, sglang_log, status, systemd
     from .lib.http_probe import HttpProbe
-    from .lib.watch import ProcessWatch, UnitWatch
+    from .lib.watch import watch_of
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import result, sglang_log, status, systemd
+    from lib import recheck, result, sglang_log, status, systemd
     from lib.http_probe import HttpProbe
-    from lib.watch import ProcessWatch, UnitWatch
+    from lib.watch import watch_of
 
 TAIL_LINES = 30
 KEEP_LINES = 5000
@@ -62,13 +69,7 @@ def say(text):
 class Gate:
     def __init__(self, args, watch=None):
         self.args = args
-        if watch is None:
-            watch = (
-                ProcessWatch(args.pid, args.log)
-                if args.pid is not None
-                else UnitWatch(args.unit, args.systemctl, args.journalctl, args.since_cursor)
-            )
-        self.watch = watch
+        self.watch = watch or watch_of(args)
         self.lines = []  # start-up lines of this start (probe access lines left out)
         self.cursor = args.since_cursor
         self.phase, self.phase_entered, self.phase_times = "starting", None, {}
@@ -82,17 +83,20 @@ class Gate:
         return "[%6.1fs]" % ((mono or time.monotonic()) - self.t0)
 
     def read_journal(self):
+        """Read the lines logged since the last read; returns them (probe access lines left out)."""
         try:
             entries, self.cursor = self.watch.read(self.cursor)
         except (OSError, systemd.subprocess.SubprocessError) as exc:
             if not self.journal_error:
                 self.journal_error = True
                 say("%s warning: cannot read the %s: %s" % (self.stamp(), self.watch.source, exc))
-            return
+            return []
         now = time.monotonic()
+        new = []
         for mono, line in entries:
             if sglang_log.is_probe_access(line):
                 continue
+            new.append(line)
             when = mono if mono is not None and self.t0 - 5 <= mono <= now + 1 else now
             when = min(max(when, self.phase_entered), now)
             self.lines.append(line)
@@ -101,6 +105,7 @@ class Gate:
             if phase and sglang_log.phase_index(phase) > sglang_log.phase_index(self.phase):
                 self.enter(phase, when)
         del self.lines[:-KEEP_LINES]
+        return new
 
     def enter(self, phase, when):
         self.phase_times[self.phase] = self.phase_times.get(self.phase, 0.0) + when - self.phase_entered
@@ -120,10 +125,8 @@ class Gate:
         elapsed = round(end - self.t0, 1)
         excerpt = self.lines[-TAIL_LINES:]
         if code == status.READY:
-            say(
-                "ready in %.1fs (phase times: %s)"
-                % (elapsed, ", ".join("%s %.1fs" % kv for kv in phases.items() if kv[0] != "ready"))
-            )
+            times = ", ".join("%s %.1fs" % kv for kv in phases.items() if kv[0] != "ready")
+            say("ready in %.1fs (phase times: %s); stayed up %gs" % (elapsed, times, self.args.settle))
         elif tail:
             say("--- last %d %s lines of this start ---" % (len(excerpt), self.watch.source))
             for line in excerpt:
@@ -138,11 +141,14 @@ class Gate:
                 "elapsed_s": elapsed,
                 "phases": phases,
                 "phase": self.phase,
-                "ready_at": self.ready_at,
+                "ready_at": self.ready_at if code == status.READY else None,
                 "unit": self.args.unit,
                 "log": self.args.log,
                 "main_pid": self.base.get("MainPID"),
                 "invocation_id": self.base.get("InvocationID"),
+                "n_restarts": self.base.get("NRestarts"),
+                "settle_s": self.args.settle,
+                "cursor": self.cursor,  # where the recheck reads on (--recheck)
                 "journal_tail": excerpt if code != status.READY else [],
             }
             with open(self.args.json, "w") as f:
@@ -157,14 +163,17 @@ class Gate:
             main_pid=self.base.get("MainPID"),
         )
 
-    def fail_start(self, problem, key=None):
+    def fail_start(self, problem, key=None, since=None):
         """Report the end of the start: the cause found in its journal lines, else systemd's view.
-        With a key (unit not loaded / never started) there is no start to read the journal of."""
+        With a key (unit not loaded / never started) there is no start to read the journal of.
+        ``since``: the lines logged since the server was up, where a death after it is explained."""
         found = None
         if key is None:
             time.sleep(DEATH_GRACE_S)
-            self.read_journal()
-            found = sglang_log.cause_of(self.lines)
+            lines = self.read_journal()
+            if since is not None:  # once up: the cause among what it logged since, first
+                found = sglang_log.cause_of(since + lines)
+            found = found or sglang_log.cause_of(self.lines)
         if found:
             text = "%s (%s)" % (found[1], problem)
             key = found[0]
@@ -212,7 +221,7 @@ class Gate:
                 if problem:
                     return self.fail_start("%s, at the ready verdict" % problem)
                 self.ready_at, self.ready_mono = time.time(), time.monotonic()
-                return self.finish(status.READY)
+                return self.settle()
             show = self.last_show = self.show()
             problem = self.watch.problem(show, self.base)
             if problem:
@@ -260,6 +269,26 @@ class Gate:
                 self.probe.up.wait(a.interval)
             else:
                 time.sleep(UP_POLL_S if time.monotonic() - self.probe.up_mono < UP_FAST_S else a.interval)
+
+    def settle(self):
+        """Up: ready once it stayed up --settle seconds (the same main process, or invocation,
+        alive; no cause of death in what it logged meanwhile), else a failed start."""
+        a, since = self.args, []
+        if a.settle > 0:
+            say("%s up; watching it for %gs before the verdict" % (self.stamp(self.ready_mono), a.settle))
+        while True:
+            now = time.monotonic()
+            after = "%.1fs after it was up" % (now - self.ready_mono)
+            show = self.last_show = self.show()
+            problem = self.watch.problem(show, self.base)
+            if problem:
+                return self.fail_start("%s, %s" % (problem, after), since=since)
+            since += self.read_journal()
+            if sglang_log.death_of(since):  # logged its death: the main process goes next
+                return self.fail_start("logged %s, %s" % (after, self.watch.state(show)), since=since)
+            if now >= self.ready_mono + a.settle:
+                return self.finish(status.READY)
+            time.sleep(min(a.interval, self.ready_mono + a.settle - now))
 
     def is_ready(self):
         """/v1/models and /ping said so (the probe's `up`) and the journal has "fired up"; or,
@@ -320,6 +349,18 @@ def parser():
         help="/ping 200 this long without a 'fired up' journal line: accept /health 200 "
         "instead (the warmup's /freeze_gc, between the two, times out after 10 s)",
     )
+    p.add_argument(
+        "--settle",
+        type=float,
+        required=True,
+        help="once up, the server must stay up this long (seconds) before the verdict is ready",
+    )
+    p.add_argument(
+        "--recheck",
+        action="store_true",
+        help="instead of gating: is the server still the one --json's report saw ready "
+        "(same main process or invocation, alive, no death logged since, /ping 200)?",
+    )
     since = p.add_mutually_exclusive_group()
     since.add_argument("--since-cursor", help="read the unit's journal after this cursor")
     since.add_argument(
@@ -341,6 +382,10 @@ def main(argv=None):
             p.error("--since-cursor/--since-start read a unit's journal; with --pid the whole --log is read")
     elif args.log:
         p.error("--log goes with --pid (a unit's output is read from the journal)")
+    if args.recheck:
+        if not args.json:
+            p.error("--recheck reads the gate's report: --json FILE")
+        return recheck.recheck(args, watch_of(args), DEATH_GRACE_S)
     return Gate(args).run()
 
 

@@ -173,7 +173,8 @@ class Group:
             # The last step before anything stops: rank 0 out of rotation.
             failure, found = (failure or (self.take_out() if name == "switch" else None)), {}
         else:
-            failure, found = {"restart": self.restart, "gate": self.gate, "save": self.record}[name](), {}
+            steps = {"restart": self.restart, "gate": self.gate, "recheck": self.recheck, "save": self.record}
+            failure, found = steps[name](), {}
         if failure:
             self.failures.append(failure)
         return not failure, found
@@ -266,6 +267,11 @@ class Group:
         self.said_failure()
         self.say("rolling back every member to its last known good", fg="yellow")
         return self.restored()
+
+    def recheck(self):
+        """Rank 0 still the server its gate saw ready (gate.py --recheck): None, or why not."""
+        ok, output = self.run(0, self.plans[0].scripts.recheck())
+        return None if ok else f"{LABELS['recheck']} on rank 0 {self.hosts[0].name}: {_cause(output)}"
 
     def record(self):
         def save(rank):

@@ -76,7 +76,7 @@ def test_a_staged_model_waits_for_the_cycles_model_step_after_preflight(tmp_path
     found = result.parse(capsys.readouterr().out.splitlines())
     ran = (tmp_path / "ran").read_text().split()
     # b: V1's shard-2, c: V2's: swapped after preflight and switch, before the restart.
-    assert ran == ["preflight:b", "switch:b", "restart:c", "gate:c", "workers:c", "save:c"]
+    assert ran == ["preflight:b", "switch:b", "restart:c", "gate:c", "workers:c", "recheck:c", "save:c"]
     assert [s["step"] for s in found["steps"]][:3] == ["preflight", "engine venv switch", "staged model swap"]
     assert (tmp_path / "models" / ("m" + PREVIOUS) / "shard-2").read_bytes() == V1["shard-2"]
 

@@ -49,7 +49,7 @@ def _run(tmp_path, capsys, rollback=True, **outcomes):
 def test_a_good_configuration_is_served_and_recorded(tmp_path, capsys):
     code, found, ran, progress = _run(tmp_path, capsys)
     assert code == status.READY and found["outcome"] == "served" and found["cause"] is None
-    assert ran == ["preflight", "switch", "restart", "gate", "workers", "save"]
+    assert ran == ["preflight", "switch", "restart", "gate", "workers", "recheck", "save"]
     # The steps' progress streams through; their result lines do not.
     assert progress == ["[   0.1s] %s progress" % name for name in ran]
 
@@ -132,6 +132,7 @@ def test_node_scripts_hand_the_cycle_their_own_command_lines():
         "restart": scripts.restart(),
         "gate": scripts.gate(),
         "workers": scripts.workers(),
+        "recheck": scripts.recheck(),
         "save": scripts.save_last_good({"hook": "/site/sglang_deploy_env.py"}),
         "restore": scripts.restore_last_good(),
         "decode": scripts.decode_check(),
@@ -181,7 +182,18 @@ def test_the_controller_says_the_outcome_in_the_operators_words(found, said, ser
 def test_a_refused_save_restores_the_last_known_good(tmp_path, capsys):
     # Left unrecorded, the new configuration would crash-loop with nothing to restore it from.
     code, found, ran, progress = _run(tmp_path, capsys, save=[(status.NO_SPACE, "no space left on device")])
-    assert ran == ["preflight", "switch", "restart", "gate", "workers", "save", "restore", "restart", "gate"]
+    assert ran == [
+        "preflight",
+        "switch",
+        "restart",
+        "gate",
+        "workers",
+        "recheck",
+        "save",
+        "restore",
+        "restart",
+        "gate",
+    ]
     assert found["outcome"] == "rolled_back" and found["restored"] is True and found["profile"] == "previous"
     assert code == status.NO_SPACE and found["cause"] == "no space left on device"
     assert "rolling back to the last configuration that passed the gate" in progress
@@ -190,14 +202,22 @@ def test_a_refused_save_restores_the_last_known_good(tmp_path, capsys):
 def test_a_refused_save_of_a_running_server_restores_the_last_known_good(tmp_path, capsys):
     code = cycle.cycle(_commands(tmp_path, save=[(status.NO_SPACE, "full")]), running=True)
     found = result.parse(capsys.readouterr().out.splitlines())
-    assert (tmp_path / "ran").read_text().split() == ["gate", "workers", "save", "restore", "restart", "gate"]
+    assert (tmp_path / "ran").read_text().split() == [
+        "gate",
+        "workers",
+        "recheck",
+        "save",
+        "restore",
+        "restart",
+        "gate",
+    ]
     assert found["outcome"] == "rolled_back" and code == status.NO_SPACE
 
 
 def test_a_refused_save_without_rollback_is_left_as_it_is(tmp_path, capsys):
     code, found, ran, _ = _run(tmp_path, capsys, rollback=False, save=[(status.NO_SPACE, "full")])
     assert found["outcome"] == "failed" and found["restored"] is False and code == status.NO_SPACE
-    assert ran == ["preflight", "switch", "restart", "gate", "workers", "save"]
+    assert ran == ["preflight", "switch", "restart", "gate", "workers", "recheck", "save"]
 
 
 REGRESSED = {"status": status.THROUGHPUT_REGRESSION}
@@ -209,9 +229,9 @@ ROLLBACK = ["rollback", "restart", "gate"]
 @pytest.mark.parametrize(
     "settings, failing, outcome, details, ran",
     [
-        ({}, {}, "served", {}, CYCLE + ["save"]),
+        ({}, {}, "served", {}, CYCLE + ["recheck", "save"]),
         ({}, {"preflight": [{}]}, "preflight_failed", {"restored": True}, ["preflight", "restore"]),
-        ({"running": True}, {}, "served", {}, ["gate", "workers", "decode", "save"]),
+        ({"running": True}, {}, "served", {}, ["gate", "workers", "decode", "recheck", "save"]),
         # A canary that failed its bake: straight to the rollback, never saved again.
         (
             {"revert": True},
@@ -254,16 +274,33 @@ ROLLBACK = ["rollback", "restart", "gate"]
             {"decode": [UNMEASURED]},
             "rolled_back",
             {"restored": True, "profile": "previous"},
-            CYCLE + ROLLBACK + ["remeasure"],
+            CYCLE + ["recheck"] + ROLLBACK + ["remeasure"],
         ),
-        ({"rollback": False}, {"decode": [UNMEASURED]}, "failed", {"restored": False}, CYCLE),
+        ({"rollback": False}, {"decode": [UNMEASURED]}, "failed", {"restored": False}, CYCLE + ["recheck"]),
         (
             {},
             {"save": [{}]},
             "rolled_back",
             {"restored": True, "profile": "previous"},
-            CYCLE + ["save"] + ROLLBACK + ["remeasure"],
+            CYCLE + ["recheck", "save"] + ROLLBACK + ["remeasure"],
         ),
+        # Dead (or restarted) since its gate, found by the recheck right before the save: never
+        # recorded, rolled back; a decode check that could not measure is rechecked for its cause.
+        (
+            {},
+            {"recheck": [{}]},
+            "rolled_back",
+            {"restored": True, "profile": "previous"},
+            CYCLE + ["recheck"] + ROLLBACK + ["remeasure"],
+        ),
+        (
+            {"running": True},
+            {"recheck": [{}]},
+            "rolled_back",
+            {"restored": True, "profile": "previous"},
+            ["gate", "workers", "decode", "recheck"] + ROLLBACK + ["remeasure"],
+        ),
+        ({"rollback": False}, {"recheck": [{}]}, "failed", {"restored": False}, CYCLE + ["recheck"]),
         (
             {},
             {"gate": [{}], "rollback": [{}]},
@@ -303,3 +340,41 @@ def test_a_revert_restores_what_was_kept_and_gates_it(tmp_path, capsys):
     found = result.parse(capsys.readouterr().out.splitlines())
     assert (tmp_path / "ran").read_text().split() == ["restore", "restart", "gate"]
     assert code == status.READY and found["outcome"] == "rolled_back" and found["profile"] == "previous"
+
+
+DIED = "scheduler-died: a scheduler process died: Subprocess scheduler_1 (pid=4243) crashed"
+
+
+def test_a_server_that_died_after_its_gate_is_not_recorded_and_rolled_back(tmp_path, capsys):
+    code, found, ran, progress = _run(tmp_path, capsys, recheck=[(status.FAILED_START, DIED)])
+    assert ran == [
+        "preflight",
+        "switch",
+        "restart",
+        "gate",
+        "workers",
+        "recheck",
+        "restore",
+        "restart",
+        "gate",
+    ]
+    assert found["outcome"] == "rolled_back" and found["profile"] == "previous"
+    assert code == status.FAILED_START and found["cause"] == DIED
+    assert "rolling back to the last configuration that passed the gate" in progress
+
+
+def test_a_death_during_the_decode_check_is_the_cycles_cause(tmp_path, capsys):
+    # The decode check only sees a closed port; the recheck reads why from the server's journal.
+    commands = _commands(tmp_path, recheck=[(status.FAILED_START, DIED)])
+    commands["decode"] = _step(
+        tmp_path, "decode", [(status.DECODE_UNMEASURED, "decode not measured: Connection refused"), (0, None)]
+    )
+    code = cycle.cycle(commands)
+    found = result.parse(capsys.readouterr().out.splitlines())
+    ran = (tmp_path / "ran").read_text().split()
+    assert "save" not in ran and ran[5:8] == ["decode", "recheck", "restore"]
+    assert found["outcome"] == "rolled_back" and code == status.FAILED_START and found["cause"] == DIED
+    assert [s["step"] for s in found["steps"] if s["status"]] == [
+        "decode check",
+        "recheck of the gated server",
+    ]

@@ -60,7 +60,7 @@ def test_the_scripts_a_streamed_script_runs_print_their_results_to_it():
     ok, output = run_streamed(host, command)
     found = result.parse(output.stdout_lines)
     assert ok and found["outcome"] == "served" and found["status"] == status.READY
-    assert [step["status"] for step in found["steps"]] == [0] * 6  # each step's result was read
+    assert [step["status"] for step in found["steps"]] == [0] * 7  # each step's result was read
     assert not any(line.lstrip().startswith("{") for line in host.shown)
 
 

@@ -2,6 +2,7 @@
 
     phase_of(line)  -> phase key ('loading', 'graphs', 'http', 'warmup', 'ready') or None
     cause_of(lines) -> (cause key, one-line explanation) or None
+    death_of(lines) -> the same, for a known cause only (what a serving server dies of)
 
 CLI: python3 sglang_log.py [FILE]   (reads stdin without FILE) prints the phases seen and
 the classified cause of a saved log.
@@ -150,6 +151,14 @@ def cause_of(lines):
         if _EXCEPTION_RE.search(line):
             return "exception", "%s: %s" % (CAUSE_SUMMARIES["exception"], _excerpt(line))
     return None
+
+
+def death_of(lines):
+    """A known cause (CAUSES) among lines a server logged after it was up, or None. Not any
+    exception line: a request's error is logged and the server serves on; a scheduler's crash or
+    an OOM kill is the end of the server (its main process follows, SIGQUIT'd)."""
+    found = cause_of(lines)
+    return found if found and found[0] != "exception" else None
 
 
 def main(argv=None):

@@ -185,3 +185,10 @@ class ProcessWatch:
 
     def state(self, show):
         return "process alive" if show.get("ActiveState") == "active" else "process gone"
+
+
+def watch_of(args):
+    """What gate.py's arguments name: a plain process (--pid, --log), else a unit (--unit)."""
+    if args.pid is not None:
+        return ProcessWatch(args.pid, args.log)
+    return UnitWatch(args.unit, args.systemctl, args.journalctl, args.since_cursor)
