@@ -212,9 +212,10 @@ def last_good(node, service):
 
 
 class IncidentLoop:
-    def __init__(self, node, unit, port, served_name, interval):
+    def __init__(self, node, unit, server, served_name, interval):
+        """``server``: the server's base URL on the node (service.probe_url)."""
         self.node, self.unit, self.interval = node, unit, interval
-        url = f"http://127.0.0.1:{port}/v1/models"
+        url = shlex.quote(f"{server}/v1/models")
         self.try_line = f"{node.ssh_line(f'curl -s -m 5 {url}')} | grep {shlex.quote(served_name)}"
         self.shown = f"ssh {node.name} curl -s -m 5 {url} | grep {shlex.quote(served_name)}"
         self.try_seconds = []
@@ -575,7 +576,7 @@ def main(argv=None):
     profile_crash = write_profile(tmp, "bench-crash", args.base_profile, {**knobs, **crash_knobs})
     prof = node.profile(profile_a)
     unit, service = f"{prof.service.name}.service", prof.service.name
-    loop = IncidentLoop(node, unit, prof.service.port, prof.model.served_name, args.interval)
+    loop = IncidentLoop(node, unit, prof.service.probe_url, prof.model.served_name, args.interval)
 
     out(
         f"# bench/readiness.py, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, host {node.name} "

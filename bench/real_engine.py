@@ -104,7 +104,6 @@ def stage_profile(engine, deploy):
     (out / "argv.json").write_text(json.dumps(profile.argv(), indent=1) + "\n")
     (out / "hook_vars.json").write_text(json.dumps(profile.hook_vars(), indent=1, sort_keys=True) + "\n")
     scripts = NodeScripts("@SCRIPTS@", UNIT, profile, {}, "@STATE@/last-good", "", "")
-    host = profile.service.host
     plan = {
         "profile": profile.name,
         "unit": UNIT,
@@ -116,7 +115,7 @@ def stage_profile(engine, deploy):
         "decode_check": shlex.split(scripts.decode_check()),
         "gpus_needed": profile.gpus_per_node,
         "timeout_stop_sec": profile.service.timeout_stop_sec,
-        "probe_host": "127.0.0.1" if host == "0.0.0.0" else host,
+        "probe_host": profile.service.probe_host,
         "port": profile.service.port,
         "rendered_from": rendered_from(),
     }

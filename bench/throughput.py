@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, Report, deploy, fmt_s, median, node_of, write_profile  # noqa: E402
 
 from sglang_deploy.node.lib import decode_rate  # noqa: E402
+from sglang_deploy.plan.fleet import worker_url  # noqa: E402
 
 PROMPT = decode_rate.DEFAULT_PROMPT
 RATE_VAR = "SGLANG_STANDIN_TOKENS_PER_SECOND"
@@ -48,14 +49,16 @@ def parse_profile(spec):
 
 
 class Tunnel:
-    """ssh -L to the server's port on the node (for nodes whose port is not reachable)."""
+    """ssh -L to the server's port on the node (for nodes whose port is not reachable), where
+    the node's own probes ask it (service.probe_host)."""
 
-    def __init__(self, node, port):
+    def __init__(self, node, port, host="127.0.0.1"):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.local = s.getsockname()[1]
         argv = node.ssh_argv("")[:-1]  # without the (empty) remote command
-        argv[1:1] = ["-N", "-L", f"127.0.0.1:{self.local}:127.0.0.1:{port}", "-o", "ExitOnForwardFailure=yes"]
+        there = f"[{host}]" if ":" in host else host
+        argv[1:1] = ["-N", "-L", f"127.0.0.1:{self.local}:{there}:{port}", "-o", "ExitOnForwardFailure=yes"]
         self.process = subprocess.Popen(argv)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -139,11 +142,12 @@ def main(argv=None):
                 continue
             restarted = "restarted" if run.first("] ready in ") else "no restart needed"
             out(f"{label}: deployed to {node.name} ({run.ended - run.started:.1f} s, {restarted})")
-        tunnel = Tunnel(node, profile.service.port) if args.tunnel else None
+        service = profile.service
+        tunnel = Tunnel(node, service.port, service.probe_host) if args.tunnel else None
         base = (
             f"http://127.0.0.1:{tunnel.local}"
             if tunnel
-            else f"http://{node.http_host()}:{profile.service.port}"
+            else worker_url(service.reached_at(node.http_host()), service.port)
         )
         url = base + "/v1/chat/completions"
         try:

@@ -16,13 +16,14 @@ from pyinfra.api import FactBase
 from sglang_deploy.facts.serving import ScriptResult
 from sglang_deploy.node import lastgood
 from sglang_deploy.node.lib import routers
+from sglang_deploy.node.lib.http_probe import server_url
 
 # routers.py is standard library only: its source and a few lines run as one `python3 -c`.
 _VIEW_PY = (
     Path(routers.__file__).read_text()
     + """
 import os, sys
-worker, port, manifest = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+worker, server, manifest = sys.argv[1], sys.argv[2], sys.argv[3]
 seen = {}
 for url in sys.argv[4:]:
     try:
@@ -31,7 +32,7 @@ for url in sys.argv[4:]:
     except RouterError:
         seen[url] = "unreachable"
 try:
-    with _OPENER.open("http://127.0.0.1:%d/ping" % port, timeout=3) as answer:
+    with _OPENER.open(server + "/ping", timeout=3) as answer:
         ping = answer.status == 200
 except OSError:
     ping = False
@@ -43,13 +44,13 @@ print(json.dumps({"routers": seen, "ping": ping, "last_good": os.path.exists(man
 class ServingView(FactBase):
     """
     ``{"routers": {router URL: "healthy" | "unhealthy" | "absent" | "unreachable"}, "ping":
-    the server's /ping is 200, "last_good": a configuration passed its gate here}``; None when
-    nothing was printed (no python3).
+    the server's /ping is 200 (asked at ``local_host``: service.probe_host), "last_good": a
+    configuration passed its gate here}``; None when nothing was printed (no python3).
     """
 
-    def command(self, worker_url, local_port, last_good_dir, router_urls=()):
+    def command(self, worker_url, local_port, last_good_dir, router_urls=(), local_host="127.0.0.1"):
         manifest = posixpath.join(last_good_dir, lastgood.MANIFEST)
-        args = [worker_url, str(int(local_port)), manifest, *router_urls]
+        args = [worker_url, server_url(local_host, int(local_port)), manifest, *router_urls]
         return f"python3 -c {shlex.quote(_VIEW_PY)} " + " ".join(shlex.quote(a) for a in args) + " || true"
 
     def process(self, output):

@@ -11,6 +11,7 @@ import shlex
 
 from pyinfra.api import FactBase
 
+from sglang_deploy.node.lib.http_probe import server_url
 from sglang_deploy.report.canary import FAMILIES, GATEWAY_FAMILIES, Scrape
 
 _SCRAPE_PY = """
@@ -35,7 +36,7 @@ def read(url, families, worker=None):
     ]
     return {"at": at, "text": "\\n".join(keep) + "\\n"}
 
-found = read("http://127.0.0.1:%d/metrics" % ask["port"], ask["families"])
+found = read(ask["server"] + "/metrics", ask["families"])
 found["worker"] = ask["worker"]
 found["gateway"] = {url: read(url, ask["gateway_families"], ask["worker"]) for url in ask["gateways"]}
 print(json.dumps(found))
@@ -44,19 +45,19 @@ print(json.dumps(found))
 
 class EngineMetrics(FactBase):
     """
-    The server's /metrics on ``port`` as a report.canary.Scrape: its text (the bake's families
-    only) and when it was read, or why it could not be; with ``gateways`` (router exporter
-    URLs) and ``worker_url`` (the URL they know this node by), each one's read of this node's
-    series.
+    The server's /metrics on ``port`` (asked at ``host``: service.probe_host) as a
+    report.canary.Scrape: its text (the bake's families only) and when it was read, or why it
+    could not be; with ``gateways`` (router exporter URLs) and ``worker_url`` (the URL they know
+    this node by), each one's read of this node's series.
     """
 
     @staticmethod
     def default():
         return Scrape(error="the node printed nothing (no python3?)")
 
-    def command(self, port, worker_url=None, gateways=()):
+    def command(self, port, worker_url=None, gateways=(), host="127.0.0.1"):
         ask = {
-            "port": int(port),
+            "server": server_url(host, int(port)),
             "families": list(FAMILIES),
             "worker": worker_url,
             "gateways": list(gateways),

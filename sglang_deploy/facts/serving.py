@@ -9,6 +9,7 @@ import shlex
 from pyinfra.api import FactBase
 
 from sglang_deploy.node.lib import result, systemd
+from sglang_deploy.node.lib.http_probe import server_url
 from sglang_deploy.node.lib.installed import VERSIONS_PY, canonical
 from sglang_deploy.plan.script_commands import (
     drift_command,
@@ -121,14 +122,13 @@ class Serving(FactBase):
     """
     Whether the server on ``port`` serves ``served_name``: the status of ``health_path``
     (``/ping``: healthy flag, instant; ``/health``: a generation, >= 1 s on SGLang 0.5.23), the
-    model ids of ``/v1/models`` and ``ready`` (health 200 and the name listed).
+    model ids of ``/v1/models`` and ``ready`` (health 200 and the name listed). Asked at
+    ``host``: the node's own server at service.probe_host, a group's rank 0 at its address.
     """
 
     def command(self, port, served_name, health_path="/health", host="127.0.0.1"):
-        address = f"[{host}]" if ":" in host else host  # another node: a group's rank 0
-        args = (
-            f"http://{shlex.quote(address)}:{int(port)} {shlex.quote(served_name)} {shlex.quote(health_path)}"
-        )
+        base = server_url(host, int(port))
+        args = f"{shlex.quote(base)} {shlex.quote(served_name)} {shlex.quote(health_path)}"
         return f"python3 -c {shlex.quote(SERVING_PROBE_PY)} {args}"
 
     def process(self, output):

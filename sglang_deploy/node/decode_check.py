@@ -1,8 +1,9 @@
 """The decode check after a restart passed its gate: a short, deterministic decode benchmark
 (decode_rate.py) against the server, its figures appended to the node's history beside the last
-known good, and a verdict against the profile's expectations.
+known good, and a verdict against the profile's expectations. The server is asked at --host
+(its own --host; loopback when that is 0.0.0.0 or ::).
 
-    python3 decode_check.py --port P --served-name N --profile NAME --history FILE
+    python3 decode_check.py [--host H] --port P --served-name N --profile NAME --history FILE
         --last-good-dir D [--requests N] [--warmup N] [--max-tokens N] [--prompt TEXT ...]
         [--timeout S] [--min-decode-tok-s X] [--max-regression-pct X]
         [--on-regression warn|fail|rollback]
@@ -31,9 +32,11 @@ import urllib.request
 if __package__:
     from . import lastgood
     from .lib import decode_rate, result, status
+    from .lib.http_probe import server_url
 else:  # run as a script: our scripts' directory is on sys.path
     import lastgood
     from lib import decode_rate, result, status
+    from lib.http_probe import server_url
 
 POLICIES = ("warn", "fail", "rollback")
 
@@ -101,10 +104,10 @@ def append(path, entry):
         f.write(json.dumps(entry, sort_keys=True) + "\n")
 
 
-def engine_version(port, timeout=5):
-    """The version the server reports (/server_info), or None."""
+def engine_version(base, timeout=5):
+    """The version the server at ``base`` reports (/server_info), or None."""
     try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/server_info" % port, timeout=timeout) as r:
+        with urllib.request.urlopen(base + "/server_info", timeout=timeout) as r:
             return json.load(r).get("version")
     except (OSError, ValueError, AttributeError):
         return None
@@ -138,7 +141,8 @@ def check(args, now=None):
     history = read_history(args.history)
     good = last_good_profile(args.last_good_dir)
     base = baseline_of(history, good)
-    version = engine_version(args.port)
+    server = server_url(args.host, args.port)
+    version = engine_version(server)
     entry = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
         "profile": args.profile,
@@ -151,7 +155,7 @@ def check(args, now=None):
     try:
         entry.update(
             decode_rate.measure(
-                "http://127.0.0.1:%d/v1/chat/completions" % args.port,
+                server + "/v1/chat/completions",
                 args.served_name,
                 args.prompt,
                 args.requests,
@@ -214,6 +218,7 @@ def check(args, now=None):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--host", default="127.0.0.1", help="the server's --host (0.0.0.0 means 127.0.0.1)")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--served-name", required=True)
     p.add_argument("--profile", required=True)

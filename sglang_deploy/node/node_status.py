@@ -2,7 +2,7 @@
 sglang_deploy/status/): read-only and quick. Nothing is hashed and no secret is read (the env
 file is never opened).
 
-    python3 node_status.py node --unit U --port P --venv-link L --venvs-dir V
+    python3 node_status.py node --unit U [--host H] --port P --venv-link L --venvs-dir V
         --last-good-dir D --history FILE [--passport FILE] [--systemctl PATH] [--proc DIR] [--json]
     python3 node_status.py router --url http://127.0.0.1:30000 [--json]
 
@@ -10,7 +10,7 @@ file is never opened).
 why in an "unreadable" key and the others still come):
     "now": the node's clock (every "age_s" is against it: no clock skew with the controller),
     "unit": {"load", "active", "sub", "main_pid", "since_s"} (systemctl show),
-    "ping": the server's /ping answers 200,
+    "ping": the server's /ping answers 200 (asked at --host: loopback for 0.0.0.0 or ::),
     "engine": {"link": the venv name engine.venv points at, "pending": L.next's (a staged
               switch), "running": the venv the unit's main process runs (/proc/<pid>/exe),
               "built_at"} (venv names: plan/venv_names.py, the lock's digest or the pins'),
@@ -38,11 +38,13 @@ if __package__:
     from . import venvs
     from .lib import last_good_record, result, status, systemd
     from .lib.guard import guarded
+    from .lib.http_probe import server_url
     from .lib.routers import Router, RouterError
 else:  # run as a script: our scripts' directory is on sys.path
     import venvs
     from lib import last_good_record, result, status, systemd
     from lib.guard import guarded
+    from lib.http_probe import server_url
     from lib.routers import Router, RouterError
 
 PASSPORT = "passport.json"  # the hardware passport, in the state directory (beside the services')
@@ -70,9 +72,9 @@ def unit_state(unit, systemctl=systemd.SYSTEMCTL, monotonic=None):
     }
 
 
-def answers_ping(port, timeout=1.0):
+def answers_ping(port, timeout=1.0, host="127.0.0.1"):
     try:
-        with _OPENER.open("http://127.0.0.1:%d/ping" % port, timeout=timeout) as answer:
+        with _OPENER.open(server_url(host, port) + "/ping", timeout=timeout) as answer:
             return answer.status == 200
     except (OSError, ValueError):
         return False
@@ -171,7 +173,7 @@ def node(args, now=None):
     except (systemd.SystemdError, OSError, ValueError) as exc:
         details["unit"] = _unreadable(exc)
     pid = details["unit"].get("main_pid") or 0
-    details["ping"] = answers_ping(args.port)
+    details["ping"] = answers_ping(args.port, host=args.host)
     readers = (
         ("engine", lambda: engine(args.venv_link, args.venvs_dir, pid, args.proc)),
         ("last_good", lambda: last_good(args.last_good_dir, now)),
@@ -207,6 +209,7 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="action", required=True)
     on_node = sub.add_parser("node", help="the unit, its engine, last known good, decode, passport")
     on_node.add_argument("--unit", required=True)
+    on_node.add_argument("--host", default="127.0.0.1", help="the server's --host (0.0.0.0 means 127.0.0.1)")
     on_node.add_argument("--port", type=int, required=True, help="the server's port here")
     on_node.add_argument("--venv-link", required=True, help="the profile's engine.venv")
     on_node.add_argument("--venvs-dir", required=True)

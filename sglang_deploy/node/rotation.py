@@ -3,7 +3,7 @@ let its in-flight requests finish, run the restart cycle (cycle.py), then put it
 router and wait until each lists it healthy. The node calls the routers itself: they must reach
 it anyway, and the controller then only orders the nodes.
 
-    python3 rotation.py --worker-url http://10.0.0.11:30001 --local-port 30001
+    python3 rotation.py --worker-url http://10.0.0.11:30001 [--host H] --local-port 30001
         [--router http://10.0.0.5:30000 ...] [--drain-timeout 120] [--healthy-timeout 120]
         [--drain-settle 5] [--allow-unreachable-routers]
         [--textfile-service sglang --textfile-port 30001 [--textfile-dir DIR]]
@@ -32,8 +32,9 @@ flight finish) until the router removes it; a router without states (sglang-rout
 removes it at once. Before the node goes back, a draining entry is waited out (smg refuses to
 add a URL it still lists).
 
-Draining waits, up to --drain-timeout, until the server's /get_load counts no request running or
-waiting. A load that cannot be read (no answer, an HTTP error, an answer without the counts) is
+The node's own server is asked (/ping, /get_load) at --host, its own --host (loopback when that
+is 0.0.0.0 or ::). Draining waits, up to --drain-timeout, until the server's /get_load counts no
+request running or waiting. A load that cannot be read (no answer, an HTTP error, an answer without the counts) is
 not "drained": /get_load is asked again until the drain timeout, which gives requests the whole
 drain time the operator allowed, and then, as with requests still in flight, the restart goes
 ahead, saying "load unknown: <why>" (the node is out of every router by then: waiting longer
@@ -69,9 +70,11 @@ import urllib.request
 
 if __package__:
     from .lib import result, status, textfile
+    from .lib.http_probe import server_url
     from .lib.routers import Router, RouterError, last_routable, normal_url, state_of
 else:  # run as a script: our scripts' directory is on sys.path
     from lib import result, status, textfile
+    from lib.http_probe import server_url
     from lib.routers import Router, RouterError, last_routable, normal_url, state_of
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -106,9 +109,9 @@ def _get(url, timeout=3.0):
         return answer.status, answer.read().decode(errors="replace")
 
 
-def serving(port):
+def serving(port, host="127.0.0.1"):
     try:
-        return _get("http://127.0.0.1:%d/ping" % port)[0] == 200
+        return _get(server_url(host, port) + "/ping")[0] == 200
     except OSError:
         return False
 
@@ -123,14 +126,14 @@ def _why(exc):
     return "/get_load: %s" % (exc or type(exc).__name__)
 
 
-def drain(port, timeout, interval=0.25):
+def drain(port, timeout, interval=0.25, host="127.0.0.1"):
     """Wait until the node has no request in flight: (seconds waited, requests left or None
     when the load could not be read, why it could not or None). An unreadable load is asked
     again until the timeout (see the module's docstring)."""
     started = time.monotonic()
     while True:
         try:
-            left, unknown = in_flight(json.loads(_get("http://127.0.0.1:%d/get_load" % port)[1])), None
+            left, unknown = in_flight(json.loads(_get(server_url(host, port) + "/get_load")[1])), None
         except (OSError, ValueError) as exc:
             left, unknown = None, _why(exc)
         waited = time.monotonic() - started
@@ -192,7 +195,7 @@ def take_out(args, rotation):
     """Out of every answering router and drained. (routers, was_serving, outcome, cause):
     outcome and cause say why nothing was taken out ("router_unreachable") or why the node is
     back in ("router_failed"); both None when it is out (or was in no rotation)."""
-    was_serving = serving(args.local_port)
+    was_serving = serving(args.local_port, args.host)
     routers, refused = answering(
         [Router(url) for url in args.router], was_serving, args.allow_unreachable_routers
     )
@@ -227,7 +230,7 @@ def take_out(args, rotation):
         if left:
             mark(args, cause is None)
         return routers, was_serving, "router_failed", str(exc) + ("" if cause is None else "; " + cause)
-    drain_s, left, unknown = drain(args.local_port, args.drain_timeout)
+    drain_s, left, unknown = drain(args.local_port, args.drain_timeout, host=args.host)
     rotation.update(drain_s=round(drain_s, 2), drained=left == 0, in_flight_left=left, load_unknown=unknown)
     if unknown:
         say("load unknown: %s (for %.0fs): restarting anyway" % (unknown, drain_s))
@@ -308,7 +311,7 @@ def back_only(args):
     """Back into every router and healthy there (after out_only and the caller's restart); a
     node that does not serve stays out (a router would send it requests it cannot answer)."""
     routers = [Router(url) for url in args.router]
-    if not serving(args.local_port):
+    if not serving(args.local_port, args.host):
         say("not serving: left out of every router")
         mark(args, False)
         return result.emit(
@@ -326,6 +329,7 @@ def back_only(args):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker-url", required=True, help="this node as the routers know it")
+    parser.add_argument("--host", default="127.0.0.1", help="the server's --host (0.0.0.0 means 127.0.0.1)")
     parser.add_argument("--local-port", type=int, required=True, help="the server's port here")
     parser.add_argument("--router", action="append", default=[], help="a router's base URL")
     parser.add_argument("--drain-timeout", type=float, default=120.0)

@@ -121,6 +121,7 @@ def scraper(host, rotation):
         port=rotation.local_port,
         worker_url=rotation.worker_url,
         gateways=tuple(rotation.gateway_metrics),
+        host=rotation.local_host,
     )
 
 

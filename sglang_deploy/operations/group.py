@@ -238,6 +238,7 @@ def _problems(member, stop_wait_s):
                 port=plan.profile.service.port,
                 health_path="/ping",
                 served_name=plan.profile.model.served_name,
+                host=plan.profile.service.probe_host,
             )
             if not (serving_now and serving_now["ready"]):
                 restart = True

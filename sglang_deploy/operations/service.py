@@ -222,7 +222,11 @@ def serving(scripts, hook_python, rollback=True):
         yield FunctionCommand(_start_and_record, (scripts, hook_python, rollback), {})
         return
     serving_now = host.get_fact(
-        Serving, port=profile.service.port, health_path="/ping", served_name=profile.model.served_name
+        Serving,
+        port=profile.service.port,
+        health_path="/ping",
+        served_name=profile.model.served_name,
+        host=profile.service.probe_host,
     )
     if not (serving_now and serving_now["ready"]):
         yield FunctionCommand(_gate_and_record, (scripts, hook_python, rollback), {})

@@ -257,7 +257,8 @@ def check_ports(routers, workers, ssh_ports) -> None:
 
 
 def worker_url(address_, port) -> str:
-    return f"http://{address_}:{int(port)}"
+    host = f"[{address_}]" if ":" in str(address_) else address_
+    return f"http://{host}:{int(port)}"
 
 
 def render_router_unit(router: RouterSettings, worker_urls) -> str:

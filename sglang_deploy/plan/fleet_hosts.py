@@ -35,13 +35,15 @@ def fleet_hosts(inventory):
 def workers(hosts):
     """[(name, address, port)] of the serving nodes: every host that is not a router nor a
     monitoring host, nor a serving group's follower (rank 0 alone serves the group's API; a follower's /health is a
-    dummy that always answers 200, so a router must never send it requests)."""
+    dummy that always answers 200, so a router must never send it requests). The address is
+    the node's cluster address, or the one its server is bound to (service.reached_at)."""
     members = resolve(hosts)
     found = []
     for name, data in hosts:
         if not serves(data) or (name in members and not members[name].is_leader):
             continue
-        found.append((name, address(data, name), profile_of(data).service.port))
+        service = profile_of(data).service
+        found.append((name, service.reached_at(address(data, name)), service.port))
     return found
 
 
@@ -133,6 +135,7 @@ class Rotation:
     drain_settle_s: int = 5  # seconds a router with a Draining state (smg) lists the node draining
     gateway_metrics: tuple = ()  # every router's exporter URL (a canary's bake reads the node's series)
     textfile: tuple = ()  # NodeScripts.textfile_flags(): rotation.py writes the in-rotation sample
+    local_host: str = "127.0.0.1"  # where the node asks its own server (service.probe_host)
 
     def wrap(self, scripts_dir, cycle, restore):
         """rotation.py around the node's restart cycle (``cycle``: cycle.py's command line;
@@ -152,6 +155,8 @@ class Rotation:
         args = [
             "--worker-url",
             self.worker_url,
+            "--host",
+            self.local_host,
             "--local-port",
             self.local_port,
             "--drain-timeout",
@@ -171,9 +176,11 @@ class Rotation:
 def rotation_for(name, data, hosts, port, textfile=()) -> Rotation:
     found_routers, _ = checked_fleet(hosts)
     models = served_models(hosts)
+    service = profile_of(data).service
     return Rotation(
-        worker_url=worker_url(address(data, name), port),
+        worker_url=worker_url(service.reached_at(address(data, name)), port),
         local_port=int(port),
+        local_host=service.probe_host,
         router_urls=[r.url for r in found_routers],
         rolling=rolling_settings(data),
         model=models.get(name, ""),

@@ -122,6 +122,12 @@ class NodeScripts:
     def gate(self):
         return self._run("gate.py", "--unit", self.unit, *gate_args(self.profile), "--json", self.gate_report)
 
+    def recheck(self):
+        """gate.py --recheck: the server still the one the gate's report saw ready (before a save)."""
+        return self._run(
+            "gate.py", "--unit", self.unit, *gate_args(self.profile), "--json", self.gate_report, "--recheck"
+        )
+
     @property
     def gate_report(self):
         """Where the gate leaves its summary (phase times, cause) of the last start it gated."""
@@ -191,8 +197,11 @@ class NodeScripts:
         return self._run("lastgood.py", *args)
 
     def gpus_needed(self):
-        """GPUs this node needs (the profile's gpus_per_node)."""
-        return self.profile.gpus_per_node
+        """GPUs this node's workers take: tp × pp × dp replicas, this node's share of nnodes
+        (preflight.gpu_layout, the count preflight and `make verify` judge)."""
+        from sglang_deploy.node.preflight import gpu_layout
+
+        return len(gpu_layout(self.profile.argv())["gpus"])
 
     def preflight(self, python="python3", argv_check=True, allow_drift=False, new_venv=None):
         """preflight.py; ``new_venv``: a venv about to be built, whose disk it checks too."""
@@ -200,6 +209,9 @@ class NodeScripts:
         flags = ["--drift", *self.drift_names, *self.textfile_flags()] if argv_check else ["--no-argv"]
         flags += ["--allow-drift"] if engine.allow_drift or allow_drift else []
         flags += ["--new-venv", new_venv, "--live-venv", engine.venv] if new_venv else []
+        # The GPUs the server sees: preflight counts them against the layout's.
+        visible = self.profile.env.get("CUDA_VISIBLE_DEVICES")
+        flags += ["--cuda-visible-devices", visible] if visible is not None else []
         # Under repair an extra or missing distribution is what is about to be fixed.
         flags += ["--lock", self.lock] if self.lock and argv_check and not allow_drift else []
         return _script(
@@ -210,8 +222,6 @@ class NodeScripts:
             self.unit,
             "--argv-json",
             json.dumps(self.profile.argv()),
-            "--gpus-needed",
-            self.gpus_needed(),
             *self._gpu_settings_flags(),
             "--disk-path",
             self.venv,
@@ -250,7 +260,7 @@ class NodeScripts:
         return self.cycle(hook_files, restore=reinstate, revert=True)
 
     def cycle(self, hook_files, rollback=True, running=False, restore=None, revert=False):
-        """cycle.py: preflight, restart, gate, workers, decode check, save; on a failed gate
+        """cycle.py: preflight, restart, gate, workers, decode check, recheck, save; on a failed gate
         restore, restart and gate again: each step one of the command lines above. ``running``:
         the server already runs what is installed, the cycle starts at the gate."""
         steps = {
@@ -259,6 +269,7 @@ class NodeScripts:
             "restart": self.restart(),
             "gate": self.gate(),
             "workers": self.workers(),
+            "recheck": self.recheck(),
             "save": self.save_last_good(hook_files),
             "restore": restore or self.restore_last_good(),
         }
@@ -294,6 +305,8 @@ class NodeScripts:
         if not check.enabled:
             return None
         args = [
+            "--host",
+            service.probe_host,
             "--port",
             service.port,
             "--served-name",
@@ -335,6 +348,7 @@ class NodeScripts:
             self.last_good_dir,
             self.throughput_history,
             passport,
+            host=service.probe_host,
         )
 
     def metrics_textfile(self, routers=True, pcie_json=None, textfile_dir=None, check=False):

@@ -256,8 +256,11 @@ def model_check_command(directory, model_dir, deep=False):
 
 def gate_args(profile):
     """gate.py's arguments for a server of ``profile``, all but what to gate (``--unit``, or
-    ``--pid``/``--log``) and ``--json``."""
+    ``--pid``/``--log``) and ``--json``; it asks the server where every probe does
+    (service.probe_host)."""
     return [
+        "--host",
+        profile.service.probe_host,
         "--port",
         profile.service.port,
         "--served-name",
@@ -280,17 +283,24 @@ def gate_timings(readiness):
         readiness.hang_after_s,
         "--fired-up-grace",
         readiness.fired_up_grace_s,
+        "--settle",
+        readiness.settle_s,
     ]
 
 
-def node_status_command(directory, unit, port, venv_link, venvs_dir, last_good_dir, history, passport):
+def node_status_command(
+    directory, unit, port, venv_link, venvs_dir, last_good_dir, history, passport, host="127.0.0.1"
+):
     """node_status.py node: the unit, engine, last known good, last decode check and hardware
-    passport of one service, in its result line only (`make status`)."""
+    passport of one service, in its result line only (`make status`); ``host``: where its
+    server is asked (service.probe_host)."""
     args = [
         "--json",
         "node",
         "--unit",
         unit,
+        "--host",
+        host,
         "--port",
         port,
         "--venv-link",

@@ -235,7 +235,8 @@ class Fleet(_Group):
     )
     fleet_address: str | None = Field(
         None,
-        description="How other hosts reach this one (routers -> nodes, nodes -> routers); unset: its ssh_hostname.",
+        description="How other hosts reach this one (routers -> nodes, nodes -> routers); unset: its "
+        "ssh_hostname. A server its profile's service.host binds to one address is reached there.",
     )
 
 

@@ -146,9 +146,17 @@ class Secret(_Section):
     required: bool = False  # unset and required: the deploy stops; unset and optional: left out
 
 
+# The wildcard addresses a server listens on every interface with, and the loopback address of
+# the same family our probes ask it at.
+_EVERY_INTERFACE = {"0.0.0.0": "127.0.0.1", "::": "::1"}
+
+
 class Service(_Section):
     name: UnitStem = "sglang"  # <name>.service, /etc/sglang/<name>.env
-    host: Word = "0.0.0.0"  # --host: every interface
+    # --host: every interface. Our probes on the node (gate, decode check, drain, status) ask
+    # the server at this address, or at loopback where it is every interface (0.0.0.0:
+    # 127.0.0.1, `::`: ::1); routers and Prometheus reach a server bound to one address there.
+    host: Word = "0.0.0.0"
     port: int = Field(30000, ge=1, le=65535)  # --port: SGLang's own default
     user: UserName = "root"  # User=: the GPUs and /models need no extra setup
     restart: RestartPolicy = "on-failure"  # Restart=: not after a clean stop
@@ -158,6 +166,26 @@ class Service(_Section):
     # Multi-node (a serving group, sglang_deploy/plan/serving_group.py): the port of rank 0's
     # --dist-init-addr, where torch's TCPStore waits for the other nodes' ranks.
     dist_init_port: int = Field(20000, ge=1, le=65535)
+
+    @property
+    def probe_host(self) -> str:
+        """The address our probes on the node ask the server at: `host`, or loopback where the
+        server listens on every interface."""
+        return _EVERY_INTERFACE.get(self.host, self.host)
+
+    @property
+    def probe_url(self) -> str:
+        """http://<probe_host>:<port> (an IPv6 literal bracketed)."""
+        return f"http://{_bracketed(self.probe_host)}:{self.port}"
+
+    def reached_at(self, address: str) -> str:
+        """Where another host reaches the server: ``address`` (the node's cluster address)
+        where it listens on every interface, else the one address it is bound to."""
+        return address if self.host in _EVERY_INTERFACE else self.host
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 class Readiness(_Section):
@@ -170,6 +198,10 @@ class Readiness(_Section):
     # /ping 200 this long without the "fired up" log line: /health 200 confirms instead (a lost
     # log line must not fail a serving start; the warmup's /freeze_gc between them times out at 10 s).
     fired_up_grace_s: float = Field(15.0, gt=0)
+    # Once up, the server must stay up this long (the same main process, no cause of death in
+    # its log) before the gate says ready: a start that dies seconds after "fired up" is a
+    # failed start, rolled back, never the last known good.
+    settle_s: float = Field(5.0, ge=0)
 
 
 class Throughput(_Section):

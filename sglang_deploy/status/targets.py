@@ -49,13 +49,13 @@ def node_target(name, data, member, secrets: Redactor) -> Target:
     secrets.add_profile(plan.profile)
     settings = plan.settings
     passport = posixpath.join(settings.state_dir, node_status.PASSPORT)
-    leads = member is None or member.is_leader
+    leads, service = member is None or member.is_leader, plan.profile.service
     return Target(
         name,
         "node",
         argv=remote(name, data, plan.scripts.node_status(settings.venvs_dir, passport)),
         profile=plan.profile.name,
-        worker_url=worker_url(address(data, name), plan.profile.service.port) if leads else None,
+        worker_url=worker_url(service.reached_at(address(data, name)), service.port) if leads else None,
         group=f"{member.group} rank {member.rank} of {member.size}" if member else None,
     )
 

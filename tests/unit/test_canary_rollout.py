@@ -239,6 +239,7 @@ def test_a_canary_failing_more_through_the_gateway_is_rolled_back_naming_gateway
         "port": 30000,
         "worker_url": "http://n1:30000",
         "gateways": ("http://10.0.0.5:29000/metrics",),
+        "host": "127.0.0.1",
     }
 
 

@@ -4,6 +4,7 @@ controller's record and phrase (sglang_deploy/report/throughput_log.py)."""
 
 import json
 import shlex
+import socket
 import sys
 import threading
 import time
@@ -14,6 +15,8 @@ from test_node_cycle import _commands, _run, _step
 
 from sglang_deploy.node import cycle, decode_check
 from sglang_deploy.node.lib import decode_rate, result, status
+from sglang_deploy.plan.node_scripts import NodeScripts
+from sglang_deploy.profile.schema import load_profile
 from sglang_deploy.report import outcome
 from sglang_deploy.report import throughput_log as throughput
 
@@ -67,15 +70,25 @@ class _Streamer(BaseHTTPRequestHandler):
         self.wfile.write(b"data: [DONE]\n\n")
 
 
-@pytest.fixture
-def server():
+def _serving(host):
     handler = type("Handler", (_Streamer,), {"seen": []})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd = ThreadingHTTPServer((host, 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield handler, httpd.server_address[1]
     httpd.shutdown()
     httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    yield from _serving("127.0.0.1")
+
+
+@pytest.fixture
+def bound_server():
+    """The server bound to one address, a loopback alias: it listens on 127.0.0.2 only."""
+    yield from _serving("127.0.0.2")
 
 
 def _url(port):
@@ -324,6 +337,26 @@ def test_a_server_that_stopped_answering_is_unmeasured(tmp_path, capsys):
     assert "refused" in found["cause"].lower(), found["cause"]
 
 
+def test_a_server_bound_to_one_address_is_checked_there(tmp_path, bound_server, capsys):
+    """service.host 127.0.0.2: the decode check's command line as the controller builds it
+    (NodeScripts.decode_check) measures the server there (127.0.0.1 refuses)."""
+    handler, port = bound_server
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    overrides = {
+        "service": {"host": "127.0.0.2", "port": port},
+        "throughput": {"requests": 2, "warmup_requests": 0, "max_tokens": 11, "timeout_s": 10},
+    }
+    profile = load_profile("sandbox", overrides=overrides)
+    scripts = NodeScripts("/opt/d/node", "sglang.service", profile, {}, str(tmp_path / "last-good"), "", "")
+    argv = shlex.split(scripts.decode_check())
+    assert argv[:2] == ["python3", "/opt/d/node/decode_check.py"]
+    got = decode_check.main(argv[2:])
+    entry = result.parse(capsys.readouterr().out.splitlines())["throughput"]
+    assert got == status.READY and entry["error"] is None and entry["engine_version"] == "0.5.23"
+    assert entry["decode_tok_s"] == pytest.approx(100, rel=0.3) and len(handler.seen) == 2
+
+
 def test_the_restored_server_unmeasured_is_recorded_and_never_fails(tmp_path, server, capsys):
     handler, port = server
     handler.error = "http"
@@ -401,6 +434,7 @@ def test_an_unmeasured_check_rolls_back_whatever_the_policy(tmp_path, capsys, po
         "gate",
         "workers",
         "decode",
+        "recheck",
         "restore",
         "restart",
         "gate",
@@ -419,7 +453,7 @@ def test_an_unmeasured_check_without_rollback_fails_unrecorded(tmp_path, capsys)
     found = result.parse(capsys.readouterr().out.splitlines())
     ran = (tmp_path / "ran").read_text().split()
     assert found["outcome"] == "failed" and found["restored"] is False and code == status.DECODE_UNMEASURED
-    assert ran == ["preflight", "switch", "restart", "gate", "workers", "decode"]
+    assert ran == ["preflight", "switch", "restart", "gate", "workers", "decode", "recheck"]
 
 
 def test_a_decode_check_that_dies_is_a_failed_step(tmp_path, capsys):
@@ -432,14 +466,15 @@ def test_a_decode_check_that_dies_is_a_failed_step(tmp_path, capsys):
 
 def test_a_passing_check_is_served_and_recorded(tmp_path, capsys):
     code, found, ran = _cycle(tmp_path, capsys, "warn", code=status.READY)
-    assert ran == ["preflight", "switch", "restart", "gate", "workers", "decode", "save"]
+    assert ran == ["preflight", "switch", "restart", "gate", "workers", "decode", "recheck", "save"]
     assert code == status.READY and found["outcome"] == "served"
     assert found["throughput"] == {"decode_tok_s": 60.0}
 
 
 def test_without_a_decode_command_the_cycle_is_as_before(tmp_path, capsys):
     code, found, ran, _ = _run(tmp_path, capsys)
-    assert ran == ["preflight", "switch", "restart", "gate", "workers", "save"] and "throughput" not in found
+    assert ran == ["preflight", "switch", "restart", "gate", "workers", "recheck", "save"]
+    assert "throughput" not in found
 
 
 # -- the controller ---------------------------------------------------------------------------
@@ -507,7 +542,7 @@ def _running(tmp_path, capsys, policy, code=status.THROUGHPUT_REGRESSION):
 
 def test_a_running_server_is_checked_from_the_gate_before_it_is_recorded(tmp_path, capsys):
     code, found, ran = _running(tmp_path, capsys, "warn", code=status.READY)
-    assert ran == ["gate", "workers", "decode", "save"] and found["outcome"] == "served"
+    assert ran == ["gate", "workers", "decode", "recheck", "save"] and found["outcome"] == "served"
 
 
 def test_a_regressed_configuration_found_serving_is_not_recorded_under_fail(tmp_path, capsys):

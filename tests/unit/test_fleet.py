@@ -20,6 +20,7 @@ from sglang_deploy.plan.fleet import (
 )
 from sglang_deploy.plan.fleet_hosts import rotation_for, router_plan
 from sglang_deploy.plan.hosts import deploy_defaults, gpu_hosts, gpu_routers, sandbox_hosts, sandbox_routers
+from sglang_deploy.plan.monitoring import scrape_targets
 from sglang_deploy.report.outcome import Outcome, with_rollout_notes
 
 DEFAULTS = deploy_defaults()
@@ -167,6 +168,27 @@ def test_rotation_halves_for_a_restart_driven_elsewhere():
         argv = shlex.split(getattr(rotation, half)("/opt/d/node"))
         assert argv[:2] == ["python3", "/opt/d/node/rotation.py"] and argv[-2:] == ["--only", half]
         assert "--cycle" not in argv and argv[argv.index("--router") + 1] == "http://10.0.0.5:30000"
+
+
+def test_a_server_bound_to_one_address_is_reached_there():
+    """service.host names one address: the routers (and Prometheus) reach the server there, the
+    node's own probes ask it there; a server on every interface keeps its cluster address for
+    the routers and loopback for the node."""
+    bound = node_data(ssh_hostname="127.0.0.11", profile_overrides={"service": {"host": "127.0.0.2"}})
+    hosts = [("n1", bound), ("n2", node_data(ssh_hostname="127.0.0.12")), ("r1", router_data())]
+    assert router_plan("r1", hosts).worker_urls == ["http://127.0.0.12:30000", "http://127.0.0.2:30000"]
+    engines = {t.labels["host"]: t.address for t in scrape_targets(hosts)[0] if t.job == "sglang"}
+    assert engines == {"n1": "127.0.0.2:30000", "n2": "127.0.0.12:30000"}
+    for name, data, worker, probed in (
+        ("n1", bound, "http://127.0.0.2:30000", "127.0.0.2"),
+        ("n2", hosts[1][1], "http://127.0.0.12:30000", "127.0.0.1"),
+    ):
+        rotation = rotation_for(name, data, hosts, 30000)
+        argv = shlex.split(rotation.out("/opt/d/node"))
+        assert rotation.worker_url == argv[argv.index("--worker-url") + 1] == worker
+        assert rotation.local_host == argv[argv.index("--host") + 1] == probed
+    v6 = node_data(ssh_hostname="127.0.0.13", profile_overrides={"service": {"host": "::1"}})
+    assert rotation_for("n3", v6, [*hosts, ("n3", v6)], 30000).worker_url == "http://[::1]:30000"
 
 
 def test_is_router():

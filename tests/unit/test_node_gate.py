@@ -16,16 +16,19 @@ import pytest
 
 from sglang_deploy.node.lib import http_probe, result, status, watch
 from sglang_deploy.plan.host_plan import node_script_files
-from sglang_deploy.plan.script_commands import gate_timings
-from sglang_deploy.profile.schema import Readiness
+from sglang_deploy.plan.script_commands import gate_args, gate_timings
+from sglang_deploy.profile.schema import Readiness, load_profile
 
 NODE = Path(__file__).resolve().parents[2] / "sglang_deploy" / "node"
 
 
-def gate_argv(target, port=1, served="x", timeout=20, json_path=None, extra=()):
+SETTLE_S = 0.5  # readiness.settle_s here: short, so that a ready start ends soon after ready
+
+
+def gate_argv(target, port=1, served="x", timeout=20, json_path=None, extra=(), settle=SETTLE_S):
     """gate.py's command line for ``target`` (``--unit ...`` or ``--pid ... --log ...``), with
-    the timings as the controller passes them (the profile's readiness defaults, ``timeout``
-    apart), then the test's ``extra`` arguments (argparse: the last one given wins)."""
+    the timings as the controller passes them (the profile's readiness defaults, ``timeout`` and
+    ``settle`` apart), then the test's ``extra`` arguments (argparse: the last one given wins)."""
     argv = [
         sys.executable,
         str(NODE / "gate.py"),
@@ -34,7 +37,7 @@ def gate_argv(target, port=1, served="x", timeout=20, json_path=None, extra=()):
         str(port),
         "--served-name",
         served,
-        *(str(arg) for arg in gate_timings(Readiness(timeout_s=timeout))),
+        *(str(arg) for arg in gate_timings(Readiness(timeout_s=timeout, settle_s=settle))),
     ]
     return argv + (["--json", str(json_path)] if json_path else []) + list(extra)
 
@@ -75,22 +78,23 @@ def write_exe(path, body):
     return str(path)
 
 
-def free_port():
+def free_port(host="127.0.0.1"):
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
 class FakeNode:
     """A unit state file, a journal file, fake tools and an SGLang-like HTTP server."""
 
-    def __init__(self, tmp_path, served="kimi-k2.5"):
+    def __init__(self, tmp_path, served="kimi-k2.5", host="127.0.0.1"):
         self.dir = tmp_path
         self.systemctl = write_exe(tmp_path / "systemctl", FAKE_SYSTEMCTL)
         self.journalctl = write_exe(tmp_path / "journalctl", FAKE_JOURNALCTL)
         self.journal = tmp_path / "journal.txt"
         self.journal.write_text("")
-        self.port = free_port()
+        self.host = host  # the only address the server listens on
+        self.port = free_port(host)
         self.served = served
         self.health = 503
         self.health_delay = 1.0  # 0.5.23: once up, health_generate sleeps 1 s before it looks
@@ -166,7 +170,7 @@ class FakeNode:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server = http.server.ThreadingHTTPServer((self.host, self.port), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def become_ready(self):
@@ -438,6 +442,31 @@ def test_probe_host_mapping():
     assert http_probe.probe_host("0.0.0.0") == "127.0.0.1"
     assert http_probe.probe_host("::") == "[::1]"
     assert http_probe.probe_host("10.0.0.5") == "10.0.0.5"
+    assert http_probe.server_url("::", 30000) == "http://[::1]:30000"
+
+
+def test_a_server_bound_to_one_address_is_gated_there(tmp_path):
+    """service.host 127.0.0.2 (a loopback alias): the server listens there only, 127.0.0.1
+    refuses; the gate's command line as the controller builds it (gate_args) reaches it."""
+    node = FakeNode(tmp_path, served="tiny-standin", host="127.0.0.2")
+    overrides = {"service": {"host": "127.0.0.2", "port": node.port}, "readiness": {"timeout_s": 10}}
+    profile = load_profile("sandbox", overrides=overrides)
+    try:
+        node.open_port()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", node.port), timeout=2).close()
+        node.log(
+            "[2026-11-29 10:01:10] INFO:     Uvicorn running on http://127.0.0.2:30000 (Press CTRL+C to quit)"
+        )
+        node.become_ready()
+        node.log("[2026-11-29 10:01:13] The server is fired up and ready to roll!")
+        target = ["--unit", "sglang.service", "--systemctl", node.systemctl, "--journalctl", node.journalctl]
+        argv = [sys.executable, str(NODE / "gate.py"), *target, *map(str, gate_args(profile))]
+        rc, out = finish(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    finally:
+        node.close()
+    assert rc == status.READY, out
+    assert "127.0.0.2" in out and "port closed" not in out
 
 
 def test_runs_from_the_uploaded_layout_like_on_the_node(tmp_path):

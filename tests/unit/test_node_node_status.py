@@ -5,6 +5,7 @@ process runs one of the venvs, and a router answering like sglang-router 0.3.2."
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -17,7 +18,9 @@ from test_node_routers import FakeRouter, router  # noqa: F401 (fixture)
 
 from sglang_deploy.node import decode_check, lastgood, node_status, venvs
 from sglang_deploy.node.lib import result, status
+from sglang_deploy.plan.node_scripts import NodeScripts
 from sglang_deploy.plan.script_commands import node_status_command, router_status_command
+from sglang_deploy.profile.schema import load_profile
 
 NODE_DIR = Path(node_status.__file__).resolve().parent
 OLD, NEW = "sglang-0.5.23+sandbox-21ee92086ccf", "sglang-0.5.24+sandbox-0b1c2d3e4f5a"
@@ -148,6 +151,32 @@ def test_a_serving_node_in_one_answer(node, server, capsys):
     assert decode["error"] is None and 0 <= decode["age_s"] < 60
     assert found["passport"]["passport"]["gpus"][0]["name"] == "NVIDIA H200"
     assert "hf_secret_value" not in json.dumps(found)  # the env file is never read
+
+
+def test_a_server_bound_to_one_address_is_asked_there(node, capsys):
+    """service.host 127.0.0.2 (127.0.0.1 refuses): `make status`'s command line as the controller
+    builds it (NodeScripts.node_status, given service.probe_host) finds it answering /ping."""
+    httpd = ThreadingHTTPServer(("127.0.0.2", 0), type("Handler", (_Streamer,), {"seen": []}))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port = httpd.server_address[1]
+    node.systemctl.unit(LoadState="loaded", ActiveState="active", SubState="running", MainPID=0)
+    overrides = {"service": {"host": "127.0.0.2", "port": port}, "engine": {"venv": str(node.link)}}
+    scripts = NodeScripts(
+        str(NODE_DIR),
+        "sglang.service",
+        load_profile("sandbox", overrides=overrides),
+        {},
+        str(node.last_good),
+        "",
+        "",
+    )
+    argv = shlex.split(scripts.node_status(str(node.venvs), str(node.passport)))[2:]
+    try:
+        found = _status(argv + ["--systemctl", str(node.systemctl.path), "--proc", str(node.proc)], capsys)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert found["ping"] is True and found["unit"]["active"] == "active"
 
 
 def test_a_node_never_deployed_answers_with_nothing_found(node, capsys):

@@ -5,6 +5,7 @@ like sglang-router 0.3.2 (test_node_routers.FakeRouter) and a server that answer
 import argparse
 import json
 import shlex
+import socket
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,6 +15,9 @@ from test_node_routers import FakeRouter, router  # noqa: F401 (fixture)
 
 from sglang_deploy.node import rotation
 from sglang_deploy.node.lib import result, status, textfile
+from sglang_deploy.plan.fleet import rolling_settings
+from sglang_deploy.plan.fleet_hosts import Rotation
+from sglang_deploy.plan.hosts import deploy_defaults
 
 WORKER = "http://10.0.0.11:30000"
 
@@ -50,13 +54,23 @@ def peer_routable(router):  # noqa: F811
     FakeRouter.workers["http://10.0.0.12:30000"]["is_healthy"] = True
 
 
-@pytest.fixture
-def server():
+def _serving(host):
     FakeServer.in_flight, FakeServer.loads_seen, FakeServer.unread = [2, 1, 0], 0, (404, b"")
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeServer)
+    httpd = ThreadingHTTPServer((host, 0), FakeServer)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield httpd.server_address[1]
     httpd.shutdown()
+
+
+@pytest.fixture
+def server():
+    yield from _serving("127.0.0.1")
+
+
+@pytest.fixture
+def bound_server():
+    """The node's server bound to one address, a loopback alias: it listens on 127.0.0.2 only."""
+    yield from _serving("127.0.0.2")
 
 
 def _command(tmp_path, name, line):
@@ -208,6 +222,25 @@ def test_a_load_unreadable_for_a_moment_is_waited_for(server):
     FakeServer.in_flight = [None, None, 1, 0]
     waited, left, unknown = rotation.drain(server, timeout=5, interval=0.05)
     assert left == 0 and unknown is None and FakeServer.loads_seen == 4
+
+
+def test_a_server_bound_to_one_address_is_asked_and_drained_there(router, bound_server, capsys):  # noqa: F811
+    """service.host 127.0.0.2 (127.0.0.1 refuses): with the command lines the controller builds
+    (Rotation, given service.probe_host) the node's /ping and /get_load are asked there: it is
+    serving, taken out, drained, and put back."""
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", bound_server), timeout=2).close()
+    turn = Rotation(
+        WORKER, bound_server, [router], rolling_settings(deploy_defaults()), local_host="127.0.0.2"
+    )
+    code = rotation.main(shlex.split(turn.out("/opt/d/node"))[2:])
+    found = _found(capsys)
+    assert code == status.READY and found["rotation"]["was_serving"] and found["rotation"]["drained"]
+    assert FakeServer.loads_seen >= 3 and WORKER not in FakeRouter.workers  # waited for 2, 1, 0
+    assert rotation.main(shlex.split(turn.back("/opt/d/node"))[2:]) == status.READY
+    assert FakeRouter.workers[WORKER]["is_healthy"]
+    waited, left, unknown = rotation.drain(bound_server, timeout=1, interval=0.05, host="127.0.0.2")
+    assert left == 0 and unknown is None
 
 
 def test_a_load_nobody_answers_is_unknown():

@@ -482,9 +482,9 @@ def test_workers_without_the_profile_env_fail_the_check(run):
 def test_node_scripts_command_lines():
     scripts = PLAN.scripts
     assert scripts.gate() == (
-        "python3 /opt/sd/node/gate.py --unit sglang.service --port 30000 "
+        "python3 /opt/sd/node/gate.py --unit sglang.service --host 127.0.0.1 --port 30000 "
         "--served-name tiny-standin --timeout 120 --interval 0.25 "
-        "--progress-every 10.0 --hang-after 300.0 --fired-up-grace 15.0 "
+        "--progress-every 10.0 --hang-after 300.0 --fired-up-grace 15.0 --settle 5.0 "
         "--json /run/sglang-deploy/sglang.service.gate.json"
     )
     assert scripts.restart() == (

@@ -160,6 +160,48 @@ def test_node_scripts_of_a_serving_group_member():
     assert shlex.split(scripts.stop()) == shlex.split(scripts.restart()) + ["--no-start"]
 
 
+def _bound_to(host):
+    """The plan of a node whose profile binds its server to ``host`` (service.host)."""
+    data = {
+        "profile": "baseline",
+        "profile_overrides": {"service": {"host": host}},
+        "sglang_deploy_dir": "/opt/d",
+        "env_dir": "/etc/s",
+        "unit_dir": "/etc/systemd/system",
+        "state_dir": "/var/lib/d",
+        "deploy_lock_wait_s": 1,
+        "rollback": True,
+        "repair": False,
+    }
+    return plan_for(data, operator_env={})
+
+
+def _after(command, flag):
+    argv = shlex.split(command)
+    return argv[argv.index(flag) + 1]
+
+
+@pytest.mark.parametrize(
+    "host, probed, url",
+    [
+        ("127.0.0.2", "127.0.0.2", "http://127.0.0.2:30000"),
+        ("0.0.0.0", "127.0.0.1", "http://127.0.0.1:30000"),
+        ("::", "::1", "http://[::1]:30000"),
+    ],
+)
+def test_every_probe_of_the_server_is_given_the_address_it_listens_on(host, probed, url):
+    """A server bound to one address answers there only: the gate, the decode check and `make
+    status` are given it (--host); one on every interface is asked at loopback."""
+    plan = _bound_to(host)
+    service, scripts = plan.profile.service, plan.scripts
+    assert (service.probe_host, service.probe_url) == (probed, url)
+    assert script_commands.gate_args(plan.profile)[:2] == ["--host", probed]
+    for command in (scripts.gate(), scripts.decode_check(), scripts.node_status("/v", "/p")):
+        assert _after(command, "--host") == probed, command
+    cycle = json.loads(_after(scripts.cycle({}), "--steps-json"))
+    assert _after(cycle["gate"], "--host") == _after(cycle["decode"], "--host") == probed
+
+
 def test_the_acs_unit_runs_the_builders_command_line():
     text = acs_unit_text("/opt/sglang-deploy/node", "sglang.service")
     assert "ExecStart=/usr/bin/python3 /opt/sglang-deploy/node/acs.py disable\n" in text

@@ -5,6 +5,7 @@ host's command here, on state written by the node's own scripts (test_node_node_
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -222,6 +223,17 @@ def test_what_each_host_is_asked(tmp_path):
     assert found["r1"].url == "http://10.0.0.5:30000"
     assert list(found) == ["r1", "g0", "g1", "bad"]  # routers first, then the nodes in inventory order
     assert [t.name for t in targets.targets(hosts, limit={"g1"})] == ["r1", "g1"]
+
+
+def test_a_node_bound_to_one_address_is_asked_and_listed_there(tmp_path):
+    """service.host 127.0.0.2: node_status.py asks the server there, and the node's row looks it
+    up in the routers' lists at that address (as the routers' units list it)."""
+    data = _node_data(tmp_path, "127.0.0.11")
+    data["profile_overrides"]["service"]["host"] = "127.0.0.2"
+    (found,) = targets.targets([("n1", data)])
+    command = shlex.split(found.argv[-1])
+    assert command[command.index("--host") + 1] == "127.0.0.2"
+    assert found.worker_url == "http://127.0.0.2:30000"
 
 
 # -- In rotation -------------------------------------------------------------------------------

@@ -15,8 +15,16 @@ import urllib.request
 
 
 def probe_host(host):
+    """``host`` as a URL names it: loopback for every interface (0.0.0.0, ``::``), an IPv6
+    literal bracketed."""
     host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
     return "[%s]" % host if ":" in host else host
+
+
+def server_url(host, port):
+    """The base URL of the server on ``port`` bound to ``host`` (its --host), as our scripts on
+    the node ask it (the gate, the decode check, the drain, node_status.py)."""
+    return "http://%s:%d" % (probe_host(host), port)
 
 
 class HttpProbe(threading.Thread):
@@ -26,7 +34,7 @@ class HttpProbe(threading.Thread):
 
     def __init__(self, host, port, served_name, interval, timeout, health_timeout):
         super().__init__(daemon=True)
-        self.base = "http://%s:%d" % (probe_host(host), port)
+        self.base = server_url(host, port)
         self.served_name, self.interval = served_name, interval
         self.timeout, self.health_timeout = timeout, health_timeout
         self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
