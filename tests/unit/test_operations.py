@@ -484,7 +484,7 @@ def test_node_scripts_command_lines():
     assert scripts.gate() == (
         "python3 /opt/sd/node/gate.py --unit sglang.service --host 127.0.0.1 --port 30000 "
         "--served-name tiny-standin --timeout 120 --interval 0.25 "
-        "--progress-every 10.0 --hang-after 300.0 --fired-up-grace 15.0 --settle 5.0 "
+        "--progress-every 10.0 --hang-after 300.0 --fired-up-grace 15.0 --settle 2.0 "
         "--json /run/sglang-deploy/sglang.service.gate.json"
     )
     assert scripts.restart() == (
