@@ -147,6 +147,8 @@ def prepare(args):
     shutil.rmtree(deploy, ignore_errors=True)
     deploy.mkdir(parents=True)
     stage_node_scripts(deploy)
+    if args.profile:
+        PROFILES["real"] = args.profile
     for engine in PROFILES:
         _, warnings = stage_profile(engine, deploy)
         say("staged %s: %s (%d lint warnings, no errors)" % (engine, PROFILES[engine], len(warnings)))
@@ -177,6 +179,10 @@ def main(argv=None):
     sub = p.add_subparsers(dest="verb", required=True)
     pp = sub.add_parser("prepare", help="build the bundle (once) and stage the rendered files")
     pp.add_argument("--no-build", action="store_true", help="stage only (enough for --engine standin)")
+    pp.add_argument(
+        "--profile",
+        help="the real engine's profile, a file in bench/real_sglang/ (default %s)" % PROFILES["real"],
+    )
     g = sub.add_parser("gpu", help="prove the promises against a running engine")
     g.add_argument("--out", required=True, help="where the table, JSON, logs and jit-cache.tgz go")
     g.add_argument("--engine", choices=("real", "standin"), default="real")

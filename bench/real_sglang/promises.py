@@ -208,6 +208,9 @@ def flow(run, engine, repo, bundle, work):
             a.replace("@SCRIPTS@", str(after)).replace("@STATE@", str(state)) for a in plan["decode_check"]
         ]
         run.script("decode_check", [py] + decode[1:], 120)
+        old_decode = [a.replace(str(after), str(before)) for a in without_option(decode[1:], "--host")]
+        old_decode = with_option(old_decode, "--history", str(state / "before-history.jsonl"))
+        run.script("decode_check_before", [py] + old_decode, 120)
         # g. /health and /ping
         res["facts"]["http"] = {
             path: [
@@ -249,6 +252,19 @@ def flow(run, engine, repo, bundle, work):
     crashing.kill()
 
 
+def without_option(args, flag):
+    """``args`` without ``flag`` and its value."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == flag:
+            skip = True
+        else:
+            out.append(arg)
+    return out
+
+
 def write_outputs(run, expect, out, work):
     res = run.results
     res["run_s"] = round(time.monotonic() - run.t0, 1)
@@ -256,7 +272,8 @@ def write_outputs(run, expect, out, work):
     date = datetime.date.today().isoformat()
     prefix = "real" if res["engine"] == "real" else "standin"
     table = report.render_table(res, expect, rows, date)
-    (out / ("%s-sglang-%s.txt" % (prefix, date))).write_text(table)
+    variant = "" if res.get("profile") in (None, "tiny-llama", "tiny-llama-standin") else "-" + res["profile"]
+    (out / ("%s-sglang-%s%s.txt" % (prefix, date, variant))).write_text(table)
     res["verdicts"] = [dict(zip(("id", "promise", "verdict", "evidence"), row)) for row in rows]
     res["expect"] = expect
     (out / "real-engine.json").write_text(json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")

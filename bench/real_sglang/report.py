@@ -255,6 +255,16 @@ def v_decode(results, expect):
     return FAILED, _why_not(step, "decode_check.py")
 
 
+def v_decode_before(results, expect):
+    """The 575ddb1 decode check on the same server, for comparison (no --host: it asks
+    127.0.0.1; it counts delta.content only): what the change is measured against."""
+    step = _step(results, "decode_check_before")
+    entry = ((step or {}).get("result") or {}).get("throughput") or {}
+    if _status(step) == READY and entry.get("decode_tok_s"):
+        return NA, "before: %.1f tok/s" % entry["decode_tok_s"]
+    return NA, "before: %s" % _why_not(step, "decode_check.py (575ddb1)")
+
+
 def v_http(results, expect):
     http = (results.get("facts") or {}).get("http")
     if not http:
@@ -307,6 +317,7 @@ PROMISES = (
     ("d3", "workers.py --records: another value is caught", v_workers_mismatch, "workers_mismatch"),
     ("e", "NCCL's own INFO lines (NCCL_DEBUG from env file/hook)", v_nccl, "nccl"),
     ("f", "decode_check.py: tok/s measured", v_decode, "decode_check"),
+    ("f0", "decode_check.py before (575ddb1), for comparison", v_decode_before, "decode_check_before"),
     ("g", "/health and /ping: 200", v_http, "http"),
     ("h", "SIGTERM to the launcher stops the server", v_stop, "stop"),
     ("i", "crash start (--tp-size 2 on one GPU): DEAD, and why", v_crash, "crash_gate"),
