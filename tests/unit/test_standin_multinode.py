@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from test_standin_server import Standin, cmdline, free_port, standins  # noqa: F401 (fixture)
+from test_standin_server import Standin, cmdline, free_port, standins, with_hook  # noqa: F401 (fixture)
 
 from sglang_deploy.node import group_join
-from sglang_deploy.node.lib import sglang_log
+from sglang_deploy.node.lib import env_records, sglang_log
 
 FAST = {"SGLANG_STANDIN_LOAD_SECONDS": "0.4", "SGLANG_STANDIN_WARMUP_SECONDS": "0.2"}
 
@@ -74,11 +74,14 @@ def test_rank0_waits_for_the_follower_with_its_port_closed(group):
     found = group_join.assess(rank0.log().splitlines(), nnodes=2, tp_size=4)
     assert (found["state"], found["missing"]) == ("waiting", [1])
 
+    hooked, group["records"] = with_hook(
+        group["workdir"], {"STANDIN_TEST_MARKER": "follower-unit-env", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    )
     follower = group["follower"] = Standin(
         group["workdir"],
         node_args(1, group["dist_port"]),
         tp=4,
-        env=dict(FAST, STANDIN_TEST_MARKER="follower-unit-env"),
+        env=dict(FAST, STANDIN_TEST_MARKER="follower-unit-env", **hooked),
     )
     assert rank0.wait_log("TP0] Load weight begin", timeout=15)
     assert follower.wait_log("TP3] Load weight begin", timeout=5)
@@ -99,13 +102,10 @@ def test_follower_serves_only_the_dummy_health_endpoints(group):
     assert set(schedulers) == {"sglang::scheduler_TP2", "sglang::scheduler_TP3"}
     assert "sglang::detokenizer" not in {cmdline(pid) for pid in follower.descendants()}
     for pid in schedulers.values():
-        environ = dict(
-            item.split("=", 1)
-            for item in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
-            if "=" in item
-        )
+        assert not Path(f"/proc/{pid}/environ").read_bytes().strip(b"\0")  # titled: blank, as on SGLang
+        environ = env_records.read(group["records"], pid)
         assert environ["STANDIN_TEST_MARKER"] == "follower-unit-env"
-        assert (environ["NCCL_CUMEM_ENABLE"], environ["CUDA_DEVICE_MAX_CONNECTIONS"]) == ("0", "8")
+        assert environ["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"  # the launcher's, over the hook's
     log = follower.log()
     assert f"Dummy health check server started in background thread at 127.0.0.1:{follower.port}" in log
     assert "Uvicorn running on" not in log and '"GET /health HTTP/1.1"' not in log  # log level warning

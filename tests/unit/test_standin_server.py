@@ -231,6 +231,19 @@ def standins(tmp_path):
         s.kill()
 
 
+def with_hook(workdir, hook_env, name="hook"):
+    """(environment, records directory) of a stand-in started with the start-up hook as the
+    deploy renders it for ``hook_env`` (PYTHONPATH has no .pth: a sitecustomize.py imports it),
+    each process recording its environment where the workers' check reads it."""
+    hook_dir, records = Path(workdir) / name, Path(workdir) / f"{name}-records"
+    hook_dir.mkdir()
+    records.mkdir(mode=0o700)
+    profile = load_profile("sandbox", overrides={"env": hook_env})
+    (hook_dir / f"{HOOK_MODULE}.py").write_text(render_hook_module(profile))
+    (hook_dir / "sitecustomize.py").write_text(f"import {HOOK_MODULE}\n")
+    return {"PYTHONPATH": f"{STANDIN}:{hook_dir}", env_records.RECORDS_VAR: str(records)}, str(records)
+
+
 # ====================================================================== a healthy server
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
@@ -244,15 +257,9 @@ def server(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("standin")
     # The start-up hook as the deploy renders it (PYTHONPATH has no .pth: a sitecustomize.py
     # imports it), recording each process's environment where the workers' check reads it.
-    hook_dir, records = workdir / "hook", workdir / "records"
-    hook_dir.mkdir()
-    records.mkdir(mode=0o700)
-    profile = load_profile("sandbox", overrides={"env": HOOK_ENV})
-    (hook_dir / f"{HOOK_MODULE}.py").write_text(render_hook_module(profile))
-    (hook_dir / "sitecustomize.py").write_text(f"import {HOOK_MODULE}\n")
-    env.update({"PYTHONPATH": f"{STANDIN}:{hook_dir}", env_records.RECORDS_VAR: str(records)})
-    s = Standin(workdir, ["--enable-metrics"], env=env)
-    s.records = str(records)
+    hooked, records = with_hook(workdir, HOOK_ENV)
+    s = Standin(workdir, ["--enable-metrics"], env={**env, **hooked})
+    s.records = records
     yield s
     s.kill()
 
