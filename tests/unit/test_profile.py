@@ -38,6 +38,10 @@ BASELINE_ARGV = [
     "--cuda-graph-max-bs-decode",
     "32",
     "--enable-metrics",
+    "--reasoning-parser",
+    "kimi_k2",
+    "--tool-call-parser",
+    "kimi_k2",
 ]
 MINIMAL = {
     "description": "d",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.plan.envfile import parse_env_file  # systemd's EnvironmentFile= rules
+from sglang_deploy.node.lib.envfile import parse_env_file  # systemd's EnvironmentFile= rules
 from sglang_deploy.plan.render import (
     HOOK_MODULE,
     exec_start,
@@ -248,7 +248,7 @@ def test_exec_start_is_one_literal_argv():
             "server_args": {
                 "chat-template": "$(rm -rf /)",
                 "json-model-override-args": '{"a": "b c"}',
-                "api-key": "100% ; `x`",
+                "download-dir": "100% ; `x`",
                 "lora-paths": ["a b", "c"],
             }
         },
@@ -287,7 +287,8 @@ RuntimeDirectory=sglang-env/sglang
 RuntimeDirectoryMode=0700
 ExecStart=/opt/sglang/venv/bin/python -m sglang.launch_server --model-path /models/tiny-standin \
 --served-model-name tiny-standin --host 0.0.0.0 --port 30000 --tp-size 2 --trust-remote-code \
---mem-fraction-static 0.85 --context-length 512 --cuda-graph-max-bs-decode 32 --enable-metrics
+--mem-fraction-static 0.85 --context-length 512 --cuda-graph-max-bs-decode 32 --enable-metrics \
+--reasoning-parser kimi_k2 --tool-call-parser kimi_k2
 Restart=on-failure
 RestartSec=10
 TimeoutStartSec=1800
