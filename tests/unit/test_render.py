@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.node.lib.envfile import parse_env_file  # systemd's EnvironmentFile= rules
+from sglang_deploy.plan.envfile import parse_env_file  # systemd's EnvironmentFile= rules
 from sglang_deploy.plan.render import (
     HOOK_MODULE,
     exec_start,
