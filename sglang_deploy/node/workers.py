@@ -66,7 +66,7 @@ def find_workers(main_pid, match=MATCH, proc=procs.PROC):
 
 def is_scheduler(worker):
     """A tensor-parallel scheduler (one per rank), not the detokenizer."""
-    return worker["title"].startswith("sglang::scheduler")
+    return worker["title"].startswith(MATCH[0])
 
 
 def report_lines(report):
