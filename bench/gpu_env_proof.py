@@ -52,7 +52,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from sglang_deploy.node.lib import compute_apps, env_records, procs, status  # noqa: E402
-from sglang_deploy.plan.envfile import parse_env_file  # noqa: E402
+from sglang_deploy.node.lib.envfile import parse_env_file  # noqa: E402
 from sglang_deploy.plan.render import HOOK_MODULE, render_env_file, render_hook_module  # noqa: E402
 from sglang_deploy.plan.script_commands import gate_args  # noqa: E402
 from sglang_deploy.profile.schema import load_profile  # noqa: E402

@@ -40,6 +40,7 @@ def profile_checked():
             fleet_hosts(inventory),
             plan.profile.service.port,
             textfile=plan.scripts.textfile_flags(),
+            auth=plan.scripts.api_key_args(),
         )
     print_lint_warnings(plan)
     return plan

@@ -22,7 +22,7 @@ from pathlib import Path
 
 HELD, FAILED, NA, NOT_RUN = "held", "failed", "not applicable", "not run"
 READY, FAILED_START, WORKER_ENV_MISMATCH, PREFLIGHT_FAILED = 0, 3, 7, 11
-ENVFILE_PARSER = Path(__file__).resolve().parents[2] / "sglang_deploy" / "plan" / "envfile.py"
+ENVFILE_PARSER = Path(__file__).resolve().parents[2] / "sglang_deploy" / "node" / "lib" / "envfile.py"
 NCCL_SET_RE = re.compile(r"NCCL INFO (NCCL_\w+) set by environment to (\S+?)\.?$")
 LOG_KEEP_LINES = 400
 # NCCL names a variable it reads as "set by environment"; these it never names that way.
@@ -47,7 +47,7 @@ def result_line(text):
 
 def parse_env_file(text):
     """The env file's variables as systemd's EnvironmentFile= gives them to the server: the
-    project's own reader of systemd's format (sglang_deploy/plan/envfile.py), loaded by path so
+    project's own reader of systemd's format (sglang_deploy/node/lib/envfile.py), loaded by path so
     the GPU side needs nothing beyond the standard library."""
     spec = importlib.util.spec_from_file_location("sglang_deploy_envfile", ENVFILE_PARSER)
     module = importlib.util.module_from_spec(spec)

@@ -15,25 +15,32 @@ from pyinfra.api import FactBase
 
 from sglang_deploy.facts.serving import ScriptResult
 from sglang_deploy.node import lastgood
-from sglang_deploy.node.lib import routers
+from sglang_deploy.node.lib import engine_auth, routers
 from sglang_deploy.node.lib.http_probe import server_url
 
-# routers.py is standard library only: its source and a few lines run as one `python3 -c`.
+# routers.py and engine_auth.py are standard library only: their sources and a few lines run as
+# one `python3 -c` (the server's /ping asked with its API key, which the node reads itself).
 _VIEW_PY = (
-    Path(routers.__file__).read_text()
+    engine_auth.inline_source()
+    + Path(routers.__file__).read_text()
     + """
-import os, sys
-worker, server, manifest = sys.argv[1], sys.argv[2], sys.argv[3]
+import argparse, os, sys
+worker, server, manifest, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+flags = argparse.ArgumentParser()
+add_arguments(flags)
+key = key_of(flags.parse_args(sys.argv[5 + count :]))
 seen = {}
-for url in sys.argv[4:]:
+for url in sys.argv[5 : 5 + count]:
     try:
         listed = Router(url, timeout=3.0).workers().get(normal_url(worker))
         seen[url] = "absent" if listed is None else ("healthy" if listed["healthy"] else "unhealthy")
     except RouterError:
         seen[url] = "unreachable"
 try:
-    with _OPENER.open(server + "/ping", timeout=3) as answer:
+    with opener(key).open(server + "/ping", timeout=3) as answer:
         ping = answer.status == 200
+except urllib.error.HTTPError as exc:
+    ping = exc.code == 401  # started with another key than the env file's: it serves all the same
 except OSError:
     ping = False
 print(json.dumps({"routers": seen, "ping": ping, "last_good": os.path.exists(manifest)}))
@@ -44,14 +51,18 @@ print(json.dumps({"routers": seen, "ping": ping, "last_good": os.path.exists(man
 class ServingView(FactBase):
     """
     ``{"routers": {router URL: "healthy" | "unhealthy" | "absent" | "unreachable"}, "ping":
-    the server's /ping is 200 (asked at ``local_host``: service.probe_host), "last_good": a
-    configuration passed its gate here}``; None when nothing was printed (no python3).
+    the server's /ping is 200 (asked at ``local_host``: service.probe_host, with the API key
+    ``auth`` names: NodeScripts.api_key_args()), "last_good": a configuration passed its gate
+    here}``; None when nothing was printed (no python3).
     """
 
-    def command(self, worker_url, local_port, last_good_dir, router_urls=(), local_host="127.0.0.1"):
+    def command(self, worker_url, local_port, last_good_dir, router_urls=(), local_host="127.0.0.1", auth=()):
         manifest = posixpath.join(last_good_dir, lastgood.MANIFEST)
-        args = [worker_url, server_url(local_host, int(local_port)), manifest, *router_urls]
-        return f"python3 -c {shlex.quote(_VIEW_PY)} " + " ".join(shlex.quote(a) for a in args) + " || true"
+        server = server_url(local_host, int(local_port))
+        args = [worker_url, server, manifest, len(router_urls), *router_urls, *auth]
+        return (
+            f"python3 -c {shlex.quote(_VIEW_PY)} " + " ".join(shlex.quote(str(a)) for a in args) + " || true"
+        )
 
     def process(self, output):
         text = "\n".join(output).strip()

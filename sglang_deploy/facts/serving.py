@@ -8,7 +8,7 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from sglang_deploy.node.lib import result, systemd
+from sglang_deploy.node.lib import engine_auth, result, systemd
 from sglang_deploy.node.lib.http_probe import server_url
 from sglang_deploy.node.lib.installed import VERSIONS_PY, canonical
 from sglang_deploy.plan.script_commands import (
@@ -29,12 +29,16 @@ _STARTUP_PY = (
 )
 # Run on the node by the Serving fact and by `make verify`: health status, model ids, verdict.
 # The deploy asks /ping (a flag, instant); verify asks /health (0.5.23: a 1-token generation, >= 1 s).
+# After node/lib/engine_auth.py's program (inline_source): the server's API key, read on the node.
 SERVING_PROBE_PY = """
-import json, sys, urllib.request
+import argparse, json, sys
 base, name, health_path = sys.argv[1], sys.argv[2], sys.argv[3]
+flags = argparse.ArgumentParser()
+add_arguments(flags)
+server = opener(key_of(flags.parse_args(sys.argv[4:])))
 def get(path):
     try:
-        with urllib.request.urlopen(base + path, timeout=3) as r:
+        with server.open(base + path, timeout=3) as r:
             return r.status, r.read()
     except OSError as e:
         return getattr(e, 'code', None), b''
@@ -123,13 +127,14 @@ class Serving(FactBase):
     Whether the server on ``port`` serves ``served_name``: the status of ``health_path``
     (``/ping``: healthy flag, instant; ``/health``: a generation, >= 1 s on SGLang 0.5.23), the
     model ids of ``/v1/models`` and ``ready`` (health 200 and the name listed). Asked at
-    ``host``: the node's own server at service.probe_host, a group's rank 0 at its address.
+    ``host``: the node's own server at service.probe_host, a group's rank 0 at its address;
+    ``auth``: NodeScripts.api_key_args(), with which the node reads the key it sends.
     """
 
-    def command(self, port, served_name, health_path="/health", host="127.0.0.1"):
-        base = server_url(host, int(port))
-        args = f"{shlex.quote(base)} {shlex.quote(served_name)} {shlex.quote(health_path)}"
-        return f"python3 -c {shlex.quote(SERVING_PROBE_PY)} {args}"
+    def command(self, port, served_name, health_path="/health", host="127.0.0.1", auth=()):
+        args = [server_url(host, int(port)), served_name, health_path, *auth]
+        program = engine_auth.inline_source() + SERVING_PROBE_PY
+        return f"python3 -c {shlex.quote(program)} " + " ".join(shlex.quote(str(a)) for a in args)
 
     def process(self, output):
         return _json_output(output)

@@ -6,7 +6,7 @@ known good, and a verdict against the profile's expectations. The server is aske
     python3 decode_check.py [--host H] --port P --served-name N --profile NAME --history FILE
         --last-good-dir D [--requests N] [--warmup N] [--max-tokens N] [--prompt TEXT ...]
         [--timeout S] [--min-decode-tok-s X] [--max-regression-pct X]
-        [--on-regression warn|fail|rollback]
+        [--on-regression warn|fail|rollback] [--api-key-env-file F --api-key-var NAME]
 
 The baseline is the last known good's recorded figure on this node: the latest accepted entry
 of the history for the profile in D's manifest. A regression (below --min-decode-tok-s, or
@@ -27,15 +27,14 @@ import json
 import os
 import sys
 import time
-import urllib.request
 
 if __package__:
     from . import lastgood
-    from .lib import decode_rate, result, status
+    from .lib import decode_rate, engine_auth, result, status
     from .lib.http_probe import server_url
 else:  # run as a script: our scripts' directory is on sys.path
     import lastgood
-    from lib import decode_rate, result, status
+    from lib import decode_rate, engine_auth, result, status
     from lib.http_probe import server_url
 
 POLICIES = ("warn", "fail", "rollback")
@@ -104,10 +103,11 @@ def append(path, entry):
         f.write(json.dumps(entry, sort_keys=True) + "\n")
 
 
-def engine_version(base, timeout=5):
-    """The version the server at ``base`` reports (/server_info), or None."""
+def engine_version(base, timeout=5, key=None):
+    """The version the server at ``base`` reports (/server_info, whose other fields, api_key
+    included, are read and dropped), or None."""
     try:
-        with urllib.request.urlopen(base + "/server_info", timeout=timeout) as r:
+        with engine_auth.opener(key).open(base + "/server_info", timeout=timeout) as r:
             return json.load(r).get("version")
     except (OSError, ValueError, AttributeError):
         return None
@@ -142,7 +142,8 @@ def check(args, now=None):
     good = last_good_profile(args.last_good_dir)
     base = baseline_of(history, good)
     server = server_url(args.host, args.port)
-    version = engine_version(server)
+    key = engine_auth.key_of(args)
+    version = engine_version(server, key=key)
     entry = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
         "profile": args.profile,
@@ -162,6 +163,7 @@ def check(args, now=None):
                 args.warmup,
                 args.max_tokens,
                 args.timeout,
+                key,
             )
         )
         entry["error"] = None
@@ -237,6 +239,7 @@ def main(argv=None):
         action="store_true",
         help="the server runs the last known good a rollback restored: record only",
     )
+    engine_auth.add_arguments(p)
     return check(p.parse_args(argv))
 
 

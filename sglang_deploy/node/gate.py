@@ -32,6 +32,8 @@ failures are followed by '--- last N journal lines of this start ---', the lines
 Exit status: see status.py (READY, FAILED_START, TIMEOUT, HUNG). The --json report names the
 main process (and invocation) it saw ready: `gate.py ... --json REPORT --recheck` asks, right
 before the last known good is saved, whether the server is still that one (node/lib/recheck.py).
+--api-key-env-file F --api-key-var NAME: every request sends the server's API key (lib/engine_auth.py),
+and the lines shown have it masked (SGLang logs its server_args, api_key included).
 
 Without systemd (a GPU box, a test): `--pid PID --log FILE` gates a plain process instead of a
 unit, with the same phases, causes and readiness rules: the process being alive stands for the
@@ -45,11 +47,11 @@ import json
 import time
 
 if __package__:
-    from .lib import recheck, result, sglang_log, status, systemd
+    from .lib import engine_auth, recheck, result, sglang_log, status, systemd
     from .lib.http_probe import HttpProbe
     from .lib.watch import watch_of
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import recheck, result, sglang_log, status, systemd
+    from lib import engine_auth, recheck, result, sglang_log, status, systemd
     from lib.http_probe import HttpProbe
     from lib.watch import watch_of
 
@@ -75,6 +77,7 @@ class Gate:
         self.phase, self.phase_entered, self.phase_times = "starting", None, {}
         self.journal_error = False
         self.ready_at = self.ready_mono = None  # time.time() / monotonic of the verdict
+        self.api_key = engine_auth.key_of(args)  # the server's API key: sent, and masked in its lines
 
     def show(self):
         return self.watch.show()
@@ -96,6 +99,7 @@ class Gate:
         for mono, line in entries:
             if sglang_log.is_probe_access(line):
                 continue
+            line = engine_auth.masked(line, self.api_key)  # SGLang logs its server_args, api_key too
             new.append(line)
             when = mono if mono is not None and self.t0 - 5 <= mono <= now + 1 else now
             when = min(max(when, self.phase_entered), now)
@@ -200,7 +204,9 @@ class Gate:
             "NRestarts": show.get("NRestarts", "0"),
         }
         self.watch.begin(show)
-        self.probe = HttpProbe(a.host, a.port, a.served_name, a.interval, a.http_timeout, a.health_timeout)
+        self.probe = HttpProbe(
+            a.host, a.port, a.served_name, a.interval, a.http_timeout, a.health_timeout, self.api_key
+        )
         self.last_show = show
         problem = self.watch.problem(show, self.base)
         if problem:
@@ -367,6 +373,7 @@ def parser():
         "--since-start", action="store_true", help="read the journal of the unit's current start (default)"
     )
     p.add_argument("--json", metavar="FILE", help="also write a JSON summary here")
+    engine_auth.add_arguments(p)
     p.add_argument("--systemctl", default=systemd.SYSTEMCTL)
     p.add_argument("--journalctl", default=systemd.JOURNALCTL)
     return p

@@ -1,9 +1,11 @@
 """What this node runs and how it last did, read in one go for `make status` (the controller's
-sglang_deploy/status/): read-only and quick. Nothing is hashed and no secret is read (the env
-file is never opened).
+sglang_deploy/status/): read-only and quick. Nothing is hashed, and no secret is printed: the
+env file is opened only for the server's API key (--api-key-env-file, lib/engine_auth.py), which
+/ping is asked with.
 
     python3 node_status.py node --unit U [--host H] --port P --venv-link L --venvs-dir V
         --last-good-dir D --history FILE [--passport FILE] [--systemctl PATH] [--proc DIR] [--json]
+        [--api-key-env-file F --api-key-var NAME]
     python3 node_status.py router --url http://127.0.0.1:30000 [--json]
 
 `node`'s result line (result.py) carries, each read on its own (one that cannot be read says
@@ -32,17 +34,16 @@ import json
 import os
 import sys
 import time
-import urllib.request
 
 if __package__:
     from . import venvs
-    from .lib import last_good_record, result, status, systemd
+    from .lib import engine_auth, last_good_record, result, status, systemd
     from .lib.guard import guarded
     from .lib.http_probe import server_url
     from .lib.routers import Router, RouterError
 else:  # run as a script: our scripts' directory is on sys.path
     import venvs
-    from lib import last_good_record, result, status, systemd
+    from lib import engine_auth, last_good_record, result, status, systemd
     from lib.guard import guarded
     from lib.http_probe import server_url
     from lib.routers import Router, RouterError
@@ -51,7 +52,6 @@ PASSPORT = "passport.json"  # the hardware passport, in the state directory (bes
 UNIT_PROPS = ("LoadState", "ActiveState", "SubState", "MainPID", "ActiveEnterTimestampMonotonic")
 HISTORY_TAIL = 64 * 1024  # bytes of throughput.jsonl read: its last entries, however long it grew
 DECODE_KEYS = ("time", "profile", "decode_tok_s", "change_pct", "baseline", "error", "accepted", "restored")
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _unreadable(exc):
@@ -72,9 +72,9 @@ def unit_state(unit, systemctl=systemd.SYSTEMCTL, monotonic=None):
     }
 
 
-def answers_ping(port, timeout=1.0, host="127.0.0.1"):
+def answers_ping(port, timeout=1.0, host="127.0.0.1", key=None):
     try:
-        with _OPENER.open(server_url(host, port) + "/ping", timeout=timeout) as answer:
+        with engine_auth.opener(key).open(server_url(host, port) + "/ping", timeout=timeout) as answer:
             return answer.status == 200
     except (OSError, ValueError):
         return False
@@ -173,7 +173,7 @@ def node(args, now=None):
     except (systemd.SystemdError, OSError, ValueError) as exc:
         details["unit"] = _unreadable(exc)
     pid = details["unit"].get("main_pid") or 0
-    details["ping"] = answers_ping(args.port, host=args.host)
+    details["ping"] = answers_ping(args.port, host=args.host, key=engine_auth.key_of(args))
     readers = (
         ("engine", lambda: engine(args.venv_link, args.venvs_dir, pid, args.proc)),
         ("last_good", lambda: last_good(args.last_good_dir, now)),
@@ -218,6 +218,7 @@ def main(argv=None):
     on_node.add_argument("--passport", help="the hardware passport's file")
     on_node.add_argument("--systemctl", default=systemd.SYSTEMCTL)
     on_node.add_argument("--proc", default="/proc")
+    engine_auth.add_arguments(on_node)
     on_router = sub.add_parser("router", help="the router's health and its workers")
     on_router.add_argument("--url", required=True)
     for each in (on_node, on_router):  # also after the action, as the controller writes it

@@ -38,7 +38,7 @@ import subprocess
 import sys
 
 if __package__:
-    from . import drift, exact, flags, model_manifest, model_stage, venvs
+    from . import drift, exact, flags, model_manifest, model_stage, secret_args, venvs
     from .lib import gpu_settings, procs, result, status, systemd, textfile
 else:  # run as a script: our scripts' directory is on sys.path
     import drift
@@ -46,6 +46,7 @@ else:  # run as a script: our scripts' directory is on sys.path
     import flags
     import model_manifest
     import model_stage
+    import secret_args
     import venvs
     from lib import gpu_settings, procs, result, status, systemd, textfile
 
@@ -71,8 +72,9 @@ def check_argv(argv):
         return "failed", "; ".join(why for _, why in unknown)
     stderr = io.StringIO()
     try:
-        with contextlib.redirect_stderr(stderr):
-            prepare_server_args(list(argv))
+        # Our secret arguments' --config file is written at the start: an empty one stands in.
+        with contextlib.redirect_stderr(stderr), secret_args.placeholder(argv) as parsed:
+            prepare_server_args(list(parsed))
     except SystemExit as exc:
         message = stderr.getvalue().strip().splitlines()
         return "failed", "the engine rejects the arguments: %s" % (

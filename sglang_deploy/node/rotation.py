@@ -7,6 +7,7 @@ it anyway, and the controller then only orders the nodes.
         [--router http://10.0.0.5:30000 ...] [--drain-timeout 120] [--healthy-timeout 120]
         [--drain-settle 5] [--allow-unreachable-routers]
         [--textfile-service sglang --textfile-port 30001 [--textfile-dir DIR]]
+        [--api-key-env-file /etc/sglang/sglang.env --api-key-var SGLANG_API_KEY]
         --cycle 'CYCLE COMMAND' --restore 'RESTORE COMMAND'
     python3 rotation.py ... --only out     # out of rotation and drained, nothing restarted
     python3 rotation.py ... --only back    # back in every router and healthy there
@@ -33,8 +34,8 @@ removes it at once. Before the node goes back, a draining entry is waited out (s
 add a URL it still lists).
 
 The node's own server is asked (/ping, /get_load) at --host, its own --host (loopback when that
-is 0.0.0.0 or ::). Draining waits, up to --drain-timeout, until the server's /get_load counts no
-request running or waiting. A load that cannot be read (no answer, an HTTP error, an answer without the counts) is
+is 0.0.0.0 or ::), with its API key where it has one (lib/engine_auth.py). Draining waits, up to
+--drain-timeout, until the server's /get_load counts no request running or waiting. A load that cannot be read (no answer, an HTTP error, an answer without the counts) is
 not "drained": /get_load is asked again until the drain timeout, which gives requests the whole
 drain time the operator allowed, and then, as with requests still in flight, the restart goes
 ahead, saying "load unknown: <why>" (the node is out of every router by then: waiting longer
@@ -66,18 +67,16 @@ import json
 import sys
 import time
 import urllib.error
-import urllib.request
 
 if __package__:
-    from .lib import result, status, textfile
+    from .lib import engine_auth, result, status, textfile
     from .lib.http_probe import server_url
     from .lib.routers import Router, RouterError, last_routable, normal_url, state_of
 else:  # run as a script: our scripts' directory is on sys.path
-    from lib import result, status, textfile
+    from lib import engine_auth, result, status, textfile
     from lib.http_probe import server_url
     from lib.routers import Router, RouterError, last_routable, normal_url, state_of
 
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 SERVES_AFTER = ("served", "rolled_back", "preflight_failed", "regressed")
 
 
@@ -104,14 +103,18 @@ def in_flight(load_answer):
     return sum(int(rank.get("num_reqs", 0)) + int(rank.get("num_waiting_reqs", 0)) for rank in counted)
 
 
-def _get(url, timeout=3.0):
-    with _OPENER.open(url, timeout=timeout) as answer:
+def _get(url, timeout=3.0, key=None):
+    with engine_auth.opener(key).open(url, timeout=timeout) as answer:
         return answer.status, answer.read().decode(errors="replace")
 
 
-def serving(port, host="127.0.0.1"):
+def serving(port, host="127.0.0.1", key=None):
+    """/ping answers 200, or 401: a server started with another key than the env file's (a key
+    being changed) serves all the same, and is drained as one (its load then unknown)."""
     try:
-        return _get(server_url(host, port) + "/ping")[0] == 200
+        return _get(server_url(host, port) + "/ping", key=key)[0] == 200
+    except urllib.error.HTTPError as exc:
+        return exc.code == 401
     except OSError:
         return False
 
@@ -126,14 +129,17 @@ def _why(exc):
     return "/get_load: %s" % (exc or type(exc).__name__)
 
 
-def drain(port, timeout, interval=0.25, host="127.0.0.1"):
+def drain(port, timeout, interval=0.25, host="127.0.0.1", key=None):
     """Wait until the node has no request in flight: (seconds waited, requests left or None
     when the load could not be read, why it could not or None). An unreadable load is asked
     again until the timeout (see the module's docstring)."""
     started = time.monotonic()
     while True:
         try:
-            left, unknown = in_flight(json.loads(_get(server_url(host, port) + "/get_load")[1])), None
+            left, unknown = (
+                in_flight(json.loads(_get(server_url(host, port) + "/get_load", key=key)[1])),
+                None,
+            )
         except (OSError, ValueError) as exc:
             left, unknown = None, _why(exc)
         waited = time.monotonic() - started
@@ -195,7 +201,7 @@ def take_out(args, rotation):
     """Out of every answering router and drained. (routers, was_serving, outcome, cause):
     outcome and cause say why nothing was taken out ("router_unreachable") or why the node is
     back in ("router_failed"); both None when it is out (or was in no rotation)."""
-    was_serving = serving(args.local_port, args.host)
+    was_serving = serving(args.local_port, args.host, engine_auth.key_of(args))
     routers, refused = answering(
         [Router(url) for url in args.router], was_serving, args.allow_unreachable_routers
     )
@@ -230,7 +236,9 @@ def take_out(args, rotation):
         if left:
             mark(args, cause is None)
         return routers, was_serving, "router_failed", str(exc) + ("" if cause is None else "; " + cause)
-    drain_s, left, unknown = drain(args.local_port, args.drain_timeout, host=args.host)
+    drain_s, left, unknown = drain(
+        args.local_port, args.drain_timeout, host=args.host, key=engine_auth.key_of(args)
+    )
     rotation.update(drain_s=round(drain_s, 2), drained=left == 0, in_flight_left=left, load_unknown=unknown)
     if unknown:
         say("load unknown: %s (for %.0fs): restarting anyway" % (unknown, drain_s))
@@ -311,7 +319,7 @@ def back_only(args):
     """Back into every router and healthy there (after out_only and the caller's restart); a
     node that does not serve stays out (a router would send it requests it cannot answer)."""
     routers = [Router(url) for url in args.router]
-    if not serving(args.local_port, args.host):
+    if not serving(args.local_port, args.host, engine_auth.key_of(args)):
         say("not serving: left out of every router")
         mark(args, False)
         return result.emit(
@@ -342,6 +350,7 @@ def main(argv=None):
         "--only", choices=("out", "back"), help="one half, around a restart driven from elsewhere"
     )
     textfile.add_arguments(parser)
+    engine_auth.add_arguments(parser)
     parser.add_argument("--cycle", help="cycle.py's command line")
     parser.add_argument("--restore", help="lastgood.py restore's command line")
     args = parser.parse_args(argv)

@@ -239,6 +239,7 @@ def _problems(member, stop_wait_s):
                 health_path="/ping",
                 served_name=plan.profile.model.served_name,
                 host=plan.profile.service.probe_host,
+                auth=tuple(plan.scripts.api_key_args()),
             )
             if not (serving_now and serving_now["ready"]):
                 restart = True

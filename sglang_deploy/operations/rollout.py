@@ -172,6 +172,7 @@ def node_facts(host, scripts, rotation) -> NodeFacts:
             last_good_dir=scripts.last_good_dir,
             router_urls=tuple(rotation.router_urls),
             local_host=rotation.local_host,
+            auth=rotation.auth,
         )
     except Exception as exc:  # unread: rolled with the serving nodes, which is always safe
         host.log(f"serving state unread ({type(exc).__name__}: {exc}): rolled as serving", logger.warning)

@@ -227,6 +227,7 @@ def serving(scripts, hook_python, rollback=True):
         health_path="/ping",
         served_name=profile.model.served_name,
         host=profile.service.probe_host,
+        auth=tuple(scripts.api_key_args()),
     )
     if not (serving_now and serving_now["ready"]):
         yield FunctionCommand(_gate_and_record, (scripts, hook_python, rollback), {})

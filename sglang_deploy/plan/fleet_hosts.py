@@ -136,6 +136,7 @@ class Rotation:
     gateway_metrics: tuple = ()  # every router's exporter URL (a canary's bake reads the node's series)
     textfile: tuple = ()  # NodeScripts.textfile_flags(): rotation.py writes the in-rotation sample
     local_host: str = "127.0.0.1"  # where the node asks its own server (service.probe_host)
+    auth: tuple = ()  # NodeScripts.api_key_args(): how rotation.py reads the server's API key
 
     def wrap(self, scripts_dir, cycle, restore):
         """rotation.py around the node's restart cycle (``cycle``: cycle.py's command line;
@@ -170,10 +171,10 @@ class Rotation:
             args += ["--router", url]
         if self.rolling.without_routers:
             args.append("--allow-unreachable-routers")
-        return rotation_command(scripts_dir, *args, *self.textfile, *tail)
+        return rotation_command(scripts_dir, *args, *self.textfile, *self.auth, *tail)
 
 
-def rotation_for(name, data, hosts, port, textfile=()) -> Rotation:
+def rotation_for(name, data, hosts, port, textfile=(), auth=()) -> Rotation:
     found_routers, _ = checked_fleet(hosts)
     models = served_models(hosts)
     service = profile_of(data).service
@@ -189,4 +190,5 @@ def rotation_for(name, data, hosts, port, textfile=()) -> Rotation:
         drain_settle_s=max((r.drain_settle_s for r in found_routers), default=0),
         gateway_metrics=tuple(r.metrics_url for r in found_routers),
         textfile=tuple(textfile),
+        auth=tuple(auth),
     )

@@ -129,6 +129,7 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
     service = profile.service.name
     unit = f"{service}.service"
     deploy_dir = settings.sglang_deploy_dir
+    scripts_dir = f"{deploy_dir}/node"
     env_dir = settings.env_dir
     run_dir = settings.run_dir
     secrets = profile.env_file_vars(operator_env)
@@ -143,7 +144,7 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
     return NodePlan(
         profile=profile,
         unit=unit,
-        unit_text=render_unit(profile, env_dir=env_dir),
+        unit_text=render_unit(profile, env_dir=env_dir, scripts_dir=scripts_dir),
         env_path=env_path,
         env_text=render_env_file(profile, operator_env),
         secret_values=[secrets[name] for name in profile.secrets if name in secrets],
@@ -156,7 +157,7 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
         run_dir=run_dir,
         wheels=wheels,
         scripts=NodeScripts(
-            f"{deploy_dir}/node",
+            scripts_dir,
             unit,
             profile,
             files={"env": env_path, "unit": unit_path},
@@ -173,7 +174,7 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
         lock_wait_s=float(settings.deploy_lock_wait_s),
         lock_holder=plan_holder(),
         rollback=settings.rollback,
-        repair=((f"{deploy_dir}/node", drift_names) if settings.repair else None),
+        repair=((scripts_dir, drift_names) if settings.repair else None),
         lint_warnings=lint_warnings,
         venvs_dir=settings.venvs_dir,
         venvs_keep=settings.venvs_keep,

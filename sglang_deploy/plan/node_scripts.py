@@ -9,6 +9,7 @@ from sglang_deploy.plan.model_sources import manifest_source, served_dirs, targe
 from sglang_deploy.plan.script_commands import (
     _if,
     _script,
+    api_key_args,
     cycles_dir,
     detach_ack_command,
     detach_follow_command,
@@ -119,14 +120,20 @@ class NodeScripts:
         """lib/systemd.py journal --json: the lines of the unit's current start, in its result line."""
         return self._run("lib/systemd.py", "journal", self.unit, "--json")
 
-    def gate(self):
-        return self._run("gate.py", "--unit", self.unit, *gate_args(self.profile), "--json", self.gate_report)
+    def api_key_args(self):
+        """The flags with which a script that asks this server reads the API key it sends: the
+        env file and the variable of the secret with `server_arg: api-key` (never its value);
+        none when the profile gives the server no API key."""
+        return api_key_args(self.files.get("env"), self.profile.secret_server_args.get("api-key"))
+
+    def gate(self, *more):
+        """gate.py on the unit, its report at gate_report; ``more``: e.g. --recheck."""
+        args = [*gate_args(self.profile), *self.api_key_args(), "--json", self.gate_report, *more]
+        return self._run("gate.py", "--unit", self.unit, *args)
 
     def recheck(self):
         """gate.py --recheck: the server still the one the gate's report saw ready (before a save)."""
-        return self._run(
-            "gate.py", "--unit", self.unit, *gate_args(self.profile), "--json", self.gate_report, "--recheck"
-        )
+        return self.gate("--recheck")
 
     @property
     def gate_report(self):
@@ -334,7 +341,7 @@ class NodeScripts:
             args += ["--min-decode-tok-s", check.min_decode_tok_s]
         if check.max_regression_pct is not None:
             args += ["--max-regression-pct", check.max_regression_pct]
-        return self._run("decode_check.py", *args)
+        return self._run("decode_check.py", *args, *self.api_key_args())
 
     def node_status(self, venvs_dir, passport):
         """node_status.py node: what this unit runs and how it last did (`make status`)."""
@@ -349,6 +356,7 @@ class NodeScripts:
             self.throughput_history,
             passport,
             host=service.probe_host,
+            auth=self.api_key_args(),
         )
 
     def metrics_textfile(self, routers=True, pcie_json=None, textfile_dir=None, check=False):

@@ -15,9 +15,11 @@ import jinja2
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.node.lib import env_records
+from sglang_deploy.plan.script_commands import secret_args_argv
 from sglang_deploy.profile.schema import Profile
 
 ENV_DIR = "/etc/sglang"  # default; the deploy passes its own `env_dir`
+SCRIPTS_DIR = "/opt/sglang-deploy/node"  # default; the deploy passes its `sglang_deploy_dir`/node
 HOOK_MODULE = "sglang_deploy_env"  # <site-packages>/sglang_deploy_env.{py,pth}
 
 _ENV_SPECIAL = re.compile(r'([\\"`$])')
@@ -71,14 +73,26 @@ def exec_start(profile: Profile) -> str:
     return " ".join(systemd_exec_quote(arg) for arg in argv)
 
 
-def render_unit(profile: Profile, env_dir: str = ENV_DIR) -> str:
-    """The systemd unit, /etc/systemd/system/<service.name>.service."""
+def exec_start_pre(profile: Profile, scripts_dir: str = SCRIPTS_DIR) -> str | None:
+    """ExecStartPre=: node/secret_args.py writing the secret server arguments (the env file's
+    variables, by name) into the file the argv's --config names; None without any."""
+    if not profile.secret_server_args:
+        return None
+    path = env_records.secret_args_path(profile.service.name)
+    argv = secret_args_argv(scripts_dir, path, profile.secret_server_args)
+    return " ".join(systemd_exec_quote(arg) for arg in argv)
+
+
+def render_unit(profile: Profile, env_dir: str = ENV_DIR, scripts_dir: str = SCRIPTS_DIR) -> str:
+    """The systemd unit, /etc/systemd/system/<service.name>.service; ``scripts_dir``: our node
+    scripts' directory on the node (secret_args.py, for secret server arguments)."""
     if not _PLAIN_PATH.fullmatch(env_dir):
         raise DeployError(f"env_dir {env_dir!r}: must be an absolute path of letters, digits and ._+@-")
     return _render(
         "sglang.service.j2",
         profile,
         exec_start=exec_start(profile),
+        exec_start_pre=exec_start_pre(profile, scripts_dir),
         env_file=f"{env_dir}/{profile.service.name}.env",
         records_var=env_records.RECORDS_VAR,
         records_dir=env_records.records_dir(profile.service.name),

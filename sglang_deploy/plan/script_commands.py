@@ -27,6 +27,21 @@ def acs_command(directory):
     return _script("/usr/bin/python3", directory, "acs.py", "disable")
 
 
+def secret_args_argv(directory, path, secret_server_args):
+    """secret_args.py as the unit's ExecStartPre= runs it (words, for systemd's quoting):
+    ``secret_server_args`` ({argument: variable}) from the env file into ``path`` (--config)."""
+    pairs = [("--arg", f"{argument}={name}") for argument, name in sorted(secret_server_args.items())]
+    script = script_path(directory, "secret_args.py")
+    return ["/usr/bin/python3", script, "--out", path, *[word for pair in pairs for word in pair]]
+
+
+def api_key_args(env_file, name):
+    """The flags with which a script that asks the server reads the API key it sends
+    (node/lib/engine_auth.py): the env file and the key's variable, never the value; none
+    without a key (``name`` None)."""
+    return ["--api-key-env-file", env_file, "--api-key-var", name] if name else []
+
+
 def passport_command(directory, path):
     """passport.py collect: the node's hardware passport, kept at ``path`` when it changed."""
     return _script("python3", directory, "passport.py", "collect", "--write", path)
@@ -289,11 +304,11 @@ def gate_timings(readiness):
 
 
 def node_status_command(
-    directory, unit, port, venv_link, venvs_dir, last_good_dir, history, passport, host="127.0.0.1"
+    directory, unit, port, venv_link, venvs_dir, last_good_dir, history, passport, host="127.0.0.1", auth=()
 ):
     """node_status.py node: the unit, engine, last known good, last decode check and hardware
     passport of one service, in its result line only (`make status`); ``host``: where its
-    server is asked (service.probe_host)."""
+    server is asked (service.probe_host); ``auth``: api_key_args(), how it reads the server's key."""
     args = [
         "--json",
         "node",
@@ -313,6 +328,7 @@ def node_status_command(
         history,
         "--passport",
         passport,
+        *auth,
     ]
     return _script("python3", directory, "node_status.py", *args)
 

@@ -5,9 +5,11 @@ written)."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BeforeValidator, Field, PlainValidator
+
+from sglang_deploy.node.lib.engine_auth import SENDABLE
 
 _ONE_LINE_BREAKERS = ("\n", "\r", "\x00")
 
@@ -27,6 +29,16 @@ def _one_line(value: str) -> str:
     if any(c in value for c in _ONE_LINE_BREAKERS):
         raise ValueError("must be one line (no newline, carriage return or NUL)")
     return value
+
+
+def secret_value_problem(value: str, server_arg: str | None) -> str | None:
+    """What a secret's value must be and is not (None: it is fine): one line, for the env file;
+    for a server argument, a token an HTTP header carries (our probes send it as Bearer)."""
+    if any(c in value for c in _ONE_LINE_BREAKERS):
+        return "one line (no newline, carriage return or NUL)"
+    if server_arg and value and not SENDABLE.fullmatch(value):
+        return "printable ASCII without blanks (it is sent as an HTTP Bearer token)"
+    return None
 
 
 def _env_scalar(value: Any) -> Any:
@@ -52,6 +64,12 @@ _RESERVED_FLAGS = {
 }
 
 
+# The server arguments that are secrets: a profile names them under `secrets:` with
+# `server_arg:`, and the unit gives them to the server in a file (--config), never on its
+# command line (the unit file is 0644, /proc/<pid>/cmdline is anyone's to read).
+SecretServerArg = Literal["api-key", "admin-api-key"]
+
+
 def _flag_name(name: str) -> str:
     if name.startswith("-"):
         raise ValueError(f"write flag names without leading dashes ({name.lstrip('-')!r})")
@@ -62,7 +80,27 @@ def _flag_name(name: str) -> str:
         )
     if name in _RESERVED_FLAGS:
         raise ValueError(f"comes from {_RESERVED_FLAGS[name]}; remove it from server_args")
+    if name in get_args(SecretServerArg):
+        raise ValueError(
+            "a secret: on the command line anyone on the node reads it (the unit file, "
+            f"/proc/<pid>/cmdline); name it under secrets with server_arg: {name}, e.g. "
+            f"secrets: {{SGLANG_{name.upper().replace('-', '_')}: "
+            f"{{from_env: SGLANG_{name.upper().replace('-', '_')}, server_arg: {name}}}}}"
+        )
     return name
+
+
+def source_word(value: Any) -> Any:
+    """A model source written as a word: `path` (the default: the directory is already on the
+    node) is the empty section; any other word is refused."""
+    if value == "path":
+        return {}
+    if isinstance(value, str):
+        raise ValueError(
+            f"{value!r} is not a source: path, {{controller: DIR}} or "
+            "{huggingface: {repo: R, revision: COMMIT}}"
+        )
+    return value
 
 
 def _arg_value(value: Any) -> Any:
@@ -121,4 +159,6 @@ UnitStem = Annotated[
 ]
 UserName = Annotated[str, _pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}", "a user name or UID")]
 Description = Annotated[str, Field(min_length=1), AfterValidator(_unit_text)]
+DriverVersion = Annotated[str, _pattern(r"[0-9]+(\.[0-9]+)*", "an NVIDIA driver version (e.g. 550.54.15)")]
+GpuModel = Annotated[str, Field(min_length=1), AfterValidator(_one_line)]
 RestartPolicy = Literal["no", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort", "always"]

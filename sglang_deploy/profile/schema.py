@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -24,24 +23,28 @@ from pydantic import (
 )
 
 from sglang_deploy.errors import DeployError
+from sglang_deploy.node.lib import env_records
 from sglang_deploy.profile.fields import (
-    _ONE_LINE_BREAKERS,
     AbsPath,
     ArgValue,
     Description,
+    DriverVersion,
     EnvName,
     EnvValue,
     FlagName,
+    GpuModel,
     LockPlatform,
     Pin,
     PythonVersion,
     RestartPolicy,
+    SecretServerArg,
     UnitStem,
     UserName,
     VenvPath,
     Word,
-    _one_line,
     _pattern,
+    secret_value_problem,
+    source_word,
 )
 from sglang_deploy.profile.loader import OVERRIDES, KeyProblem, located_error, read_layers
 
@@ -116,19 +119,7 @@ class Source(_Section):
         )
 
 
-def _source_word(value: Any) -> Any:
-    # `source: path` (the default): the directory is already on the node.
-    if value == "path":
-        return {}
-    if isinstance(value, str):
-        raise ValueError(
-            f"{value!r} is not a source: path, {{controller: DIR}} or "
-            "{huggingface: {repo: R, revision: COMMIT}}"
-        )
-    return value
-
-
-ModelSource = Annotated[Source, BeforeValidator(_source_word, json_schema_input_type=Literal["path"] | dict)]
+ModelSource = Annotated[Source, BeforeValidator(source_word, json_schema_input_type=Literal["path"] | dict)]
 
 
 class Model(_Section):
@@ -144,6 +135,9 @@ class Model(_Section):
 class Secret(_Section):
     from_env: EnvName  # the operator's environment variable holding the value
     required: bool = False  # unset and required: the deploy stops; unset and optional: left out
+    # The server argument it is (api-key: clients and our probes send it as a Bearer token): the
+    # unit writes it into a file of the start for --config, never onto the command line.
+    server_arg: SecretServerArg | None = None
 
 
 # The wildcard addresses a server listens on every interface with, and the loopback address of
@@ -223,10 +217,6 @@ class Throughput(_Section):
     on_regression: Literal["warn", "fail", "rollback"] = "warn"
 
 
-DriverVersion = Annotated[str, _pattern(r"[0-9]+(\.[0-9]+)*", "an NVIDIA driver version (e.g. 550.54.15)")]
-GpuModel = Annotated[str, Field(min_length=1), AfterValidator(_one_line)]
-
-
 class Gpu(_Section):
     # Checked by preflight and `make verify` where nvidia-smi exists ("no GPU: skipped" elsewhere).
     min_driver: DriverVersion | None = None  # oldest NVIDIA driver accepted; null: any
@@ -265,7 +255,7 @@ class Profile(_Section):
     _source: tuple[Path, ...] = PrivateAttr(())
 
     @model_validator(mode="after")
-    def _secrets_stay_out_of_env(self) -> Profile:
+    def _secrets_stay_secret(self) -> Profile:
         for name in self.env:
             if name in self.secrets:
                 raise KeyProblem(
@@ -273,6 +263,13 @@ class Profile(_Section):
                     "also a secret: keep it under secrets only "
                     "(env goes into the world-readable start-up hook)",
                 )
+        for name, arg in ((name, secret.server_arg) for name, secret in self.secrets.items()):
+            if arg and self.secret_server_args[arg] != name:  # the last secret naming it: another
+                why = f"secret {self.secret_server_args[arg]} feeds --{arg} too: one secret per argument"
+                raise KeyProblem(("secrets", name, "server_arg"), why)
+        if self.secret_server_args and "config" in self.server_args:
+            why = "the secrets' server arguments take --config (SGLang reads one config file)"
+            raise KeyProblem(("server_args", "config"), why)
         return self
 
     @model_validator(mode="after")
@@ -329,8 +326,13 @@ class Profile(_Section):
         # when only one of them is given.
         return int(next((self.server_args[s] for s in spellings if self.server_args.get(s)), 1))
 
+    @property
+    def secret_server_args(self) -> dict[str, str]:
+        """{server argument: the secret's name} of the secrets with a `server_arg`."""
+        return {secret.server_arg: name for name, secret in self.secrets.items() if secret.server_arg}
+
     def argv(self) -> list[str]:
-        """SGLang's command-line arguments (after `python -m sglang.launch_server`)."""
+        """SGLang's command-line arguments (after `python -m sglang.launch_server`), --config last."""
         argv = [
             "--model-path",
             self.model.path,
@@ -347,6 +349,8 @@ class Profile(_Section):
             argv.append(f"--{flag}")
             if value is not True:
                 argv.extend(str(v) for v in (value if isinstance(value, list) else [value]))
+        if self.secret_server_args:
+            argv += ["--config", env_records.secret_args_path(self.service.name)]
         return argv
 
     def env_file_vars(self, operator_env: Mapping[str, str]) -> dict[str, str]:
@@ -361,10 +365,9 @@ class Profile(_Section):
                         f"environment (profile {self.name} requires it)"
                     )
                 continue
-            if any(c in value for c in _ONE_LINE_BREAKERS):
-                raise DeployError(
-                    f"secret {name}: {secret.from_env} must be one line (no newline, carriage return or NUL)"
-                )
+            why = secret_value_problem(value, secret.server_arg)
+            if why:
+                raise DeployError(f"secret {name}: {secret.from_env} must be {why}")
             out[name] = value
         return out
 

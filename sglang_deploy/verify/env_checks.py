@@ -9,8 +9,8 @@ import shlex
 
 from sglang_deploy.facts.serving import UnitState, WorkerEnvironment
 from sglang_deploy.node.lib import status
+from sglang_deploy.node.lib.envfile import parse_env_file
 from sglang_deploy.node.workers import is_scheduler
-from sglang_deploy.plan.envfile import parse_env_file
 from sglang_deploy.verify.nccl_confirm import confirm
 from sglang_deploy.verify.registry import ownership, read_fact, redactor, tp_size, verify_check
 from sglang_deploy.verify.verdict import FAILED, OK, Check

@@ -1,7 +1,8 @@
 """Secret values out of everything `make verify` prints or writes, in one place.
 
 A Redactor knows the profiles' secret names (`HF_TOKEN`, and the operator variables they are read
-from) and the values it was given. ``text()`` replaces each value, also as Python's repr and JSON
+from; for a secret server argument also SGLang's field, `api_key`, as its server_args log line
+names it) and the values it was given. ``text()`` replaces each value, also as Python's repr and JSON
 escape it, and what is left of it where a shortened repr cut it ("hf_ab..."), and whatever follows a secret's name in `NAME=value`, `'NAME': 'value'` or
 `"NAME": "value"` form: a node can hold a value the operator running verify never exported.
 ``mapping()`` masks an environment (env file, a worker's /proc/<pid>/environ) by name.
@@ -34,6 +35,7 @@ class Redactor:
         operator_env = os.environ if operator_env is None else operator_env
         names = {name for name in profile.secrets}
         names |= {secret.from_env for secret in profile.secrets.values()}
+        names |= {arg.replace("-", "_") for arg in profile.secret_server_args}
         self.add(names, [operator_env.get(secret.from_env) for secret in profile.secrets.values()])
 
     def add(self, names=(), values=()):

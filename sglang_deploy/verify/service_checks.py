@@ -84,7 +84,12 @@ def serving(node, plan) -> Check:
     profile, service = plan.profile, plan.profile.service
     found = (
         read_fact(
-            node, Serving, port=service.port, served_name=profile.model.served_name, host=service.probe_host
+            node,
+            Serving,
+            port=service.port,
+            served_name=profile.model.served_name,
+            host=service.probe_host,
+            auth=tuple(plan.scripts.api_key_args()),
         )
         or {}
     )
@@ -130,6 +135,7 @@ def serving_group(node, plan) -> Check:
             health_path="/ping",
             served_name=plan.profile.model.served_name,
             host=member.leader_address,
+            auth=tuple(plan.scripts.api_key_args()),  # every member's env file holds rank 0's key
         )
         or {}
     )

@@ -105,7 +105,7 @@ def wait_for_output(process: subprocess.Popen, text, timeout: float) -> str:
 def env_values(node_name, service="sglang") -> dict:
     """The node's env file as {name: value}, secrets left out: what a test compares, and so
     what an assertion may show (never the file itself, which holds the secrets)."""
-    from sglang_deploy.plan.envfile import parse_env_file
+    from sglang_deploy.node.lib.envfile import parse_env_file
 
     text = ssh(node_name, f"cat /etc/sglang/{service}.env")
     return {k: v for k, v in parse_env_file(text).items() if k not in SECRET_NAMES}

@@ -2,8 +2,8 @@
 
 The server's argv goes to systemd's ExecStart= (no shell), variables to the env file
 (EnvironmentFile=) and to the start-up hook (a Python module). Each is read back here the way
-its consumer reads it (systemd's rules: sglang_deploy.plan.envfile and test_render's ExecStart parser; the hook by
-Python itself) and executed where it can be, checking that nothing ran.
+its consumer reads it (systemd's rules: sglang_deploy.node.lib.envfile and test_render's
+ExecStart parser; the hook by Python itself) and executed where it can be, checking that nothing ran.
 """
 
 import ast
@@ -26,9 +26,9 @@ from sglang_deploy.errors import DeployError, ProfileError
 from sglang_deploy.facts.serving import ModelState
 from sglang_deploy.node import model_manifest, model_stage
 from sglang_deploy.node.lib import result
+from sglang_deploy.node.lib.envfile import parse_env_file
 from sglang_deploy.operations import model as model_ops
 from sglang_deploy.plan import model_sources as model_sources
-from sglang_deploy.plan.envfile import parse_env_file
 from sglang_deploy.plan.model_sources import HubClient, StagingTarget
 from sglang_deploy.plan.render import HOOK_MODULE, render_env_file, render_hook_module, render_unit
 from sglang_deploy.profile.schema import Source, load_profile

@@ -35,7 +35,7 @@ def _decode_check(tmp_path, monkeypatch, profile, rates, **expectations):
         return decode_rate.summary([(101, 100 / rate, 0.05) for rate in rates])
 
     monkeypatch.setattr(decode_check.decode_rate, "measure", measure)
-    monkeypatch.setattr(decode_check, "engine_version", lambda port: "0.5.23")
+    monkeypatch.setattr(decode_check, "engine_version", lambda base, **_: "0.5.23")
     argv = [
         "--port=30000",
         "--served-name=m",

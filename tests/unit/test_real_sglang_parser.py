@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_deploy.node import secret_args
 from sglang_deploy.profile import engine_flags
 from sglang_deploy.profile.schema import load_profile
 
@@ -382,4 +383,54 @@ def test_preflight_refuses_the_abbreviation_with_the_real_parser(real_python, tm
         "failed",
         "--speculative-num-step is not a flag of the engine (argparse would take it "
         "as an abbreviation of --speculative-num-steps): did you mean --speculative-num-steps?",
+    ]
+
+
+# -- The secret server arguments' --config file, by SGLang's own merger -----------------------
+
+
+def test_real_sglang_takes_its_key_from_the_secret_args_file(real_python, tmp_path):
+    """The file node/secret_args.py writes (JSON, read as YAML): the key as written, `{}` (an
+    optional key unset) accepted, and a flag on the command line wins over the file's."""
+    key = "sk-t3st\"$HOME`x`\\back'#;"
+    keyed, empty = tmp_path / "keyed" / "secret-args.yaml", tmp_path / "empty" / "secret-args.yaml"
+    for path, found in ((keyed, {"api-key": key, "admin-api-key": "adm"}), (empty, {})):
+        path.parent.mkdir()
+        secret_args.write(str(path), found)
+    fields = ["api_key", "admin_api_key"]
+    cases = [
+        {"argv": BASE + ["--config", str(keyed)], "fields": fields},
+        {"argv": BASE + ["--config", str(empty)], "fields": fields},
+        {"argv": BASE + ["--api-key", "from-argv", "--config", str(keyed)], "fields": fields},
+    ]
+    results = ask(real_python, cases, tmp_path, clean_env())["results"]
+    assert [r["fields"] for r in results] == [
+        {"api_key": key, "admin_api_key": "adm"},
+        {"api_key": None, "admin_api_key": None},
+        {"api_key": "from-argv", "admin_api_key": "adm"},
+    ]
+
+
+def test_preflight_parses_a_keyed_profile_with_the_real_parser(real_python, tmp_path):
+    """Before the start the --config file does not exist: preflight gives the parser an empty one."""
+    node_dir = engine_flags.FLAGS_SCRIPT.parent
+    secrets = {"SGLANG_API_KEY": {"from_env": "SGLANG_API_KEY", "server_arg": "api-key"}}
+    argv = load_profile("baseline", overrides={"secrets": secrets}).argv()
+    assert argv[-2:] == ["--config", "/run/sglang-env/sglang/secret-args.yaml"]
+    code = (
+        "import json, sys; sys.path.insert(0, %r); import preflight; "
+        "print(json.dumps(preflight.check_argv(json.loads(sys.argv[1]))))" % str(node_dir)
+    )
+    result = subprocess.run(
+        [real_python, "-c", code, json.dumps(argv)],
+        env=clean_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == [
+        "ok",
+        f"the engine's parser accepts the {len(argv)} arguments",
     ]

@@ -26,8 +26,9 @@ from sglang_deploy.profile.schema import load_profile
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "engine-standin"
 WHEEL = "sglang-0.5.23+sandbox-py3-none-any.whl"
-# What SGLang 0.5.23's own metadata declares for these four (its METADATA's Requires-Dist).
-REQUIRES = ["fastapi", "orjson", "pydantic", "setproctitle", "uvicorn>=0.51"]
+# What SGLang 0.5.23's own metadata declares for these (its METADATA's Requires-Dist), and PyYAML,
+# which its --config reader imports.
+REQUIRES = ["fastapi", "orjson", "pydantic", "PyYAML", "setproctitle", "uvicorn>=0.51"]
 
 
 def requires_dist(wheel: Path) -> list:

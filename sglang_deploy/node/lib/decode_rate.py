@@ -6,13 +6,19 @@ Per request: tokens = stream chunks carrying content or, with a reasoning parser
 content (SGLang streams a reasoning model's thinking as delta.reasoning_content), unless the final usage chunk's
 completion_tokens says more (a server may pack several tokens into one chunk, as speculative
 decoding does); decode tok/s = (tokens - 1) / (last token's arrival - first token's arrival),
-so prefill and the time to the first token (TTFT, reported apart) are left out.
+so prefill and the time to the first token (TTFT, reported apart) are left out. With the
+server's API key (``key``) every request sends it (lib/engine_auth.py).
 """
 
 import http.client
 import json
 import time
 import urllib.parse
+
+if __package__:
+    from . import engine_auth
+else:  # lib/ itself on sys.path
+    import engine_auth
 
 DEFAULT_PROMPT = "Explain in a few paragraphs how tensor parallelism splits a transformer layer across GPUs."
 
@@ -21,7 +27,7 @@ class MeasureError(Exception):
     """A request that could not be timed (HTTP error, error in the stream, too few tokens)."""
 
 
-def stream_once(url, model, prompt, max_tokens, timeout):
+def stream_once(url, model, prompt, max_tokens, timeout, key=None):
     """One streaming chat completion to ``url`` (…/v1/chat/completions): (tokens, decode
     seconds, seconds to the first token)."""
     parts = urllib.parse.urlsplit(url)
@@ -43,7 +49,11 @@ def stream_once(url, model, prompt, max_tokens, timeout):
             "POST",
             parts.path or "/",
             body=body,
-            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+            headers={
+                "Content-Type": "application/json",
+                "Accept": "text/event-stream",
+                **engine_auth.headers(key),
+            },
         )
         response = connection.getresponse()
         if response.status != 200:
@@ -105,13 +115,13 @@ def summary(results):
     }
 
 
-def measure(url, model, prompts, requests, warmup, max_tokens, timeout):
+def measure(url, model, prompts, requests, warmup, max_tokens, timeout, key=None):
     """``warmup`` untimed requests, then ``requests`` timed ones, one at a time, cycling
     through ``prompts``: their summary."""
     prompts = list(prompts) or [DEFAULT_PROMPT]
     for i in range(warmup):
-        stream_once(url, model, prompts[i % len(prompts)], max_tokens, timeout)
+        stream_once(url, model, prompts[i % len(prompts)], max_tokens, timeout, key)
     results = [
-        stream_once(url, model, prompts[i % len(prompts)], max_tokens, timeout) for i in range(requests)
+        stream_once(url, model, prompts[i % len(prompts)], max_tokens, timeout, key) for i in range(requests)
     ]
     return summary(results)

@@ -17,7 +17,8 @@ variable it holds. `starttime` is field 22 of
 
 The unit gives the directory per start: systemd creates `RuntimeDirectory=` (mode 0700, the
 service user's) when the service starts and removes it when it stops, so the records are
-those of the running start only. workers.py reads them here.
+those of the running start only. workers.py reads them here. The same directory holds the
+server's secret arguments for its --config (SECRET_ARGS, written by node/secret_args.py).
 """
 
 import json
@@ -34,6 +35,8 @@ RECORDS_VAR = "SGLANG_DEPLOY_ENV_RECORDS"
 # systemd's runtime directory root for system units (%t) and our folder in it.
 RUNTIME_ROOT = "/run"
 RUNTIME_FOLDER = "sglang-env"
+# The server's secret arguments (--api-key ...), the YAML file its --config names.
+SECRET_ARGS = "secret-args.yaml"
 
 
 def runtime_directory(service):
@@ -44,6 +47,11 @@ def runtime_directory(service):
 def records_dir(service):
     """Where the processes of ``service``'s running start record their environment."""
     return f"{RUNTIME_ROOT}/{runtime_directory(service)}"
+
+
+def secret_args_path(service):
+    """The file ``service``'s server reads its secret arguments from (--config), per start."""
+    return "%s/%s" % (records_dir(service), SECRET_ARGS)
 
 
 def service_of(unit):

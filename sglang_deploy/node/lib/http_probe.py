@@ -5,13 +5,16 @@ then GET /ping must answer 200 (is_healthy(): set when the warmup's generation s
 cleared by SIGTERM; answered at once). Where /ping is missing (404: an older release) /health
 stands in. /health itself runs a one-token generation (no sooner than 1 s): it is asked only
 to confirm a start whose journal lost its "fired up" line (the gate sets `confirm`).
+With the server's API key (`key`, lib/engine_auth.py) every request carries it; a 401 says
+whether one was sent.
 """
 
 import json
 import threading
 import time
 import urllib.error
-import urllib.request
+
+from . import engine_auth
 
 
 def probe_host(host):
@@ -32,12 +35,15 @@ class HttpProbe(threading.Thread):
     server has no /ping); sets `up` then. With `confirm` set (the gate has waited long enough
     for "fired up"), it also asks /health and sets `health_ok` on a 200."""
 
-    def __init__(self, host, port, served_name, interval, timeout, health_timeout):
+    def __init__(self, host, port, served_name, interval, timeout, health_timeout, key=None):
         super().__init__(daemon=True)
         self.base = server_url(host, port)
         self.served_name, self.interval = served_name, interval
         self.timeout, self.health_timeout = timeout, health_timeout
-        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self.opener = engine_auth.opener(key)
+        self.unauthorized = (
+            "401 (the API key sent was refused)" if key else "401 (an API key is wanted: none sent)"
+        )
         self.state = "not probed yet"
         self.models_ok = False
         self.up_path = "/ping"
@@ -63,11 +69,14 @@ class HttpProbe(threading.Thread):
         except OSError as exc:  # timeouts, resets
             return None, "%s: %s" % (path, exc.__class__.__name__)
 
+    def said(self, code):
+        return self.unauthorized if code == 401 else str(code)
+
     def probe_once(self):
         if not self.models_ok:
             code, body = self.get("/v1/models", self.timeout)
             if code != 200:
-                self.state = body if code is None else "/v1/models %d" % code
+                self.state = body if code is None else "/v1/models %s" % self.said(code)
                 return
             try:
                 names = [m.get("id") for m in json.loads(body.decode("utf-8")).get("data", [])]
@@ -84,7 +93,9 @@ class HttpProbe(threading.Thread):
                 self.up_path = "/health"
                 return self.probe_once()
             if code != 200:
-                self.state = "/v1/models ok, " + (reason if code is None else "%s %d" % (self.up_path, code))
+                self.state = "/v1/models ok, " + (
+                    reason if code is None else "%s %s" % (self.up_path, self.said(code))
+                )
                 return
             self.up_mono = time.monotonic()
             self.up.set()

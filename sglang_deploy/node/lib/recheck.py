@@ -16,7 +16,7 @@ follow, as the gate's excerpt), and the report says so too (`make verify`'s "las
 import json
 import time
 
-from . import result, sglang_log, status, systemd
+from . import engine_auth, result, sglang_log, status, systemd
 from .http_probe import HttpProbe
 
 TAIL_LINES = 30
@@ -26,14 +26,16 @@ def say(text):
     print(text, flush=True)
 
 
-def read(watch, cursor):
-    """(lines logged after cursor, probe access lines left out; the cursor after them)."""
+def read(watch, cursor, key=None):
+    """(lines logged after cursor, probe access lines left out, API keys masked; the cursor
+    after them)."""
     try:
         entries, cursor = watch.read(cursor)
     except (OSError, systemd.subprocess.SubprocessError) as exc:
         say("recheck: warning: cannot read the %s: %s" % (watch.source, exc))
         return [], cursor
-    return [line for _, line in entries if not sglang_log.is_probe_access(line)], cursor
+    lines = [line for _, line in entries if not sglang_log.is_probe_access(line)]
+    return [engine_auth.masked(line, key) for line in lines], cursor
 
 
 def failed(args, key, text, report=None, lines=()):
@@ -60,10 +62,10 @@ def failed(args, key, text, report=None, lines=()):
     return result.emit(status.FAILED_START, "%s: %s" % (key, text), main_pid=(report or {}).get("main_pid"))
 
 
-def answers(args):
+def answers(args, key=None):
     """(the path asked, its status code or why none): /ping, /health where there is no /ping."""
     probe = HttpProbe(
-        args.host, args.port, args.served_name, args.interval, args.http_timeout, args.health_timeout
+        args.host, args.port, args.served_name, args.interval, args.http_timeout, args.health_timeout, key
     )
     path = "/ping"
     code, why = probe.get(path, args.health_timeout)
@@ -98,12 +100,13 @@ def recheck(args, watch, death_grace_s):
     since_s = time.time() - (report.get("ready_at") or time.time())
     after = "%.1fs after the gate's verdict" % since_s
     watch.begin({"InvocationID": base["InvocationID"]})  # the lines of the start the gate saw
-    lines, cursor = read(watch, report.get("cursor"))
+    api_key = engine_auth.key_of(args)
+    lines, cursor = read(watch, report.get("cursor"), api_key)
     show = watch.show()
     problem = watch.problem(show, base)
     if problem:
         time.sleep(death_grace_s)
-        lines += read(watch, cursor)[0]
+        lines += read(watch, cursor, api_key)[0]
         found = sglang_log.cause_of(lines)
         if not found:
             key = systemd.CLD_CODES.get(systemd.as_int(show.get("ExecMainCode")), "ended")
@@ -115,7 +118,7 @@ def recheck(args, watch, death_grace_s):
         return failed(
             args, found[0], "%s (logged %s, %s)" % (found[1], after, watch.state(show)), report, lines
         )
-    path, code = answers(args)
+    path, code = answers(args, api_key)
     if code != 200:
         return failed(
             args, "not-serving", "%s %s (%s, %s)" % (path, code, watch.state(show), after), report, lines

@@ -1,7 +1,7 @@
 """Reading an env file the way systemd's EnvironmentFile= does.
 
 Written from systemd's own parser (src/basic/env-file.c, parse_env_file_internal), independently
-of the quoting code in render.py, so that a round trip through both proves what the server gets:
+of the quoting code in plan/render.py, so that a round trip through both proves what the server gets:
 
 - `#` and `;` start a comment only at the start of a line (leading whitespace allowed);
 - a quote opens only where a value starts (after `=` and any whitespace); `'...'` keeps
@@ -11,6 +11,9 @@ of the quoting code in render.py, so that a round trip through both proves what 
   character (backslash-newline continues the line);
 - no variable is expanded;
 - a line without `=` is skipped; a later assignment of the same name wins.
+
+Standard library only (Python >= 3.9): the controller checks env files with it, and our node
+scripts read one variable with `read_value` (the engine's API key, lib/engine_auth.py).
 """
 
 from __future__ import annotations
@@ -71,3 +74,10 @@ def parse_env_file(text: str) -> dict:
             i += 1
         out[key.strip()] = value[:trail] if state == "plain" and trail is not None else value
     return out
+
+
+def read_value(path, name):
+    """The value of ``name`` in the env file at ``path`` as systemd gives it to the unit, or None
+    when the file does not set it (OSError when the file cannot be read)."""
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        return parse_env_file(f.read()).get(name)
