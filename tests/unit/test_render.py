@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.plan.envfile import parse_env_file  # systemd's EnvironmentFile= rules
+from sglang_deploy.node.lib.envfile import parse_env_file  # systemd's EnvironmentFile= rules
 from sglang_deploy.plan.render import (
     HOOK_MODULE,
     exec_start,
@@ -389,6 +389,28 @@ def test_hook_module_sets_defaults_and_preset_variables_win(tmp_path):
     code = f"import {HOOK_MODULE}; " + SHOW
     seen = run_python(sys.executable, code, {"PRESET": "from-process", "PYTHONPATH": str(tmp_path)})
     assert seen == {**HOOK_ENV, "PRESET": "from-process"}
+
+
+def test_hook_redacts_the_keys_sglang_logs_in_its_server_args(tmp_path):
+    """SGLang 0.5.23 logs `server_args={...}` with api_key and admin_api_key in clear."""
+    (tmp_path / f"{HOOK_MODULE}.py").write_text(render_hook_module(hook_profile()))
+    code = (
+        f"import {HOOK_MODULE}, json, logging, sys; logging.basicConfig(stream=sys.stdout, format='%(message)s'); "
+        "args = {'api_key': 'sk-canary-1', 'admin_api_key': \"it's-canary-2\", 'port': 30000}; "
+        "logging.getLogger('sglang').warning(f'server_args={args}'); "
+        "logging.getLogger('x').warning('nested %s', {'other_args': {'api_key': 'sk-canary-3'}}); "
+        "logging.getLogger('x').warning(\"server_args=ServerArgs(api_key='sk-canary-4', x_api_key=None)\"); "
+        "logging.getLogger('x').warning('api_key stays a word: %d', 1); print(json.dumps(1))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    assert "canary" not in out, out
+    assert "server_args={'api_key': '<redacted>', 'admin_api_key': '<redacted>', 'port': 30000}" in out
+    assert "nested {'other_args': {'api_key': '<redacted>'}}" in out
+    assert "server_args=ServerArgs(api_key='<redacted>', x_api_key=None)" in out
+    assert "api_key stays a word: 1" in out
 
 
 def test_hook_module_never_holds_secrets(monkeypatch):
