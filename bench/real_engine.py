@@ -6,13 +6,19 @@ and files rendered by the project's own code exactly as the deploy renders them.
     python3 bench/real_engine.py gpu --out $OUT     # there, carrying .sgl-bundle
     python3 bench/real_engine.py gpu --engine standin --out /tmp/x   # here: the same flow, stand-in
 
+    # the operators' shape: bound to 127.0.0.2, a reasoning parser, an API key (promise k)
+    python3 bench/real_engine.py prepare --profile tiny-llama-operator.yml \
+        --standin-profile tiny-llama-operator-standin.yml
+
 prepare builds the engine bundle (bench/real_sglang/build.sh: ~52 MiB from PyPI, ~4 min) into
 .sgl-bundle/ unless it is there, then stages into .sgl-bundle/deploy/: `after` (this working
 tree's sglang_deploy/node), `before` (the same directory at BEFORE), and per engine
 (bench/real_sglang/tiny-llama.yml, tiny-llama-standin.yml, linted first) the start-up hook
 (<HOOK_MODULE>.py/.pth), the env file, the server's argv (argv.json), the workers' expected
 variables (hook_vars.json) and the scripts' arguments (plan.json: gate.py's as the deploy
-gives them, decode_check.py's as NodeScripts builds them). Run it again after any change to
+gives them, decode_check.py's as NodeScripts builds them). A profile whose secrets give the
+server an API key (`server_arg: api-key`) gets a fresh key in its env file; the run writes the
+--config file with the unit's ExecStartPre= (node/secret_args.py) and every probe sends the key. Run it again after any change to
 sglang_deploy/ or templates/: the GPU side runs what is staged.
 
 gpu (bench/real_sglang/promises.py, standard library only) sets the engine up, installs the
@@ -26,6 +32,7 @@ import argparse
 import io
 import json
 import os
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -86,7 +93,7 @@ def stage_profile(engine, deploy):
     from sglang_deploy.node.lib import env_records
     from sglang_deploy.plan import render
     from sglang_deploy.plan.node_scripts import NodeScripts
-    from sglang_deploy.plan.script_commands import gate_args
+    from sglang_deploy.plan.script_commands import gate_args, secret_args_argv
     from sglang_deploy.profile.lint import finding_lines
     from sglang_deploy.profile.schema import load_profile
 
@@ -99,18 +106,21 @@ def stage_profile(engine, deploy):
     (out / (render.HOOK_MODULE + ".py")).write_text(render.render_hook_module(profile))
     (out / (render.HOOK_MODULE + ".pth")).write_text(render.render_hook_pth(profile))
     env_file = out / (profile.service.name + ".env")
-    env_file.write_text(render.render_env_file(profile, {}))
+    # A secret server argument (--api-key) gets a fresh key of this staging, in the env file
+    # only (0600), as the operator's environment puts it there on a deploy.
+    keys = {var: "sk-run-" + secrets.token_hex(16) for var in profile.secret_server_args.values()}
+    env_file.write_text(render.render_env_file(profile, keys))
     env_file.chmod(0o600)
     (out / "argv.json").write_text(json.dumps(profile.argv(), indent=1) + "\n")
     (out / "hook_vars.json").write_text(json.dumps(profile.hook_vars(), indent=1, sort_keys=True) + "\n")
-    scripts = NodeScripts("@SCRIPTS@", UNIT, profile, {}, "@STATE@/last-good", "", "")
+    scripts = NodeScripts("@SCRIPTS@", UNIT, profile, {"env": "@ENVFILE@"}, "@STATE@/last-good", "", "")
     plan = {
         "profile": profile.name,
         "unit": UNIT,
         "env_file": env_file.name,
         "hook_module": render.HOOK_MODULE,
         "records_var": env_records.RECORDS_VAR,
-        "gate_args": [str(a) for a in gate_args(profile)],
+        "gate_args": [str(a) for a in [*gate_args(profile), *scripts.api_key_args()]],
         "gate_timeout_s": profile.readiness.timeout_s,
         "decode_check": shlex.split(scripts.decode_check()),
         "gpus_needed": profile.gpus_per_node,
@@ -118,6 +128,12 @@ def stage_profile(engine, deploy):
         "probe_host": profile.service.probe_host,
         "port": profile.service.port,
         "rendered_from": rendered_from(),
+        # The unit's ExecStartPre= (secret_args.py) and the --config path in argv it writes
+        "secret_args": secret_args_argv("@SCRIPTS@", "@RUN@/secret-args.yaml", profile.secret_server_args)
+        if keys
+        else None,
+        "config_path": env_records.secret_args_path(profile.service.name) if keys else None,
+        "key_var": profile.secret_server_args.get("api-key"),
     }
     (out / "plan.json").write_text(json.dumps(plan, indent=1) + "\n")
     return errors, warnings
@@ -149,6 +165,8 @@ def prepare(args):
     stage_node_scripts(deploy)
     if args.profile:
         PROFILES["real"] = args.profile
+    if args.standin_profile:
+        PROFILES["standin"] = args.standin_profile
     for engine in PROFILES:
         _, warnings = stage_profile(engine, deploy)
         say("staged %s: %s (%d lint warnings, no errors)" % (engine, PROFILES[engine], len(warnings)))
@@ -182,6 +200,10 @@ def main(argv=None):
     pp.add_argument(
         "--profile",
         help="the real engine's profile, a file in bench/real_sglang/ (default %s)" % PROFILES["real"],
+    )
+    pp.add_argument(
+        "--standin-profile",
+        help="the stand-in's profile, a file in bench/real_sglang/ (default %s)" % PROFILES["standin"],
     )
     g = sub.add_parser("gpu", help="prove the promises against a running engine")
     g.add_argument("--out", required=True, help="where the table, JSON, logs and jit-cache.tgz go")

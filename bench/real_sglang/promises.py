@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 
 from . import gpu_run, report
-from .server import Server, port_free, timed_get
+from .server import Server, cmdlines_holding, port_free, timed_get
 
 BAD_FLAG, BAD_FLAG_MEANT = ["--mem-fraction", "0.5"], "--mem-fraction-static"
 RESERVE_AFTER_GATE_S = 120  # workers, decode, stop and the crash start after the first gate
@@ -178,9 +178,18 @@ def flow(run, engine, repo, bundle, work):
         job.join()
 
     # b. the server, as the unit starts it: the env file's variables, the hook's records directory
+    # (the unit's runtime directory), the secret server arguments written there by ExecStartPre=
     records = Path(tempfile.mkdtemp(prefix="records-", dir=work))
     os.chmod(records, 0o700)
     launch_env = report.launch_environment(engine.env, env_vars, plan["records_var"], str(records))
+    key = env_vars.get(plan.get("key_var") or "")
+    if plan.get("secret_args"):
+        config = records / "secret-args.yaml"
+        pre = [a.replace("@SCRIPTS@", str(after)).replace("@RUN@", str(records)) for a in plan["secret_args"]]
+        run.script("secret_args", [py] + pre[1:], 30, env=launch_env)
+        argv = with_option(argv, "--config", str(config))
+    envfile = str(staged / plan["env_file"])
+    plan["gate_args"] = [a.replace("@ENVFILE@", envfile) for a in plan["gate_args"]]
     log = Path(work) / "server.log"
     server = run.start(engine, argv, launch_env, log)
 
@@ -205,20 +214,37 @@ def flow(run, engine, repo, bundle, work):
         # f. the decode check, its history and last known good in this run's own directory
         state = Path(work) / "state"
         decode = [
-            a.replace("@SCRIPTS@", str(after)).replace("@STATE@", str(state)) for a in plan["decode_check"]
+            a.replace("@SCRIPTS@", str(after)).replace("@STATE@", str(state)).replace("@ENVFILE@", envfile)
+            for a in plan["decode_check"]
         ]
         run.script("decode_check", [py] + decode[1:], 120)
         old_decode = [a.replace(str(after), str(before)) for a in without_option(decode[1:], "--host")]
+        for flag in ("--api-key-env-file", "--api-key-var"):  # 575ddb1's check has no key
+            old_decode = without_option(old_decode, flag)
         old_decode = with_option(old_decode, "--history", str(state / "before-history.jsonl"))
         run.script("decode_check_before", [py] + old_decode, 120)
-        # g. /health and /ping
+        # g. /health and /ping, as our probes ask (with the key, where there is one)
+        auth = {"Authorization": "Bearer " + key} if key else None
         res["facts"]["http"] = {
             path: [
-                timed_get(plan["probe_host"], plan["port"], path, HTTP_TIMEOUT_S) for _ in range(HTTP_ROUNDS)
+                timed_get(plan["probe_host"], plan["port"], path, HTTP_TIMEOUT_S, auth)
+                for _ in range(HTTP_ROUNDS)
             ]
             for path in ("/health", "/ping")
         }
         run.say("http: %s" % res["facts"]["http"])
+        # k. the key: asked for, and on no command line of the machine
+        if key:
+            res["facts"]["key"] = {
+                "v1_models_without": timed_get(
+                    plan["probe_host"], plan["port"], "/v1/models", HTTP_TIMEOUT_S
+                )[0],
+                "v1_models_with": timed_get(
+                    plan["probe_host"], plan["port"], "/v1/models", HTTP_TIMEOUT_S, auth
+                )[0],
+                "cmdlines": len(cmdlines_holding(key)),
+                "config_mode": oct(os.stat(config).st_mode & 0o777),
+            }
         # h. stop: SIGTERM to the launcher
         stop = server.stop(min(plan["timeout_stop_sec"], max(run.left() - 30, 10)))
         stop.update(
@@ -226,6 +252,11 @@ def flow(run, engine, repo, bundle, work):
         )
         res["facts"]["stop"] = stop
         run.say("stop: %s" % stop)
+    if key and "key" in res["facts"]:  # ... and in no log or output of ours (the run's end)
+        res["facts"]["key"]["in_server_log"] = server.log_text().count(key)
+        res["facts"]["key"]["in_our_outputs"] = json.dumps(res["steps"]).count(key)
+    elif not key:
+        res["facts"]["key"] = {"applies": False}
     # e. NCCL's own lines in the log (NCCL_DEBUG=INFO came from the env file and the hook only)
     res["facts"]["nccl"] = dict(
         report.nccl_lines(server.log_text().splitlines()), simulated=engine.name == "standin"

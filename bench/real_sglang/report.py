@@ -279,6 +279,32 @@ def v_http(results, expect):
     return (HELD if ok else FAILED), "; ".join(parts)
 
 
+def v_key(results, expect):
+    key = (results.get("facts") or {}).get("key") or {}
+    if key.get("applies") is False:
+        return NA, "the profile gives the server no API key"
+    text = (
+        "/v1/models %s without the key, %s with it; on %d command lines; config %s; %s in the log, %s in our outputs"
+        % (
+            key.get("v1_models_without"),
+            key.get("v1_models_with"),
+            key.get("cmdlines", -1),
+            key.get("config_mode"),
+            key.get("in_server_log", "?"),
+            key.get("in_our_outputs", "?"),
+        )
+    )
+    good = (
+        key.get("v1_models_without") == 401
+        and key.get("v1_models_with") == 200
+        and key.get("cmdlines") == 0
+        and key.get("config_mode") == "0o600"
+        and key.get("in_server_log") == 0
+        and key.get("in_our_outputs") == 0
+    )
+    return (HELD if good else FAILED), text
+
+
 def v_stop(results, expect):
     stop = (results.get("facts") or {}).get("stop")
     if not stop:
@@ -320,6 +346,7 @@ PROMISES = (
     ("f0", "decode_check.py before (575ddb1), for comparison", v_decode_before, "decode_check_before"),
     ("g", "/health and /ping: 200", v_http, "http"),
     ("h", "SIGTERM to the launcher stops the server", v_stop, "stop"),
+    ("k", "API key: asked for, sent by our probes, shown nowhere", v_key, "key"),
     ("i", "crash start (--tp-size 2 on one GPU): DEAD, and why", v_crash, "crash_gate"),
 )
 

@@ -118,12 +118,12 @@ def port_free(host, port):
         return s.connect_ex((host, port)) != 0
 
 
-def timed_get(host, port, path, timeout=30):
+def timed_get(host, port, path, timeout=30, headers=None):
     """(HTTP status or 0 on no answer, milliseconds)."""
     t0 = time.monotonic()
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers=headers or {})
         response = conn.getresponse()
         response.read()
         code = response.status
@@ -132,3 +132,18 @@ def timed_get(host, port, path, timeout=30):
     finally:
         conn.close()
     return code, round((time.monotonic() - t0) * 1000, 1)
+
+
+def cmdlines_holding(text):
+    """Pids whose /proc/<pid>/cmdline holds ``text`` (any process of the machine)."""
+    needle, found = text.encode(), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                if needle in f.read():
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found

@@ -160,6 +160,14 @@ def good_results():
                 "timeout_stop_sec": 120,
             },
             "crash": {"death_to_verdict_s": 0.41},
+            "key": {
+                "v1_models_without": 401,
+                "v1_models_with": 200,
+                "cmdlines": 0,
+                "config_mode": "0o600",
+                "in_server_log": 0,
+                "in_our_outputs": 0,
+            },
         },
         "skipped": {},
         "notes": ["jit-cache.tgz: 3.1 MiB"],
@@ -212,6 +220,12 @@ def test_evidence_says_what_was_measured():
         ("h", lambda r: r["facts"]["stop"].update(seconds=121.0)),
         ("i", lambda r: r["steps"]["crash_gate"]["result"].update(cause="timeout: last phase: starting")),
         ("i", lambda r: r["steps"]["crash_gate"]["result"].update(status=4)),
+        ("k", lambda r: r["facts"]["key"].update(v1_models_without=200)),  # the server asks no key
+        ("k", lambda r: r["facts"]["key"].update(v1_models_with=401)),  # our probes send none
+        ("k", lambda r: r["facts"]["key"].update(cmdlines=1)),
+        ("k", lambda r: r["facts"]["key"].update(config_mode="0o644")),
+        ("k", lambda r: r["facts"]["key"].update(in_server_log=2)),
+        ("k", lambda r: r["facts"]["key"].update(in_our_outputs=1)),
     ],
 )
 def test_a_promise_that_did_not_hold_fails(key, change):
@@ -219,6 +233,13 @@ def test_a_promise_that_did_not_hold_fails(key, change):
     change(results)
     assert verdict_of(results, key)[2] == report.FAILED
     assert not report.passed(report.verdicts(results, EXPECT))
+
+
+def test_a_profile_without_a_key_makes_the_key_promise_not_applicable():
+    results = good_results()
+    results["facts"]["key"] = {"applies": False}
+    assert verdict_of(results, "k")[2] == report.NA
+    assert report.passed(report.verdicts(results, EXPECT))
 
 
 def test_a_timed_out_script_says_so():
@@ -275,7 +296,7 @@ def test_the_table_has_one_line_per_promise_and_the_run():
     assert all(
         line[column:].startswith("not applicable" if line.startswith("f0") else "held ") for line in table
     )
-    assert "13 promises: 12 held, 0 failed, 1 not applicable, 0 not run" in lines
+    assert "14 promises: 13 held, 0 failed, 1 not applicable, 0 not run" in lines
     assert "note: jit-cache.tgz: 3.1 MiB" in lines
 
 
