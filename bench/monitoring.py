@@ -299,10 +299,8 @@ class Load:
     def run(self):
         while not self.stop.is_set():
             try:
-                tokens, seconds, _ = decode_rate.stream_once(
-                    self.url, self.model, PROMPT, self.max_tokens, 60
-                )
-                self.done.append((time.time(), decode_rate.decode_rate(tokens, seconds)))
+                timed = decode_rate.stream_once(self.url, self.model, PROMPT, self.max_tokens, 60)
+                self.done.append((time.time(), decode_rate.decode_rate(timed.tokens, timed.seconds)))
             except (decode_rate.MeasureError, OSError, ValueError):
                 self.errors += 1  # the restart's seconds: the port is closed, then warming up
                 self.stop.wait(0.5)

@@ -124,6 +124,12 @@ def describe(entry):
         entry["ttft_ms"],
         entry["requests"],
     )
+    channels = entry.get("channels") or {}
+    if channels.get("reasoning"):  # a reasoning model: how much of the figure was thinking
+        text += "; %d chunks of reasoning, %d of content" % (
+            channels["reasoning"],
+            channels.get("content", 0),
+        )
     base = entry.get("baseline")
     if base:
         text += "; %s vs baseline %.1f (%s)" % (

@@ -100,8 +100,8 @@ def _url(port):
 
 def test_stream_once_times_the_decode_from_first_to_last_token(server):
     handler, port = server
-    tokens, decode_s, ttft_s = decode_rate.stream_once(_url(port), "m", "hi", 11, 10)
-    assert tokens == 11
+    tokens, decode_s, ttft_s, content, reasoning = decode_rate.stream_once(_url(port), "m", "hi", 11, 10)
+    assert tokens == 11 and (content, reasoning) == (11, 0)
     assert decode_rate.decode_rate(tokens, decode_s) == pytest.approx(100, rel=0.3)
     assert 0 < ttft_s < 0.5
     body = handler.seen[0]
@@ -112,7 +112,7 @@ def test_stream_once_times_the_decode_from_first_to_last_token(server):
 def test_the_usage_chunk_wins_when_chunks_pack_several_tokens(server):
     handler, port = server
     handler.usage = 31  # speculative decoding: three tokens per chunk
-    tokens, decode_s, _ = decode_rate.stream_once(_url(port), "m", "hi", 32, 10)
+    tokens, decode_s, *_ = decode_rate.stream_once(_url(port), "m", "hi", 32, 10)
     assert tokens == 31 and decode_rate.decode_rate(tokens, decode_s) == pytest.approx(300, rel=0.3)
 
 
@@ -124,8 +124,17 @@ def test_a_reasoning_models_thinking_is_decode_too(server, reasoning):
     when two tokens of content close a long thought)."""
     handler, port = server
     handler.reasoning, handler.usage = reasoning, 11
-    tokens, decode_s, _ = decode_rate.stream_once(_url(port), "m", "hi", 11, 10)
-    assert tokens == 11 and decode_rate.decode_rate(tokens, decode_s) == pytest.approx(100, rel=0.3)
+    timed = decode_rate.stream_once(_url(port), "m", "hi", 11, 10)
+    assert timed.tokens == 11 and decode_rate.decode_rate(timed.tokens, timed.seconds) == pytest.approx(
+        100, rel=0.3
+    )
+    assert (timed.reasoning, timed.content) == (reasoning, 11 - reasoning)  # both channels, apart
+    figures = decode_rate.summary([timed, timed])
+    assert figures["channels"] == {"reasoning": 2 * reasoning, "content": 2 * (11 - reasoning)}
+    assert "; %d chunks of reasoning, %d of content" % (
+        2 * reasoning,
+        2 * (11 - reasoning),
+    ) in decode_check.describe({**figures, "decode_tok_s_min": 1.0, "decode_tok_s_max": 1.0})
 
 
 @pytest.mark.parametrize("error, says", [("http", "HTTP 503: busy"), ("stream", "scheduler died")])
@@ -148,6 +157,7 @@ def test_summary_is_median_min_max_and_median_ttft():
     assert found == {
         "requests": 3,
         "tokens": 43,
+        "channels": {"content": 0, "reasoning": 0},
         "decode_tok_s": 40.0,
         "decode_tok_s_min": 20.0,
         "decode_tok_s_max": 80.0,

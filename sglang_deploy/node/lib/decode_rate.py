@@ -6,14 +6,17 @@ Per request: tokens = stream chunks carrying content or, with a reasoning parser
 content (SGLang streams a reasoning model's thinking as delta.reasoning_content), unless the final usage chunk's
 completion_tokens says more (a server may pack several tokens into one chunk, as speculative
 decoding does); decode tok/s = (tokens - 1) / (last token's arrival - first token's arrival),
-so prefill and the time to the first token (TTFT, reported apart) are left out. With the
-server's API key (``key``) every request sends it (lib/engine_auth.py).
+so prefill and the time to the first token (TTFT, reported apart) are left out. Both channels
+are counted and reported apart (``channels``: chunks of content and of reasoning), so a
+reasoning model's figure says how much of it was thinking. With the server's API key (``key``)
+every request sends it (lib/engine_auth.py).
 """
 
 import http.client
 import json
 import time
 import urllib.parse
+from typing import NamedTuple
 
 if __package__:
     from . import engine_auth
@@ -27,9 +30,19 @@ class MeasureError(Exception):
     """A request that could not be timed (HTTP error, error in the stream, too few tokens)."""
 
 
+class Stream(NamedTuple):
+    """One timed request: tokens, decode seconds, seconds to the first token, and the chunks
+    that carried content and reasoning content."""
+
+    tokens: int
+    seconds: float
+    ttft: float
+    content: int = 0
+    reasoning: int = 0
+
+
 def stream_once(url, model, prompt, max_tokens, timeout, key=None):
-    """One streaming chat completion to ``url`` (…/v1/chat/completions): (tokens, decode
-    seconds, seconds to the first token)."""
+    """One streaming chat completion to ``url`` (…/v1/chat/completions), timed: a Stream."""
     parts = urllib.parse.urlsplit(url)
     body = json.dumps(
         {
@@ -43,6 +56,7 @@ def stream_once(url, model, prompt, max_tokens, timeout, key=None):
     )
     connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
     chunks, usage, first, last = 0, None, None, None
+    channels = {"content": 0, "reasoning_content": 0}
     try:
         sent = time.perf_counter()
         connection.request(
@@ -74,9 +88,12 @@ def stream_once(url, model, prompt, max_tokens, timeout, key=None):
                 usage = event["usage"].get("completion_tokens")
             for choice in event.get("choices") or ():
                 delta = choice.get("delta") or {}
-                if delta.get("content") or delta.get("reasoning_content"):
+                carried = [field for field in channels if delta.get(field)]
+                if carried:
                     now = time.perf_counter()
                     chunks += 1
+                    for field in carried:
+                        channels[field] += 1
                     first = first or now
                     last = now
     finally:
@@ -84,7 +101,7 @@ def stream_once(url, model, prompt, max_tokens, timeout, key=None):
     tokens = usage if usage and usage > chunks else chunks
     if first is None or tokens < 2 or last <= first:
         raise MeasureError("too few tokens streamed to time the decode (%d)" % tokens)
-    return tokens, last - first, first - sent
+    return Stream(tokens, last - first, first - sent, channels["content"], channels["reasoning_content"])
 
 
 def decode_rate(tokens, seconds):
@@ -102,12 +119,17 @@ def median(values):
 
 
 def summary(results):
-    """The figures of a run from its requests' (tokens, decode seconds, TTFT seconds)."""
-    rates = [decode_rate(tokens, seconds) for tokens, seconds, _ in results]
-    ttfts = [ttft for _, _, ttft in results]
+    """The figures of a run from its requests' Streams."""
+    results = [Stream(*r) for r in results]
+    rates = [decode_rate(r.tokens, r.seconds) for r in results]
+    ttfts = [r.ttft for r in results]
     return {
         "requests": len(results),
-        "tokens": sum(tokens for tokens, _, _ in results),
+        "tokens": sum(r.tokens for r in results),
+        "channels": {
+            "content": sum(r.content for r in results),
+            "reasoning": sum(r.reasoning for r in results),
+        },
         "decode_tok_s": round(median(rates), 2),
         "decode_tok_s_min": round(min(rates), 2),
         "decode_tok_s_max": round(max(rates), 2),
