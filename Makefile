@@ -229,7 +229,7 @@ docs:
 # Reinstall exactly the engine distributions whose installed files drifted, then restart.
 .PHONY: repair
 repair: wheels $(ENGINE_WHEELHOUSES)
-	$(PYINFRA) -y $(INVENTORY) deploy.py --data repair=true
+	$(LIMIT_CHECK)$(PYINFRA) -y $(INVENTORY) deploy.py --data repair=true $(LIMIT_ARGS)
 
 # The option list of the pinned engine's parser, which `make lint-profiles` checks flag names
 # against (sglang_deploy/engine_options/, committed). SGLANG_REAL_VENV: a venv with the real
