@@ -9,9 +9,8 @@ because its router was upgraded. A flag the pinned version lacks (one of ours, o
 
 from __future__ import annotations
 
-import shlex
-
 from sglang_deploy.errors import DeployError
+from sglang_deploy.plan.render import systemd_exec_quote
 from sglang_deploy.plan.router_flags import RouterOptions, check_argv, pinned_options
 
 # The setting each rendered flag comes from (where the name is not router_<key>).
@@ -77,7 +76,7 @@ def router_argv(router, worker_urls, options: RouterOptions | None = None) -> li
 def render_unit(router, worker_urls) -> str:
     options = pinned_options(router.packages)
     argv = router_argv(router, worker_urls, options)
-    exec_start = " ".join(shlex.quote(a) for a in argv)
+    exec_start = " ".join(systemd_exec_quote(a) for a in argv)
     pins = ", ".join(router.packages)
     urls = sorted(worker_urls)
     return (

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from test_operations import FakeHost, on_node, run  # noqa: F401 (fixture)
+from test_render import parse_exec_line
 
 from sglang_deploy import operations
 from sglang_deploy.errors import DeployError
@@ -38,7 +39,8 @@ def fleet(**router):
 
 
 def argv_of(**router):
-    return shlex.split(_exec_start(router_plan("r1", fleet(**router)).unit_text))
+    """The unit's ExecStart= as systemd splits it into argv."""
+    return parse_exec_line(_exec_start(router_plan("r1", fleet(**router)).unit_text))
 
 
 def _exec_start(unit_text):
@@ -130,6 +132,15 @@ def test_retries_circuit_breaker_and_health_checks_are_rendered_from_their_setti
     for flag in (*flags, "--worker-startup-check-interval"):
         assert flag in argv_of() and flag in argv_of(**OLD)
     assert "TimeoutStopSec=35" in router_plan("r1", fleet(router_shutdown_grace_s=20)).unit_text
+
+
+def test_extra_args_reach_the_gateway_as_written_through_systemd():
+    # ExecStart= is read by systemd, not a shell: `%` is a specifier and `$` a variable there
+    # unless doubled, and single quotes are no shell quoting.
+    values = ["/var/log/smg-%i", "$HOME/logs", "it's a ${x} %% $$", "a b;c"]
+    extra = [word for value in values for word in ("--log-dir", value)]
+    argv = argv_of(router_extra_args=extra)
+    assert [argv[i + 1] for i, word in enumerate(argv) if word == "--log-dir"] == values
 
 
 @pytest.mark.parametrize(
