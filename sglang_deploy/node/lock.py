@@ -145,6 +145,48 @@ def report_cycles(directory, systemctl):
         os.close(os.open(meta["base"] + ".reported", os.O_WRONLY | os.O_CREAT, 0o600))
 
 
+def acquire(path, wait, holder, cycles_dir=None, systemctl="systemctl"):
+    """Take the lock at ``path`` for ``holder``, waiting up to ``wait`` seconds (and, with
+    ``cycles_dir``, for the service's detached restart cycles), saying so in events: the open
+    descriptor that holds it (closing it, or the process's end, releases it), or None when it
+    stayed busy (a ``busy`` event said who holds it). Another of our scripts that must not run
+    under a deploy (nccl_ab.py --stop-server) takes it here too."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + wait
+    announced = False
+    while not try_lock(fd):
+        holder_now = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
+        if time.monotonic() >= deadline:
+            event("busy", holder=holder_now)
+            os.close(fd)
+            return None
+        if not announced:
+            event("waiting", holder=holder_now)
+            announced = True
+        time.sleep(0.2)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{holder} since {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n".encode(), 0)
+    if cycles_dir and os.path.isdir(cycles_dir):
+        still = wait_for_cycles(cycles_dir, systemctl, deadline)
+        if still is not None:
+            event(
+                "busy",
+                holder="the restart cycle %s (started %s), still running"
+                % (still.get("unit"), still.get("started")),
+            )
+            release(fd)
+            return None
+        report_cycles(cycles_dir, systemctl)
+    return fd
+
+
+def release(fd):
+    """Give the lock ``acquire`` took back (its holder line cleared)."""
+    os.ftruncate(fd, 0)
+    os.close(fd)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--path", required=True)
@@ -153,34 +195,12 @@ def main(argv=None):
     parser.add_argument("--cycles-dir", help="the service's detached restart cycles (node/detach.py)")
     parser.add_argument("--systemctl", default="systemctl")
     args = parser.parse_args(argv)
-    os.makedirs(os.path.dirname(args.path), exist_ok=True)
-    fd = os.open(args.path, os.O_RDWR | os.O_CREAT, 0o600)
-    deadline = time.monotonic() + args.wait
-    announced = False
-    while not try_lock(fd):
-        holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
-        if time.monotonic() >= deadline:
-            event("busy", holder=holder)
-            return LOCKED_STATUS
-        if not announced:
-            event("waiting", holder=holder)
-            announced = True
-        time.sleep(0.2)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{args.holder} since {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n".encode(), 0)
-    if args.cycles_dir and os.path.isdir(args.cycles_dir):
-        still = wait_for_cycles(args.cycles_dir, args.systemctl, deadline)
-        if still is not None:
-            event(
-                "busy",
-                holder="the restart cycle %s (started %s), still running"
-                % (still.get("unit"), still.get("started")),
-            )
-            return LOCKED_STATUS
-        report_cycles(args.cycles_dir, args.systemctl)
+    fd = acquire(args.path, args.wait, args.holder, args.cycles_dir, args.systemctl)
+    if fd is None:
+        return LOCKED_STATUS
     event("locked")
     sys.stdin.read()  # until the deploy's session closes
-    os.ftruncate(fd, 0)
+    release(fd)
     return 0
 
 

@@ -1,7 +1,8 @@
 """A/B all-reduce sweep on this node: NCCL's defaults (a) against the profile's env file (b).
 
     python3 nccl_ab.py --env-file /etc/sglang/sglang.env --python /opt/sglang/venv/bin/python \
-        --nprocs 8 [--unit sglang.service] [--stop-server] [--ablate] [--rounds 3]
+        --nprocs 8 [--unit sglang.service] [--stop-server --lock /run/sglang-deploy/sglang.lock]
+        [--ablate] [--rounds 3]
 
 One process per GPU (torch.distributed, NCCL backend), started with the engine's own
 interpreter, so its torch and its NCCL are measured. Both arms get the same sizes and process
@@ -28,6 +29,7 @@ import sys
 import time
 
 if __package__:
+    from . import lock
     from .lib import status
     from .lib.allreduce_stats import (
         DEFAULT_SIZES,
@@ -45,6 +47,7 @@ if __package__:
         tuning_of,
     )
 else:  # run as a script: our scripts' directory is on sys.path
+    import lock
     from lib import status
     from lib.allreduce_stats import (
         DEFAULT_SIZES,
@@ -66,6 +69,7 @@ MEASURED = "measured"
 NO_GPU = "no-gpu"
 SERVER_RUNNING = "server-running"
 FAILED = "failed"
+LOCKED = "locked"
 
 # Exit statuses of this script (status.py).
 EXIT = {
@@ -73,6 +77,7 @@ EXIT = {
     NO_GPU: status.NO_GPU,
     SERVER_RUNNING: status.GPUS_BUSY,
     FAILED: status.MEASUREMENT_FAILED,
+    LOCKED: status.LOCKED,
 }
 
 
@@ -271,7 +276,7 @@ def worker(args):
 def finish(status, cause, details, lines=()):
     for line in lines:
         print(line)
-    if status in (NO_GPU, SERVER_RUNNING, FAILED):
+    if status in (NO_GPU, SERVER_RUNNING, FAILED, LOCKED):
         print("nccl-ab: %s: %s" % (status, cause), file=sys.stderr)
     print(result_line(status, cause, details), flush=True)
     return EXIT[status]
@@ -299,7 +304,16 @@ def main(argv=None):
     )
     p.add_argument("--ablate", action="store_true", help="also (b) without each tuning variable in turn")
     p.add_argument("--unit", help="the server's systemd unit: refuse while it is active")
-    p.add_argument("--stop-server", action="store_true", help="stop --unit first (a deploy starts it again)")
+    p.add_argument(
+        "--stop-server",
+        action="store_true",
+        help="stop --unit first, holding the node's deploy lock (--lock) from before the stop to the "
+        "end (a deploy starts it again)",
+    )
+    p.add_argument("--lock", help="the service's deploy lock (node/lock.py); required with --stop-server")
+    p.add_argument("--lock-wait", type=float, default=600.0, help="seconds to wait for the deploy lock")
+    p.add_argument("--lock-holder", default="nccl-ab", help="who holds the lock, shown to whoever waits")
+    p.add_argument("--cycles-dir", help="the service's detached restart cycles, waited for with the lock")
     p.add_argument("--timeout", type=int, default=300, help="seconds per launch of the ranks")
     p.add_argument("--host-label", default=socket.gethostname())
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -312,6 +326,8 @@ def main(argv=None):
         return worker(args)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
+    if args.stop_server and not args.lock:
+        p.error("--stop-server needs --lock: a deploy's restart must not meet a stop under its gate")
 
     details = {
         "host": args.host_label,
@@ -348,6 +364,24 @@ def main(argv=None):
     world = args.nprocs or count
     if world > count:
         return finish(FAILED, "%d ranks asked, torch sees %d GPU(s)" % (world, count), details)
+    # Stopping the server is a deploy's business: held under the node's deploy lock (and after
+    # any restart cycle still running), so no restart cycle's gate meets a stop it did not make.
+    held = None
+    if args.stop_server:
+        held = lock.acquire(args.lock, args.lock_wait, args.lock_holder, args.cycles_dir)
+        if held is None:
+            return finish(
+                LOCKED, "the deploy lock %s is held (see above): nothing stopped" % args.lock, details
+            )
+    try:
+        return sweep(args, details, env_file_vars, base_env, versions, world)
+    finally:
+        if held is not None:
+            lock.release(held)
+
+
+def sweep(args, details, env_file_vars, base_env, versions, world):
+    """The server stopped where asked (or a refusal while it runs), then the interleaved arms."""
     if args.unit and unit_active(args.unit):
         if not args.stop_server:
             return finish(

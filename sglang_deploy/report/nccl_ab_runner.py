@@ -9,7 +9,9 @@ reports/nccl-ab/<host>/<UTC time>.json (the node's result line, plus the profile
 and .txt (the table and verdicts), and latest.json / latest.txt beside them.
 
 Refuses while the server runs (the node script checks the unit) unless --stop-server, which
-stops it and leaves it stopped: a deploy starts it again. Exit status: 0 when every host
+stops it and leaves it stopped: a deploy starts it again. It stops it holding the node's deploy
+lock (node/lock.py, taken as a deploy takes it: after any restart cycle still running) until the
+sweep ends, so it never stops a server under a restart's gate. Exit status: 0 when every host
 measured, else the first failing host's (sglang_deploy/node/lib/status.py).
 """
 
@@ -25,8 +27,10 @@ from pathlib import Path
 from sglang_deploy.cli import exit_on_deploy_error
 from sglang_deploy.node import nccl_ab as node_ab
 from sglang_deploy.node.lib import result as node_result
+from sglang_deploy.operations.deploy_lock import previous_cycle_line
 from sglang_deploy.plan.host_plan import plan_for
 from sglang_deploy.plan.hosts import REPO_ROOT, inventory_hosts, ssh_argv
+from sglang_deploy.plan.script_commands import cycles_dir_of_lock
 from sglang_deploy.profile import nccl_lint
 
 REPORTS = REPO_ROOT / "reports" / "nccl-ab"
@@ -47,6 +51,14 @@ def node_args(name, plan, *, ablate=False, stop_server=False, rounds=None, sizes
         "--host-label",
         name,
     ]
+    if stop_server:  # the node takes the deploy lock before it stops anything
+        args += ["--lock", plan.lock_path, "--lock-wait", f"{plan.lock_wait_s:g}"]
+        args += [
+            "--lock-holder",
+            f"nccl-ab {plan.lock_holder}",
+            "--cycles-dir",
+            cycles_dir_of_lock(plan.lock_path),
+        ]
     if ablate:
         args.append("--ablate")
     if stop_server:
@@ -56,6 +68,23 @@ def node_args(name, plan, *, ablate=False, stop_server=False, rounds=None, sizes
     if sizes:
         args += ["--sizes", sizes]
     return args
+
+
+def lock_event_line(event):
+    """One of lock.py's events, said to the operator."""
+    said = {
+        "waiting": "waiting for it, held by {holder}",
+        "busy": "held by {holder}: nothing stopped",
+        "cycle_running": "a restart cycle ({profile}, started {started}) still runs: waiting for it",
+        "cycle_progress": "  {line}",
+    }.get(event["event"])
+    if event["event"] == "previous_cycle":
+        return previous_cycle_line(event)
+    return (
+        said.format_map({"holder": "?", "profile": "?", "started": "?", "line": "", **event})
+        if said
+        else str(event)
+    )
 
 
 def lint_notes(env):
@@ -106,6 +135,8 @@ def run_host(name, data, args):
     lines = []
     for line in proc.stdout:
         lines.append(line)
+        for event in node_result.events([line]):
+            print(f"  {name}: deploy lock: {lock_event_line(event)}", flush=True)
         if not line.lstrip().startswith("{"):
             print(f"  {name}: {line.rstrip()}", flush=True)
     code = proc.wait()

@@ -3,6 +3,7 @@ rails, and the controller's report files; no GPU, no torch."""
 
 import datetime
 import json
+import os
 import runpy
 import stat
 import subprocess
@@ -10,9 +11,11 @@ import sys
 
 import pytest
 
+from sglang_deploy.node import lock as node_lock
 from sglang_deploy.node import nccl_ab
 from sglang_deploy.node.lib import allreduce_stats
 from sglang_deploy.node.lib import result as node_result
+from sglang_deploy.plan import script_commands
 from sglang_deploy.plan.host_plan import plan_for
 from sglang_deploy.plan.hosts import REPO_ROOT
 from sglang_deploy.plan.render import render_env_file
@@ -245,6 +248,7 @@ def test_stop_server_stops_it_loudly_then_measures(gpu_node, capsys, tmp_path):
     env_file.write_text(render_env_file(load_profile("baseline"), {}))
     code = nccl_ab.main(
         ["--unit", "sglang.service", "--stop-server", "--nprocs", "2", "--env-file", str(env_file)]
+        + ["--lock", str(tmp_path / "run" / "sglang.lock")]
     )
     out = capsys.readouterr().out
     assert code == 0
@@ -255,6 +259,71 @@ def test_stop_server_stops_it_loudly_then_measures(gpu_node, capsys, tmp_path):
     assert result["status"] == "measured" and result["cause"] == "mixed"
     assert result["details"]["stopped_server"] == "sglang.service"
     assert result["details"]["tuning"] == INCIDENT
+
+
+def _lock_is_free(path):
+    fd = os.open(path, os.O_RDWR)
+    try:
+        free = node_lock.try_lock(fd)
+    finally:
+        os.close(fd)
+    return free
+
+
+def test_stop_server_holds_the_deploy_lock_from_before_the_stop_to_the_end(
+    gpu_node, capsys, tmp_path, monkeypatch
+):
+    path = tmp_path / "run" / "sglang.lock"
+    held_while = []
+    real_run = nccl_ab.subprocess.run
+
+    def run(argv, *a, **kw):
+        held_while.append((argv[:2], _lock_is_free(path)))
+        return real_run(argv, *a, **kw)
+
+    monkeypatch.setattr(nccl_ab.subprocess, "run", run)
+    argv = ["--unit", "sglang.service", "--stop-server", "--nprocs", "2", "--lock", str(path)]
+    assert nccl_ab.main([*argv, "--lock-holder", "nccl-ab alice"]) == 0
+    assert held_while == [(["systemctl", "stop"], False)]  # the stop under the lock
+    assert _lock_is_free(path)  # given back at the end
+
+
+def test_stop_server_stops_nothing_while_a_deploy_holds_the_lock(gpu_node, capsys, tmp_path):
+    path = tmp_path / "run" / "sglang.lock"
+    deploy = subprocess.Popen(
+        [
+            sys.executable,
+            str(SCRIPT.parent / "lock.py"),
+            "--path",
+            str(path),
+            "--wait",
+            "5",
+            "--holder",
+            "bob",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert json.loads(deploy.stdout.readline())["event"] == "locked"
+        argv = ["--unit", "sglang.service", "--stop-server", "--nprocs", "2", "--lock", str(path)]
+        code = nccl_ab.main([*argv, "--lock-wait", "0.3"])
+    finally:
+        deploy.stdin.close()
+        deploy.wait(10)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == nccl_ab.EXIT[nccl_ab.LOCKED] == 9
+    assert gpu_node == []  # nothing stopped, nothing measured
+    busy = json.loads(out[-2])
+    assert busy["event"] == "busy" and busy["holder"].startswith("bob since ")
+    assert json.loads(out[-1])["status"] == "locked"
+
+
+def test_stop_server_needs_the_lock(gpu_node):
+    with pytest.raises(SystemExit):
+        nccl_ab.main(["--unit", "sglang.service", "--stop-server"])
+    assert gpu_node == []
 
 
 def test_more_ranks_than_gpus_fails(gpu_node, capsys):
@@ -289,6 +358,11 @@ def test_controller_runs_the_node_script_with_the_plans_files():
         plan.unit,
     ]
     assert args[-4:] == ["--ablate", "--stop-server", "--rounds", "5"]
+    # Stopping the server takes the deploy's own lock (and waits for a detached restart cycle).
+    assert args[args.index("--lock") + 1] == plan.lock_path
+    assert args[args.index("--cycles-dir") + 1] == script_commands.cycles_dir_of_lock(plan.lock_path)
+    assert args[args.index("--lock-wait") + 1] == f"{plan.lock_wait_s:g}"
+    assert "--lock" not in controller.node_args("gpu1", plan)
     cmd = plan.scripts.nccl_ab(*args)  # from the scripts directory every deploy fills
     assert cmd.startswith(f"python3 {plan.scripts.directory}/nccl_ab.py --env-file ")
     assert cmd.endswith(" --ablate --stop-server --rounds 5")
@@ -325,4 +399,5 @@ def test_exit_statuses_are_the_ones_status_py_defines():
         nccl_ab.NO_GPU: status.NO_GPU,
         nccl_ab.SERVER_RUNNING: status.GPUS_BUSY,
         nccl_ab.FAILED: status.MEASUREMENT_FAILED,
+        nccl_ab.LOCKED: status.LOCKED,
     }
