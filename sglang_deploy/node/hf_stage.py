@@ -6,13 +6,16 @@
 Run by the interpreter of the deploy's own venv holding the pinned huggingface_hub (never the
 engine's). Asks the hub for the revision's files first: a revision the hub does not know fails
 with the hub's answer, a disk that cannot hold what is left is named ("needs X GB, Y GB free on
-host:dir") before anything is downloaded. The files go into the staging sibling
-(model_stage.py; beside its target for a symlinked directory), where the hub's own download
-resumes a partial file on the next run; every file is checked against the hub's size (and LFS
-sha256), the manifest written and the staging directory verified (model_stage.py finish): the
-restart cycle swaps it in after preflight (`--in-place`, model_keep_previous: false: now, the
-old weights removed first where the disk cannot hold both). A verified staged copy of this
-revision left by a deploy that died is not downloaded again: it still waits. The token is read from a file, never an argument, and
+host:dir") before anything is downloaded. The files go into the staging sibling (model_stage.py;
+beside its target for a symlinked directory), where the hub's own download resumes a partial
+file on the next run. A file the served copy has unchanged (the hub's LFS sha256, its etag, is
+the live manifest's, at the same path) is hard-linked from it first (model_stage.link_unchanged)
+and not downloaded again: the hub's download hashes a file it finds against that sha256 and
+keeps it. Every file is checked against the hub's size (and LFS sha256), the manifest written
+and the staging directory verified (model_stage.py finish): the restart cycle swaps it in after
+preflight (`--in-place`, model_keep_previous: false: now, the old weights removed first where
+the disk cannot hold both). A verified staged copy of this revision left by a deploy that died
+is not downloaded again: it still waits. The token is read from a file, never an argument, and
 never printed (the hub's messages are scrubbed of it).
 """
 
@@ -76,6 +79,10 @@ def stage(hub, repo, revision, directory, token=None, deep=False, in_place=False
     )
     expected = expected_files(info)
     staging = model_stage.staging_dir(model_stage.staged_at(directory))
+    # A file whose LFS sha256 (the hub's etag for it) is the live copy's is not downloaded again:
+    # linked into the staging directory, where the hub's download hashes it and keeps it.
+    hashed = {path: entry for path, entry in expected.items() if entry[1] and entry[0] is not None}
+    reused = model_stage.link_unchanged(directory, hashed, deep=deep)
     have = dict(model_manifest.listing(staging)) if os.path.isdir(staging) else {}
     need = sum(size or 0 for path, (size, _) in expected.items() if have.get(path) != size)
     free = model_stage.free_bytes(staging)
@@ -98,8 +105,15 @@ def stage(hub, repo, revision, directory, token=None, deep=False, in_place=False
         shutil.rmtree(previous)
     os.makedirs(staging, exist_ok=True)
     print(
-        "model %s: downloading %s@%s, %.2f GB left of %.2f GB"
-        % (directory, repo, revision[:12], need / GB, sum(s or 0 for s, _ in expected.values()) / GB),
+        "model %s: downloading %s@%s, %.2f GB left of %.2f GB%s"
+        % (
+            directory,
+            repo,
+            revision[:12],
+            need / GB,
+            sum(s or 0 for s, _ in expected.values()) / GB,
+            ", %d unchanged file(s) kept from the live copy" % len(reused) if reused else "",
+        ),
         flush=True,
     )
     _hub_call(token, hub.snapshot_download, repo, revision=revision, local_dir=staging, token=token or None)

@@ -147,22 +147,31 @@ def seed(directory, deep=False):
     """Hard-link into the staging directory every live file the new manifest lists with the
     same size and sha256 as the live manifest (and, ``deep``, as the file really hashes);
     returns the paths linked."""
+    new = model_manifest.read(staging_dir(staged_at(directory)))
+    if new is None:
+        return []
+    return link_unchanged(directory, {e["path"]: (e["size"], e["sha256"]) for e in new["files"]}, deep)
+
+
+def link_unchanged(directory, wanted, deep=False):
+    """Hard-link into the staging directory every file of ``wanted`` ({path: (size, sha256)},
+    the new model's) that the live manifest lists at that path with the same size and sha256
+    (and, ``deep``, that really hashes so): a new revision or a repair fetches only what
+    differs. Returns the paths linked."""
     staging = staging_dir(staged_at(directory))
-    new, live = model_manifest.read(staging), model_manifest.read(directory)
-    if new is None or live is None:
+    live = model_manifest.read(directory)
+    if live is None:
         return []
     bad = {p.split(":", 1)[0] for p in model_manifest.compare(live, directory, deep=deep)}
     known = {(e["path"], e["size"], e["sha256"]) for e in live["files"]}
     linked = []
-    for entry in new["files"]:
-        target = os.path.join(staging, entry["path"])
-        if (entry["path"], entry["size"], entry["sha256"]) not in known or entry["path"] in bad:
-            continue
-        if os.path.exists(target):
+    for path, (size, sha256) in sorted(wanted.items()):
+        target = os.path.join(staging, path)
+        if (path, size, sha256) not in known or path in bad or os.path.exists(target):
             continue
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.link(os.path.join(directory, entry["path"]), target)
-        linked.append(entry["path"])
+        os.link(os.path.join(directory, path), target)
+        linked.append(path)
     return linked
 
 

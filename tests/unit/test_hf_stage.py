@@ -22,16 +22,24 @@ class RevisionNotFoundError(Exception):
 
 
 class FakeHub:
-    """huggingface_hub's HfApi().model_info and snapshot_download, on one repo and commit."""
+    """huggingface_hub's HfApi().model_info and snapshot_download, on one repo and commit.
 
-    def __init__(self, files=FILES, corrupt=None):
-        self.files, self.corrupt, self.downloads = files, corrupt, []
+    Its download into ``local_dir`` does what huggingface_hub 2.4.0's does there
+    (file_download._hf_hub_download_to_local_dir): a file already there whose sha256 is the
+    LFS file's etag is kept; anything else is written to a temporary file renamed over the
+    path (never written through an existing file). ``fetched``: the files it downloaded."""
+
+    def __init__(self, files=FILES, corrupt=None, commit=COMMIT):
+        self.files, self.corrupt, self.commit, self.downloads, self.fetched = files, corrupt, commit, [], []
 
     def HfApi(self):  # noqa: N802: the hub's name
         return self
 
+    def _lfs_sha(self, name):
+        return hashlib.sha256(self.files[name]).hexdigest() if name.endswith(".safetensors") else None
+
     def model_info(self, repo, revision=None, files_metadata=False, token=None):
-        if revision != COMMIT:
+        if revision != self.commit:
             raise RevisionNotFoundError(
                 f"404 Client Error. Revision Not Found for url: "
                 f"https://huggingface.co/api/models/{repo}/revision/"
@@ -41,20 +49,25 @@ class FakeHub:
             SimpleNamespace(
                 rfilename=name,
                 size=len(data),
-                lfs=SimpleNamespace(sha256=hashlib.sha256(data).hexdigest())
-                if name.endswith(".safetensors")
-                else None,
+                lfs=SimpleNamespace(sha256=self._lfs_sha(name)) if self._lfs_sha(name) else None,
             )
             for name, data in self.files.items()
         ]
-        return SimpleNamespace(sha=COMMIT, siblings=siblings)
+        return SimpleNamespace(sha=self.commit, siblings=siblings)
 
     def snapshot_download(self, repo, revision=None, local_dir=None, token=None):
         self.downloads.append((repo, revision, token))
         os.makedirs(os.path.join(local_dir, ".cache", "huggingface"), exist_ok=True)
         for name, data in self.files.items():
-            with open(os.path.join(local_dir, name), "wb") as f:
+            path = os.path.join(local_dir, name)
+            if self._lfs_sha(name) and os.path.isfile(path):
+                with open(path, "rb") as f:
+                    if hashlib.sha256(f.read()).hexdigest() == self._lfs_sha(name):
+                        continue
+            with open(path + ".incomplete", "wb") as f:
                 f.write(self.corrupt if self.corrupt and name.endswith(".safetensors") else data)
+            os.replace(path + ".incomplete", path)
+            self.fetched.append(name)
         return local_dir
 
 
@@ -78,6 +91,47 @@ def test_a_pinned_revision_is_staged_with_its_manifest(tmp_path):
     again = FakeHub()
     assert hf_stage.stage(again, REPO, COMMIT, live, token=TOKEN)[2] == {"changed": False}
     assert again.downloads == []
+
+
+def test_a_new_revision_downloads_only_the_files_that_changed(tmp_path):
+    live = str(tmp_path / "models" / "tiny")
+    first = {"config.json": b"{}", "model-1.safetensors": b"a" * 4096, "model-2.safetensors": b"b" * 4096}
+    hub = FakeHub(first)
+    hf_stage.stage(hub, REPO, COMMIT, live)
+    model_stage.swap({live: None})
+    assert sorted(hub.fetched) == sorted(first)
+    # The next revision changes the config and one shard; the other shard is the same LFS object.
+    second = {
+        "config.json": b'{"v": 2}',
+        "model-1.safetensors": b"a" * 4096,
+        "model-2.safetensors": b"c" * 4096,
+    }
+    commit = "f" * 40
+    hub = FakeHub(second, commit=commit)
+    code, cause, details = hf_stage.stage(hub, REPO, commit, live)
+    assert (code, cause, details["changed"]) == (status.READY, None, True)
+    assert sorted(hub.fetched) == ["config.json", "model-2.safetensors"]  # not the unchanged shard
+    staged = os.path.join(model_stage.staging_dir(live), "model-1.safetensors")
+    assert os.stat(staged).st_ino == os.stat(os.path.join(live, "model-1.safetensors")).st_ino
+    with open(os.path.join(live, "model-2.safetensors"), "rb") as f:
+        assert f.read() == b"b" * 4096  # the served copy untouched until the swap
+    model_stage.swap({live: None})
+    assert model_manifest.read(live)["source"]["huggingface"]["revision"] == commit
+    for name, data in second.items():
+        with open(os.path.join(live, name), "rb") as f:
+            assert f.read() == data
+
+
+def test_a_damaged_live_file_is_downloaded_again_for_a_new_revision(tmp_path):
+    live = str(tmp_path / "models" / "tiny")
+    files = {"config.json": b"{}", "model.safetensors": b"a" * 4096}
+    hf_stage.stage(FakeHub(files), REPO, COMMIT, live)
+    model_stage.swap({live: None})
+    with open(os.path.join(live, "model.safetensors"), "wb") as f:
+        f.write(b"short")  # its size no longer the manifest's: not linked
+    hub = FakeHub({**files, "config.json": b"{}\n"}, commit="f" * 40)
+    assert hf_stage.stage(hub, REPO, "f" * 40, live)[0] == status.READY
+    assert sorted(hub.fetched) == ["config.json", "model.safetensors"]
 
 
 def test_a_symlinked_model_directory_is_downloaded_beside_its_target_and_the_link_stays(tmp_path):
