@@ -160,7 +160,7 @@ def main(argv=None):
         finally:
             if tunnel:
                 tunnel.close()
-        rates = [decode_rate.decode_rate(tokens, seconds) for tokens, seconds, _ in results]
+        rates = [decode_rate.decode_rate(r.tokens, r.seconds) for r in results]
         tps = median(rates)
         baseline = baseline or tps
         out(f"  per request tok/s: {', '.join(f'{r:.1f}' for r in rates)}")

@@ -423,8 +423,11 @@ def test_a_reasoning_parser_streams_the_thinking_as_reasoning_content(standins):
     status, info = s.get_json("/model_info")
     assert status == 200 and info["reasoning_parser"] == "deepseek-r1"
     url = f"http://127.0.0.1:{s.port}/v1/chat/completions"
-    tokens, decode_s, _ = decode_rate.stream_once(url, "tiny-standin", "Think.", 16, 30)
-    assert tokens == 16 and decode_rate.decode_rate(tokens, decode_s) == pytest.approx(40, rel=0.25)
+    timed = decode_rate.stream_once(url, "tiny-standin", "Think.", 16, 30)
+    assert timed.tokens == 16 and decode_rate.decode_rate(timed.tokens, timed.seconds) == pytest.approx(
+        40, rel=0.25
+    )
+    assert (timed.reasoning, timed.content) == (12, 4)  # 3/4 thinking, then the answer
     status, data = s.request(
         "POST",
         "/v1/chat/completions",
