@@ -26,9 +26,11 @@ rollback. Its header names what it was made from:
     # profiles: baseline, eagle3-2step       (a router's lock: `# gateway: smg`)
     ...
 
-then uv's requirements (``name==version`` and its ``--hash=sha256:...`` lines). A profile never
-locked only warns (pip resolves on the node); a router pin set never locked is refused: its
-gateway is always installed from a lock.
+then uv's requirements (``name==version`` and its ``--hash=sha256:...`` lines). A lock is the
+pin set's content (normal_pins: sorted, each pin once, PEP 503 names): the same pins in another
+order or spelling are the same lock. A profile never locked is refused by the lint unless it
+installs from an index (``engine.install_from: index``: then it warns, and pip resolves on the
+node); a router pin set never locked is refused: its gateway is always installed from a lock.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from pathlib import Path
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.node.lib.installed import canonical
+from sglang_deploy.plan.venv_names import readable_pin
 
 REPO = Path(__file__).resolve().parents[2]
 LOCKS_DIR = REPO / "locks"
@@ -144,17 +147,29 @@ def parse_lock(text: str) -> Lock:
     return Lock(header, entries, "\n".join(body).strip() + "\n")
 
 
+def normal_pins(packages) -> list[str]:
+    """A pin set as a lock knows it: each name PEP 503's (``Typing_Extensions`` is
+    ``typing-extensions``), sorted, each pin once; the order and spelling in a profile are no
+    other pin set."""
+    return sorted({canonical(p.partition("==")[0]) + "==" + p.partition("==")[2] for p in packages})
+
+
 def pin_set(engine) -> dict:
-    """What a lock is made from: the profile's pins (canonical, sorted) and the platform."""
-    pins = sorted(canonical(p.partition("==")[0]) + "==" + p.partition("==")[2] for p in engine.packages)
-    return {"pins": pins, "platform": engine.platform, "python": engine.python_version}
+    """What a lock is made from: the profile's pins (normal_pins) and the platform."""
+    return {
+        "pins": normal_pins(engine.packages),
+        "platform": engine.platform,
+        "python": engine.python_version,
+    }
 
 
 def lock_name(engine) -> str:
-    """``<first pin>-<digest of the pin set>.txt``, e.g. ``sglang-0.5.23-3f9a0c1d2e4b.txt``."""
+    """``<pin>-<digest of the pin set>.txt``, e.g. ``sglang-0.5.23-3f9a0c1d2e4b.txt``: the
+    engine's pin as a venv's name has it (a router's: its gateway's), then the digest of
+    pin_set; neither depends on the pins' order, spelling or repetition."""
     digest = hashlib.sha256(json.dumps(pin_set(engine), sort_keys=True).encode()).hexdigest()[:12]
-    first = engine.packages[0].partition("==")
-    return re.sub(r"[^A-Za-z0-9._+-]", "_", f"{first[0]}-{first[2]}") + f"-{digest}.txt"
+    lead = engine.packages[:1] if isinstance(engine, RouterPins) else engine.packages
+    return f"{readable_pin(lead)}-{digest}.txt"
 
 
 def lock_path(engine, locks_dir: Path = LOCKS_DIR) -> Path:
@@ -187,7 +202,8 @@ def router_lock_command(pins: RouterPins) -> str:
 
 
 def lock_problems(profile, locks_dir: Path = LOCKS_DIR) -> list[str]:
-    """Why ``profile``'s lock does not hold its engine packages (none: it does)."""
+    """Why ``profile``'s lock does not hold its engine packages (none: it does). A pin set never
+    locked is a problem too, unless the profile installs from an index (unlocked_warning)."""
     engine, path = profile.engine, lock_path(profile.engine, locks_dir)
     fix = f"`{update_command(profile.name)}` updates it"
     if not path.is_file():
@@ -199,7 +215,13 @@ def lock_problems(profile, locks_dir: Path = LOCKS_DIR) -> list[str]:
                 f"{engine.python_version}) no longer match its lock {_shown(previous)} (pins "
                 f"{', '.join(old.pins)}, {old.header.get('platform')}, Python {old.header.get('python')}): {fix}"
             ]
-        return []  # never locked: unlocked_warning says so
+        if engine.install_from == "index":
+            return []  # pip resolves it on each node: unlocked_warning says so
+        return [
+            f"engine.packages {', '.join(engine.packages)} ({engine.platform}, Python "
+            f"{engine.python_version}) have no lock in {_shown(locks_dir)}: `{update_command(profile.name)}` "
+            "makes it (or engine.install_from: index, and pip resolves them on each node, the day it is built)"
+        ]
     return _mismatches(path, engine, fix)
 
 
@@ -221,7 +243,7 @@ def _mismatches(path: Path, engine, fix: str, whose: str = "the profile") -> lis
     lock = load_lock(path)
     wanted = pin_set(engine)
     made = {
-        "pins": sorted(canonical(p.partition("==")[0]) + "==" + p.partition("==")[2] for p in lock.pins),
+        "pins": normal_pins(lock.pins),
         "platform": lock.header.get("platform"),
         "python": lock.header.get("python"),
     }
@@ -236,8 +258,11 @@ def _mismatches(path: Path, engine, fix: str, whose: str = "the profile") -> lis
 
 
 def unlocked_warning(profile, locks_dir: Path = LOCKS_DIR) -> str | None:
-    """A profile whose pin set was never locked installs as pip resolves it on the day: say so
-    (a lock that named the profile and no longer matches is lock_problems' error)."""
+    """A profile whose pin set was never locked and installs from an index (engine.install_from)
+    installs as pip resolves it on the day: say so (without it, and for a lock that named the
+    profile and no longer matches, lock_problems' error)."""
+    if profile.engine.install_from != "index":
+        return None
     if lock_path(profile.engine, locks_dir).is_file() or previous_lock(profile.name, locks_dir):
         return None
     return (
@@ -341,7 +366,7 @@ def _write_lock(engine, users, update, path, previous, compile_, out, index, ven
     body = compile_(engine, find_links=engine.find_links, index=index, source=f"{venv}-packages.in")
     seconds = time.monotonic() - started
     header = {
-        "pins": ", ".join(engine.packages),
+        "pins": ", ".join(dict.fromkeys(engine.packages)),
         "platform": engine.platform,
         "python": engine.python_version,
         **users,

@@ -61,7 +61,7 @@ def venv_name(packages, wheels, python_version: str) -> str:
         "python": python_version,
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
-    return f"{_readable(packages)}-{digest}"
+    return f"{readable_pin(packages)}-{digest}"
 
 
 def locked_venv_name(packages, lock_digest: str, python_version: str) -> str:
@@ -69,10 +69,10 @@ def locked_venv_name(packages, lock_digest: str, python_version: str) -> str:
     the lock's content digest (every name, version and sha256 it installs) and the interpreter's
     version."""
     digest = hashlib.sha256(f"{lock_digest} {python_version}".encode()).hexdigest()[:12]
-    return f"{_readable(packages)}-{digest}"
+    return f"{readable_pin(packages)}-{digest}"
 
 
-def _readable(packages) -> str:
+def readable_pin(packages) -> str:
     """The readable part of a venv's name: the engine's pin (the first in canonical order when
     the engine is not pinned), wherever it is in the list and however it is spelled."""
     pins = sorted(_pin(p) for p in packages)

@@ -59,10 +59,38 @@ def test_a_lock_is_named_after_its_pin_set_in_any_order(tmp_path):
     one = _profile(tmp_path, ["sglang==0.5.23", "Torch==2.9.1"]).engine
     two = _profile(tmp_path, ["torch==2.9.1", "sglang==0.5.23"]).engine
     assert locks.lock_name(one).startswith("sglang-0.5.23-")
-    assert locks.lock_name(one)[-16:] == locks.lock_name(two)[-16:]
+    assert locks.lock_name(one) == locks.lock_name(two)
     assert locks.lock_name(one) != locks.lock_name(
         _profile(tmp_path, ["sglang==0.5.23", "torch==2.9.1"], "3.11").engine
     )
+
+
+@pytest.mark.parametrize(
+    "packages",
+    [
+        ["uvicorn==0.38.0", "sglang==0.5.23"],  # reversed
+        ["sglang==0.5.23", "uvicorn==0.38.0", "sglang==0.5.23"],  # a pin twice
+        ["SGLang==0.5.23", "Uvicorn==0.38.0"],  # another spelling (PEP 503: the same names)
+        ["sglang==0.5.23", "uvicorn==0.38.0", "uvicorn==0.38.0"],
+    ],
+)
+def test_a_lock_is_the_pin_sets_content_whatever_its_order_spelling_or_repeats(tmp_path, packages):
+    locked = _profile(tmp_path, ["sglang==0.5.23", "uvicorn==0.38.0"])
+    locks.make_lock(locked, ["p"], tmp_path, compile_=lambda engine, **_: _uvicorn_body(), out=io.StringIO())
+    same = _profile(tmp_path, packages)
+    assert locks.lock_path(same.engine, tmp_path) == locks.lock_path(locked.engine, tmp_path)
+    assert locks.lock_problems(same, tmp_path) == []
+
+
+def _uvicorn_body():
+    return f"sglang==0.5.23 \\\n    --hash=sha256:{H1}\nuvicorn==0.38.0 \\\n    --hash=sha256:{H2}\n"
+
+
+def test_the_shipped_locks_keep_their_names():
+    # Named from the normalised pin set: every committed lock is still found under its name.
+    names = {locks.lock_name(load_profile(name).engine) for name in ("baseline", "sandbox")}
+    assert names == {"sglang-0.5.23-473ba32a2145.txt", "sglang-0.5.23+sandbox-21ee92086ccf.txt"}
+    assert all((locks.LOCKS_DIR / name).is_file() for name in names)
 
 
 def test_closure_changes_name_what_moved():
@@ -116,11 +144,21 @@ def test_lint_refuses_a_lock_edited_to_other_pins(tmp_path):
     assert any("does not hold fastapi==0.165.0" in p for p in problems)
 
 
-def test_a_profile_never_locked_is_warned_of(tmp_path):
+def test_a_profile_never_locked_is_refused_naming_the_command(tmp_path):
+    # pip would resolve it on each node, on the day: a node with no index fails mid-run.
     findings = lint_profile(_profile(tmp_path, ["sglang==9.9.9"]))
     (finding,) = [f for f in findings if "lock" in f.message]
+    assert finding.severity == "error" and "have no lock" in finding.message
+    assert "`make lock PROFILE=p` makes it" in finding.message and "install_from: index" in finding.message
+
+
+def test_a_profile_never_locked_installing_from_an_index_is_warned_of(tmp_path):
+    (tmp_path / "i.yml").write_text(f"extends: {tmp_path / 'p.yml'}\nengine:\n  install_from: index\n")
+    _profile(tmp_path, ["sglang==9.9.9"])
+    findings = lint_profile(load_profile(tmp_path / "i.yml"))
+    (finding,) = [f for f in findings if "lock" in f.message]
     assert finding.severity == "warning" and "have no lock" in finding.message
-    assert "make lock PROFILE=p" in finding.message
+    assert "make lock PROFILE=i" in finding.message
 
 
 @pytest.mark.parametrize("name", ["baseline", "eagle3-2step", "sandbox", "sandbox-eagle3"])
