@@ -135,6 +135,17 @@ def hardware_passport(plan):
     sglang.passport_recorded(name="Hardware passport", scripts=plan.scripts)
 
 
+def lock_python_checked(locked, python):
+    """A host whose ``python`` (the interpreter that builds the venv) is another X.Y than
+    ``locked``'s lock was made for stops here, while the run is planned: before any upload, and
+    not when uv fails on the host once the whole wheelhouse is there. The engine's and the
+    router's alike."""
+    with exit_on_deploy_error(host.name):
+        problem = locked.python_problem(python, host.get_fact(PythonVersion, python=python))
+        if problem:
+            raise DeployError(problem)
+
+
 def locked_wheels_and_uv(locked, wheels, what, deploy_dir, python, **wheelhouse_args):
     """A locked venv's sources on the host, for the engine and the router alike: its lock, the
     wheels the host lacks (``wheels``) and uv, from the wheelhouse."""
@@ -159,6 +170,7 @@ def engine(plan):
     lock, hashes required, no index; an unlocked one, the profile's find-links wheels and pip."""
     locked = plan.locked
     if locked is not None:
+        lock_python_checked(locked, plan.profile.engine.python)
         with exit_on_deploy_error(host.name):
             wheels = locked.wheels()
         locked_wheels_and_uv(
@@ -330,9 +342,7 @@ def router_service(router):
     locked = router.locked
     with exit_on_deploy_error(host.name):
         wheels = locked.wheels()
-        problem = router.python_problem(host.get_fact(PythonVersion, python=router.settings.python))
-        if problem:
-            raise DeployError(problem)
+    lock_python_checked(locked, router.settings.python)
     locked_wheels_and_uv(locked, wheels, "Router", settings.sglang_deploy_dir, router.settings.python)
     router_venv = sglang.locked_venv(
         name="Router venv (exactly its lock)",

@@ -5,7 +5,7 @@ any host is touched."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from sglang_deploy.plan.fleet import (
     ROUTER_UNIT,
@@ -20,7 +20,6 @@ from sglang_deploy.plan.fleet import (
     serves,
     worker_url,
 )
-from sglang_deploy.plan.locks import router_lock_command
 from sglang_deploy.plan.script_commands import rotation_command, router_gate_command
 from sglang_deploy.plan.serving_group import profile_of, resolve
 from sglang_deploy.plan.settings import settings_of
@@ -85,20 +84,6 @@ class RouterPlan:
     def locked(self):
         """The gateway's lock and its wheels (plan/locked_engine.py)."""
         return self.settings.locked
-
-    def python_problem(self, python_version: str | None) -> str | None:
-        """Why the host's router_python (at ``python_version``, its full version; None: not
-        known) cannot run the lock's venv: another X.Y than the lock was made for."""
-        wanted = self.locked.lock.header.get("python")
-        found = ".".join((python_version or "").split(".")[:2])
-        if not found or found == wanted:
-            return None
-        relock = router_lock_command(replace(self.locked.engine, python_version=found))
-        return (
-            f"{self.settings.python} (router_python) is Python {python_version} here, the router's lock "
-            f"{self.locked.local_lock.name} is for Python {wanted}: set router_python_version: "
-            f'"{found}" and `{relock}`'
-        )
 
     @property
     def unit_path(self):

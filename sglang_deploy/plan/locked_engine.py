@@ -1,15 +1,25 @@
 """What a host's deploy needs to install a venv from a lock (locks/, plan/locks.py): the lock,
 its wheels in the controller's wheelhouse (plan/wheelhouse.py) and where both go on the host.
-A node's engine (a profile whose pin set has no lock installs as before: pip resolves; the lint
-warns), and a router host's gateway (always locked: plan/fleet.py refuses a pin set without)."""
+A node's engine (a pin set with no lock is refused by the lint unless it installs from an index,
+where pip resolves it), and a router host's gateway (always locked: plan/fleet.py refuses a pin
+set without). A host whose interpreter is not the lock's Python X.Y stops at plan time
+(python_problem)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.plan.locks import Lock, RouterPins, load_lock, lock_path
+from sglang_deploy.plan.locks import (
+    Lock,
+    RouterPins,
+    load_lock,
+    lock_path,
+    router_lock_command,
+    update_command,
+)
 from sglang_deploy.plan.venv_names import locked_venv_name
 from sglang_deploy.plan.wheelhouse import (
     UV_PIN,
@@ -32,6 +42,10 @@ class LockedEngine:
     local_lock: Path
     remote_lock: str  # where the lock lies on the node
     deploy_dir: str
+    # The settings naming the hosts' interpreter and its X.Y, and the command that locks the pin
+    # set for another X.Y (given it): what python_problem tells the operator to do.
+    python_keys: tuple[str, str]
+    relock: Callable[[str], str]
     wheelhouse: Path = WHEELHOUSE  # the controller's, one directory per lock
 
     @property
@@ -59,6 +73,21 @@ class LockedEngine:
         """The venv's name: the engine's pin (of ``packages``), then a hash of what the lock
         installs and ``python_version``."""
         return locked_venv_name(packages, self.lock.digest, python_version)
+
+    def python_problem(self, python: str, python_version: str | None) -> str | None:
+        """Why ``python`` on the host (at ``python_version``, its full version; None: not
+        known) cannot build this lock's venv: another X.Y than the lock was made for, which
+        uv would find only once the whole wheelhouse is on the host. Names both versions, what
+        to set and the `make lock` for the host's Python."""
+        wanted = self.lock.header.get("python")
+        found = ".".join((python_version or "").split(".")[:2])
+        if not found or found == wanted:
+            return None
+        interpreter, version = self.python_keys
+        return (
+            f"{python} ({interpreter}) is Python {python_version} here, the lock {self.local_lock.name} "
+            f'({self.owner}) is for Python {wanted}: set {version}: "{found}" and `{self.relock(found)}`'
+        )
 
     def wheels(self) -> list[Path]:
         """The local wheels the node gets: the lock's and uv's (none from an index). DeployError
@@ -95,6 +124,8 @@ def locked_engine(profile, deploy_dir: str, wheelhouse: Path = WHEELHOUSE) -> Lo
         local_lock=path,
         remote_lock=f"{deploy_dir}/locks/{path.name}",
         deploy_dir=deploy_dir,
+        python_keys=("engine.python", "engine.python_version"),
+        relock=lambda _: update_command(profile.name),  # once the profile says that version
         wheelhouse=wheelhouse,
     )
 
@@ -111,6 +142,8 @@ def locked_router(pins: RouterPins, deploy_dir: str, wheelhouse: Path = WHEELHOU
         local_lock=path,
         remote_lock=f"{deploy_dir}/locks/{path.name}",
         deploy_dir=deploy_dir,
+        python_keys=("router_python", "router_python_version"),
+        relock=lambda version: router_lock_command(replace(pins, python_version=version)),
         wheelhouse=wheelhouse,
     )
 

@@ -4,8 +4,14 @@ before any host is touched; the venv named after what the lock installs."""
 import shutil
 
 import pytest
+from pyinfra.context import ctx_host
 
+from sglang_deploy import steps
+from sglang_deploy.cli import DeployStopped
 from sglang_deploy.errors import DeployError
+from sglang_deploy.facts.engine_venvs import PythonVersion
+from sglang_deploy.plan.host_plan import plan_for
+from sglang_deploy.plan.hosts import deploy_defaults
 from sglang_deploy.plan.locked_engine import locked_engine
 from sglang_deploy.plan.wheelhouse import UV_PIN, lock_wheels_dir, sha256
 from sglang_deploy.profile.schema import load_profile
@@ -74,3 +80,39 @@ def test_the_venv_is_named_after_what_the_lock_installs_whatever_the_pin_order(s
 def test_a_profile_whose_pins_were_never_locked_installs_as_before():
     profile = load_profile("sandbox", overrides={"engine": {"packages": ["sglang==0.5.24+sandbox"]}})
     assert locked_engine(profile, "/opt/sd") is None
+
+
+def test_a_node_python_other_than_the_locks_is_named_with_the_lock_to_make():
+    found = locked_engine(load_profile("baseline"), "/opt/sd")
+    assert found.python_problem("python3", "3.12.3") is None and found.python_problem("python3", None) is None
+    problem = found.python_problem("python3", "3.10.12")  # Ubuntu 22.04's, against a 3.12 lock
+    assert problem == (
+        f"python3 (engine.python) is Python 3.10.12 here, the lock {found.local_lock.name} (baseline) "
+        'is for Python 3.12: set engine.python_version: "3.10" and `make lock PROFILE=baseline`'
+    )
+
+
+class PlanningHost:
+    """A node as pyinfra's planning sees it: facts only (its python3 is ``python``)."""
+
+    name = "node1"
+
+    def __init__(self, python):
+        self.python, self.asked = python, []
+
+    def get_fact(self, fact, **kwargs):
+        self.asked.append(fact)
+        return self.python if fact is PythonVersion else None
+
+
+def test_the_engine_step_stops_on_another_python_before_anything_is_uploaded(monkeypatch, capsys):
+    plan = plan_for({**deploy_defaults(), "profile": "baseline", "ssh_hostname": "node1"}, operator_env={})
+    uploads = []
+    monkeypatch.setattr(steps.sglang, "wheelhouse", lambda **kwargs: uploads.append(kwargs))
+    monkeypatch.setattr(steps.sglang, "binary_file", lambda **kwargs: uploads.append(kwargs))
+    with ctx_host.use(PlanningHost("3.10.12")), pytest.raises(DeployStopped):
+        steps.engine(plan)
+    said = capsys.readouterr().err
+    assert uploads == []
+    assert "sglang-deploy: node1: python3 (engine.python) is Python 3.10.12 here" in said
+    assert "is for Python 3.12" in said and "`make lock PROFILE=baseline`" in said

@@ -123,9 +123,11 @@ def test_the_gateway_pin_comes_first_whatever_the_order():
 
 
 def test_a_host_whose_python_is_not_the_locks_stops_naming_the_lock_to_make():
-    plan = router_plan("r1", fleet())
-    assert plan.python_problem("3.11.2") is None and plan.python_problem(None) is None
-    problem = plan.python_problem("3.12.3")
+    locked = router_plan("r1", fleet()).locked
+    assert (
+        locked.python_problem("python3", "3.11.2") is None and locked.python_problem("python3", None) is None
+    )
+    problem = locked.python_problem("python3", "3.12.3")
     assert "python3 (router_python) is Python 3.12.3 here" in problem and "is for Python 3.11" in problem
     assert 'router_python_version: "3.12"' in problem
     assert "`make lock ROUTER_PIN=smg==1.13.0 ROUTER_PYTHON_VERSION=3.12`" in problem
