@@ -16,11 +16,11 @@ import runpy
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.settings import FIELDS, FLEET_KEYS, check_keys, validate
+from sglang_deploy.profile.loader import OVERRIDES, read_yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOSTS_FILE_VAR = "SGLANG_DEPLOY_HOSTS"
@@ -83,11 +83,12 @@ def _read_hosts_file(path):
             f"hosts file {path} not found: copy inventory/hosts.example.yml to "
             f"inventory/hosts.yml, or point ${HOSTS_FILE_VAR} at yours"
         )
+    # Read as profiles are (profile/loader.py): a host written twice is refused naming both
+    # lines, not dropped; profile_overrides' env and server_args keep what YAML 1.1 would
+    # rewrite (0755, 12.10) as written.
+    raw = read_yaml(path, as_written_under=OVERRIDES) or {}
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
         parsed = HostsFile.model_validate(raw)
-    except yaml.YAMLError as exc:
-        raise DeployError(f"{path}: not valid YAML: {exc}") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

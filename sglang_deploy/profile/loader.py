@@ -153,7 +153,41 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def _read(path: Path) -> _Located:
+def _keep_scalar_text_under(loader: _Loader, node: yaml.Node, key: str, seen=None) -> None:
+    """_keep_scalar_text on the value of every `key` in the mappings under `node`, at any depth
+    (a hosts file's `profile_overrides`, in `defaults:` or under a host)."""
+    seen = set() if seen is None else seen
+    if id(node) in seen:  # an alias: the same node again
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        for name, value in node.value:
+            if isinstance(name, yaml.ScalarNode) and name.value == key:
+                _keep_scalar_text(loader, value)
+            _keep_scalar_text_under(loader, value, key, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _keep_scalar_text_under(loader, item, key, seen)
+
+
+def read_yaml(path: Path, as_written_under: str | None = None) -> Any:
+    """The YAML file at `path`, read as profiles are: a duplicate key refused naming both of its
+    lines, `env` and `server_args` scalars kept as written; those of the top mapping (a
+    profile), or with `as_written_under` those under every such key (a hosts file's
+    `profile_overrides`). Plain data (None for an empty file); ProfileError (`file:line`)."""
+    data = _read_yaml(Path(path), as_written_under)
+    return _plain(data)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _plain(child) for key, child in value.items()}
+    if isinstance(value, list):
+        return [_plain(child) for child in value]
+    return value
+
+
+def _read_yaml(path: Path, as_written_under: str | None = None) -> Any:
     file = _display(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -164,7 +198,9 @@ def _read(path: Path) -> _Located:
     loader.name = file
     try:
         node = loader.get_single_node()
-        if node is not None:
+        if node is not None and as_written_under:
+            _keep_scalar_text_under(loader, node, as_written_under)
+        elif node is not None:
             _keep_scalar_text(loader, node)
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
@@ -180,6 +216,12 @@ def _read(path: Path) -> _Located:
         raise ProfileError(f"invalid YAML: {exc}", file=file) from None
     finally:
         loader.dispose()
+    return data
+
+
+def _read(path: Path) -> _Located:
+    file = _display(path)
+    data = _read_yaml(path)
     if data is None:  # an empty file
         data = _locate({}, file)
     if not isinstance(data, _Located):

@@ -8,6 +8,7 @@ import pytest
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.hosts import REPO_ROOT, gpu_hosts, sandbox_hosts
+from sglang_deploy.profile.schema import load_profile
 
 
 def test_example_hosts_file_is_valid_and_layers_defaults():
@@ -25,7 +26,7 @@ def test_example_hosts_file_is_valid_and_layers_defaults():
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("hosts: [unclosed", "not valid YAML"),
+        ("hosts: [unclosed", "invalid YAML"),
         ("hosts:\n  a:\n    ssh_prot: 22\n", "hosts.a.ssh_prot: unknown key (did you mean 'ssh_port'?)"),
         (
             "hosts:\n  a:\n    ssh_port: 70000\n",
@@ -41,6 +42,46 @@ def test_bad_hosts_files_say_what_is_wrong(tmp_path, text, message):
     with pytest.raises(DeployError) as caught:
         gpu_hosts(path)
     assert message in str(caught.value) and str(path) in str(caught.value)
+
+
+def test_a_host_written_twice_is_refused_naming_both_lines(tmp_path):
+    # YAML keeps the last of two equal keys: the first host would be neither deployed nor a
+    # router's worker, and nothing would say so.
+    path = tmp_path / "hosts.yml"
+    path.write_text(
+        "hosts:\n  node1:\n    profile: baseline\n  node2: {}\n  node1:\n    profile: eagle3-2step\n"
+    )
+    with pytest.raises(DeployError) as caught:
+        gpu_hosts(path)
+    assert str(caught.value) == f"{path}:5: duplicate key 'node1' (first on line 2)"
+
+
+def test_profile_overrides_keep_yaml_1_1_numbers_as_written(tmp_path):
+    path = tmp_path / "hosts.yml"
+    path.write_text(
+        "defaults:\n  profile_overrides:\n    env: {UMASK: 0755}\n"
+        "hosts:\n  node1:\n    profile: baseline\n    profile_overrides:\n"
+        "      env: {UMASK: 0755, VERSION: 12.10, COUNT: 8}\n"
+        "      server_args: {max-prefill-tokens: 0042, tp-size: 8}\n"
+        "      service: {port: 30010}\n"
+    )
+    hosts = gpu_hosts(path)
+    overrides = dict(hosts)["node1"]["profile_overrides"]
+    assert overrides["env"] == {"UMASK": "0755", "VERSION": "12.10", "COUNT": 8}
+    assert overrides["server_args"] == {"max-prefill-tokens": "0042", "tp-size": 8}
+    assert overrides["service"] == {"port": 30010}
+    profile = load_profile("baseline", overrides=overrides)
+    assert (profile.env["UMASK"], profile.env["VERSION"]) == ("0755", "12.10")
+    argv = profile.argv()
+    assert argv[argv.index("--max-prefill-tokens") + 1] == "0042" and profile.tp_size == 8
+
+
+def test_a_yaml_1_1_boolean_in_profile_overrides_is_refused_with_its_line(tmp_path):
+    path = tmp_path / "hosts.yml"
+    path.write_text("hosts:\n  node1:\n    profile_overrides:\n      server_args: {enable-x: on}\n")
+    with pytest.raises(DeployError) as caught:
+        gpu_hosts(path)
+    assert str(caught.value).startswith(f"{path}:4: server_args.enable-x: 'on' is a YAML 1.1 boolean")
 
 
 def test_missing_hosts_file_is_one_line_and_exit_1(tmp_path):
