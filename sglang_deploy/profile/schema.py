@@ -73,12 +73,15 @@ class Engine(_Section):
     # The nodes' platform, which `make lock` resolves the closure of `packages` for
     # (locks/, sglang_deploy/plan/locks.py): CPU architecture and glibc as a manylinux tag
     # (SGLang 0.5.23 ships manylinux_2_34 wheels only: Ubuntu 24.04, Debian 12 and newer), and
-    # the X.Y of `python` on the nodes. Preflight refuses a lock made for another one.
+    # the X.Y of `python` on the nodes. The deploy refuses a node whose `python` is another
+    # X.Y than the lock's while the run is planned, before anything is uploaded.
     platform: LockPlatform = "x86_64-manylinux_2_34"
     python_version: PythonVersion = "3.12"  # Ubuntu 24.04's python3
     # wheelhouse: every locked wheel is downloaded once on the controller (`make wheelhouse`)
     # and uploaded to the nodes, which need no route to an index; index: the nodes download
-    # the locked wheels themselves (hashes still required).
+    # the locked wheels themselves (hashes still required). A pin set without a lock (locks/)
+    # is refused by the lint unless `index`: pip then resolves it on each node, the day it is
+    # built (from the find_links alone where there are any).
     install_from: Literal["wheelhouse", "index"] = "wheelhouse"
 
 
