@@ -368,7 +368,10 @@ def main(argv=None):
     # any restart cycle still running), so no restart cycle's gate meets a stop it did not make.
     held = None
     if args.stop_server:
-        held = lock.acquire(args.lock, args.lock_wait, args.lock_holder, args.cycles_dir)
+        try:
+            held = lock.acquire(args.lock, args.lock_wait, args.lock_holder, args.cycles_dir)
+        except OSError as exc:  # not root: a deploy's lock (and the stop) are root's
+            return finish(FAILED, "cannot take the deploy lock %s: %s" % (args.lock, exc.strerror), details)
         if held is None:
             return finish(
                 LOCKED, "the deploy lock %s is held (see above): nothing stopped" % args.lock, details

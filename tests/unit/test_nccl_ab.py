@@ -320,6 +320,16 @@ def test_stop_server_stops_nothing_while_a_deploy_holds_the_lock(gpu_node, capsy
     assert json.loads(out[-1])["status"] == "locked"
 
 
+def test_a_lock_that_cannot_be_taken_stops_nothing(gpu_node, capsys, tmp_path):
+    (tmp_path / "run").write_text("")  # not a directory: the lock cannot be made
+    argv = ["--unit", "sglang.service", "--stop-server", "--nprocs", "2"]
+    assert (
+        nccl_ab.main([*argv, "--lock", str(tmp_path / "run" / "sglang.lock")]) == nccl_ab.EXIT[nccl_ab.FAILED]
+    )
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["cause"].startswith("cannot take the deploy lock ") and gpu_node == []
+
+
 def test_stop_server_needs_the_lock(gpu_node):
     with pytest.raises(SystemExit):
         nccl_ab.main(["--unit", "sglang.service", "--stop-server"])
