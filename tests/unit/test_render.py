@@ -403,8 +403,12 @@ def test_hook_redacts_the_keys_sglang_logs_in_its_server_args(tmp_path):
         "logging.getLogger('x').warning('api_key stays a word: %d', 1); print(json.dumps(1))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tmp_path)},
-        capture_output=True, text=True, timeout=60, check=True,
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout
     assert "canary" not in out, out
     assert "server_args={'api_key': '<redacted>', 'admin_api_key': '<redacted>', 'port': 30000}" in out
