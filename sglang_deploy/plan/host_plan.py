@@ -49,7 +49,7 @@ class NodePlan:
     rollback: bool
     repair: tuple | None
     lint_warnings: list  # the profile's lint warnings, one line each, naming its file
-    venvs_dir: str = ""  # one engine venv per pin set (plan/settings.py)
+    venvs_dir: str = ""  # one engine venv per pin set: the setting, or the service's own
     venvs_keep: int = 0
     venv: str | None = None  # this pin set's venv on the node: bind_venv() names it
     os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
@@ -176,7 +176,7 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
         rollback=settings.rollback,
         repair=((scripts_dir, drift_names) if settings.repair else None),
         lint_warnings=lint_warnings,
-        venvs_dir=settings.venvs_dir,
+        venvs_dir=settings.engine_venvs_dir(service),
         venvs_keep=settings.venvs_keep,
         os_packages=list(settings.os_packages),
         models=staging_targets(profile),

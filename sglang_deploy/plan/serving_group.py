@@ -122,8 +122,10 @@ def _ranked(group, listed):
 
 
 # The parts of a profile that make the server: members must agree on all of them. The service
-# section may differ (a member's port), the readiness and throughput sections are rank 0's.
+# section may differ (a member's port), and with it the engine link (each node's, by default
+# the service's own), the readiness and throughput sections are rank 0's.
 SHARED_SECTIONS = {"engine", "model", "server_args", "env", "secrets"}
+NODE_OWN = {"engine": {"venv"}}
 
 
 def check(member: Member, profiles: dict) -> None:
@@ -135,7 +137,8 @@ def check(member: Member, profiles: dict) -> None:
         name
         for name in member.hosts
         if profiles[name].name != leader.name
-        or profiles[name].model_dump(include=SHARED_SECTIONS) != leader.model_dump(include=SHARED_SECTIONS)
+        or profiles[name].model_dump(include=SHARED_SECTIONS, exclude=NODE_OWN)
+        != leader.model_dump(include=SHARED_SECTIONS, exclude=NODE_OWN)
     ]
     if differing:
         said = ", ".join(f"{name} ({profiles[name].name})" for name in differing)

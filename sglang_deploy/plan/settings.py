@@ -24,7 +24,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.rolling_sizes import count_or_percent
 from sglang_deploy.plan.router_flags import gateway_pin
-from sglang_deploy.profile.fields import AbsPath, LockPlatform, Pin, PythonVersion, VenvPath
+from sglang_deploy.profile.fields import AbsPath, LockPlatform, Pin, PythonVersion, VenvPath, engine_home
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 Seconds = Annotated[float, Field(gt=0)]
@@ -124,10 +124,12 @@ class NodePaths(_Group):
     unit_dir: AbsPath = Field(
         "/etc/systemd/system", description="systemd units: `<unit_dir>/<service>.service`."
     )
-    venvs_dir: AbsPath = Field(
-        "/opt/sglang/venvs",
+    venvs_dir: AbsPath | None = Field(
+        None,
         description="Engine venvs, one per pin set (named after its pins, wheels and Python version); the unit "
-        "runs through the profile's engine.venv, a link the restart cycle points at one of them.",
+        "runs through the profile's engine.venv, a link the restart cycle points at one of them. Unset: the "
+        "service's own, `/opt/sglang/venvs` for the service `sglang`, `/opt/sglang/services/<service>/venvs` "
+        "for any other (the profile's service.name), so two services of one node share no venv.",
     )
     state_dir: AbsPath = Field(
         "/var/lib/sglang-deploy",
@@ -138,6 +140,11 @@ class NodePaths(_Group):
         description="Runtime files of a deploy (lost on reboot): the deploy lock, units being verified, the "
         "readiness gate's report of the last start.",
     )
+
+    def engine_venvs_dir(self, service: str) -> str:
+        """Where the engine venvs of ``service`` (the profile's service.name) are: venvs_dir, or
+        the service's own (profile/fields.py engine_home)."""
+        return self.venvs_dir or f"{engine_home(service)}/venvs"
 
 
 class TheOs(_Group):

@@ -162,3 +162,18 @@ Description = Annotated[str, Field(min_length=1), AfterValidator(_unit_text)]
 DriverVersion = Annotated[str, _pattern(r"[0-9]+(\.[0-9]+)*", "an NVIDIA driver version (e.g. 550.54.15)")]
 GpuModel = Annotated[str, Field(min_length=1), AfterValidator(_one_line)]
 RestartPolicy = Literal["no", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort", "always"]
+
+# Where a service's engine link (`venv`) and its venvs (`venvs/`) are unless the profile's
+# engine.venv and the venvs_dir setting say: the service sglang keeps /opt/sglang, where they
+# always were; any other service a directory of its own, so two services of one node share no
+# link, no venv (nor the start-up hook inside it) and no venv pruning.
+DEFAULT_SERVICE = "sglang"
+ENGINE_HOME = "/opt/sglang"
+
+
+def engine_home(service: str) -> str:
+    """/opt/sglang for the service sglang, /opt/sglang/services/<service> for any other (a
+    unit name's `:` as `_`: a venv path stays plain, VenvPath)."""
+    if service == DEFAULT_SERVICE:
+        return ENGINE_HOME
+    return f"{ENGINE_HOME}/services/{re.sub(r'[^A-Za-z0-9._+@-]', '_', service)}"

@@ -25,6 +25,7 @@ from pydantic import (
 from sglang_deploy.errors import DeployError
 from sglang_deploy.node.lib import env_records
 from sglang_deploy.profile.fields import (
+    DEFAULT_SERVICE,
     AbsPath,
     ArgValue,
     Description,
@@ -43,6 +44,7 @@ from sglang_deploy.profile.fields import (
     VenvPath,
     Word,
     _pattern,
+    engine_home,
     secret_value_problem,
     source_word,
 )
@@ -61,7 +63,10 @@ class _Section(BaseModel):
 
 
 class Engine(_Section):
-    venv: VenvPath = "/opt/sglang/venv"  # the engine's own virtualenv
+    # The link the unit runs through, to one venv of the venvs_dir setting. Unset: the service's
+    # own, `/opt/sglang/venv` for the service `sglang`, `/opt/sglang/services/<service.name>/venv`
+    # for any other (two services of one node never share one).
+    venv: VenvPath | None = None
     python: Word = "python3"  # interpreter that creates the venv
     packages: list[Pin] = Field(min_length=1)  # exact pins: the profile says what is installed
     find_links: list[str] = []  # controller-side wheel files/dirs; pip uses --no-index
@@ -149,7 +154,7 @@ _EVERY_INTERFACE = {"0.0.0.0": "127.0.0.1", "::": "::1"}
 
 
 class Service(_Section):
-    name: UnitStem = "sglang"  # <name>.service, /etc/sglang/<name>.env
+    name: UnitStem = DEFAULT_SERVICE  # <name>.service, /etc/sglang/<name>.env
     # --host: every interface. Our probes on the node (gate, decode check, drain, status) ask
     # the server at this address, or at loopback where it is every interface (0.0.0.0:
     # 127.0.0.1, `::`: ::1); routers and Prometheus reach a server bound to one address there.
@@ -273,6 +278,12 @@ class Profile(_Section):
         if self.secret_server_args and "config" in self.server_args:
             why = "the secrets' server arguments take --config (SGLang reads one config file)"
             raise KeyProblem(("server_args", "config"), why)
+        return self
+
+    @model_validator(mode="after")
+    def _engine_link(self) -> Profile:
+        if self.engine.venv is None:
+            self.engine.venv = f"{engine_home(self.service.name)}/venv"
         return self
 
     @model_validator(mode="after")

@@ -53,7 +53,7 @@ def node_target(name, data, member, secrets: Redactor) -> Target:
     return Target(
         name,
         "node",
-        argv=remote(name, data, plan.scripts.node_status(settings.venvs_dir, passport)),
+        argv=remote(name, data, plan.scripts.node_status(plan.venvs_dir, passport)),
         profile=plan.profile.name,
         worker_url=worker_url(service.reached_at(address(data, name)), service.port) if leads else None,
         group=f"{member.group} rank {member.rank} of {member.size}" if member else None,

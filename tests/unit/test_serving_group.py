@@ -112,6 +112,15 @@ def test_a_member_may_serve_on_its_own_port():
     assert set(serving_group.resolve_checked(hosts, profile_of)) == {"n1", "n2"}
 
 
+def test_a_member_may_run_a_service_of_another_name_and_so_another_engine_link():
+    # A service's engine link is its own (profile/fields.py engine_home), as its port is.
+    hosts = [
+        host("n1", serving_group="g"),
+        host("n2", serving_group="g", profile_overrides={**GROUP_ARGS, "service": {"name": "kimi"}}),
+    ]
+    assert set(serving_group.resolve_checked(hosts, profile_of)) == {"n1", "n2"}
+
+
 def test_gpus_must_be_shared_evenly_by_the_nodes():
     odd = {"server_args": {"tp-size": 3, "nnodes": 2}}
     hosts = [
