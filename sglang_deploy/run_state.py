@@ -34,6 +34,8 @@ class RunState:
     group_changes: dict = field(default_factory=dict)  # group -> operations whose change restarts it
     group_verdicts: dict = field(default_factory=dict)  # group -> (ok, text): rank 0's restart
     group_turns: object = None  # the semaphore that lets rolling_batch groups restart at a time
+    # Nodes serving several services (plan/shared_nodes.py): {host name: its node's units}, checked once.
+    node_units: dict | None = None
     # The deploy's last lines (report/outcome.py): host name -> what they add for it.
     group_notes: dict = field(default_factory=dict)  # its serving group's rank and verdict
     decode_notes: dict = field(default_factory=dict)  # its decode check's phrase (throughput_log)

@@ -11,6 +11,7 @@ from pyinfra.operations import files, server
 from pyinfra.operations.util import any_changed
 
 from sglang_deploy import operations as sglang
+from sglang_deploy import run_state
 from sglang_deploy.cli import exit_on_deploy_error
 from sglang_deploy.errors import DeployError
 from sglang_deploy.facts.engine_venvs import PythonVersion
@@ -20,9 +21,11 @@ from sglang_deploy.operations import group as serving_group
 from sglang_deploy.operations import monitoring as monitoring_ops
 from sglang_deploy.operations.gpu_node import persistence_mode, unit_absent, unit_active
 from sglang_deploy.operations.prerequisites import os_prerequisites
+from sglang_deploy.plan import shared_nodes
 from sglang_deploy.plan.fleet_hosts import fleet_hosts, rotation_for, router_plan
 from sglang_deploy.plan.host_plan import node_script_files, plan_for, plan_holder, print_lint_warnings
 from sglang_deploy.plan.monitoring import CONFIG_PATH, monitoring_plan, node_exporter_plan
+from sglang_deploy.plan.serving_group import profile_of
 from sglang_deploy.plan.settings import settings_of
 
 # --- a serving node (alone, or a member of a serving group) ---------------------------------
@@ -34,6 +37,7 @@ def profile_checked():
     member runs its rank's flags (plan/serving_group.py)."""
     with exit_on_deploy_error(host.name):
         plan = plan_for(host.data, member=serving_group.member_of(host))
+        plan.node_units = _node_units() or (plan.unit,)
         plan.rotation = rotation_for(
             host.name,
             host.data,
@@ -44,6 +48,18 @@ def profile_checked():
         )
     print_lint_warnings(plan)
     return plan
+
+
+def _node_units():
+    """The units of every service on this host's node (None: it serves one); the inventory's
+    nodes that serve several are checked once per run (plan/shared_nodes.py)."""
+    from pyinfra import state
+
+    run = run_state.of(state)
+    if run.node_units is None:
+        limited = {h.name for h in inventory if state.is_host_in_limit(h)}
+        run.node_units = shared_nodes.checked(fleet_hosts(inventory), profile_of, limited)
+    return run.node_units.get(host.name)
 
 
 def operating_system(plan):
@@ -74,7 +90,7 @@ def gpu_node_settings(plan):
             unit=ACS_UNIT,
             staging_dir=plan.run_dir,
             unit_dir=plan.unit_dir,
-            content=acs_unit_text(plan.scripts.directory, plan.unit),
+            content=acs_unit_text(plan.scripts.directory, *plan.node_units),
         )
         server.shell(
             name="Clear ACS now (unit changed)",

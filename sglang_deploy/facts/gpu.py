@@ -20,16 +20,23 @@ _NO_DRIVER = "no-nvidia-driver"
 _PERSISTENCED_PROPS = ("LoadState", "UnitFileState", "ActiveState")
 
 
-def acs_unit_text(scripts_dir: str, service_unit: str) -> str:
-    """The oneshot unit that runs node/acs.py at every boot, before the server's unit."""
+def acs_unit_text(scripts_dir: str, *service_units: str) -> str:
+    """The oneshot unit that runs node/acs.py at every boot, before the servers' units (every
+    service of the node: it has one ACS unit)."""
     template = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined,
     )
     return template.get_template(f"{ACS_UNIT}.j2").render(
-        command=acs_command(scripts_dir), before=service_unit
+        command=acs_command(scripts_dir), before=" ".join(sorted(service_units))
     )
+
+
+def acs_unit_services(text: str) -> list:
+    """The service units an installed ACS unit's text orders itself before."""
+    before = next((line for line in text.splitlines() if line.startswith("Before=")), "Before=")
+    return [unit for unit in before.partition("=")[2].split() if unit != "multi-user.target"]
 
 
 class GpuPersistence(FactBase):

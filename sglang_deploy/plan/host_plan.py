@@ -59,6 +59,7 @@ class NodePlan:
     hf_token: str | None = field(default=None, repr=False)  # the profile's HF_TOKEN secret
     group: object = None  # serving_group.Member of a multi-node server; None: serves alone
     rotation: object = None  # fleet_hosts.Rotation: the routers this node serves behind
+    node_units: tuple = ()  # every service's unit on this node, its own among them (plan/shared_nodes.py)
     locked: LockedEngine | None = None  # the engine's lock and wheels; None: pip resolves
     settings: Settings | None = field(
         default=None, repr=False

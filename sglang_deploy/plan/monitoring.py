@@ -26,6 +26,7 @@ from sglang_deploy.plan.hosts import REPO_ROOT
 from sglang_deploy.plan.script_commands import prometheus_gate_command, prometheus_targets_command
 from sglang_deploy.plan.serving_group import profile_of
 from sglang_deploy.plan.settings import settings_of
+from sglang_deploy.plan.shared_nodes import node_of
 
 PROMETHEUS_UNIT = "prometheus.service"
 NODE_EXPORTER_UNIT = "prometheus-node-exporter.service"
@@ -64,7 +65,7 @@ def scrape_targets(hosts):
     """(targets, warnings) of a fleet's hosts ((name, data) pairs, in inventory order);
     DeployError when two targets share an address and port."""
     engines = {name: (addr, port) for name, addr, port in workers(hosts)}
-    targets, warnings = [], []
+    targets, warnings, exporters = [], [], {}
     for name, data in hosts:
         settings = settings_of(data, name)
         at = address(settings, name)
@@ -89,7 +90,11 @@ def scrape_targets(hosts):
                     "(set server_args.enable-metrics: true)"
                 )
         if settings.node_exporter:
-            targets.append(Target("node", host_port(at, settings.node_exporter_port), labels))
+            exporter = host_port(at, settings.node_exporter_port)
+            # Hosts of one node (several services: plan/shared_nodes.py) share its one exporter.
+            if exporters.get(node_of(name, data)) != exporter:
+                exporters[node_of(name, data)] = exporter
+                targets.append(Target("node", exporter, labels))
         else:
             warnings.append(f"{name}: node_exporter is false: no node exporter scraped there")
     check_addresses(targets)

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import shlex
 
-from sglang_deploy.facts.gpu import ACS_UNIT, PERSISTENCED_UNIT, GpuPersistence, acs_unit_text
+from sglang_deploy.facts.gpu import (
+    ACS_UNIT,
+    PERSISTENCED_UNIT,
+    GpuPersistence,
+    acs_unit_services,
+    acs_unit_text,
+)
 from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.node import preflight
 from sglang_deploy.node.lib import gpu_settings, result
@@ -114,7 +120,10 @@ def acs_unit(node, plan) -> Check:
     if not installed.exists:
         return Check("acs unit", FAILED, f"{path} is missing")
     problems = []
-    if installed.content_string != acs_unit_text(plan.scripts.directory, plan.unit):
+    # Ordered before every service of the node (plan/shared_nodes.py), this one's among them.
+    services = acs_unit_services(installed.content_string)
+    rendered = acs_unit_text(plan.scripts.directory, *services)
+    if plan.unit not in services or installed.content_string != rendered:
         problems.append(f"{path} differs from its rendering")
     state = read_fact(node, UnitState, unit=ACS_UNIT, properties=("UnitFileState", "ActiveState", "Result"))
     if state.get("UnitFileState") != "enabled":

@@ -95,12 +95,13 @@ def test_a_host_without_node_exporter_is_said_and_not_scraped():
 
 
 def test_two_targets_on_one_address_and_port_stop_the_plan():
-    # Sandbox nodes share one address: each needs a port of its own.
+    # Sandbox nodes share one address (each its own SSH port): each needs a port of its own.
     hosts = [
         (
             "node1",
             {
                 "ssh_hostname": "127.0.0.1",
+                "ssh_port": 2201,
                 "profile": "sandbox",
                 "profile_overrides": {"service": {"port": 30001}},
             },
@@ -109,6 +110,7 @@ def test_two_targets_on_one_address_and_port_stop_the_plan():
             "node2",
             {
                 "ssh_hostname": "127.0.0.1",
+                "ssh_port": 2202,
                 "profile": "sandbox",
                 "profile_overrides": {"service": {"port": 30002}},
             },
@@ -120,6 +122,20 @@ def test_two_targets_on_one_address_and_port_stop_the_plan():
         scrape_targets(hosts)
     hosts[1][1]["node_exporter_port"] = 9101
     assert len(scrape_targets(hosts)[0]) == 4
+
+
+def test_two_services_of_one_node_share_its_one_node_exporter_target():
+    # One SSH target, two services (plan/shared_nodes.py): one node exporter, scraped once.
+    service_b = {"service": {"name": "sglang-b", "port": 30101}}
+    hosts = [
+        ("node1-a", {"ssh_hostname": "10.0.0.11", "profile": "sandbox"}),
+        ("node1-b", {"ssh_hostname": "10.0.0.11", "profile": "sandbox", "profile_overrides": service_b}),
+    ]
+    targets, _ = scrape_targets(hosts)
+    assert [(t.job, t.address, t.labels["host"]) for t in targets if t.job == "node"] == [
+        ("node", "10.0.0.11:9100", "node1-a")
+    ]
+    assert sorted(t.address for t in targets if t.job == "sglang") == ["10.0.0.11:30000", "10.0.0.11:30101"]
 
 
 def test_the_configuration_is_rendered_the_same_way_every_time(tmp_path):
