@@ -1,5 +1,6 @@
 """Old engine venvs removed: the newest few kept; every venv a service on the node runs or goes
-back to, always (the venvs directory is shared by every service on a node)."""
+back to, always (each service has a venvs directory of its own by default, but the venvs_dir
+setting may give several services one)."""
 
 import shlex
 
