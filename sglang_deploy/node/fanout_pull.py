@@ -52,7 +52,7 @@ def seed_by_hash(directory):
     """Hard-link into staging the live files whose sha256 is the manifest's, when the live
     directory has no manifest (model_stage.seed keeps those of a manifest); the paths linked."""
     live = model_stage.staged_at(directory)
-    staging = model_stage.staging_dir(live)
+    staging = model_stage.staging_of(directory)
     wanted = model_manifest.read(staging)
     if wanted is None or not os.path.isdir(live) or model_manifest.read(live) is not None:
         return []
@@ -125,7 +125,7 @@ def rsync_argv(ssh, source, staging, bwlimit=None, timeout=60):
 
 def pull(args):
     directory = args.dir.rstrip("/")
-    staging = model_stage.staging_dir(model_stage.staged_at(directory))
+    staging = model_stage.staging_of(directory)
     manifest = model_manifest.read(staging)
     if manifest is None:
         return result.emit(status.MODEL_MISMATCH, "%s has no manifest: nothing to copy into" % staging)

@@ -65,6 +65,7 @@ def expected_files(info):
 def stage(hub, repo, revision, directory, token=None, deep=False, in_place=False, now=False):
     """Stage ``repo`` at ``revision`` into ``directory``; returns (status, cause, details)."""
     source = {"huggingface": {"repo": repo, "revision": revision}}
+    model_stage.settle(directory)  # a mount point's swap killed halfway: finished first
     live = model_manifest.read(directory)
     if live and live.get("source") == source and not model_manifest.compare(live, directory, deep=deep):
         return status.READY, None, {"changed": False}
@@ -78,7 +79,7 @@ def stage(hub, repo, revision, directory, token=None, deep=False, in_place=False
         token, hub.HfApi().model_info, repo, revision=revision, files_metadata=True, token=token or None
     )
     expected = expected_files(info)
-    staging = model_stage.staging_dir(model_stage.staged_at(directory))
+    staging = model_stage.staging_of(directory)
     # A file whose LFS sha256 (the hub's etag for it) is the live copy's is not downloaded again:
     # linked into the staging directory, where the hub's download hashes it and keeps it.
     hashed = {path: entry for path, entry in expected.items() if entry[1] and entry[0] is not None}

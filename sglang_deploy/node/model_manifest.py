@@ -22,8 +22,11 @@ else:  # run as a script: our scripts' directory is on sys.path
     from lib import result, status
 
 MANIFEST_NAME = ".sglang-deploy-manifest.json"
-# Never part of a model: our own manifest and what an interrupted download or copy leaves.
-IGNORED_NAMES = (MANIFEST_NAME,)
+# Never part of a model: at its root our own entries (the manifest; inside a mount point the
+# staging and previous copies and the swap's journal: model_stage.py) and fsck's directory of a
+# filesystem's root; anywhere, what an interrupted download or copy leaves.
+OURS = ".sglang-deploy-"
+IGNORED_AT_ROOT = ("lost+found",)
 IGNORED_DIRS = (".cache", ".rsync-partial")
 CHUNK = 4 << 20  # hashlib releases the GIL on buffers this size: threads hash in parallel
 
@@ -41,18 +44,23 @@ def sha256_file(path):
 
 
 def listing(directory):
-    """(relative path, size) of every regular file under ``directory``, sorted; our manifest
+    """(relative path, size) of every regular file under ``directory``, sorted; our own entries
     and download caches left out."""
     found = []
     for root, dirs, files in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if d not in IGNORED_DIRS)
+        top = root == directory
+        dirs[:] = sorted(d for d in dirs if d not in IGNORED_DIRS and not (top and _ours(d)))
         for name in files:
-            if name in IGNORED_NAMES and root == directory:
+            if top and _ours(name):
                 continue
             path = os.path.join(root, name)
             if os.path.isfile(path):  # a symlink to a file counts as the file
                 found.append((os.path.relpath(path, directory), os.path.getsize(path)))
     return sorted(found)
+
+
+def _ours(name):
+    return name.startswith(OURS) or name in IGNORED_AT_ROOT
 
 
 def build(directory, workers=None):

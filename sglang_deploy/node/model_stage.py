@@ -31,10 +31,15 @@ once, the old weights gone: no weight rollback. A serving group's restart has no
 its members swap with `finish --now` (the old weights kept for a rollback all the same).
 
 A model directory that is a symlink (`/models/m -> /nvme/m`) is staged at its target: the
-staging and previous siblings are beside the target (`/nvme/m.sglang-deploy-staging`, the
-filesystem the swap renames on) and the link stays. `state` names both (`target`, `staging`):
-the controller copies into that staging directory. Whatever fails, the script ends with its
-result line and a cause.
+staging and previous siblings are beside the target (`/nvme/m.sglang-deploy-staging`) and the
+link stays. A target that is itself a mount point (a disk of its own, a bind mount) cannot be
+renamed (EBUSY) and its siblings would be on the parent's disk: its copies are inside it
+(`/models/m/.sglang-deploy-staging`, `.sglang-deploy-previous`), and a swap renames its entries
+(node/lib/mount_swap.py: journaled, a swap killed halfway is finished by the next call before
+anything is read). `state` names the places (`target`, `staging`, `previous_dir`), the free
+space where the new weights land, and a `layout_problem` where nothing works: the controller
+copies into that staging directory, or stops before anything is touched. Whatever fails, the
+script ends with its result line and a cause.
 """
 
 import argparse
@@ -45,17 +50,18 @@ import sys
 
 if __package__:
     from . import model_manifest
-    from .lib import result, status
+    from .lib import mount_swap, mounts, result, status
     from .lib.guard import guarded
 else:  # run as a script: our scripts' directory is on sys.path
     import model_manifest
-    from lib import result, status
+    from lib import mount_swap, mounts, result, status
     from lib.guard import guarded
 
 STAGING_SUFFIX = ".sglang-deploy-staging"
 OLD_SUFFIX = ".sglang-deploy-old"  # what earlier releases swapped out (removed when found)
 PREVIOUS_SUFFIX = ".sglang-deploy-previous"
 VERIFIED = "verified"  # the staged manifest's key once finish has hashed every file
+RESERVED = (STAGING_SUFFIX, PREVIOUS_SUFFIX, "lost+found")  # a mount point's that are no model's
 
 
 def staged_at(directory):
@@ -67,8 +73,35 @@ def staged_at(directory):
 
 def staging_dir(directory):
     """The staging sibling of ``directory`` as named (a path only: the controller asks it too;
-    on the node, name ``staged_at(directory)``)."""
+    on the node, ``staging_of``, which knows the layout)."""
     return directory.rstrip("/") + STAGING_SUFFIX
+
+
+def nested(target):
+    """Whether ``target`` keeps its staging and previous copies inside itself: a mount point
+    (rename(2) of it fails with EBUSY, and a sibling lies on another filesystem)."""
+    return os.path.isdir(target) and mounts.is_mount_point(target)
+
+
+def _place(target, suffix):
+    return os.path.join(target, suffix) if nested(target) else target + suffix
+
+
+def staging_of(directory):
+    """Where ``directory``'s new weights are staged on this node: on the filesystem the swap
+    renames on (beside a symlink's target; inside a mount point)."""
+    return _place(staged_at(directory), STAGING_SUFFIX)
+
+
+def layout_problem(directory):
+    """Why ``directory`` cannot be staged on its own filesystem, or None."""
+    target = staged_at(directory)
+    if os.path.dirname(target) == target:
+        return "%s is the root directory: a model needs a directory of its own" % directory
+    for place in (_place(target, STAGING_SUFFIX), _place(target, PREVIOUS_SUFFIX)):
+        if os.path.isdir(place) and mounts.is_mount_point(place):
+            return "%s is a mount point: the weights cannot be renamed in or out of it" % place
+    return None
 
 
 def _remove(path):
@@ -87,13 +120,14 @@ def free_bytes(path):
 
 def previous_dir(directory):
     """Where the weights the swap replaced wait until the new ones are recorded."""
-    return staged_at(directory) + PREVIOUS_SUFFIX
+    return _place(staged_at(directory), PREVIOUS_SUFFIX)
 
 
 def pending(directory):
     """The manifest of a staged model that waits for the restart's swap (verified by finish,
     every file still its size), or None."""
-    staging = staging_dir(staged_at(directory))
+    settle(directory)
+    staging = staging_of(directory)
     manifest = model_manifest.read(staging)
     if not manifest or not manifest.get(VERIFIED) or model_manifest.compare(manifest, staging):
         return None
@@ -118,9 +152,11 @@ def own_bytes(directory):
 def state(directory, deep=False):
     """What the node holds for ``directory``: the live manifest's digest and its files'
     problems (sizes; hashes when ``deep``), the staging directory's files, a staged model that
-    waits (its digest and source), the previous weights, free disk."""
+    waits (its digest and source), the previous weights, free disk (the filesystem the new
+    weights land on)."""
+    settle(directory)
     live = model_manifest.read(directory) if os.path.isdir(directory) else None
-    staging = staging_dir(staged_at(directory))
+    staging = staging_of(directory)
     staged = model_manifest.listing(staging) if os.path.isdir(staging) else []
     waiting = pending(directory)
     previous = previous_dir(directory)
@@ -128,6 +164,8 @@ def state(directory, deep=False):
         "dir": directory,
         "target": staged_at(directory),
         "staging": staging,
+        "previous_dir": previous,
+        "layout_problem": layout_problem(directory),
         "exists": os.path.isdir(directory),
         "digest": model_manifest.digest(live) if live else None,
         "source": (live or {}).get("source"),
@@ -147,7 +185,7 @@ def seed(directory, deep=False):
     """Hard-link into the staging directory every live file the new manifest lists with the
     same size and sha256 as the live manifest (and, ``deep``, as the file really hashes);
     returns the paths linked."""
-    new = model_manifest.read(staging_dir(staged_at(directory)))
+    new = model_manifest.read(staging_of(directory))
     if new is None:
         return []
     return link_unchanged(directory, {e["path"]: (e["size"], e["sha256"]) for e in new["files"]}, deep)
@@ -158,7 +196,8 @@ def link_unchanged(directory, wanted, deep=False):
     the new model's) that the live manifest lists at that path with the same size and sha256
     (and, ``deep``, that really hashes so): a new revision or a repair fetches only what
     differs. Returns the paths linked."""
-    staging = staging_dir(staged_at(directory))
+    staging = staging_of(directory)
+    _drop_strays(staged_at(directory))
     live = model_manifest.read(directory)
     if live is None:
         return []
@@ -180,7 +219,7 @@ def finish(directory, in_place=False, now=False):
     does not match or is not listed; when everything matches, mark it verified: it waits for
     the restart's swap (``now``: swapped now; ``in_place``: swapped now, the old weights
     removed)."""
-    staging = staging_dir(staged_at(directory))
+    staging = staging_of(directory)
     manifest = model_manifest.read(staging)
     if manifest is None:
         return ["%s has no manifest: nothing was staged" % staging]
@@ -207,28 +246,45 @@ def finish(directory, in_place=False, now=False):
     return []
 
 
-def _fsync_dir(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _swap_in(directory, keep_previous=True):
     """live -> previous, staged -> live (renames on the target's filesystem; a symlink at
     ``directory`` stays). An older previous goes first: one set of old weights is kept."""
     target = staged_at(directory)
-    previous = target + PREVIOUS_SUFFIX
-    _remove(target + OLD_SUFFIX)  # a link an earlier release left here is removed, never followed
-    if os.path.isdir(target):
+    previous = previous_dir(directory)
+    if nested(target):
         _remove(previous)
-        os.rename(target, previous)
-    # Killed here: no live directory, the staged one waits: the next swap (or restore) ends it.
-    os.rename(staging_dir(target), target)
-    _fsync_dir(os.path.dirname(target) or "/")
+        _exchange(target, PREVIOUS_SUFFIX, STAGING_SUFFIX)
+    else:
+        _remove(target + OLD_SUFFIX)  # a link an earlier release left here is removed, never followed
+        if os.path.isdir(target):
+            _remove(previous)
+            os.rename(target, previous)
+        # Killed here: no live directory, the staged one waits: the next swap (or restore) ends it.
+        os.rename(staging_dir(target), target)
+        mount_swap.fsync_dir(os.path.dirname(target) or "/")
     if not keep_previous:
         _remove(previous)  # a running server keeps its open files
+
+
+def _exchange(target, out, into):
+    """A mount point's entries into ``target/out``, then ``target/into``'s up (the manifest
+    out first, in last)."""
+    mount_swap.exchange(target, out, into, RESERVED, first=model_manifest.MANIFEST_NAME)
+
+
+def settle(directory):
+    """Finish a mount point's swap killed halfway: nothing reads half a model."""
+    return mount_swap.settle(staged_at(directory), RESERVED, first=model_manifest.MANIFEST_NAME)
+
+
+def _drop_strays(target):
+    """A mount point's copies beside it, on the parent's disk (an earlier release's): removed."""
+    if not nested(target):
+        return
+    for stray in (target + STAGING_SUFFIX, target + PREVIOUS_SUFFIX):
+        if os.path.lexists(stray):
+            _remove(stray)
+            print("model: %s removed: a copy beside a mount point, on another filesystem" % stray)
 
 
 def swap(wanted):
@@ -244,7 +300,7 @@ def swap(wanted):
             print("model: %s holds a staged model of another source: not swapped" % directory)
             continue
         if _digest_of(staged_at(directory)) == model_manifest.digest(waiting):
-            _remove(staging_dir(staged_at(directory)))  # the live copy is this one already
+            _remove(staging_of(directory))  # the live copy is this one already
             continue
         _swap_in(directory)
         print("model: %s swapped in (the old weights kept at %s)" % (directory, previous_dir(directory)))
@@ -257,14 +313,19 @@ def drop_live(directory):
     (model_keep_previous: false): the new manifest's unchanged files stay as the staging
     directory's hard links, a running server keeps its open files; no rollback of weights."""
     target = staged_at(directory)
-    for path in (target + PREVIOUS_SUFFIX, target):
-        if os.path.isdir(path):
-            shutil.rmtree(path)
+    settle(directory)
+    _remove(previous_dir(directory))
+    if nested(target):  # the mount point stays, and the staging directory inside it
+        for name in mount_swap.entries(target, RESERVED):
+            _remove(os.path.join(target, name))
+    elif os.path.isdir(target):
+        shutil.rmtree(target)
 
 
 def forget_previous(directory, recorded):
     """The new configuration is the last known good (its weights' digest ``recorded``): the
     previous weights are no longer needed. Returns whether they were removed."""
+    settle(directory)
     previous = previous_dir(directory)
     if not os.path.isdir(previous) or _digest_of(staged_at(directory)) != recorded:
         return False
@@ -276,11 +337,12 @@ def restore_weights(directory, recorded):
     """A rollback's weights: when the live directory does not hold the ``recorded`` digest and
     the previous one does, swap them back by renames (the new weights become the staged model
     again, so a retry copies nothing). Returns a phrase saying what was done, or None."""
+    settle(directory)
     target = staged_at(directory)
     live = _digest_of(target)
     if recorded is None or live == recorded:
         return None
-    previous = target + PREVIOUS_SUFFIX
+    previous = previous_dir(directory)
     if _digest_of(previous) != recorded:
         return "%s not restored: it holds %s, the last known good ran %s and %s does not hold it" % (
             directory,
@@ -288,12 +350,16 @@ def restore_weights(directory, recorded):
             recorded[:12],
             previous,
         )
-    if os.path.isdir(target):
-        staging = staging_dir(target)
-        _remove(staging)
-        os.rename(target, staging)
-    os.rename(previous, target)
-    _fsync_dir(os.path.dirname(target) or "/")
+    if nested(target):
+        _remove(staging_of(directory))
+        _exchange(target, STAGING_SUFFIX, PREVIOUS_SUFFIX)
+    else:
+        if os.path.isdir(target):
+            staging = staging_dir(target)
+            _remove(staging)
+            os.rename(target, staging)
+        os.rename(previous, target)
+        mount_swap.fsync_dir(os.path.dirname(target) or "/")
     return "%s: the weights of the last known good (%s) renamed back" % (directory, recorded[:12])
 
 
@@ -336,7 +402,7 @@ def main(argv=None):
     for problem in problems:
         print("model file %s" % problem, file=sys.stderr)
     if problems:
-        cause = model_manifest.describe(problems, staging_dir(staged_at(directory)))
+        cause = model_manifest.describe(problems, staging_of(directory))
         print("staging failed: %s" % cause, file=sys.stderr)
         return result.emit(status.MODEL_MISMATCH, cause, problems=problems)
     if pending(directory) is None:  # swapped in already (--in-place, --now, or a repair)

@@ -89,7 +89,7 @@ def check_model_dir(label, path):
     if path is None:
         return None
     if model_stage.pending(path) is not None:  # swapped in after this check: judge what starts
-        staged = model_stage.staging_dir(model_stage.staged_at(path))
+        staged = model_stage.staging_of(path)
         return check_model_dir("%s %s, staged at" % (label, path), staged)
     if not os.path.isdir(path):
         return "failed", "%s %s is not a directory on this node" % (label, path)

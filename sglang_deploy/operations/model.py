@@ -109,6 +109,9 @@ def _staged(target, scripts_dir, repairing, hub, in_group, arrival):
     if node["digest"] == wanted and not (repairing and node["problems"]):
         host.noop(f"{label} matches its manifest ({len(manifest['files'])} files, {size / GB:.2f} GB)")
         return
+    if node.get("layout_problem"):
+        yield FunctionCommand(_fail, (f"{label}: {node['layout_problem']}; nothing was copied",), {})
+        return
     in_place, now = _swap_mode(in_group)
     if node.get("pending") == wanted and node.get("pending_source") == source:
         # Staged and verified by a run that died before its restart: still a change to make.
@@ -135,11 +138,13 @@ def _staged(target, scripts_dir, repairing, hub, in_group, arrival):
         )
         yield FunctionCommand(_fail, (f"{label}: {problem}: {advice}; nothing was copied",), {})
         return
-    staging = node.get("staging") or staging_dir(target.path)  # beside a symlinked directory's target
+    staging = node.get("staging") or staging_dir(target.path)  # a symlink's target's, a mount point's
     for line in node["problems"]:
         host.log(f"{label}: re-staging {line}", logger.warning)
-    if node.get("previous") or node.get("previous_bytes"):
-        yield _sh("rm", "-rf", (node.get("target") or target.path) + PREVIOUS_SUFFIX)
+    if node.get("previous") or node.get("previous_bytes"):  # inside a mount point, else beside it
+        yield _sh(
+            "rm", "-rf", node.get("previous_dir") or (node.get("target") or target.path) + PREVIOUS_SUFFIX
+        )
     yield _sh("mkdir", "-p", staging)
     yield FileUploadCommand(
         StringIO(json.dumps(dict(manifest, source=source), indent=1)),
@@ -213,6 +218,9 @@ def _downloaded(label, target, scripts_dir, repairing, hub, in_group):
             f"{label} matches its manifest ({wanted['huggingface']['repo']}@"
             f"{wanted['huggingface']['revision'][:12]})"
         )
+        return
+    if node.get("layout_problem"):
+        yield FunctionCommand(_fail, (f"{label}: {node['layout_problem']}; nothing was downloaded",), {})
         return
     token_file, secret = None, {}
     if hub.token:
