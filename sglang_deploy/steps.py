@@ -303,7 +303,8 @@ def metrics_textfile(plan):
 
 
 def old_venvs_pruned(plan):
-    """The newest `venvs_keep` engine venvs stay, and the live and last known good ones."""
+    """The newest `venvs_keep` engine venvs stay, and the live and last known good ones; the
+    wheelhouses no venv left was built from go with them."""
     sglang.old_venvs_pruned(
         name="Old engine venvs",
         venvs_dir=plan.venvs_dir,
@@ -312,6 +313,8 @@ def old_venvs_pruned(plan):
         wanted=plan.venv,
         scripts_dir=plan.scripts.directory,
         last_good_dir=plan.scripts.last_good_dir,
+        deploy_dir=plan.deploy_dir,
+        lock=plan.locked.remote_lock if plan.locked else None,
     )
 
 

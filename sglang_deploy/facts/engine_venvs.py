@@ -10,7 +10,7 @@ from pyinfra.api import FactBase
 
 from sglang_deploy.facts.serving import ScriptResult
 from sglang_deploy.node.venvs import MARKER
-from sglang_deploy.plan.script_commands import exact_command, venvs_list_command
+from sglang_deploy.plan.script_commands import exact_command, venvs_list_command, venvs_wheelhouses_command
 
 _VERSION_PY = "import platform; print(platform.python_version())"
 
@@ -35,6 +35,17 @@ class EngineVenvs(ScriptResult):
 
     def command(self, scripts_dir, venvs_dir, link, last_good_dir=None):
         return self._guarded(scripts_dir, venvs_list_command(scripts_dir, venvs_dir, link, last_good_dir))
+
+
+class Wheelhouses(ScriptResult):
+    """``venvs.py wheelhouses``'s result line: ``{"wheelhouses": [{"name", "bytes", "venvs",
+    "age_s"}]}``, every lock under ``deploy_dir`` with the venvs still built from it; None
+    before our scripts are on the node."""
+
+    script = "venvs.py"
+
+    def command(self, scripts_dir, deploy_dir):
+        return self._guarded(scripts_dir, venvs_wheelhouses_command(scripts_dir, deploy_dir))
 
 
 class VenvLock(ScriptResult):

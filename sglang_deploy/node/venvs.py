@@ -1,10 +1,11 @@
 """The engine venvs of this node: one per pin set under a venvs directory, and the stable link
 the unit runs through (the profile's engine.venv), switched only by the restart cycle.
 
-    python3 venvs.py mark --venv DIR                   # a finished build (written last)
+    python3 venvs.py mark --venv DIR [--lock LOCK]     # a finished build (written last)
     python3 venvs.py list --dir D --link L [--last-good-dir G]
     python3 venvs.py switch --link L                   # commit L.next (staged by the deploy)
     python3 venvs.py usage --path P                    # disk used by P and free beside it
+    python3 venvs.py wheelhouses --deploy-dir D        # each lock's wheelhouse and its venvs
 
 `list`'s result line: {"venvs": [{"name", "built_at" (null: unfinished build)}], "live": the
 name L points at (null: none, or a directory: "legacy"), "pending": the name L.next points at,
@@ -12,10 +13,18 @@ name L points at (null: none, or a directory: "legacy"), "pending": the name L.n
 service on this node runs or goes back to (every service's link and staged switch, every last
 known good, every running process): the venvs directory is shared, pruning keeps all of them}. `switch` renames L.next over L (atomic; a
 fresh link, so its time is the switch's); a venv directory from before venvs existed at L is
-moved aside to L.legacy first. Without L.next it changes nothing. Standard library only.
+moved aside to L.legacy first. Without L.next it changes nothing.
+
+A venv built from a lock (`mark --lock <deploy dir>/locks/<lock>.txt`) names it in its marker
+and registers itself beside the lock (`locks/<lock>.venvs/`, a link to the venv: every service's
+venvs of the node, wherever their directory). `wheelhouses` lists each lock on the node (its
+file, `wheelhouse/<lock>/`): bytes, the venvs built from it that still stand, and how long ago
+it arrived (a deploy of another service may be about to build from one none was built from
+yet). Standard library only.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -35,11 +44,63 @@ PENDING = ".next"  # L.next: the venv the next restart switches to
 LEGACY = ".legacy"  # L.legacy: a pre-venvs directory at L, kept for rollback
 
 
-def mark(venv):
+USERS = ".venvs"  # <locks>/<lock>.venvs/: a link to each venv built from <lock>.txt
+
+
+def mark(venv, lock=None):
+    record = {"built_at": time.time()}
+    if lock:
+        record["lock"] = os.path.basename(lock)
+        users = os.path.splitext(lock)[0] + USERS
+        os.makedirs(users, exist_ok=True)
+        link = os.path.join(users, hashlib.sha256(os.path.realpath(venv).encode()).hexdigest()[:16])
+        if os.path.lexists(link + ".tmp"):
+            os.unlink(link + ".tmp")
+        os.symlink(os.path.realpath(venv), link + ".tmp")
+        os.replace(link + ".tmp", link)
     with open(os.path.join(venv, MARKER + ".tmp"), "w") as f:
-        json.dump({"built_at": time.time()}, f)
+        json.dump(record, f)
     os.replace(os.path.join(venv, MARKER + ".tmp"), os.path.join(venv, MARKER))
     return result.emit(status.READY)
+
+
+def _bytes(path):
+    """Bytes of the files under ``path`` (links not followed)."""
+    found = 0
+    for root, _, files in os.walk(path):
+        found += sum(os.lstat(os.path.join(root, name)).st_size for name in files)
+    return found
+
+
+def wheelhouses(deploy_dir, now=None):
+    """[{"name", "bytes", "venvs": [built from it, still there], "age_s"}] for every lock on
+    this node (its file under locks/, its directory under wheelhouse/)."""
+    locks, houses = os.path.join(deploy_dir, "locks"), os.path.join(deploy_dir, "wheelhouse")
+    names = {n[:-4] for n in (os.listdir(locks) if os.path.isdir(locks) else []) if n.endswith(".txt")}
+    names |= {
+        n
+        for n in (os.listdir(houses) if os.path.isdir(houses) else [])
+        if not n.startswith(".") and ".sglang-deploy-" not in n and os.path.isdir(os.path.join(houses, n))
+    }
+    found = []
+    for name in sorted(names):
+        users = os.path.join(locks, name + USERS)
+        built = []
+        for link in sorted(os.listdir(users)) if os.path.isdir(users) else []:
+            venv = os.path.realpath(os.path.join(users, link))
+            if os.path.isfile(os.path.join(venv, MARKER)):
+                built.append(venv)
+        paths = [os.path.join(locks, name + ".txt"), os.path.join(houses, name)]
+        arrived = max([os.lstat(p).st_mtime for p in paths if os.path.lexists(p)] or [0])
+        found.append(
+            {
+                "name": name,
+                "bytes": _bytes(paths[1]),
+                "venvs": built,
+                "age_s": round((now or time.time()) - arrived),
+            }
+        )
+    return found
 
 
 def built_at(venv):
@@ -199,15 +260,19 @@ def usage(path):
 @guarded
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("mark", "list", "switch", "usage"))
+    parser.add_argument("action", choices=("mark", "list", "switch", "usage", "wheelhouses"))
     parser.add_argument("--venv")
     parser.add_argument("--dir")
     parser.add_argument("--link")
     parser.add_argument("--last-good-dir")
     parser.add_argument("--path")
+    parser.add_argument("--lock", help="mark: the lock the venv was built from")
+    parser.add_argument("--deploy-dir")
     args = parser.parse_args(argv)
     if args.action == "mark":
-        return mark(args.venv)
+        return mark(args.venv, args.lock)
+    if args.action == "wheelhouses":
+        return result.emit(status.READY, wheelhouses=wheelhouses(args.deploy_dir))
     if args.action == "list":
         return result.emit(status.READY, **listing(args.dir, args.link, args.last_good_dir))
     if args.action == "switch":

@@ -19,28 +19,44 @@ from sglang_deploy.plan.script_commands import venvs_mark_command
 # it in RECORD: two nodes built from one lock would differ in every RECORD, and the manifest
 # diff of a fleet would never be 0. Without installer metadata a venv is the same bytes anywhere.
 UV_REPRODUCIBLE = "UV_NO_INSTALLER_METADATA=1"
+# uv hard-links a venv's files from its cache: with one cache for every build (root's
+# ~/.cache/uv, never cleaned) a pruned venv freed nothing, its blocks stayed there. Each install
+# has a cache of its own inside the venv (its filesystem: the links are made, not copied),
+# removed once the install succeeded; one a failed install leaves goes with its venv.
+UV_CACHE = ".uv-cache"
 
 
-def locked_install(venv, lock, wheels_dir=None, uv="python3 -m uv"):
+def locked_install(venv, lock, wheels_dir=None, uv="python3 -m uv", reinstall=()):
     """The command installing exactly ``lock`` into ``venv``: every sha256 required, no
     dependency resolution; from ``wheels_dir`` alone (no index) when given; no installer
-    metadata (UV_REPRODUCIBLE). ``uv``: how the node runs uv (uv_tool's venv); the lock
-    decides, so pip's resolver is never asked."""
-    return f"{UV_REPRODUCIBLE} {uv} pip install {_uv_target(venv, wheels_dir, '--no-deps')} -r {shlex.quote(lock)}"
+    metadata (UV_REPRODUCIBLE); ``reinstall``: distributions installed again. ``uv``: how the
+    node runs uv (uv_tool's venv); the lock decides, so pip's resolver is never asked."""
+    again = "".join(f" --reinstall-package {shlex.quote(name)}" for name in reinstall)
+    target = _uv_target(venv, wheels_dir, "--no-deps")
+    return _cache_removed(venv, f"{UV_REPRODUCIBLE} {uv} pip install {target} -r {shlex.quote(lock)}{again}")
 
 
 def locked_sync(venv, lock, wheels_dir=None, uv="python3 -m uv"):
     """The command making ``venv`` exactly ``lock`` again: extra distributions removed, missing
     ones installed, hashes required; as ``locked_install``, from ``wheels_dir`` alone when given."""
-    return f"{UV_REPRODUCIBLE} {uv} pip sync {_uv_target(venv, wheels_dir)} {shlex.quote(lock)}"
+    return _cache_removed(
+        venv, f"{UV_REPRODUCIBLE} {uv} pip sync {_uv_target(venv, wheels_dir)} {shlex.quote(lock)}"
+    )
+
+
+def _cache_removed(venv, command):
+    return f"{command} && rm -rf {shlex.quote(f'{venv}/{UV_CACHE}')}"
 
 
 def _uv_target(venv, wheels_dir, *flags):
     """uv's arguments for the venv's interpreter, hashes required (and ``flags``), no
-    configuration read, and the wheelhouse alone (no index) when given."""
+    configuration read, the install's own cache (UV_CACHE), and the wheelhouse alone (no index)
+    when given."""
     offline = f" --no-index --find-links {shlex.quote(wheels_dir)}" if wheels_dir else ""
+    cache = shlex.quote(f"{venv}/{UV_CACHE}")
     return (
         " ".join([f"--python={shlex.quote(venv)}/bin/python", "--require-hashes", *flags, "--no-config"])
+        + f" --cache-dir {cache}"
         + offline
     )
 
@@ -86,7 +102,13 @@ def engine(venv, link, python, packages, scripts_dir, wheels_dir=None, repair=No
     changed = False
     if not built and lock:
         yield from _build(
-            venv, python, locked_install(venv, lock, wheels_dir, uv), [], scripts_dir, with_pip=False
+            venv,
+            python,
+            locked_install(venv, lock, wheels_dir, uv),
+            [],
+            scripts_dir,
+            with_pip=False,
+            lock=lock,
         )
         changed = True
     elif not built:
@@ -156,7 +178,13 @@ def locked_venv(venv, python, lock, uv, scripts_dir, wheels_dir=None):
     marker = f"{venv}/{MARKER}"
     if marker not in host.get_fact(FileDigests, paths=[marker]):
         yield from _build(
-            venv, python, locked_install(venv, lock, wheels_dir, uv), [], scripts_dir, with_pip=False
+            venv,
+            python,
+            locked_install(venv, lock, wheels_dir, uv),
+            [],
+            scripts_dir,
+            with_pip=False,
+            lock=lock,
         )
         return
     report = host.get_fact(VenvLock, venv=venv, scripts_dir=scripts_dir, lock=lock)
@@ -167,10 +195,11 @@ def locked_venv(venv, python, lock, uv, scripts_dir, wheels_dir=None):
     yield locked_sync(venv, lock, wheels_dir, uv)
 
 
-def _build(venv, python, pip, packages, scripts_dir, with_pip=True):
+def _build(venv, python, pip, packages, scripts_dir, with_pip=True, lock=None):
     """A fresh venv: an unfinished build's leftovers go first. The interpreter is a copy
     (--copies), so /proc/<pid>/exe of a server names the venv it started from. A locked
-    venv has no pip: it would be a distribution the lock does not hold."""
+    venv has no pip: it would be a distribution the lock does not hold; it names its lock
+    (its wheelhouse stays while the venv does: venvs.py)."""
     quoted = shlex.quote(venv)
     yield f"rm -rf {quoted} && mkdir -p {shlex.quote(venv.rsplit('/', 1)[0])}"
     yield f"{shlex.quote(python)} -m venv --copies {'' if with_pip else '--without-pip '}{quoted}"
@@ -180,7 +209,7 @@ def _build(venv, python, pip, packages, scripts_dir, with_pip=True):
         f'test -f "$name" && ln -sf python "$name"; done; true'
     )
     yield pip + " ".join(shlex.quote(pin) for pin in packages)
-    yield venvs_mark_command(scripts_dir, venv)
+    yield venvs_mark_command(scripts_dir, venv, lock)
 
 
 def _keep_exact(venv, pip, packages, repair):
@@ -208,8 +237,9 @@ def _keep_locked(venv, lock, wheels_dir, uv, repair):
     yield locked_sync(venv, lock, wheels_dir, uv)
     drifted, strays = _drift(venv, *repair)
     if drifted:
-        names = " ".join(f"--reinstall-package {shlex.quote(pin.partition('==')[0])}" for pin in drifted)
-        yield f"{locked_install(venv, lock, wheels_dir, uv)} {names}"
+        yield locked_install(
+            venv, lock, wheels_dir, uv, reinstall=[pin.partition("==")[0] for pin in drifted]
+        )
     if strays:
         site = pth_directory(host.get_fact(InterpreterStartup, python=f"{venv}/bin/python"))
         yield f"cd {shlex.quote(site)} && rm -f -- " + " ".join(shlex.quote(p) for p in strays)

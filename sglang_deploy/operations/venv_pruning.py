@@ -7,12 +7,12 @@ import shlex
 from pyinfra import host
 from pyinfra.api import operation
 
-from sglang_deploy.facts.engine_venvs import EngineVenvs
-from sglang_deploy.plan.venv_names import venvs_to_remove
+from sglang_deploy.facts.engine_venvs import EngineVenvs, Wheelhouses
+from sglang_deploy.plan.venv_names import venvs_to_remove, wheelhouses_to_remove
 
 
 @operation()
-def old_venvs_pruned(venvs_dir, link, keep, wanted, scripts_dir, last_good_dir):
+def old_venvs_pruned(venvs_dir, link, keep, wanted, scripts_dir, last_good_dir, deploy_dir=None, lock=None):
     """
     Remove the engine venvs beyond the newest ``keep`` that are neither the one the unit's link
     points at, nor the last known good's (a rollback switches back to it, with no download),
@@ -25,6 +25,9 @@ def old_venvs_pruned(venvs_dir, link, keep, wanted, scripts_dir, last_good_dir):
     + wanted: the venv this deploy built or keeps
     + scripts_dir: where our on-node scripts are (venvs.py lists the venvs)
     + last_good_dir: the last known good (its manifest names its venv)
+    + deploy_dir: where the locks and their wheelhouses are: those no venv left was built
+      from, nor ``lock`` (the one this deploy installs), nor arrived within a day, go too
+    + lock: the lock file this deploy installs from (its name), or None
     """
     found = host.get_fact(
         EngineVenvs, scripts_dir=scripts_dir, venvs_dir=venvs_dir, link=link, last_good_dir=last_good_dir
@@ -35,10 +38,28 @@ def old_venvs_pruned(venvs_dir, link, keep, wanted, scripts_dir, last_good_dir):
     protected = [found["live"], found["last_good"], found["pending"], wanted.rsplit("/", 1)[1]]
     protected += list(found.get("in_use") or {})
     gone = venvs_to_remove(found["venvs"], keep, protected)
-    if not gone:
+    houses = (
+        (host.get_fact(Wheelhouses, scripts_dir=scripts_dir, deploy_dir=deploy_dir) or {})
+        if deploy_dir
+        else {}
+    )
+    keep_lock = lock.rsplit("/", 1)[-1].removesuffix(".txt") if lock else None
+    stale = wheelhouses_to_remove(
+        houses.get("wheelhouses", []), [f"{venvs_dir}/{n}" for n in gone], keep_lock
+    )
+    if not gone and not stale:
         host.noop(
             f"{len(found['venvs'])} engine venvs, at most {keep} kept besides the live and those in use"
         )
         return
-    host.log(f"removing engine venvs {', '.join(gone)} (keeping {keep})")
-    yield "rm -rf -- " + " ".join(shlex.quote(f"{venvs_dir}/{name}") for name in gone)
+    if gone:
+        host.log(f"removing engine venvs {', '.join(gone)} (keeping {keep})")
+        yield "rm -rf -- " + " ".join(shlex.quote(f"{venvs_dir}/{name}") for name in gone)
+    if stale:  # what a deploy that goes back to one of them uploads again
+        host.log(f"removing the wheelhouses of {', '.join(stale)}: no venv left was built from them")
+        paths = [f"{deploy_dir}/{where}" for name in stale for where in _lock_paths(name)]
+        yield "rm -rf -- " + " ".join(shlex.quote(path) for path in paths)
+
+
+def _lock_paths(name):
+    return (f"wheelhouse/{name}", f"locks/{name}.txt", f"locks/{name}.venvs")

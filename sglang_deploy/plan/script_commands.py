@@ -118,9 +118,15 @@ def venvs_list_command(directory, venvs_dir, link, last_good_dir=None):
     )
 
 
-def venvs_mark_command(directory, venv):
-    """venvs.py mark: a finished build (written last, so a half-built venv is never used)."""
-    return _script("python3", directory, "venvs.py", "mark", "--venv", venv)
+def venvs_mark_command(directory, venv, lock=None):
+    """venvs.py mark: a finished build (written last, so a half-built venv is never used),
+    registered with the lock it was built from."""
+    return _script("python3", directory, "venvs.py", "mark", "--venv", venv, *_if(lock, "--lock", lock))
+
+
+def venvs_wheelhouses_command(directory, deploy_dir):
+    """venvs.py wheelhouses: each lock's wheelhouse on the node and the venvs built from it."""
+    return _script("python3", directory, "venvs.py", "wheelhouses", "--deploy-dir", deploy_dir)
 
 
 def dist_reach_command(directory, addr, rank, timeout_s, listening_port=None):

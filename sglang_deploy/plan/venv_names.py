@@ -98,3 +98,20 @@ def venvs_to_remove(venvs, keep: int, protected) -> list:
     kept = {v["name"] for v in finished[: max(keep, 0)]} | {p for p in protected if p}
     gone = [v for v in venvs if v["name"] not in kept]
     return [v["name"] for v in sorted(gone, key=lambda v: (v.get("built_at") or 0, v["name"]))]
+
+
+WHEELHOUSE_RECENT_S = 24 * 3600  # younger: a deploy (of any service here) may be about to build from it
+
+
+def wheelhouses_to_remove(wheelhouses, gone, keep):
+    """Which locks' wheelhouses go (with their lock files): ``wheelhouses`` is venvs.py's list
+    ([{"name", "venvs", "age_s"}]); one stays while a venv built from it stands after ``gone``
+    (venv paths being removed), when it is ``keep`` (the lock this deploy installs), or when it
+    arrived less than a day ago. A venv from before venvs named their lock keeps none."""
+    return [
+        w["name"]
+        for w in wheelhouses
+        if w["name"] != keep
+        and not set(w.get("venvs") or ()) - set(gone)
+        and (w.get("age_s") or 0) >= WHEELHOUSE_RECENT_S
+    ]

@@ -237,8 +237,9 @@ def test_moving_to_smg_is_one_ordinary_deploy(run):  # noqa: F811
     ]
     assert commands[3] == (
         f"UV_NO_INSTALLER_METADATA=1 /opt/sglang-deploy/uv-venv/bin/uv pip install --python={venv}/bin/python --require-hashes "
-        f"--no-deps --no-config --no-index --find-links /opt/sglang-deploy/wheelhouse/{locked.local_lock.stem} "
-        f"-r /opt/sglang-deploy/locks/{locked.local_lock.name}"
+        f"--no-deps --no-config --cache-dir {venv}/.uv-cache --no-index --find-links "
+        f"/opt/sglang-deploy/wheelhouse/{locked.local_lock.stem} "
+        f"-r /opt/sglang-deploy/locks/{locked.local_lock.name} && rm -rf {venv}/.uv-cache"
     )
     assert not any("sglang-router-0.3.2" in c for c in commands)  # the old venv is left alone
     # The installed unit is the old one: it is replaced (verified first) and reloaded, which

@@ -269,9 +269,9 @@ def test_the_router_venv_is_built_from_its_lock_with_hashes_required_and_no_inde
     assert commands[1] == f"python3 -m venv --copies --without-pip {V}"
     assert commands[3] == (
         f"UV_NO_INSTALLER_METADATA=1 {UV} pip install --python={V}/bin/python --require-hashes --no-deps --no-config "
-        f"--no-index --find-links /opt/sd/wh/L -r {LOCK}"
+        f"--cache-dir {V}/.uv-cache --no-index --find-links /opt/sd/wh/L -r {LOCK} && rm -rf {V}/.uv-cache"
     )
-    assert commands[4] == f"python3 {SCRIPTS}/venvs.py mark --venv {V}" and noops == []
+    assert commands[4] == f"python3 {SCRIPTS}/venvs.py mark --venv {V} --lock {LOCK}" and noops == []
     assert not any("pip install --no-input" in c for c in commands)  # pip never resolves
     # From an index (router_install_from: index): the hashes are still required.
     commands, _ = run(operations.locked_venv, {FileDigests: {}}, V, "python3", LOCK, UV, SCRIPTS)
@@ -289,7 +289,8 @@ def test_a_router_venv_that_is_its_lock_changes_nothing_and_one_that_drifted_is_
         operations.locked_venv, built(drifted), V, "python3", LOCK, UV, SCRIPTS, wheels_dir="/w"
     )
     assert commands == [
-        f"UV_NO_INSTALLER_METADATA=1 {UV} pip sync --python={V}/bin/python --require-hashes --no-config --no-index --find-links /w {LOCK}"
+        f"UV_NO_INSTALLER_METADATA=1 {UV} pip sync --python={V}/bin/python --require-hashes --no-config "
+        f"--cache-dir {V}/.uv-cache --no-index --find-links /w {LOCK} && rm -rf {V}/.uv-cache"
     ]
 
 

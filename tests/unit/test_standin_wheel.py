@@ -43,7 +43,7 @@ def node_venv(path: Path, wheelhouse: Path) -> Path:
     lock installed by uv with every hash required, no dependency resolution, no index."""
     subprocess.run([sys.executable, "-m", "venv", "--copies", "--without-pip", str(path)], check=True)
     lock = lock_path(load_profile("sandbox").engine)
-    command = locked_install(str(path), str(lock), str(wheelhouse), f"{sys.executable} -m uv") + " --offline"
+    command = locked_install(str(path), str(lock), str(wheelhouse), f"{sys.executable} -m uv --offline")
     done = subprocess.run(
         command,
         shell=True,

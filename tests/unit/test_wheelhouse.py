@@ -183,8 +183,10 @@ def test_a_locked_venv_is_built_without_pip_from_the_wheelhouse_alone(run):  # n
     assert commands[1] == f"python3 -m venv --copies --without-pip {V}"
     assert commands[3] == (
         f"UV_NO_INSTALLER_METADATA=1 /opt/sd/uv/bin/uv pip install --python={V}/bin/python --require-hashes --no-deps --no-config "
-        "--no-index --find-links /opt/sd/wheelhouse/L -r /opt/sd/locks/L.txt"
+        f"--cache-dir {V}/.uv-cache --no-index --find-links /opt/sd/wheelhouse/L -r /opt/sd/locks/L.txt"
+        f" && rm -rf {V}/.uv-cache"  # its own cache, removed: pruning the venv frees its blocks
     )
+    assert commands[4].endswith(f"venvs.py mark --venv {V} --lock /opt/sd/locks/L.txt")
     assert not any(" pip install --no-input" in c for c in commands)
 
 
