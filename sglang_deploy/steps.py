@@ -83,7 +83,12 @@ def node_scripts(plan):
 def gpu_node_settings(plan):
     """The profile's `gpu:` and `pcie:`: persistence mode (skipped without an NVIDIA driver) and,
     with pcie.disable_acs, a boot-time unit that clears ACS on every PCI bridge."""
-    persistence_mode(name="GPU persistence mode", enabled=plan.profile.gpu.persistence_mode)
+    persistence_mode(
+        name="GPU persistence mode",
+        enabled=plan.profile.gpu.persistence_mode,
+        scripts_dir=plan.scripts.directory,
+        unit_dir=plan.unit_dir,
+    )
     if plan.profile.pcie.disable_acs:
         acs_unit = sglang.unit_file(
             name="ACS unit",

@@ -1,25 +1,40 @@
 """GPU node settings: persistence mode, and (opt-in) ACS cleared on PCI bridges at every boot."""
 
 import shlex
+from io import StringIO
 
 from pyinfra import host, logger
 from pyinfra.api import operation
+from pyinfra.api.command import FileUploadCommand
 from pyinfra.facts.files import File
 
-from sglang_deploy.facts.gpu import PERSISTENCED_UNIT, GpuPersistence
+from sglang_deploy.facts.gpu import (
+    NO_PERSISTENCE,
+    PERSISTENCED_DROPIN,
+    PERSISTENCED_UNIT,
+    GpuPersistence,
+    persistence_problems,
+    persistenced_argv,
+    persistenced_dropin,
+)
 from sglang_deploy.facts.serving import UnitState
-from sglang_deploy.node.lib import gpu_settings
+from sglang_deploy.plan.script_commands import persistence_check_command
 from sglang_deploy.plan.settings import default
 
 
 @operation()
-def persistence_mode(enabled=True):
+def persistence_mode(enabled=True, scripts_dir=None, unit_dir=default("unit_dir")):
     """
-    Keep the NVIDIA driver initialised between processes: nvidia-persistenced's unit enabled
-    and running where the driver ships it, else ``nvidia-smi -pm 1`` (which a reboot undoes:
-    said as a warning). No driver on the node: skipped, saying so.
+    Keep the NVIDIA driver initialised between processes, on every GPU, at every boot:
+    nvidia-persistenced's unit enabled and running where the driver ships it (with Ubuntu's
+    packaging, whose unit passes ``--no-persistence-mode``, a drop-in runs the same command
+    line without it), else ``nvidia-smi -pm 1`` (which a reboot undoes: said as a warning).
+    Judged as `make verify` judges it (facts/gpu.py persistence_problems); what it changed is
+    confirmed on the node before the step ends. No driver on the node: skipped, saying so.
 
     + enabled: the profile's ``gpu.persistence_mode``
+    + scripts_dir: where our on-node scripts are (node/lib/gpu_settings.py confirms)
+    + unit_dir: where units and their drop-ins are installed
     """
     found = host.get_fact(GpuPersistence)
     if found is None:
@@ -28,23 +43,38 @@ def persistence_mode(enabled=True):
     if not enabled:
         host.noop("persistence mode: not asked for (gpu.persistence_mode: false)")
         return
+    problems = persistence_problems(found)
     unit = found["unit"]
-    if unit.get("LoadState") == "loaded":
+    loaded = unit.get("LoadState") == "loaded"
+    if not problems:
+        host.noop(
+            f"persistence mode: on for every GPU ({PERSISTENCED_UNIT} enabled and running)"
+            if loaded
+            else "persistence mode: on for every GPU"
+        )
+        return
+    host.log(f"persistence mode: {'; '.join(problems)}")
+    if not loaded:
+        host.log(
+            f"no {PERSISTENCED_UNIT} on this node: `nvidia-smi -pm 1` lasts until the next reboot",
+            logger.warning,
+        )
+        yield "nvidia-smi -pm 1"
+    else:
         if unit.get("UnitFileState") not in ("enabled", "static"):
             yield f"systemctl enable {PERSISTENCED_UNIT}"
-        if unit.get("ActiveState") != "active":
+        if NO_PERSISTENCE in persistenced_argv(unit):
+            dropin = f"{unit_dir}/{PERSISTENCED_DROPIN}"
+            yield f"mkdir -p {shlex.quote(dropin.rsplit('/', 1)[0])}"
+            yield FileUploadCommand(StringIO(persistenced_dropin(unit)), dropin)
+            yield "systemctl daemon-reload"
+            yield f"systemctl restart {PERSISTENCED_UNIT}"
+        elif unit.get("ActiveState") != "active":
             yield f"systemctl start {PERSISTENCED_UNIT}"
-        elif unit.get("UnitFileState") in ("enabled", "static"):
-            host.noop(f"persistence mode: {PERSISTENCED_UNIT} enabled and running")
-        return
-    off = gpu_settings.persistence_off(found["gpus"])
-    if not off:
-        host.noop("persistence mode: on for every GPU")
-        return
-    host.log(
-        f"no {PERSISTENCED_UNIT} on this node: `nvidia-smi -pm 1` lasts until the next reboot", logger.warning
-    )
-    yield "nvidia-smi -pm 1"
+        else:  # the daemon runs as it should, and some GPU is off all the same: ask it
+            yield "nvidia-smi -pm 1"
+    if scripts_dir:
+        yield persistence_check_command(scripts_dir)
 
 
 @operation()

@@ -27,6 +27,11 @@ def acs_command(directory):
     return _script("/usr/bin/python3", directory, "acs.py", "disable")
 
 
+def persistence_check_command(directory):
+    """node/lib/gpu_settings.py persistence: exit 1 naming the GPUs whose persistence mode is off."""
+    return _script("python3", directory, "lib/gpu_settings.py", "persistence")
+
+
 def secret_args_argv(directory, path, secret_server_args):
     """secret_args.py as the unit's ExecStartPre= runs it (words, for systemd's quoting):
     ``secret_server_args`` ({argument: variable}) from the env file into ``path`` (--config)."""

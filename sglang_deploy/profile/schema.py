@@ -230,7 +230,8 @@ class Gpu(_Section):
     min_driver: DriverVersion | None = None  # oldest NVIDIA driver accepted; null: any
     model: GpuModel | None = None  # text every GPU's name contains, e.g. H200; null: any
     # The driver stays initialised between processes (no seconds-long re-init per start):
-    # nvidia-persistenced's unit enabled where the driver ships it, else `nvidia-smi -pm 1`.
+    # nvidia-persistenced's unit enabled and running where the driver ships it (Ubuntu's unit,
+    # which passes --no-persistence-mode, gets a drop-in without it), else `nvidia-smi -pm 1`.
     persistence_mode: bool = True
 
 

@@ -7,10 +7,10 @@ import shlex
 
 from sglang_deploy.facts.gpu import (
     ACS_UNIT,
-    PERSISTENCED_UNIT,
     GpuPersistence,
     acs_unit_services,
     acs_unit_text,
+    persistence_problems,
 )
 from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.node import preflight
@@ -85,20 +85,17 @@ def os_packages(node, plan) -> Check:
 
 
 def persistence(node, plan) -> Check:
-    """Persistence mode on for every GPU, and nvidia-persistenced's unit enabled where the
-    driver ships it (gpu.persistence_mode); the driver version and model the profile asks for."""
+    """Persistence mode on for every GPU, and nvidia-persistenced's unit enabled, running and
+    without --no-persistence-mode where the driver ships it (gpu.persistence_mode; the deploy's
+    step reads it the same way: facts/gpu.py persistence_problems); the driver version and
+    model the profile asks for."""
     found = read_fact(node, GpuPersistence)
     if found is None:
         return Check.nothing_to_check("persistence mode", "no GPU: nvidia-smi not found")
     gpu = plan.profile.gpu
     problems = gpu_settings.problems(found["gpus"], min_driver=gpu.min_driver, model=gpu.model)
-    if gpu.persistence_mode:
-        off = gpu_settings.persistence_off(found["gpus"])
-        if off:
-            problems.append(f"persistence mode off on GPU {', '.join(off)}")
-        unit = found["unit"]
-        if unit.get("LoadState") == "loaded" and unit.get("UnitFileState") not in ("enabled", "static"):
-            problems.append(f"{PERSISTENCED_UNIT} is {unit.get('UnitFileState')}, not enabled")
+    if gpu.persistence_mode:  # as the deploy's step judges it
+        problems += persistence_problems(found)
     if problems:
         return Check("persistence mode", FAILED, "; ".join(problems))
     return Check(

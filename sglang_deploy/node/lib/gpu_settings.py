@@ -5,9 +5,13 @@ node, `make verify` and the deploy's facts parse the same output on the controll
     nvidia-smi --query-gpu=index,name,driver_version,persistence_mode,pci.bus_id --format=csv
     index, name, driver_version, persistence_mode, pci.bus_id
     0, NVIDIA H200, 580.159.04, Enabled, 00000000:00:06.0
+
+    python3 gpu_settings.py persistence    # exit 1 naming the GPUs whose persistence mode is off
 """
 
 import re
+import subprocess
+import sys
 
 QUERY = ["--query-gpu=index,name,driver_version,persistence_mode,pci.bus_id", "--format=csv"]
 FIELDS = ("index", "name", "driver_version", "persistence_mode", "pci.bus_id")
@@ -77,3 +81,22 @@ def summary(gpus):
     names = sorted({gpu["name"] for gpu in gpus})
     drivers = sorted({gpu["driver_version"] for gpu in gpus})
     return "%d × %s, driver %s" % (len(gpus), "/".join(names), "/".join(drivers))
+
+
+def main(argv=None):
+    """`persistence`: the deploy's step confirms what it set, read as every other reader reads it."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv != ["persistence"]:
+        print("usage: gpu_settings.py persistence", file=sys.stderr)
+        return 2
+    done = subprocess.run(["nvidia-smi"] + QUERY, stdout=subprocess.PIPE, text=True)
+    off = persistence_off(parse(done.stdout)) if done.returncode == 0 else ["?"]
+    if off:
+        print("persistence mode still off on GPU %s" % ", ".join(off), file=sys.stderr)
+        return 1
+    print("persistence mode on for every GPU")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
