@@ -1,11 +1,13 @@
 """Launch the inference server: `python -m sglang.launch_server --model-path ... [options]`.
 
-Exit status: 0 after a clean stop (a SIGTERM drained on rank 0; a follower whose schedulers
-ended), killed by SIGTERM when stopped while loading (no handler yet, as in SGLang), 2 for a
-bad flag (argparse) or a bad SGLANG_STANDIN_* knob, 1 for every start-up or runtime failure
-(an uncaught exception's traceback, a dead scheduler -- also one killed by the stop's own
-SIGTERM --, a failed warmup; SGLang SIGKILLs itself there). Whatever happens, the process
-tree goes with the launcher. docs/sglang-shutdown.md: how SGLang 0.5.23 stops.
+Exit status: 0 after a clean stop (a SIGTERM to the launcher drained on rank 0; a follower
+whose schedulers ended), killed by SIGTERM when stopped while loading (no handler yet, as in
+SGLang), 2 for a bad flag (argparse) or a bad SGLANG_STANDIN_* knob, 1 for a failure while
+starting (an uncaught exception's traceback, a scheduler dead before ready), and killed by
+SIGKILL of itself, as SGLang's kill_process_tree(os.getpid()) ends it, where a subprocess died
+once serving (also one killed by a stop's SIGTERM to every process) or the warmup failed.
+Whatever happens, the process tree goes with the launcher. docs/sglang-shutdown.md: how SGLang
+0.5.23 stops.
 """
 
 import os

@@ -4,9 +4,9 @@
     python3 follower.py cause --unit sglang.service
 
 SGLang 0.5.23's follower launcher ignores a SIGTERM of its own; it ends on rank 0's ShutdownReq
-broadcast (rank 0 drained and exited cleanly) or, when rank 0 went away without one (systemd's
-stop kills rank 0's schedulers at once: docs/sglang-shutdown.md), at its next collective with
-the peer lost. `stop`, run once rank 0 is stopped, waits up to --wait seconds for the unit to
+broadcast (rank 0, stopped by the unit's SIGTERM to its launcher, drained and exited cleanly)
+or, when rank 0 went away without one (killed, crashed: docs/sglang-shutdown.md), at its next
+collective with the peer lost. `stop`, run once rank 0 is stopped, waits up to --wait seconds for the unit to
 end by itself (at once when it serves alone: no --node-rank in its argv, nodes becoming a group),
 SIGKILLs what is left of it then, naming it, and finally runs `systemctl stop`
 (instant by then) so that a follower that ended with an error is not restarted by

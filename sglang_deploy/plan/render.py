@@ -16,6 +16,7 @@ import jinja2
 from sglang_deploy.errors import DeployError
 from sglang_deploy.node.lib import env_records
 from sglang_deploy.plan.script_commands import secret_args_argv
+from sglang_deploy.profile.engine_flags import pinned_version
 from sglang_deploy.profile.schema import Profile
 
 ENV_DIR = "/etc/sglang"  # default; the deploy passes its own `env_dir`
@@ -25,6 +26,9 @@ HOOK_MODULE = "sglang_deploy_env"  # <site-packages>/sglang_deploy_env.{py,pth}
 _ENV_SPECIAL = re.compile(r'([\\"`$])')
 _EXEC_PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 _PLAIN_PATH = re.compile(r"(/[A-Za-z0-9._+@-]+)+")
+# SGLang before 0.5.23 ends even a drained stop by SIGKILL of itself (0.5.17: exit status 137
+# 3-4 s after the SIGTERM; docs/sglang.md "Stopping"); 0.5.23 exits 0 (docs/sglang-shutdown.md).
+CLEAN_STOP_SINCE = (0, 5, 23)
 
 
 def templates_dir() -> Path:
@@ -83,6 +87,14 @@ def exec_start_pre(profile: Profile, scripts_dir: str = SCRIPTS_DIR) -> str | No
     return " ".join(systemd_exec_quote(arg) for arg in argv)
 
 
+def stop_kills_itself(profile: Profile) -> bool:
+    """Whether the pinned SGLang ends a stop by SIGKILL of itself (a release before
+    CLEAN_STOP_SINCE); an engine not pinned is taken for a current one."""
+    version = pinned_version(profile.engine.packages)
+    release = re.match(r"\d+(\.\d+)*", version or "")
+    return bool(release) and tuple(int(part) for part in release.group(0).split(".")) < CLEAN_STOP_SINCE
+
+
 def render_unit(profile: Profile, env_dir: str = ENV_DIR, scripts_dir: str = SCRIPTS_DIR) -> str:
     """The systemd unit, /etc/systemd/system/<service.name>.service; ``scripts_dir``: our node
     scripts' directory on the node (secret_args.py, for secret server arguments)."""
@@ -97,6 +109,7 @@ def render_unit(profile: Profile, env_dir: str = ENV_DIR, scripts_dir: str = SCR
         records_var=env_records.RECORDS_VAR,
         records_dir=env_records.records_dir(profile.service.name),
         runtime_directory=env_records.runtime_directory(profile.service.name),
+        stop_kills_itself=stop_kills_itself(profile),
     )
 
 

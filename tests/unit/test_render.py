@@ -293,9 +293,13 @@ Restart=on-failure
 RestartSec=10
 TimeoutStartSec=1800
 TimeoutStopSec=120
-# Stop every process the server spawned (tensor-parallel workers, detokenizer), not just the
-# main one: a leftover worker keeps its GPU memory and the port.
-KillMode=control-group
+# A stop is SGLang's own: SIGTERM to the launcher alone, which drains, asks its schedulers to
+# shut down and ends its process tree itself (docs/sglang-shutdown.md): exit 0, the unit
+# inactive. Whatever of the unit is left once it exited, or at TimeoutStopSec, gets SIGKILL: a
+# leftover worker would keep its GPU memory and the port. (SIGTERM to every process at once,
+# control-group, killed the schedulers first, and the launcher's watchdog failed it: every
+# stop left the unit failed.)
+KillMode=mixed
 KillSignal=SIGTERM
 LimitNOFILE=1048576
 SyslogIdentifier=sglang
@@ -307,6 +311,17 @@ WantedBy=multi-user.target
 
 def test_unit_golden_sandbox():
     assert render_unit(load_profile("sandbox")) == SANDBOX_UNIT
+
+
+def test_unit_of_an_sglang_that_sigkills_itself_after_a_stop():
+    """0.5.17 ends a drained stop by SIGKILL of itself: that is success, and a crash that ends the
+    same way is still restarted (tests/unit/test_unit_stop.py stops processes by it)."""
+    pinned = {"engine": {"packages": ["sglang==0.5.17"]}}
+    unit = render_unit(load_profile("sandbox", overrides=pinned))
+    assert "KillMode=mixed\nKillSignal=SIGTERM\n" in unit
+    assert "SuccessExitStatus=SIGKILL\nRestartForceExitStatus=SIGKILL\nLimitNOFILE=" in unit
+    never = render_unit(load_profile("sandbox", overrides={**pinned, "service": {"restart": "no"}}))
+    assert "SuccessExitStatus=SIGKILL\nLimitNOFILE=" in never and "RestartForceExitStatus" not in never
 
 
 def test_unit_follows_service_settings():

@@ -2,7 +2,8 @@
 
 Start-up phases and the closed port, /health 503 -> 200, /v1/models during warmup, the
 scheduler processes (titles, spawn environment), NCCL INFO lines, the token rate, SIGTERM
-(SGLang's 5-s drain clock, systemctl's SIGTERM to every process),
+(SGLang's 5-s drain clock; a stop under the deploy's unit, and under SIGTERM to every process,
+by a systemd-like stop: systemd_like.py),
 and every SGLANG_STANDIN_FAIL mode. Every process started here is killed at teardown.
 """
 
@@ -19,9 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
+import systemd_like
 
 from sglang_deploy.node.lib import decode_rate, env_records
-from sglang_deploy.plan.render import HOOK_MODULE, render_hook_module
+from sglang_deploy.plan.render import HOOK_MODULE, render_hook_module, render_unit
 from sglang_deploy.profile.schema import load_profile
 
 STANDIN = Path(__file__).resolve().parents[2] / "engine-standin"
@@ -546,7 +548,9 @@ def test_scheduler_dying_after_ready_takes_the_tree_down(standins):
     assert s.wait_log("The server is fired up and ready to roll!")
     rc = s.wait_exit()
     log = s.log()
-    assert rc == 1
+    assert rc == -signal.SIGKILL  # SGLang's kill_process_tree(os.getpid()): itself last
+    unit = systemd_like.settings(render_unit(load_profile("sandbox")))
+    assert systemd_like.result(rc, unit) == "signal" and systemd_like.restarts(rc, unit)  # a crash
     assert "Rank 1 scheduler is dead. Please check if there are relevant logs." in log
     assert re.search(
         r"Subprocess scheduler_1 \(pid=\d+\) crashed with exit code -9\. "
@@ -563,7 +567,7 @@ def test_failed_warmup_kills_the_tree(standins):
     assert s.request("GET", "/health")[0] == 503
     rc = s.wait_exit()
     log = s.log()
-    assert rc == 1
+    assert rc == -signal.SIGKILL  # kill_process_tree(os.getpid()) from the warmup, as SGLang
     assert "] Initialization failed. warmup error: Traceback (most recent call last):" in log
     assert '"POST /generate HTTP/1.1" 500 Internal Server Error' in log
     assert re.search(r"^AssertionError: \{\"error\": \{\"message\": ", log, re.M)
@@ -711,8 +715,28 @@ def test_sigterm_to_the_launcher_drains_on_sglangs_5s_clock_then_stops_cleanly(s
     assert not [pid for pid in kids if alive(pid)]
 
 
+def test_a_stop_under_the_deploys_unit_drains_and_leaves_it_clean(standins):
+    """The unit as the deploy renders it, stopped as systemd stops it (KillMode=mixed: SIGTERM to
+    the launcher; SIGKILL to what is left once it exited): the running request finishes, the
+    schedulers stop on SGLang's ShutdownReq, exit 0: the unit ends inactive, not failed."""
+    rate = 20
+    s = standins(env={"SGLANG_STANDIN_TOKENS_PER_SECOND": str(rate), "SGLANG_STANDIN_WARMUP_SECONDS": "0.1"})
+    assert s.wait_log("fired up")
+    kids = s.descendants()
+    conn, resp = stream(s, int(1.5 * rate))
+    ended, took = systemd_like.stop(s.proc, render_unit(load_profile("sandbox")))
+    assert ended == "success" and s.proc.returncode == 0, (ended, s.proc.returncode, s.log()[-2000:])
+    assert took < 5.0 + 5.0 + 1.0, took  # the 5-s look, one more while the request runs
+    assert resp.read().rstrip().endswith(b"data: [DONE]")  # drained, not cut
+    conn.close()
+    log = s.log()
+    assert "Gracefully exiting... Remaining number of requests 0." in log and "crashed" not in log
+    assert not s.port_open() and not [pid for pid in kids if alive(pid)]
+
+
 def test_systemctl_stop_kills_the_schedulers_and_the_watchdog_fails_the_launcher(standins):
-    """KillMode=control-group: the same SIGTERM reaches every process of the unit at once."""
+    """KillMode=control-group (the deploy's unit before): the same SIGTERM reaches every process
+    of the unit at once; the launcher ends by SIGKILL of itself: the unit failed."""
     rate = 40
     s = standins(env={"SGLANG_STANDIN_TOKENS_PER_SECOND": str(rate), "SGLANG_STANDIN_WARMUP_SECONDS": "0.1"})
     clock = warmup_request_started(s, rate)
@@ -721,8 +745,9 @@ def test_systemctl_stop_kills_the_schedulers_and_the_watchdog_fails_the_launcher
     conn, resp = stream(s, 400)
     sent = at_phase(clock, 1.0)  # the 5-s clock looks again only 4 s after the SIGTERM
     sleep_until(sent)
-    os.killpg(s.pid, signal.SIGTERM)
-    assert s.proc.wait(timeout=3) == 1
+    control_group = render_unit(load_profile("sandbox")).replace("KillMode=mixed", "KillMode=control-group")
+    ended, _ = systemd_like.stop(s.proc, control_group, timeout=3)
+    assert ended == "signal" and s.proc.returncode == -signal.SIGKILL
     took = time.monotonic() - sent
     assert took < 1.4, took  # the watchdog's next look, within 1 s
     log = s.log()

@@ -23,6 +23,7 @@ import multiprocessing.connection
 import os
 import random
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -308,14 +309,19 @@ class Engine:
     # ------------------------------------------------------------------ teardown
     def kill_tree(self, include_parent: bool = False) -> None:
         """SGLang's kill_process_tree(os.getpid(), ...): SIGKILL every descendant (the
-        subprocesses, multiprocessing's resource tracker), reaped before returning. The
-        stand-in never SIGKILLs itself: where SGLang does (include_parent), the caller exits 1."""
+        subprocesses, multiprocessing's resource tracker), reaped; then, include_parent, the
+        launcher itself, as SGLang's SIGQUIT handler and failed warmup end it (exit status 137:
+        systemd reads a main process killed by a signal)."""
         pid = os.getpid()
         logger.info(f"kill_process_tree called: parent_pid={pid}, include_parent={include_parent}, pid={pid}")
         kill_process_tree(pid, include_parent=False)
         for _, proc in self._named_procs():
             if proc.pid is not None:
                 proc.join(timeout=1)
+        if include_parent:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.kill(pid, signal.SIGKILL)
 
     def shutdown(self, grace: float = 0.4, kill: bool = False) -> None:
         """SIGTERM the subprocesses, give them `grace` seconds, then SIGKILL what is left

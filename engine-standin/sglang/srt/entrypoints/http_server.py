@@ -11,10 +11,11 @@ Sequence, as in SGLang 0.5.23:
      Up, so /ping and /ready answer 200 from here on; POST /freeze_gc, then log "The server
      is fired up and ready to roll!". /health answers 200 once Up, after a one-token
      generation and at least 1 s. A failed warmup logs "Initialization failed. warmup error:
-     <traceback>" and tears the tree down (exit 1).
-  6. supervise (_supervise): SIGTERM -> drain on SGLang's 5-s clock, ShutdownReq, clean stop,
-     exit 0; a subprocess gone (seen by the 1-s watchdog) -> exit 1. Under KillMode=control-group
-     the schedulers die of the stop's own SIGTERM, so rank 0 then ends through the watchdog.
+     <traceback>" and tears the tree down, itself last (SIGKILL).
+  6. supervise (_supervise): SIGTERM to the launcher -> drain on SGLang's 5-s clock,
+     ShutdownReq, clean stop, exit 0 (the deploy's unit, KillMode=mixed); a subprocess gone
+     (seen by the 1-s watchdog) -> SIGQUIT, the tree and the launcher SIGKILLed. A SIGTERM to
+     every process at once (KillMode=control-group) kills the schedulers first: that way.
      docs/sglang-shutdown.md has the facts and their sources.
 
 As in 0.5.23, /ping turns 200 a moment before the "fired up" line (the /freeze_gc round trip).
@@ -138,9 +139,9 @@ def _supervise(
     """Rank 0 from the open port to its end, with SGLang 0.5.23's two clocks:
 
     * SubprocessWatchdog: every 1 s from when the schedulers were ready, any subprocess gone
-      with an exit code other than 0 -> "Subprocess ... crashed ..." and SIGQUIT (exit 1 here;
-      SGLang SIGKILLs itself). Under `systemctl stop` (KillMode=control-group) the schedulers
-      die of the same SIGTERM at once, so this is how rank 0 usually ends then.
+      with an exit code other than 0 -> "Subprocess ... crashed ..." and SIGQUIT (the tree and
+      the launcher SIGKILLed). Under a SIGTERM to every process (KillMode=control-group) the
+      schedulers die of it at once, so rank 0 then ends this way.
     * sigterm_watchdog: every 5 s from the first generation request, a look at
       gracefully_exit; once set, "Gracefully exiting..." every 5 s until no request is left,
       then the clean stop (_stop_cleanly, exit 0).
@@ -267,8 +268,7 @@ def _run_follower(server_args: ServerArgs, state: ServerState, engine: Engine, l
         server.shutdown()
         server.server_close()
     if code != 0:
-        engine.kill_tree(include_parent=True)  # the SIGQUIT handler's; SGLang SIGKILLs itself
-        return code
+        engine.kill_tree(include_parent=True)  # the SIGQUIT handler's: SIGKILL of itself, not returned from
     engine.kill_tree()  # launch_server.py's `finally`
     return 0
 
@@ -344,8 +344,6 @@ def launch_server(server_args: ServerArgs) -> int:
         return 0
     if code != 0:
         # The SIGQUIT handler's kill_process_tree(os.getpid()): SGLang SIGKILLs its tree and
-        # itself (the port closes with it); the stand-in exits 1 instead.
+        # itself (the port closes with it): not returned from.
         engine.kill_tree(include_parent=True)
-        server.shutdown()
-        server.server_close()
     return code
