@@ -146,33 +146,23 @@ format:
 	$(PYTHON) -m ruff format .
 	$(PYTHON) -m ruff check --fix .
 
-# End-to-end on fresh sandbox nodes, torn down even when a test fails, in two sandboxes:
-# 1. nodes 1-2 as the sandbox image boots them, node 3 bare (no python3-venv, no model): the
-#    deploy provisions it from nothing;
-# 2. the fleet: 3 nodes behind a router node (with a router in the inventory every restart
-#    goes through it, so the fleet gets a sandbox of its own), reached as a login user with sudo
-#    as real fleets are: rolling changes, a controller killed mid-restart, all through sudo; and
-#    a monitoring node (tests/e2e/test_monitoring.py; the other fleet tests leave it out with
-#    --limit);
-# 3. a login user with sudo (`deploy`), node 2 bare: the main scenarios, and the token searched
-#    for on the node's whole filesystem (tests/e2e/test_sudo_login.py).
-E2E_PHASES := "--nodes 3 --bare 1|e2e and not fleet" "--nodes 3 --routers 1 --monitoring 1 --sudo-user|fleet" \
-	"--nodes 2 --bare 1 --sudo-user|sudo"
-# Each phase's wall time (sandbox up to down) goes to $(PHASE_TIMES), which `make test` prints at
-# the end; every test's own time to reports/e2e-durations/ (tests/e2e/conftest.py, which also
-# fails a test over the suite's ceiling that does not say why it must take longer).
+# End-to-end on fresh sandbox nodes, torn down even when a test fails, in shards side by side,
+# each on a sandbox of its own (sandbox/e2e_shards.py holds the shards): the main scenarios on 3
+# nodes, node 3 bare (two shards, split by test files); the fleet behind a router node with a
+# monitoring node, reached as a login user with sudo; the main scenarios as a login user with
+# sudo, node 2 bare. The waiting (the stand-in's load and warmup, gates, drains) overlaps, so
+# the suite takes about as long as its longest shard. E2E_JOBS=N: at most N shards at once
+# (E2E_JOBS=1: one after another); E2E_SHARDS=a,b: only those. Each shard's output goes to
+# reports/e2e/<shard>.log (all printed at the end), its wall time (sandbox up to down) to
+# $(PHASE_TIMES), which `make test` prints at the end, and every test's own time to
+# reports/e2e-durations/<shard>.json (tests/e2e/conftest.py, which also fails a test over the
+# suite's ceiling that does not say why it must take longer).
+E2E_JOBS   ?=
+E2E_SHARDS ?=
 PHASE_TIMES := reports/test-phase-times.txt
 test-e2e: wheels router-wheels $(ENGINE_WHEELHOUSES)
-	@mkdir -p reports; status=0; for phase in $(E2E_PHASES); do \
-	  started=$$(date +%s); \
-	  $(PYTHON) sandbox/sandbox.py up $${phase%%|*} || { status=1; break; }; \
-	  SGLANG_DEPLOY_E2E_PHASE="$$(echo "$${phase#*|}" | tr -c 'a-z0-9\n' '-')" \
-	    $(PYTEST) -m "$${phase#*|}" tests/e2e -q --durations=15 || status=$$?; \
-	  $(PYTHON) sandbox/sandbox.py down; \
-	  echo "end-to-end ($${phase#*|}; $${phase%%|*}): $$(( $$(date +%s) - started )) s" >> $(PHASE_TIMES); \
-	  [ $$status -eq 0 ] || break; \
-	done; \
-	if [ $$status -eq 5 ]; then echo "no end-to-end test selected"; fi; exit $$status
+	@mkdir -p reports; $(PYTHON) sandbox/e2e_shards.py --times $(PHASE_TIMES) \
+	  $(if $(E2E_JOBS),--jobs $(E2E_JOBS)) $(if $(E2E_SHARDS),--only $(E2E_SHARDS))
 
 # The README's test command: unit tests, then every end-to-end phase; each phase's wall time at
 # the end, whether or not one failed.

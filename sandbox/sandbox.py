@@ -2,26 +2,37 @@
 """Sandbox nodes: Debian bookworm systemd-nspawn containers reachable over SSH on loopback.
 
     python3 sandbox/sandbox.py up [--nodes N] [--bare B] [--routers R] [--monitoring M]
-                                  [--sudo-user]
+                                  [--sudo-user] [--id K]
                                                 create/boot node1..nodeN (idempotent): the
                                                 last B of them boot from the bare image, and
                                                 R more nodes are recorded with role "router",
                                                 then M more with role "monitoring";
                                                 --sudo-user: the deploy logs in as `deploy`
-                                                and becomes root with sudo
+                                                and becomes root with sudo;
+                                                --id K: sandbox K of several (below)
     python3 sandbox/sandbox.py down             stop every recorded node, remove per-node state
     python3 sandbox/sandbox.py status           one line per node
 
 Each node is a real systemd host (systemd is PID 1) sharing the host's network: sshd listens on
 127.0.0.1:2200+i, the deploy serves on port 30000+i. The base image is made once by debootstrap
 and cached outside the repository ($SANDBOX_CACHE, default
-/var/cache/sglang-deploy/sandbox/bookworm); nodes live under $SANDBOX_DIR (default <repo>/.sandbox). `.sandbox/state.json` is what
-inventory/sandbox.py reads:
+/var/cache/sglang-deploy/sandbox/bookworm); nodes live under $SANDBOX_DIR (default
+<repo>/.sandbox). `$SANDBOX_DIR/state.json` is what inventory/sandbox.py reads:
 
-    {"key": "<abs private key>", "nodes": [{"name": "node1", "ssh_host": "127.0.0.1",
-      "ssh_port": 2201, "ssh_user": "root", "server_port": 30001, "pid": 12345,
-      "rootfs": "<abs>", "console_log": "<abs>", "bare": false, "sudo": false,
+    {"key": "<abs private key>", "id": 0, "nodes": [{"name": "node1", "machine": "node1",
+      "ssh_host": "127.0.0.1", "ssh_port": 2201, "ssh_user": "root", "server_port": 30001,
+      "pid": 12345, "rootfs": "<abs>", "console_log": "<abs>", "bare": false, "sudo": false,
       "login_users": ["root", "deploy"]}]}
+
+Several sandboxes run side by side (`make test-e2e` runs one per shard of the suite), each with
+a directory of its own ($SANDBOX_DIR) and an id K from 1 to 9 (`up --id K` or $SANDBOX_ID;
+default 0, the sandbox `make sandbox` boots): its ports are 100*K above those (sshd on
+2200+100K+i, the server on 30000+100K+i, and every port the inventory derives from the server
+port with it: routers', node exporters', serving groups' dist-init ports), and its containers'
+machine names are sandbox<K>-node<i> (node<i> for K=0; the hosts stay node<i>). A sandbox has
+at most 99 nodes in all, so no two sandboxes' ports meet. The id is recorded in the state file:
+`up` refuses a directory brought up with another id; `down` stops only the nodes of its own
+directory.
 
 Every image has a second login, `deploy` (SUDO_USER): the same key, and a passwordless sudo
 (/etc/sudoers.d/deploy), as the `ubuntu`/`admin` users of real GPU fleets. `up --sudo-user` (or
@@ -43,9 +54,14 @@ running re-parented to PID 1, and is found by its root directory being the node'
 
 Host facts this relies on (no systemd as PID 1, /run on disk): a tmpfs is mounted on
 /run/systemd/nspawn, and nspawn runs with --keep-unit --register=no --console=read-only
-(console output to the node's console.log, no tty needed).
+(console output to the node's console.log, no tty needed). Every node's systemd takes inotify
+instances of root's: fs.inotify.max_user_instances is raised to 1024 when lower (the default,
+128, runs out at some 18 nodes, and a node then dies at boot: "Too many open files").
 Environment: SANDBOX_DIR, SANDBOX_CACHE, SANDBOX_MIRROR (debootstrap mirror),
-SANDBOX_BOOT_TIMEOUT (seconds, default 60), NODES (default for --nodes).
+SANDBOX_BOOT_TIMEOUT (seconds, default 60), NODES (default for --nodes), SANDBOX_ID (default for
+--id). Concurrent `up`s build a missing image once (the first builds it, the others wait on its
+lock, and copy from it under a shared lock), and install host packages and mount the nspawn tmpfs
+one at a time (a host-wide lock beside the cache).
 """
 
 import argparse
@@ -70,6 +86,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CACHE = "/var/cache/sglang-deploy/sandbox/bookworm"
 SSH_BASE_PORT = 2200
 SERVER_BASE_PORT = 30000
+# Sandbox K's ports are ID_PORT_STEP*K above sandbox 0's; nodes per sandbox stay below the step.
+ID_PORT_STEP = 100
+MAX_ID = 9
+MAX_NODES = 99
+# Host-wide steps concurrent `up`s take one at a time: apt-get, the nspawn tmpfs mount.
+HOST_LOCK = Path(DEFAULT_CACHE).parent / ".host.lock"
+# Every node's systemd takes a few inotify instances of root's (the kernel's default limit, 128,
+# is some 18 nodes): raised to this for sandboxes side by side (never lowered).
+INOTIFY_INSTANCES = "/proc/sys/fs/inotify/max_user_instances"
+MIN_INOTIFY_INSTANCES = 1024
 SSH_HOST = "127.0.0.1"
 PACKAGES = "systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,curl,procps,iproute2,sudo"
 # A fresh OS install: systemd as PID 1, sshd, python3 (pyinfra's facts and the deploy lock run
@@ -126,17 +152,20 @@ class SandboxError(Exception):
 # ---------------------------------------------------------------- pure logic (unit-tested)
 
 
-def node_record(index, sandbox_dir, pid=None, bare=False, sudo_user=False):
-    """The state entry of node `index` (1-based) under `sandbox_dir`, built from an image
-    with both logins (root and SUDO_USER); reached as the one `sudo_user` picks."""
+def node_record(index, sandbox_dir, pid=None, bare=False, sudo_user=False, sandbox_id=0):
+    """The state entry of node `index` (1-based) of sandbox `sandbox_id` under `sandbox_dir`,
+    built from an image with both logins (root and SUDO_USER); reached as the one `sudo_user`
+    picks."""
     node_dir = Path(sandbox_dir).resolve() / "nodes" / f"node{index}"
+    offset = ID_PORT_STEP * sandbox_id
     return login(
         {
             "name": f"node{index}",
+            "machine": machine_name(index, sandbox_id),
             "ssh_host": SSH_HOST,
-            "ssh_port": SSH_BASE_PORT + index,
+            "ssh_port": SSH_BASE_PORT + offset + index,
             "ssh_user": "root",
-            "server_port": SERVER_BASE_PORT + index,
+            "server_port": SERVER_BASE_PORT + offset + index,
             "pid": pid,
             "rootfs": str(node_dir / "rootfs"),
             "console_log": str(node_dir / "console.log"),
@@ -145,6 +174,32 @@ def node_record(index, sandbox_dir, pid=None, bare=False, sudo_user=False):
         },
         sudo_user,
     )
+
+
+def machine_name(index, sandbox_id=0):
+    """The container's machine name (systemd-nspawn -M): distinct across sandboxes."""
+    return f"node{index}" if sandbox_id == 0 else f"sandbox{sandbox_id}-node{index}"
+
+
+def machine(node):
+    """A recorded node's machine name (its name, in state files from before sandbox ids)."""
+    return node.get("machine") or node["name"]
+
+
+def check_id(sandbox_id, count):
+    """The id and node count `up` may use: every sandbox's ports stay apart from the others'."""
+    if not 0 <= sandbox_id <= MAX_ID:
+        raise SandboxError(f"--id must be between 0 and {MAX_ID}")
+    if count > MAX_NODES:
+        raise SandboxError(f"at most {MAX_NODES} nodes in all (--nodes, --routers, --monitoring)")
+
+
+def recorded_id(state, path):
+    """The id a state file's sandbox was brought up with (0 when it records none)."""
+    value = state.get("id", 0)
+    if not isinstance(value, int) or not 0 <= value <= MAX_ID:
+        raise SandboxError(f"{path}: id {value!r} is not a sandbox id")
+    return value
 
 
 def login(node, sudo_user):
@@ -193,13 +248,13 @@ def read_state(path):
     return state
 
 
-def write_state(path, key, nodes):
+def write_state(path, key, nodes, sandbox_id=0):
     """Write the state file atomically (temp file in the same directory, then rename)."""
     path = Path(path)
     nodes = sorted(nodes, key=lambda n: node_index(n["name"]))
     fd, tmp = tempfile.mkstemp(prefix=".state.", dir=path.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump({"key": str(key), "nodes": nodes}, f, indent=2)
+        json.dump({"key": str(key), "id": sandbox_id, "nodes": nodes}, f, indent=2)
         f.write("\n")
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
@@ -403,6 +458,14 @@ def check_host():
     """Root, and the tools this needs: installed here on Debian/Ubuntu, named elsewhere."""
     if os.geteuid() != 0:
         raise SandboxError("must run as root (systemd-nspawn and debootstrap need it)")
+    if not missing_packages():
+        return
+    with locked(HOST_LOCK):  # another sandbox's `up` may be installing them right now
+        install_missing()
+
+
+def install_missing():
+    """Install the missing host tools' packages on Debian/Ubuntu; name them elsewhere."""
     packages = missing_packages()
     if not packages:
         return
@@ -421,11 +484,11 @@ def check_host():
 
 
 @contextlib.contextmanager
-def locked(path):
-    """Hold an exclusive lock file for the duration of the block."""
+def locked(path, shared=False):
+    """Hold a lock file for the duration of the block: exclusive, or `shared` with others."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
 
 
@@ -445,14 +508,26 @@ def remove_tree(path):
         shutil.rmtree(path)
 
 
-def ensure_nspawn_tmpfs():
-    """nspawn refuses to work under a /run that is a plain disk directory."""
+def prepare_host():
+    """nspawn refuses to work under a /run that is a plain disk directory; and a node whose
+    systemd finds no inotify instance left dies at boot ("Too many open files")."""
     target = "/run/systemd/nspawn"
     os.makedirs(target, exist_ok=True)
-    if run(["mountpoint", "-q", target]).returncode != 0:
-        res = run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", target])
-        if res.returncode != 0:
-            raise SandboxError(f"cannot mount tmpfs on {target}: {res.stderr.strip()}")
+    with locked(HOST_LOCK):  # one mount, whatever other sandboxes boot at the same time
+        if run(["mountpoint", "-q", target]).returncode != 0:
+            res = run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", target])
+            if res.returncode != 0:
+                raise SandboxError(f"cannot mount tmpfs on {target}: {res.stderr.strip()}")
+        raise_limit(INOTIFY_INSTANCES, MIN_INOTIFY_INSTANCES)
+
+
+def raise_limit(path, minimum):
+    """Raise a sysctl (a /proc/sys file) to `minimum`, saying so; never lower it."""
+    with contextlib.suppress(OSError, ValueError):
+        current = int(Path(path).read_text())
+        if current < minimum:
+            Path(path).write_text(f"{minimum}\n")
+            print(f"sandbox: raised {path} from {current} to {minimum}", flush=True)
 
 
 # ---------------------------------------------------------------- base image
@@ -475,10 +550,15 @@ def add_sudo_user(rootfs):
     os.chmod(sudoers, 0o440)
 
 
+def image_lock(image):
+    """The lock an image is built under (exclusive) and copied from under (shared)."""
+    return Path(image).parent / f".{Path(image).name}.lock"
+
+
 def ensure_image(image, packages=PACKAGES):
     """Build the cached base image once; an interrupted build is never used."""
     image = Path(image)
-    with locked(image.parent / f".{image.name}.lock"):
+    with locked(image_lock(image)):
         stamp = image / IMAGE_STAMP
         if stamp.is_file() and stamp.read_text().strip() == image_stamp(packages):
             return image
@@ -635,7 +715,7 @@ def boot(node):
     for cgroup in node_cgroups(node):
         os.makedirs(cgroup, exist_ok=True)
         enter += f"echo $$ > {shlex.quote(cgroup + '/cgroup.procs')} && "
-    argv = ["sh", "-c", enter + 'exec "$@"', "sh", *nspawn_argv(node["name"], node["rootfs"])]
+    argv = ["sh", "-c", enter + 'exec "$@"', "sh", *nspawn_argv(machine(node), node["rootfs"])]
     log = open(node["console_log"], "ab")
     try:
         return subprocess.Popen(
@@ -700,7 +780,7 @@ def stop(node, timeout=30.0):
 
     Returns what was stopped, for the log ("" when nothing ran)."""
     pid, stopped = node.get("pid"), []
-    if is_node_nspawn(pid, node["name"], node["rootfs"]):
+    if is_node_nspawn(pid, machine(node), node["rootfs"]):
         signal_and_wait(pid, signal.SIGTERM, timeout)
         stopped.append(f"nspawn pid {pid}")
     # A container whose nspawn was killed keeps running, re-parented to PID 1.
@@ -753,6 +833,14 @@ def check_ports_free(nodes):
 # ---------------------------------------------------------------- commands
 
 
+def env_id():
+    """$SANDBOX_ID, the default of `up --id` (0 when unset)."""
+    value = os.environ.get("SANDBOX_ID") or "0"
+    if not value.isdigit():
+        raise SandboxError(f"SANDBOX_ID={value!r}: expected a number from 0 to {MAX_ID}")
+    return int(value)
+
+
 def paths():
     """(sandbox dir, state file, cached image)."""
     sandbox_dir = Path(os.environ.get("SANDBOX_DIR") or REPO_ROOT / ".sandbox").resolve()
@@ -774,54 +862,54 @@ def with_roles(nodes, serving, routers=None):
     return [dict(node, role=role(node_index(node["name"]))) for node in nodes]
 
 
-def cmd_up(count, bare=0, routers=0, sudo_user=False, monitoring=0):
-    """Make node1..node{count+routers+monitoring} run, keeping the healthy ones: the last `bare`
-    serving nodes boot bare, the `routers` after the serving ones are router nodes and the last
-    `monitoring` of them all monitoring nodes; `sudo_user`: every node is reached as SUDO_USER
-    with sudo (else as root)."""
+def cmd_up(count, bare=0, routers=0, sudo_user=False, monitoring=0, sandbox_id=0):
+    """Make node1..node{count+routers+monitoring} of sandbox `sandbox_id` run, keeping the
+    healthy ones: the last `bare` serving nodes boot bare, the `routers` after the serving ones
+    are router nodes and the last `monitoring` of them all monitoring nodes; `sudo_user`: every
+    node is reached as SUDO_USER with sudo (else as root)."""
     serving, count = count, count + routers + monitoring
+    check_id(sandbox_id, count)
     check_host()
     sandbox_dir, state_file, image = paths()
     timeout = float(os.environ.get("SANDBOX_BOOT_TIMEOUT", "60"))
     sandbox_dir.mkdir(parents=True, exist_ok=True)
     with locked(sandbox_dir / ".lock"):
         key = ensure_key(sandbox_dir)
-        recorded = read_state(state_file)["nodes"]
+        state = read_state(state_file)
+        recorded = state["nodes"]
+        if recorded and recorded_id(state, state_file) != sandbox_id:
+            raise SandboxError(
+                f"{sandbox_dir} holds sandbox {recorded_id(state, state_file)}, not {sandbox_id}: "
+                "take it down first (sandbox.py down), or bring it up with its own id"
+            )
         by_name = {n["name"]: n for n in recorded}
         bares = bare_indices(serving, bare)
-        wanted = [
-            login(by_name.get(f"node{i}") or node_record(i, sandbox_dir, bare=i in bares), sudo_user)
-            for i in range(1, count + 1)
-        ]
+
+        def record(i, **kwargs):
+            return node_record(i, sandbox_dir, bare=i in bares, sandbox_id=sandbox_id, **kwargs)
+
+        wanted = [login(by_name.get(f"node{i}") or record(i), sudo_user) for i in range(1, count + 1)]
         rebuild = retire_unhealthy(wanted, by_name, key, min(timeout, 20), bares, sudo_user)
         if not rebuild:
-            write_state(state_file, key, merge_nodes(recorded, with_roles(wanted, serving, routers)))
+            nodes = merge_nodes(recorded, with_roles(wanted, serving, routers))
+            write_state(state_file, key, nodes, sandbox_id)
             print(f"{count} node(s) already running")
             return
-        fresh = [
-            node_record(
-                node_index(n["name"]), sandbox_dir, bare=node_index(n["name"]) in bares, sudo_user=sudo_user
-            )
-            for n in rebuild
-        ]
+        fresh = [record(node_index(n["name"]), sudo_user=sudo_user) for n in rebuild]
         check_ports_free(fresh)
+        wanted_images = {False: (image, PACKAGES), True: (bare_image_path(image), BARE_PACKAGES)}
         images = {
-            False: ensure_image(image) if any(not n["bare"] for n in fresh) else None,
-            True: ensure_image(bare_image_path(image), BARE_PACKAGES)
-            if any(n["bare"] for n in fresh)
-            else None,
+            bare: ensure_image(*wanted_images[bare]) if any(n["bare"] == bare for n in fresh) else None
+            for bare in (False, True)
         }
-        ensure_nspawn_tmpfs()
+        prepare_host()
         started = time.monotonic()
-        booting, errors = launch_all(fresh, images, key.with_suffix(".pub"))
-        write_state(
-            state_file,
-            key,
-            merge_nodes(
-                recorded,
-                with_roles(merge_nodes([n for n in wanted if n not in rebuild], booting), serving, routers),
-            ),
-        )
+        with contextlib.ExitStack() as copying:  # no rebuild of an image while nodes copy it
+            for built in filter(None, images.values()):
+                copying.enter_context(locked(image_lock(built), shared=True))
+            booting, errors = launch_all(fresh, images, key.with_suffix(".pub"))
+        nodes = merge_nodes([n for n in wanted if n not in rebuild], booting)
+        write_state(state_file, key, merge_nodes(recorded, with_roles(nodes, serving, routers)), sandbox_id)
         if errors:
             raise errors[0]
         copied = time.monotonic()
@@ -868,7 +956,7 @@ def retire_unhealthy(wanted, recorded, key, timeout, bares=(), sudo_user=False):
     alive = [
         n
         for n in wanted
-        if n["name"] not in other_image and is_node_nspawn(n.get("pid"), n["name"], n["rootfs"])
+        if n["name"] not in other_image and is_node_nspawn(n.get("pid"), machine(n), n["rootfs"])
     ]
     unhealthy = wait_running(alive, key, timeout) if alive else {}
     rebuild = [n for n in wanted if n not in alive or n["name"] in unhealthy or n["name"] in other_image]
@@ -899,10 +987,13 @@ def cmd_down():
     if not sandbox_dir.exists():
         return
     with locked(sandbox_dir / ".lock"):
-        nodes = {n["name"]: n for n in read_state(state_file)["nodes"]}
+        state = read_state(state_file)
+        sandbox_id = recorded_id(state, state_file) if state["nodes"] else env_id()
+        nodes = {n["name"]: n for n in state["nodes"]}
         for node_dir in (sandbox_dir / "nodes").glob("node*"):
             with contextlib.suppress(ValueError):
-                nodes.setdefault(node_dir.name, node_record(node_index(node_dir.name), sandbox_dir))
+                record = node_record(node_index(node_dir.name), sandbox_dir, sandbox_id=sandbox_id)
+                nodes.setdefault(node_dir.name, record)
         ordered = merge_nodes([], nodes.values())
         with ThreadPoolExecutor(max_workers=8) as pool:
             for node, stopped in zip(ordered, pool.map(stop, ordered)):
@@ -919,13 +1010,13 @@ def cmd_status():
     if not state["nodes"]:
         print("no sandbox nodes (run: python3 sandbox/sandbox.py up)")
     for node in state["nodes"]:
-        if not is_node_nspawn(node.get("pid"), node["name"], node["rootfs"]):
+        if not is_node_nspawn(node.get("pid"), machine(node), node["rootfs"]):
             health = "dead"
         else:
             health = system_state(node, state["key"])
         print(
             f"{node['name']}\tssh={node['ssh_host']}:{node['ssh_port']}\t"
-            f"server={node['server_port']}\tpid={node['pid']}\t{health}"
+            f"server={node['server_port']}\tpid={node['pid']}\tmachine={machine(node)}\t{health}"
         )
 
 
@@ -966,6 +1057,14 @@ def main(argv=None):
         default=os.environ.get("MONITORING") or "0",
         help="monitoring nodes (Prometheus) after the routers (default: $MONITORING or 0)",
     )
+    up.add_argument(
+        "--id",
+        type=int,
+        default=None,
+        metavar="K",
+        help=f"sandbox K (0-{MAX_ID}) of several side by side: ports 100*K up, machine names "
+        "sandbox<K>-node<i> (default: $SANDBOX_ID or 0)",
+    )
     sub.add_parser("down", help="stop nodes, remove per-node state")
     sub.add_parser("status", help="one line per node")
     args = parser.parse_args(argv)
@@ -977,7 +1076,8 @@ def main(argv=None):
                 raise SandboxError("--routers must be between 0 and 9")
             if not 0 <= args.monitoring <= 9:
                 raise SandboxError("--monitoring must be between 0 and 9")
-            cmd_up(args.nodes, args.bare, args.routers, args.sudo_user, args.monitoring)
+            sandbox_id = env_id() if args.id is None else args.id
+            cmd_up(args.nodes, args.bare, args.routers, args.sudo_user, args.monitoring, sandbox_id)
         elif args.command == "down":
             cmd_down()
         else:

@@ -5,7 +5,8 @@ Two sources, one shape: a list of ``(name, data)`` pairs where ``data`` is host 
 
 - ``gpu_hosts()`` reads the operator's hosts file (``inventory/hosts.yml`` or
   ``$SGLANG_DEPLOY_HOSTS``), documented in ``inventory/hosts.example.yml``;
-- ``sandbox_hosts()`` reads the state the sandbox tool writes (``.sandbox/state.json``).
+- ``sandbox_hosts()`` reads the state the sandbox tool writes (``$SANDBOX_DIR/state.json``,
+  ``.sandbox/state.json`` by default).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from sglang_deploy.profile.loader import OVERRIDES, read_yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOSTS_FILE_VAR = "SGLANG_DEPLOY_HOSTS"
 DEFAULT_HOSTS_FILE = REPO_ROOT / "inventory" / "hosts.yml"
-SANDBOX_STATE_FILE = REPO_ROOT / ".sandbox" / "state.json"
 GROUP_DATA_ALL = REPO_ROOT / "group_data" / "all.py"
 SANDBOX_PROFILE = "sandbox"
 # Per-node profiles for the sandbox, e.g. "node1=sandbox,node2=sandbox-eagle3".
@@ -168,8 +168,15 @@ def _check_fleet(fleet, path) -> None:
     validate(fleet, str(path), path="fleet.")
 
 
-def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict]]:
+def sandbox_state_file() -> Path:
+    """The sandbox tool's state file: in $SANDBOX_DIR (a sandbox of several side by side), else
+    in the repository's .sandbox/, as sandbox/sandbox.py writes it."""
+    return Path(os.environ.get("SANDBOX_DIR") or REPO_ROOT / ".sandbox") / "state.json"
+
+
+def sandbox_hosts(state_file: Path | None = None) -> list[tuple[str, dict]]:
     """Sandbox nodes as pyinfra hosts; each serves on its own port (shared network)."""
+    state_file = Path(state_file or sandbox_state_file())
     if not state_file.is_file():
         raise DeployError(f"no sandbox nodes: {state_file} is missing (run `make sandbox`)")
     state = json.loads(state_file.read_text())
@@ -208,10 +215,11 @@ def sandbox_hosts(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict
     return hosts
 
 
-def sandbox_routers(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict]]:
+def sandbox_routers(state_file: Path | None = None) -> list[tuple[str, dict]]:
     """Sandbox nodes recorded with role router (`sandbox.py up --routers N`): SGLang's router
     on the node's server port, installed from its lock's wheels, which `make router-wheels`
     downloads on the controller (the nodes have no internet)."""
+    state_file = Path(state_file or sandbox_state_file())
     if not state_file.is_file():
         return []
     state = json.loads(state_file.read_text())
@@ -233,9 +241,10 @@ def sandbox_routers(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, di
     ]
 
 
-def sandbox_monitoring(state_file: Path = SANDBOX_STATE_FILE) -> list[tuple[str, dict]]:
+def sandbox_monitoring(state_file: Path | None = None) -> list[tuple[str, dict]]:
     """Sandbox nodes recorded with role monitoring (`sandbox.py up --monitoring N`): Prometheus
     on the node's server port, from Debian's packages (the nodes reach its mirror)."""
+    state_file = Path(state_file or sandbox_state_file())
     if not state_file.is_file():
         return []
     state = json.loads(state_file.read_text())

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from sglang_deploy.plan.hosts import sandbox_state_file
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-STATE_FILE = REPO_ROOT / ".sandbox" / "state.json"
+STATE_FILE = sandbox_state_file()  # $SANDBOX_DIR/state.json, else .sandbox/state.json
 TOTALS = re.compile(r"Grand total\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)")
 
 

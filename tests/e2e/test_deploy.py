@@ -229,7 +229,7 @@ def test_preflight_refuses_a_bad_configuration_and_the_server_keeps_serving(
     assert run.returncode != 0
     assert "[node1] preflight failed" in run.output and reason in run.output, run.output[-3000:]
     assert unit_start("node1") == before, "the running server was touched"
-    assert ssh("node1", "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30001/health") == "200"
+    assert health("node1") == "200"
 
 
 def health(node):

@@ -31,8 +31,7 @@ MODEL = "tiny-standin"
 def fleet():
     """(serving node names, {name: server port}, router name, router port)."""
     _, found = nodes()
-    state = json.loads((REPO_ROOT / ".sandbox" / "state.json").read_text())
-    roles = {n["name"]: n.get("role", "node") for n in state["nodes"]}
+    roles = {name: node.get("role", "node") for name, node in found.items()}
     serving = sorted(n for n in found if roles[n] == "node")
     routers = [n for n in found if roles[n] == "router"]
     if not routers or len(serving) < 3:

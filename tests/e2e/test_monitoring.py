@@ -36,8 +36,7 @@ TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # Debian's node exporter's t
 def fleet():
     """(serving node names, router name, monitoring node name, Prometheus' URL)."""
     _, found = nodes()
-    state = json.loads((REPO_ROOT / ".sandbox" / "state.json").read_text())
-    roles = {n["name"]: n.get("role", "node") for n in state["nodes"]}
+    roles = {name: node.get("role", "node") for name, node in found.items()}
     serving = sorted(n for n in found if roles[n] == "node")
     routers = [n for n in found if roles[n] == "router"]
     monitors = [n for n in found if roles[n] == "monitoring"]

@@ -10,6 +10,7 @@ from sglang_deploy.node.lib import result
 from .sandbox import (  # noqa: F401 (a fixture)
     deploy,
     env_values,
+    nodes,
     profile_dir,
     ssh,
     start_deploy,
@@ -89,7 +90,7 @@ def test_a_rerun_after_a_killed_deploy_records_what_serves(converged, profile_di
 def test_a_port_held_outside_the_node_fails_preflight_in_seconds(converged, profile_dir):
     # The sandbox nodes share the host's network: a socket of this test process is a listener
     # that no process on node1 owns, as another container's or namespace's would be.
-    port = 30001
+    port = nodes()[1]["node1"]["server_port"]
     ssh("node1", "systemctl stop sglang.service")
     before = unit_start("node1")
     changed = write_profile(

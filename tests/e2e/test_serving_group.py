@@ -15,6 +15,8 @@ import urllib.request
 
 import pytest
 
+from sglang_deploy.plan.hosts import SANDBOX_DIST_INIT_OFFSET
+
 from .sandbox import (  # noqa: F401 (a fixture)
     REPO_ROOT,
     DeployRun,
@@ -96,6 +98,11 @@ def argv(node):
     return ssh(node, f"tr '\\0' ' ' < /proc/{pid}/cmdline", check=False)
 
 
+def dist_init_port():
+    """The group's dist-init port: rank 0's server port plus the sandbox inventory's offset."""
+    return nodes()[1]["node1"]["server_port"] + SANDBOX_DIST_INIT_OFFSET
+
+
 def lines_with(output, *words):
     return [line for line in output.splitlines() if any(word in line for word in words)]
 
@@ -106,8 +113,8 @@ def test_converge_serves_from_rank_0_with_each_rank_on_its_node(profile_dir):
     done = run(group_profile(profile_dir))
     TIMINGS["converge"] = done.seconds
     assert done.returncode == 0, done.output[-5000:]
-    assert "--nnodes 2 --node-rank 0 --dist-init-addr 127.0.0.1:31001" in argv("node1")
-    assert "--nnodes 2 --node-rank 1 --dist-init-addr 127.0.0.1:31001" in argv("node2")
+    assert f"--nnodes 2 --node-rank 0 --dist-init-addr 127.0.0.1:{dist_init_port()}" in argv("node1")
+    assert f"--nnodes 2 --node-rank 1 --dist-init-addr 127.0.0.1:{dist_init_port()}" in argv("node2")
     status, body = get("node1", "/v1/models")
     assert status == 200 and "tiny-standin" in body.decode()
     assert "sglang-deploy: node2: deployed" in done.output
@@ -209,26 +216,29 @@ def test_a_follower_that_cannot_reach_rank_0_is_named_by_preflight_and_nothing_s
     done = run(group_profile(profile_dir, buffsize="8388608"), args=["--data", "cluster_address=192.0.2.1"])
     print("\n".join(lines_with(done.output, "group", "cannot reach")))
     assert done.returncode != 0
-    assert "node-rank 1 cannot reach 192.0.2.1:31001" in done.output
+    assert f"node-rank 1 cannot reach 192.0.2.1:{dist_init_port()}" in done.output
     assert "stopping rank 0" not in done.output
     assert {node: unit_start(node) for node in MEMBERS} == before
     assert get("node1", "/v1/models")[0] == 200
-    assert "--dist-init-addr 127.0.0.1:31001" in ssh("node1", "cat /etc/systemd/system/sglang.service")
+    assert f"--dist-init-addr 127.0.0.1:{dist_init_port()}" in ssh(
+        "node1", "cat /etc/systemd/system/sglang.service"
+    )
 
 
 def test_a_change_that_moves_the_dist_init_port_is_probed_where_rank_0_listens_now(profile_dir):
     before = {node: unit_start(node) for node in MEMBERS}
+    port = dist_init_port()
     done = run_with_moved_port(group_profile(profile_dir, buffsize="8388608"), profile_dir)
     TIMINGS["dist-init port moved (deploy)"] = done.seconds
     print("\n".join(lines_with(done.output, "Group preflight", "listens on port", "reach")))
     assert done.returncode == 0, done.output[-5000:]
     assert (
-        "group g1 node-rank 1 of 2: rank 0 node1 listens on port 31001 until the group restarts "
-        "onto 31002: reached on 31001"
+        f"group g1 node-rank 1 of 2: rank 0 node1 listens on port {port} until the group restarts "
+        f"onto {port + 1}: reached on {port}"
     ) in done.output
     for node in MEMBERS:
         assert unit_start(node) != before[node]
-        assert "--dist-init-addr 127.0.0.1:31002" in argv(node)
+        assert f"--dist-init-addr 127.0.0.1:{port + 1}" in argv(node)
     assert get("node1", "/v1/models")[0] == 200
 
 

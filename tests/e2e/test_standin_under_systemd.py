@@ -18,11 +18,11 @@ from sglang_deploy.plan.render import HOOK_MODULE, render_hook_module, render_ho
 from sglang_deploy.plan.wheelhouse import lock_wheels_dir
 from sglang_deploy.profile.schema import load_profile
 
-from .sandbox import ssh
+from .sandbox import nodes, ssh
 
 pytestmark = pytest.mark.e2e
 
-NODE, UNIT, PORT, VENV = "node2", "standin-plain.service", 31002, "/opt/standin-plain"
+NODE, UNIT, VENV = "node2", "standin-plain.service", "/opt/standin-plain"
 UNIT_TEXT = f"""[Service]
 Type=exec
 EnvironmentFile=/etc/standin-plain.env
@@ -30,7 +30,7 @@ Environment=PYTHONUNBUFFERED=1
 Environment=SGLANG_DEPLOY_ENV_RECORDS=/run/standin-plain
 RuntimeDirectory=standin-plain
 ExecStart={VENV}/bin/python -m sglang.launch_server --model-path /models/tiny-standin --tp-size 2 \\
-  --context-length 512 --host 127.0.0.1 --port {PORT}
+  --context-length 512 --host 127.0.0.1 --port {{port}}
 Restart=no
 """
 ENV_TEXT = 'NCCL_PROTO="LL"\nNCCL_P2P_LEVEL="SYS"\nSPACED="a b $c # d"\nSGLANG_STANDIN_LOAD_SECONDS="1"\n'
@@ -65,7 +65,7 @@ def plain_unit():
     profile = load_profile("sandbox", overrides={"env": HOOK_ENV})
     ssh(NODE, f"cat > {site}/{HOOK_MODULE}.py", stdin=render_hook_module(profile))
     ssh(NODE, f"cat > {site}/{HOOK_MODULE}.pth", stdin=render_hook_pth(profile))
-    ssh(NODE, f"cat > /etc/systemd/system/{UNIT}", stdin=UNIT_TEXT)
+    ssh(NODE, f"cat > /etc/systemd/system/{UNIT}", stdin=UNIT_TEXT.format(port=port()))
     yield
     ssh(
         NODE,
@@ -93,10 +93,17 @@ def wait_for(predicate, timeout=20.0):
     return False
 
 
+def port():
+    """The plain unit's port: 1000 above node2's server port (the nodes share the host's network)."""
+    return nodes()[1][NODE]["server_port"] + 1000
+
+
 def healthy():
     return (
         ssh(
-            NODE, f"curl -s -o /dev/null -w '%{{http_code}}' -m 2 http://127.0.0.1:{PORT}/health", check=False
+            NODE,
+            f"curl -s -o /dev/null -w '%{{http_code}}' -m 2 http://127.0.0.1:{port()}/health",
+            check=False,
         )
         == "200"
     )
@@ -113,7 +120,7 @@ def scheduler_environs():
 
 
 def port_listening():
-    return f":{PORT} " in ssh(NODE, f"ss -Hltn 'sport = :{PORT}'", check=False)
+    return f":{port()} " in ssh(NODE, f"ss -Hltn 'sport = :{port()}'", check=False)
 
 
 def test_env_file_reaches_every_spawned_scheduler(plain_unit):

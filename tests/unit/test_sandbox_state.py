@@ -17,6 +17,7 @@ def test_node_record_ports_and_paths(tmp_path):
     rec = sandbox.node_record(3, tmp_path, pid=42)
     assert rec == {
         "name": "node3",
+        "machine": "node3",
         "ssh_host": "127.0.0.1",
         "ssh_port": 2203,
         "ssh_user": "root",
@@ -303,7 +304,7 @@ def test_monitoring_nodes_come_after_the_routers(tmp_path, monkeypatch):
     seen = []
     monkeypatch.setattr(sandbox, "cmd_up", lambda *args: seen.append(args))
     assert sandbox.main(["up", "--nodes", "3", "--routers", "1", "--monitoring", "1"]) == 0
-    assert seen == [(3, 0, 1, False, 1)]
+    assert seen == [(3, 0, 1, False, 1, 0)]
     assert sandbox.main(["up", "--nodes", "2", "--monitoring", "10"]) == 1
 
 
@@ -374,4 +375,4 @@ def test_up_takes_the_sudo_user_from_its_flag_or_the_environment(monkeypatch):
     assert sandbox.main(["up", "--nodes", "2"]) == 0
     monkeypatch.setenv("SANDBOX_SUDO_USER", "0")
     assert sandbox.main(["up", "--nodes", "2"]) == 0
-    assert seen == [(2, 0, 0, True, 0), (2, 0, 0, True, 0), (2, 0, 0, False, 0)]
+    assert seen == [(2, 0, 0, True, 0, 0), (2, 0, 0, True, 0, 0), (2, 0, 0, False, 0, 0)]
