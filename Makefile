@@ -147,16 +147,17 @@ format:
 	$(PYTHON) -m ruff check --fix .
 
 # End-to-end on fresh sandbox nodes, torn down even when a test fails, in shards side by side,
-# each on a sandbox of its own (sandbox/e2e_shards.py holds the shards): the main scenarios on 3
-# nodes, node 3 bare (two shards, split by test files); the fleet behind a router node with a
-# monitoring node, reached as a login user with sudo; the main scenarios as a login user with
-# sudo, node 2 bare. The waiting (the stand-in's load and warmup, gates, drains) overlaps, so
-# the suite takes about as long as its longest shard. E2E_JOBS=N: at most N shards at once
-# (E2E_JOBS=1: one after another); E2E_SHARDS=a,b: only those. Each shard's output goes to
-# reports/e2e/<shard>.log (all printed at the end), its wall time (sandbox up to down) to
-# $(PHASE_TIMES), which `make test` prints at the end, and every test's own time to
-# reports/e2e-durations/<shard>.json (tests/e2e/conftest.py, which also fails a test over the
-# suite's ceiling that does not say why it must take longer).
+# each on a sandbox of its own, in a copy of the working tree of its own (build/e2e/<shard>/:
+# its own reports/ and locks/); sandbox/e2e_shards.py holds the shards: the main scenarios on 3
+# nodes, node 3 bare, and the fleet's behind a router node with a monitoring node, reached as a
+# login user with sudo, both split by test files, and the main scenarios as a login user with
+# sudo, node 2 bare. The waiting (the stand-in's load and warmup, gates, drains) overlaps: the
+# suite takes about as long as its longest shard (15 min on 2 cores; 51 min one after another).
+# E2E_JOBS=N: at most N shards at once (E2E_JOBS=1: one after another); E2E_SHARDS=a,b: only
+# those. Each shard's output goes to reports/e2e/<shard>.log (all printed at the end), its wall
+# time (sandbox up to down) to $(PHASE_TIMES), which `make test` prints at the end, and every
+# test's own time to reports/e2e-durations/<shard>.json (tests/e2e/conftest.py, which also fails
+# a test over the suite's ceiling that does not say why it must take longer).
 E2E_JOBS   ?=
 E2E_SHARDS ?=
 PHASE_TIMES := reports/test-phase-times.txt
