@@ -378,3 +378,13 @@ def test_the_changed_variable_has_another_value():
     assert promises.mismatch_of({"NCCL_ALGO": "Ring", "X": "1"}) == ("NCCL_ALGO", "Tree")
     assert promises.mismatch_of({"NCCL_ALGO": "Tree"}) == ("NCCL_ALGO", "Ring")
     assert promises.mismatch_of({"B": "1", "A": "2"}) == ("A", "Tree")
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "bench" / "real_sglang").glob("*.yml")))
+def test_every_real_engine_profile_lints_without_errors(name):
+    """`prepare` refuses a profile with lint errors: each one the tool stages must stay clean
+    as lint grows (a pin set without a lock became an error; the device installs from its bundle)."""
+    from sglang_deploy.profile.lint import finding_lines
+
+    errors, _ = finding_lines(load_profile(REPO / "bench" / "real_sglang" / name))
+    assert errors == []
