@@ -79,8 +79,10 @@ class Gate:
         self.ready_at = self.ready_mono = None  # time.time() / monotonic of the verdict
         self.api_key = engine_auth.key_of(args)  # the server's API key: sent, and masked in its lines
 
-    def show(self):
-        return self.watch.show()
+    def look(self):
+        """(show, problem): the start's state now, kept as the last seen."""
+        self.last_show, problem = self.watch.look(self.base)
+        return self.last_show, problem
 
     def stamp(self, mono=None):
         return "[%6.1fs]" % ((mono or time.monotonic()) - self.t0)
@@ -193,7 +195,7 @@ class Gate:
     def run(self):
         a = self.args
         t_gate = time.monotonic()
-        show = self.show()
+        show = self.watch.show()
         start = systemd.as_int(show.get("ExecMainStartTimestampMonotonic")) / 1e6
         self.t0 = start if 0 < start <= t_gate else t_gate
         self.phase_entered = self.last_activity = self.t0
@@ -222,14 +224,12 @@ class Gate:
             if self.is_ready():
                 # The verdict must hold at the verdict: a server that died since the last look
                 # (after its last HTTP answer and its "fired up" line) is a failed start.
-                show = self.last_show = self.show()
-                problem = self.watch.problem(show, self.base)
+                show, problem = self.look()
                 if problem:
                     return self.fail_start("%s, at the ready verdict" % problem)
                 self.ready_at, self.ready_mono = time.time(), time.monotonic()
                 return self.settle()
-            show = self.last_show = self.show()
-            problem = self.watch.problem(show, self.base)
+            show, problem = self.look()
             if problem:
                 return self.fail_start(problem)
             self.read_journal()
@@ -285,8 +285,7 @@ class Gate:
         while True:
             now = time.monotonic()
             after = "%.1fs after it was up" % (now - self.ready_mono)
-            show = self.last_show = self.show()
-            problem = self.watch.problem(show, self.base)
+            show, problem = self.look()
             if problem:
                 return self.fail_start("%s, %s" % (problem, after), since=since)
             since += self.read_journal()

@@ -109,6 +109,7 @@ def test_a_unit_whose_main_process_dies_after_fired_up_is_a_failed_start(tmp_pat
         time.sleep(1.5)
         node.main.kill()
         node.main.wait()
+        time.sleep(0.4)  # systemd's view of the end comes a moment after the process is gone
         node.set_state(ActiveState="failed", SubState="failed", MainPID=0, ExecMainCode=2, ExecMainStatus=9)
         node.log(*CRASH)  # journald's copy may come a moment after systemd's view of the end
         rc, out = finish(proc)

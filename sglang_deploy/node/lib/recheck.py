@@ -102,8 +102,7 @@ def recheck(args, watch, death_grace_s):
     watch.begin({"InvocationID": base["InvocationID"]})  # the lines of the start the gate saw
     api_key = engine_auth.key_of(args)
     lines, cursor = read(watch, report.get("cursor"), api_key)
-    show = watch.show()
-    problem = watch.problem(show, base)
+    show, problem = watch.look(base)
     if problem:
         time.sleep(death_grace_s)
         lines += read(watch, cursor, api_key)[0]

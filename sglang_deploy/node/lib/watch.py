@@ -32,6 +32,16 @@ def unit_problem(show, base):
     return None
 
 
+SYSTEMD_LAG_S = 1.0
+
+
+def _reaping(show, base):
+    """The unit still names the gated main process as running, and that process is gone."""
+    pid = systemd.as_int(show.get("MainPID"))
+    running = show.get("ActiveState") in ("active", "activating", "reloading")
+    return running and pid == base["MainPID"] and pid > 0 and not procs.alive(pid)
+
+
 class UnitWatch:
     """What the gate watches by default: a systemd unit (`systemctl show`) and its journal."""
 
@@ -59,6 +69,17 @@ class UnitWatch:
 
     def problem(self, show, base):
         return unit_problem(show, base)
+
+    def look(self, base):
+        """(show, problem) now. The main process can be gone a moment before systemd has reaped
+        it: while the unit still says it runs that process, read again (up to SYSTEMD_LAG_S),
+        so that the cause names systemd's view of the end, not the moment before it."""
+        show = self.show()
+        deadline = time.monotonic() + SYSTEMD_LAG_S
+        while _reaping(show, base) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            show = self.show()
+        return show, unit_problem(show, base)
 
     def no_start(self, show):
         """(problem, cause key) when there is no start to gate at all, else None."""
@@ -170,6 +191,10 @@ class ProcessWatch:
         if lines and lines[-1] == "":
             lines.pop()
         return [(None, line.rstrip("\r")) for line in lines], offset + end
+
+    def look(self, base):
+        show = self.show()
+        return show, self.problem(show, base)
 
     def problem(self, show, base):
         if show.get("ActiveState") == "active":
