@@ -16,7 +16,7 @@ import difflib
 import re
 import shlex
 from collections.abc import Mapping
-from functools import cache
+from functools import cache, cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -584,10 +584,37 @@ GROUPS = (
 )
 
 
+def _view(group):
+    """A settings group read from the whole, as that group's model (its fields, their values)."""
+
+    def read(self):
+        return group.model_construct(**{name: getattr(self, name) for name in group.model_fields})
+
+    read.__doc__ = group.__doc__
+    return cached_property(read)
+
+
 class Settings(*reversed(GROUPS)):
-    """Every setting of one host (host data is flat: group_data/all.py, the inventory, --data)."""
+    """Every setting of one host (host data is flat: group_data/all.py, the inventory, --data).
+    Each group is also a view of its own (``settings.router.router_port``), for code that takes
+    one group: pass the view, never a hand copy of its fields."""
 
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True, frozen=True)
+
+    serve = _view(WhatToServe)
+    groups = _view(ServingGroups)
+    paths = _view(NodePaths)
+    os = _view(TheOs)
+    staging = _view(ModelStaging)
+    deploys = _view(Deploys)
+    venvs = _view(EngineVenvs)
+    connection = _view(Connection)
+    fleet = _view(Fleet)
+    router = _view(Router)
+    rolling = _view(RollingRestarts)
+    canary = _view(Canary)
+    monitoring = _view(Monitoring)
+    fan_out = _view(Fanout)
 
 
 # -- Reading host data -----------------------------------------------------------------------

@@ -201,3 +201,14 @@ def test_every_setting_and_profile_key_has_a_description():
 def test_generated_docs_are_current(path, render):
     """The committed docs are what the models say (`make docs` rewrites them)."""
     assert path.read_text() == render(), f"{path.name} is not current: run `make docs`"
+
+
+def test_each_group_is_a_view_of_the_settings_with_their_values():
+    from sglang_deploy.plan import settings as s
+
+    whole = s.validate({"router_port": 31000, "rolling_batch": "25%"})
+    views = {name: getattr(whole, name) for name, value in vars(s.Settings).items() if hasattr(value, "func")}
+    assert {type(view) for view in views.values()} == set(s.GROUPS)
+    assert whole.router.router_port == 31000 and whole.rolling.rolling_batch == "25%"
+    for view in views.values():
+        assert all(getattr(view, name) == getattr(whole, name) for name in type(view).model_fields)
