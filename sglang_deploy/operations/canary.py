@@ -20,7 +20,7 @@ from sglang_deploy.facts.metrics import EngineMetrics
 from sglang_deploy.node.lib import result, status
 from sglang_deploy.operations import remote
 from sglang_deploy.operations.files import hook_paths
-from sglang_deploy.operations.service import _cause, _fail, run_cycle
+from sglang_deploy.operations.service import fail_with, run_cycle, script_cause
 from sglang_deploy.report import canary as judging
 from sglang_deploy.report.canary import Scrape
 
@@ -131,7 +131,7 @@ def keep_last_good(host, scripts):
     found = result.parse(output.stdout_lines) or {}
     if ok and found.get("status") == status.READY:
         return None
-    return f"its last known good could not be kept for a rollback ({_cause(output)})"
+    return f"its last known good could not be kept for a rollback ({script_cause(output)})"
 
 
 def roll_back(state, host, scripts, hook_python, rotation, run, why):
@@ -147,10 +147,10 @@ def roll_back(state, host, scripts, hook_python, rotation, run, why):
         found, output = None, None
         cause = f"{type(exc).__name__}: {exc}"
     else:
-        cause = (found or {}).get("cause") or (_cause(output) if output else "no result")
+        cause = (found or {}).get("cause") or (script_cause(output) if output else "no result")
     if found and found.get("outcome") == "rolled_back":
         previous = found.get("profile") or "its previous configuration"
         run.note(host.name, f"canary rolled back: serves {previous}")
-        return _fail(state, host, f"{why}; rolled back to {previous}")
+        return fail_with(state, host, f"{why}; rolled back to {previous}")
     run.note(host.name, f"canary NOT rolled back ({cause}): check it")
-    return _fail(state, host, f"{why}; its rollback failed: {cause}")
+    return fail_with(state, host, f"{why}; its rollback failed: {cause}")

@@ -8,7 +8,7 @@ from pyinfra.api import FunctionCommand, operation
 from sglang_deploy import run_state
 from sglang_deploy.node.lib import result
 from sglang_deploy.operations import remote
-from sglang_deploy.operations.service import _fail
+from sglang_deploy.operations.service import fail_with
 from sglang_deploy.plan.script_commands import cycles_dir_of_lock, lock_command
 
 NODE_DIR = Path(__file__).resolve().parent.parent / "node"
@@ -35,7 +35,7 @@ def deploy_lock(path, wait_s, holder):
     if outcome is None:
         outcome = held[host.name] = _take_lock(path, wait_s, holder)
     if isinstance(outcome, str):
-        yield FunctionCommand(_fail, (f"deploy lock {path}: {outcome}",), {})
+        yield FunctionCommand(fail_with, (f"deploy lock {path}: {outcome}",), {})
         return
     host.noop(f"holding the deploy lock {path}")
 

@@ -60,13 +60,13 @@ def secret_file(dest, content, secret_values=(), mode="0600"):
     """
     own = f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}"
     remote = _remote(dest)
-    if _same_content(remote, content):
+    if same_content(remote, content):
         if remote["mode"] != mode.lstrip("0") or remote["user"] != "root":
             yield own
         else:
             host.noop(f"{dest} is up to date")
         return
-    _log_redacted_diff(dest, content, secret_values)
+    log_redacted_diff(dest, content, secret_values)
     yield secret_write(dest, content, mode)
 
 
@@ -99,7 +99,7 @@ def _remote(dest):
     return host.get_fact(FileDigests, paths=[dest]).get(dest)
 
 
-def _same_content(remote, content):
+def same_content(remote, content):
     return remote is not None and remote["sha256"] == hashlib.sha256(content.encode()).hexdigest()
 
 
@@ -109,7 +109,7 @@ def _diff_wanted():
     return state.config.DIFF
 
 
-def _log_redacted_diff(dest, content, secret_values):
+def log_redacted_diff(dest, content, secret_values):
     if not _diff_wanted():
         return
     current = host.get_fact(FileContents, path=dest)
@@ -152,13 +152,13 @@ def startup_hook(python, module_text, pth_text):
     remote = host.get_fact(FileDigests, paths=list(wanted))
     for dest, text in wanted.items():
         found = remote.get(dest)
-        if not _same_content(found, text):
-            _log_redacted_diff(dest, text, ())
+        if not same_content(found, text):
+            log_redacted_diff(dest, text, ())
             yield from written_whole(dest, StringIO(text), "0644")
         elif found["mode"] != "644":
             yield f"chmod 0644 {shlex.quote(dest)}"
     if all(
-        _same_content(remote.get(dest), text) and remote[dest]["mode"] == "644"
+        same_content(remote.get(dest), text) and remote[dest]["mode"] == "644"
         for dest, text in wanted.items()
     ):
         host.noop(f"start-up hook {paths['hook_pth']} is up to date")
@@ -193,10 +193,10 @@ def unit_file(unit, content, staging_dir, unit_dir=default("unit_dir")):
     + unit_dir: where units are installed
     """
     dest = f"{unit_dir}/{unit}"
-    if _same_content(_remote(dest), content):
+    if same_content(_remote(dest), content):
         host.noop(f"{dest} is up to date")
         return
-    _log_redacted_diff(dest, content, ())
+    log_redacted_diff(dest, content, ())
     staged = f"{staging_dir}/{unit}"
     yield f"mkdir -p {shlex.quote(staging_dir)}"
     yield FileUploadCommand(StringIO(content), staged, remote_temp_filename=host.get_temp_filename(staged))

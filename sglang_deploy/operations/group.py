@@ -29,7 +29,7 @@ from sglang_deploy.node import dist_reach
 from sglang_deploy.node.lib import status
 from sglang_deploy.operations.group_restart import Group, _real, member_hook_paths, run_on, unit_show
 from sglang_deploy.operations.rollout import _restarting, node_facts, rollout, wave_run
-from sglang_deploy.operations.service import _cause, _fail
+from sglang_deploy.operations.service import fail_with, script_cause
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan import serving_group
 from sglang_deploy.plan.script_commands import dist_reach_command
@@ -209,7 +209,7 @@ def _check_and_record(state, host, member, ranks, rollback, stop_wait_s):
     ok, text = group.cycle(rollback, running=True)
     if not ok:
         _note(run, member.group, f"group failed: {text}")
-        return _fail(state, host, f"group {member.group} failed: {text}")
+        return fail_with(state, host, f"group {member.group} failed: {text}")
     group.say("recorded as last known good on every member")
     return True
 
@@ -303,7 +303,7 @@ def group_serving(member, rollback=True, stop_wait_s=20.0, rotation=None):
     if restart:
         yield FunctionCommand(_restart_because, (member, why, rollback, stop_wait_s), {"rotation": rotation})
     elif why:
-        yield FunctionCommand(_fail, (f"group {member.group}: {'; '.join(why)}",), {})
+        yield FunctionCommand(fail_with, (f"group {member.group}: {'; '.join(why)}",), {})
     elif record:
         yield FunctionCommand(_check_and_record, (member, record, rollback, stop_wait_s), {})
     else:
@@ -359,7 +359,7 @@ def _reach(state, host, member, scripts_dir, dist_init_addr, leader_unit, timeou
                 logger.warning,
             )
         return True
-    host.log_styled(f"group preflight failed: {_cause(output)}", fg="red", log_func=logger.error)
+    host.log_styled(f"group preflight failed: {script_cause(output)}", fg="red", log_func=logger.error)
     return False
 
 

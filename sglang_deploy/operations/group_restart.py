@@ -26,7 +26,7 @@ from sglang_deploy.node.cycle import LABELS, decide, restored_decode
 from sglang_deploy.node.lib import result
 from sglang_deploy.operations import remote
 from sglang_deploy.operations.files import hook_paths
-from sglang_deploy.operations.service import _cause
+from sglang_deploy.operations.service import script_cause
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.report import throughput_log as throughput
 
@@ -124,7 +124,7 @@ class Group:
     def first_failure(self, found, what):
         for rank, (ok, output) in sorted(found.items()):
             if not ok:
-                return f"{what} failed on {self.who(rank)}: {_cause(output)}"
+                return f"{what} failed on {self.who(rank)}: {script_cause(output)}"
         return None
 
     def all_ranks(self):
@@ -213,7 +213,7 @@ class Group:
             return None
         ok, output = self.run(0, self.rotation.out(self.plans[0].scripts.directory))
         if not ok:
-            return f"rotation: {_cause(output)}"
+            return f"rotation: {script_cause(output)}"
         self.taken_out = (result.parse(output.stdout_lines) or {}).get("rotation") or {}
         return None
 
@@ -222,7 +222,7 @@ class Group:
         if not (self.taken_out and self.taken_out.get("was_serving")):
             return None
         ok, output = self.run(0, self.rotation.back(self.plans[0].scripts.directory))
-        return None if ok else f"back in rotation failed: {_cause(output)}"
+        return None if ok else f"back in rotation failed: {script_cause(output)}"
 
     def decode_check(self):
         """Rank 0's decode check (it serves the API), when the profile has one: (None, or why
@@ -235,7 +235,7 @@ class Group:
         said = throughput.took_note(self.hosts[0].name, found)
         if said:
             self.say(said[0], fg={"warning": "yellow", "error": "red"}.get(said[1]))
-        return (None if ok else f"{LABELS['decode']}: {_cause(output)}"), found
+        return (None if ok else f"{LABELS['decode']}: {script_cause(output)}"), found
 
     def remeasure(self, profile):
         """After a rollback, rank 0's restored decode rate, recorded under its own profile; it
@@ -271,7 +271,7 @@ class Group:
     def recheck(self):
         """Rank 0 still the server its gate saw ready (gate.py --recheck): None, or why not."""
         ok, output = self.run(0, self.plans[0].scripts.recheck())
-        return None if ok else f"{LABELS['recheck']} on rank 0 {self.hosts[0].name}: {_cause(output)}"
+        return None if ok else f"{LABELS['recheck']} on rank 0 {self.hosts[0].name}: {script_cause(output)}"
 
     def record(self):
         def save(rank):
@@ -288,7 +288,7 @@ class Group:
         self.say(f"stopping rank 0 {self.hosts[0].name} first")
         ok, output = self.run(0, self.plans[0].scripts.stop())
         if not ok:
-            return f"stopping rank 0 {self.hosts[0].name} failed: {_cause(output)}"
+            return f"stopping rank 0 {self.hosts[0].name} failed: {script_cause(output)}"
         rank0_s = time.monotonic() - started
         self.say(
             f"rank 0 stopped in {rank0_s:.1f}s; the followers end on its shutdown "
@@ -341,7 +341,7 @@ class Group:
             gating.join(timeout=POLL_S)
         ok, output = gating.get()
         if not ok:
-            why = f"rank 0 {self.hosts[0].name} failed its gate: {_cause(output)}"
+            why = f"rank 0 {self.hosts[0].name} failed its gate: {script_cause(output)}"
             missing = self.not_joined()
             return f"{missing}; {why}" if missing else why
         for rank in self.followers:

@@ -25,6 +25,7 @@ from sglang_deploy.node import model_manifest
 from sglang_deploy.node.lib import result
 from sglang_deploy.node.model_stage import PREVIOUS_SUFFIX, staging_dir
 from sglang_deploy.operations import fanout, remote
+from sglang_deploy.operations.service import fail_with
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan.hosts import ssh_argv
 from sglang_deploy.plan.model_sources import (
@@ -47,11 +48,6 @@ def _sh(*words):
     quotes or `$(...)` (model.path allows them; ExecStart= quotes them its own way), so every
     word is quoted; the paths are absolute, so none is read as an option."""
     return StringCommand(*(QuoteString(str(word)) for word in words))
-
-
-def _fail(state, host, message):
-    host.log_styled(message, fg="red", log_func=logger.error)
-    return False
 
 
 def _say(state, host, message):
@@ -97,7 +93,7 @@ def _staged(target, scripts_dir, repairing, hub, in_group, arrival):
     wanted = model_manifest.digest(manifest)
     node = host.get_fact(ModelState, scripts_dir=scripts_dir, directory=target.path, deep=repairing)
     if node is None:
-        yield FunctionCommand(_fail, (f"{label}: model_stage.py printed no result",), {})
+        yield FunctionCommand(fail_with, (f"{label}: model_stage.py printed no result",), {})
         return
     size = model_manifest.total_size(manifest)
     source = manifest_source(target)
@@ -110,7 +106,7 @@ def _staged(target, scripts_dir, repairing, hub, in_group, arrival):
         host.noop(f"{label} matches its manifest ({len(manifest['files'])} files, {size / GB:.2f} GB)")
         return
     if node.get("layout_problem"):
-        yield FunctionCommand(_fail, (f"{label}: {node['layout_problem']}; nothing was copied",), {})
+        yield FunctionCommand(fail_with, (f"{label}: {node['layout_problem']}; nothing was copied",), {})
         return
     in_place, now = _swap_mode(in_group)
     if node.get("pending") == wanted and node.get("pending_source") == source:
@@ -136,7 +132,7 @@ def _staged(target, scripts_dir, repairing, hub, in_group, arrival):
             if not in_place
             else "not even with the live weights removed (model_keep_previous: false)"
         )
-        yield FunctionCommand(_fail, (f"{label}: {problem}: {advice}; nothing was copied",), {})
+        yield FunctionCommand(fail_with, (f"{label}: {problem}: {advice}; nothing was copied",), {})
         return
     staging = node.get("staging") or staging_dir(target.path)  # a symlink's target's, a mount point's
     for line in node["problems"]:
@@ -211,7 +207,7 @@ def _downloaded(label, target, scripts_dir, repairing, hub, in_group):
     wanted = manifest_source(target)
     node = host.get_fact(ModelState, scripts_dir=scripts_dir, directory=target.path, deep=repairing)
     if node is None:
-        yield FunctionCommand(_fail, (f"{label}: model_stage.py printed no result",), {})
+        yield FunctionCommand(fail_with, (f"{label}: model_stage.py printed no result",), {})
         return
     if node["source"] == wanted and not (repairing and node["problems"]):
         host.noop(
@@ -220,7 +216,7 @@ def _downloaded(label, target, scripts_dir, repairing, hub, in_group):
         )
         return
     if node.get("layout_problem"):
-        yield FunctionCommand(_fail, (f"{label}: {node['layout_problem']}; nothing was downloaded",), {})
+        yield FunctionCommand(fail_with, (f"{label}: {node['layout_problem']}; nothing was downloaded",), {})
         return
     token_file, secret = None, {}
     if hub.token:
@@ -311,7 +307,7 @@ def _rsync(state, host, label, local_dir, staging, need):
         preexec_fn=_die_with_parent,
     )
     if proc.returncode != 0:
-        return _fail(
+        return fail_with(
             state,
             host,
             f"{label}: rsync failed (exit {proc.returncode}): "
@@ -342,7 +338,7 @@ def _finish(state, host, label, command, before=None, after=None):
             wrote, said = remote.run(host, before)
             if not wrote:
                 cause = "\n".join(said.stderr_lines[-3:])
-                return _fail(
+                return fail_with(
                     state, host, f"{label}: writing the Hub token failed: {cause}; nothing was staged"
                 )
         ok, output = run_streamed(host, command)
@@ -352,7 +348,7 @@ def _finish(state, host, label, command, before=None, after=None):
     found = result.parse(output.stdout_lines)
     if not ok or not found or found["status"] != 0:
         cause = (found or {}).get("cause") or "\n".join(output.stderr_lines[-3:])
-        return _fail(
+        return fail_with(
             state,
             host,
             f"{label}: staging failed: {cause}; the live directory is untouched, the next run resumes",

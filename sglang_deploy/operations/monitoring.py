@@ -18,9 +18,9 @@ from sglang_deploy.facts.monitoring import PrometheusGate
 from sglang_deploy.facts.serving import FileDigests, UnitState
 from sglang_deploy.node.lib import status
 from sglang_deploy.operations import remote
-from sglang_deploy.operations.files import _log_redacted_diff, _same_content, written_whole
+from sglang_deploy.operations.files import log_redacted_diff, same_content, written_whole
 from sglang_deploy.operations.remote import NEW_SUFFIX
-from sglang_deploy.operations.service import _cause
+from sglang_deploy.operations.service import script_cause
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan.monitoring import unmet_pins
 
@@ -52,10 +52,10 @@ def drop_in(path, content):
     + path: the drop-in's path
     + content: its text
     """
-    if _same_content(host.get_fact(FileDigests, paths=[path]).get(path), content):
+    if same_content(host.get_fact(FileDigests, paths=[path]).get(path), content):
         host.noop(f"{path} is up to date")
         return
-    _log_redacted_diff(path, content, ())
+    log_redacted_diff(path, content, ())
     yield f"mkdir -p {shlex.quote(posixpath.dirname(path))}"
     yield from written_whole(path, StringIO(content), "0644")
     yield "systemctl daemon-reload"
@@ -76,7 +76,7 @@ def checked_configuration(files, config_path, staging_dir):
     + staging_dir: where the set is checked (emptied first)
     """
     remote_files = host.get_fact(FileDigests, paths=list(files))
-    changed = [dest for dest, text in files.items() if not _same_content(remote_files.get(dest), text)]
+    changed = [dest for dest, text in files.items() if not same_content(remote_files.get(dest), text)]
     if not changed:
         host.noop(f"{config_path} and {len(files) - 1} rule file(s) are up to date")
         return
@@ -91,7 +91,7 @@ def checked_configuration(files, config_path, staging_dir):
     refused = shlex.quote("promtool refused the configuration or its rules: nothing was replaced or reloaded")
     yield f"promtool check config {checked} || {{ echo {refused} >&2; exit 1; }}"
     for dest in changed:
-        _log_redacted_diff(dest, files[dest], ())
+        log_redacted_diff(dest, files[dest], ())
         staged = shlex.quote(posixpath.join(staging_dir, posixpath.relpath(dest, config_dir)))
         temp = shlex.quote(f"{posixpath.dirname(dest)}/.{posixpath.basename(dest)}{NEW_SUFFIX}")
         yield (
@@ -129,7 +129,7 @@ def grafana_provisioned(provisioning_dir, files, read_at_start, unit, warnings=(
         )
         return
     for dest in changed:
-        _log_redacted_diff(dest, files[dest], ())
+        log_redacted_diff(dest, files[dest], ())
         yield f"mkdir -p {shlex.quote(posixpath.dirname(dest))}"
         yield from written_whole(dest, StringIO(files[dest]), "0644")
     if not any(dest in read_at_start for dest in changed):
@@ -141,7 +141,7 @@ def grafana_provisioned(provisioning_dir, files, read_at_start, unit, warnings=(
 
 
 def _provisioned(remote, text):
-    return _same_content(remote, text) and remote["mode"] == "644" and remote["user"] == "root"
+    return same_content(remote, text) and remote["mode"] == "644" and remote["user"] == "root"
 
 
 @operation(is_idempotent=False)
@@ -194,7 +194,7 @@ def serving(unit, gate, gate_once):
 def _gate(state, host, unit, gate):
     ok, output = run_streamed(host, gate)
     if not ok:
-        host.log_styled(f"{unit} gate failed: {_cause(output)}", fg="red", log_func=logger.error)
+        host.log_styled(f"{unit} gate failed: {script_cause(output)}", fg="red", log_func=logger.error)
         _, journal = remote.run(
             host, StringCommand(f"journalctl -u {shlex.quote(unit)} -n 15 --no-pager -o cat | cut -c1-300")
         )

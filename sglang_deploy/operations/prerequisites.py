@@ -6,7 +6,7 @@ from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt
 
 from sglang_deploy.facts.os_release import OsRelease, missing_packages, unsupported_os
-from sglang_deploy.operations.service import _fail
+from sglang_deploy.operations.service import fail_with
 
 
 @operation()
@@ -21,7 +21,7 @@ def os_prerequisites(packages):
     name = unsupported_os(host.get_fact(OsRelease))
     if name is not None:
         yield FunctionCommand(
-            _fail, (f"unsupported OS: {name} (Debian or Ubuntu needed; nothing was changed)",), {}
+            fail_with, (f"unsupported OS: {name} (Debian or Ubuntu needed; nothing was changed)",), {}
         )
         return
     missing = missing_packages(packages, host.get_fact(DebPackages))

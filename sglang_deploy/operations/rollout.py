@@ -17,7 +17,7 @@ from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.node.lib import result, status
 from sglang_deploy.operations import canary, remote
 from sglang_deploy.operations.files import hook_paths
-from sglang_deploy.operations.service import _cause, _fail, _say_outcome, run_cycle
+from sglang_deploy.operations.service import fail_with, run_cycle, say_outcome, script_cause
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan import rolling_sizes
 from sglang_deploy.plan.fleet import (
@@ -131,12 +131,12 @@ def _restart(state, host, scripts, hook_python, rotation, profile_name, rollback
         why = f"{host.name} became unreachable mid-rollout ({type(exc).__name__}: {exc})"
         run.failed(host.name, why)
         run.note(host.name, "unreachable mid-restart: state unknown")
-        return _fail(state, host, why)
+        return fail_with(state, host, why)
     if found is None:
-        why = f"{host.name}: no result from the restart ({_cause(output)}); unreachable?"
+        why = f"{host.name}: no result from the restart ({script_cause(output)}); unreachable?"
         run.failed(host.name, why)
         run.note(host.name, "no result from its restart: state unknown")
-        return _fail(state, host, why)
+        return fail_with(state, host, why)
     turn = found.get("rotation") or {}
     if turn.get("routers"):
         host.log(rotation_line(turn), logger.info)
@@ -146,7 +146,7 @@ def _restart(state, host, scripts, hook_python, rotation, profile_name, rollback
         run.failed(host.name, found.get("cause"))
         run.note(host.name, f"not restarted: serves {_previous(found)}")
         return False
-    served = _say_outcome(host, found) and found["status"] == status.READY
+    served = say_outcome(host, found) and found["status"] == status.READY
     if found.get("rotation_failed"):
         host.log_styled(
             f"back in rotation failed: {found['rotation_failed']}", fg="red", log_func=logger.error
@@ -364,7 +364,7 @@ def _keep_previous(host, scripts, run, refusal):
     else:
         serves = found.get("profile") or "its previous configuration"
         if not ok:
-            serves += f" (restoring its files failed: {_cause(output)})"
+            serves += f" (restoring its files failed: {script_cause(output)})"
     host.log_styled(f"not restarted: {refusal}; serves {serves}", fg="yellow", log_func=logger.error)
     run.note(host.name, f"not restarted: serves {serves}")
     return False
@@ -408,7 +408,7 @@ def router_serving(plan, scripts_dir):
 def _router_gate(state, host, plan, scripts_dir):
     ok, output = run_streamed(host, plan.gate(scripts_dir))
     if not ok:
-        host.log_styled(f"router gate failed: {_cause(output)}", fg="red", log_func=logger.error)
+        host.log_styled(f"router gate failed: {script_cause(output)}", fg="red", log_func=logger.error)
         _, journal = remote.run(
             host,
             StringCommand(f"journalctl -u {shlex.quote(plan.unit)} -n 15 --no-pager -o cat | cut -c1-300"),

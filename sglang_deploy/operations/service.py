@@ -16,7 +16,7 @@ from sglang_deploy.operations.streamed import run_detached, run_streamed
 from sglang_deploy.report import throughput_log as throughput
 
 
-def _fail(state, host, message):
+def fail_with(state, host, message):
     host.log_styled(message, fg="red", log_func=logger.error)
     return False
 
@@ -48,17 +48,17 @@ def preflight(scripts, engine_ready, repairing=False):
         ),
     )
     if found is None:
-        yield FunctionCommand(_fail, ("preflight failed: the script printed no result",), {})
+        yield FunctionCommand(fail_with, ("preflight failed: the script printed no result",), {})
         return
     for warning in found["warnings"]:
         host.log(f"preflight warning: {warning}", logger.warning)
     if found["status"] != status.READY:
-        yield FunctionCommand(_fail, (f"preflight failed: {found['cause']}",), {})
+        yield FunctionCommand(fail_with, (f"preflight failed: {found['cause']}",), {})
         return
     host.noop("; ".join("preflight %(verdict)s: %(text)s" % check for check in found["checks"]))
 
 
-def _cause(output):
+def script_cause(output):
     """Why a script failed: the cause in its result line; without one (it died), its last
     line of stderr."""
     found = result.parse(output.stdout_lines)
@@ -73,7 +73,7 @@ def _run_step(host, what, command):
     result line) and return (False, output)."""
     ok, output = run_streamed(host, command)
     if not ok:
-        host.log_styled(f"{what} failed: {_cause(output)}", fg="red", log_func=logger.error)
+        host.log_styled(f"{what} failed: {script_cause(output)}", fg="red", log_func=logger.error)
     return ok, output
 
 
@@ -111,9 +111,9 @@ def _restart_or_roll_back(state, host, scripts, hook_python, rollback, running=F
     ``running``: the server already runs what is installed: the cycle starts at the gate."""
     found, output = run_cycle(host, scripts.cycle(hook_paths(hook_python), rollback, running), scripts)
     if found is None:
-        host.log_styled(f"restart cycle failed: {_cause(output)}", fg="red", log_func=logger.error)
+        host.log_styled(f"restart cycle failed: {script_cause(output)}", fg="red", log_func=logger.error)
         return False
-    return _say_outcome(host, found)
+    return say_outcome(host, found)
 
 
 def _say_decode_check(host, found):
@@ -132,7 +132,7 @@ def _say_decode_check(host, found):
         host.log(restored, logger.info)
 
 
-def _say_outcome(host, found):
+def say_outcome(host, found):
     """The cycle's outcome, in the words the operator reads; True when the new one serves."""
     outcome, previous = found["outcome"], found.get("profile") or "?"
     if outcome == "preflight_failed" and found["restored"]:
@@ -180,7 +180,9 @@ def _last_good_is_what_serves(state, host, scripts, hook_python, rollback):
     found = LastGood().process(output.stdout_lines) if ok else None
     if found is None:
         host.log_styled(
-            f"comparing with the last known good failed: {_cause(output)}", fg="red", log_func=logger.error
+            f"comparing with the last known good failed: {script_cause(output)}",
+            fg="red",
+            log_func=logger.error,
         )
         return False
     if not found["differs"]:

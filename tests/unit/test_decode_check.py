@@ -525,10 +525,10 @@ def test_took_note_records_on_the_controller_and_the_outcome_line_shows_it(tmp_p
 def test_the_controller_says_a_regressed_outcome_and_fails_the_deploy():
     from test_node_cycle import _Host
 
-    from sglang_deploy.operations.service import _say_outcome
+    from sglang_deploy.operations.service import say_outcome
 
     host = _Host()
-    assert _say_outcome(host, {"outcome": "regressed", "restored": False}) is False
+    assert say_outcome(host, {"outcome": "regressed", "restored": False}) is False
     assert host.said == [
         "on_regression: fail: the new configuration serves, but is not recorded as the last known good"
     ]

@@ -238,7 +238,7 @@ def model_step(tmp_path, source, live, free=None):
 def test_a_disk_without_room_for_both_copies_is_refused_naming_the_setting(tmp_path, source):
     live = live_v1(tmp_path / "models" / "m")
     commands, _ = model_step(tmp_path, source, live, free=100)  # shard-2 (2000 bytes) needed
-    assert len(commands) == 1 and commands[0].function is model_ops._fail
+    assert len(commands) == 1 and commands[0].function is model_ops.fail_with
     message = commands[0].args[0]
     assert "needs 0.00 GB" in message and "`model_keep_previous: false`" in message, message
     assert "nothing was copied" in message

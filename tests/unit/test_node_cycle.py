@@ -172,10 +172,10 @@ class _Host:
     ],
 )
 def test_the_controller_says_the_outcome_in_the_operators_words(found, said, served):
-    from sglang_deploy.operations.service import _say_outcome
+    from sglang_deploy.operations.service import say_outcome
 
     host = _Host()
-    assert _say_outcome(host, found) is served
+    assert say_outcome(host, found) is served
     assert host.said == said
 
 

@@ -58,7 +58,7 @@ class _Output:
 
 
 def test_the_controller_takes_the_cause_from_the_result_line_else_the_last_error():
-    from sglang_deploy.operations.service import _cause
+    from sglang_deploy.operations.service import script_cause
 
     gate_out = [
         "[   0.6s] phase: loading weights",
@@ -68,10 +68,10 @@ def test_the_controller_takes_the_cause_from_the_result_line_else_the_last_error
         "torch.OutOfMemoryError",
         "---",
     ]
-    assert _cause(_Output(gate_out)) == "cuda-oom: CUDA out of memory"
+    assert script_cause(_Output(gate_out)) == "cuda-oom: CUDA out of memory"
     # A script that died before its result line: its last words on stderr.
     assert (
-        _cause(_Output([], ["", "Traceback (most recent call last):", "OSError: boom", ""]))
+        script_cause(_Output([], ["", "Traceback (most recent call last):", "OSError: boom", ""]))
         == "OSError: boom"
     )
-    assert _cause(_Output([])) == "no output"
+    assert script_cause(_Output([])) == "no output"
