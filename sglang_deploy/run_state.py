@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from pyinfra.context import ctx_state
 
-from sglang_deploy.plan.fleet import Rollout
+from sglang_deploy.rollout.order import Rollout
 
 ATTRIBUTE = "sglang_deploy_run"  # the attribute of pyinfra's State that holds this run's RunState
 

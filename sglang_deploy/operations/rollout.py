@@ -19,8 +19,8 @@ from sglang_deploy.operations import canary, remote
 from sglang_deploy.operations.files import hook_paths
 from sglang_deploy.operations.service import fail_with, run_cycle, say_outcome, script_cause
 from sglang_deploy.operations.streamed import run_streamed
-from sglang_deploy.plan import rolling_sizes
-from sglang_deploy.plan.fleet import (
+from sglang_deploy.rollout import sizes as rolling_sizes
+from sglang_deploy.rollout.order import (
     NodeFacts,
     Rollout,
     by_host_name,

@@ -22,9 +22,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.plan.rolling_sizes import count_or_percent
 from sglang_deploy.plan.router_flags import gateway_pin
 from sglang_deploy.profile.fields import AbsPath, LockPlatform, Pin, PythonVersion, VenvPath, engine_home
+from sglang_deploy.rollout.sizes import count_or_percent
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 Seconds = Annotated[float, Field(gt=0)]

@@ -1,20 +1,20 @@
-"""A restart's waves (plan/fleet.py plan_waves, check_waves, last_in_rotation, idle_reason): the
+"""A restart's waves (rollout/order.py plan_waves, check_waves, last_in_rotation, idle_reason): the
 nodes that serve nothing start together first, the serving ones roll in batches, and no wave
 takes the last node serving a model out of rotation."""
 
 import pytest
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.plan.fleet import (
+from sglang_deploy.plan.fleet import rolling_settings
+from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.rollout.order import (
     NodeFacts,
     Waves,
     check_waves,
     idle_reason,
     last_in_rotation,
     plan_waves,
-    rolling_settings,
 )
-from sglang_deploy.plan.hosts import deploy_defaults
 
 ACTIVE = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running"}
 IN_ROUTER = {"routers": {"http://r:30000": "healthy"}, "ping": True, "last_good": True}

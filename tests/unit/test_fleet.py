@@ -10,8 +10,6 @@ from sglang_deploy.errors import DeployError
 from sglang_deploy.node.lib.routers import parse_workers
 from sglang_deploy.node.rotation import in_flight
 from sglang_deploy.plan.fleet import (
-    Rollout,
-    batches,
     check_ports,
     is_router,
     render_router_unit,
@@ -22,6 +20,7 @@ from sglang_deploy.plan.fleet_hosts import rotation_for, router_plan
 from sglang_deploy.plan.hosts import deploy_defaults, gpu_hosts, gpu_routers, sandbox_hosts, sandbox_routers
 from sglang_deploy.plan.monitoring import scrape_targets
 from sglang_deploy.report.outcome import Outcome, with_rollout_notes
+from sglang_deploy.rollout.order import Rollout, batches
 
 DEFAULTS = deploy_defaults()
 

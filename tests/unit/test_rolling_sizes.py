@@ -1,13 +1,14 @@
-"""Batches and canaries as counts or percentages (plan/rolling_sizes.py), the canary wave in the
+"""Batches and canaries as counts or percentages (rollout/sizes.py), the canary wave in the
 restart's order (plan_waves) and rolling_max_fail_percent (Rollout)."""
 
 import pytest
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.plan import rolling_sizes
-from sglang_deploy.plan.fleet import NodeFacts, Rollout, plan_waves, rolling_settings
+from sglang_deploy.plan.fleet import rolling_settings
 from sglang_deploy.plan.hosts import deploy_defaults
 from sglang_deploy.plan.settings import validate
+from sglang_deploy.rollout import sizes as rolling_sizes
+from sglang_deploy.rollout.order import NodeFacts, Rollout, plan_waves
 
 
 @pytest.mark.parametrize(
