@@ -3,15 +3,21 @@ per host from its checks (an unreachable host still a row, with the reason), and
 the summary as a table or one block per host."""
 
 from sglang_deploy.verify import layout
+from sglang_deploy.verify.registry import of_kind
 from sglang_deploy.verify.verdict import FAILED, Check
 
 
 class HostKind:
-    """One kind of such host: ``role``; ``address_key``, the report's key for where it serves;
-    ``columns``, the table's first two headings; ``registry``, its checks (one column each)."""
+    """One kind of such host: ``role``, also the kind of its checks in the registry (one column
+    each); ``address_key``, the report's key for where it serves; ``columns``, the table's first
+    two headings."""
 
-    def __init__(self, role, address_key, columns, registry):
-        self.role, self.address_key, self.columns, self.registry = role, address_key, columns, registry
+    def __init__(self, role, address_key, columns):
+        self.role, self.address_key, self.columns = role, address_key, columns
+
+    @property
+    def registry(self):
+        return of_kind(self.role)
 
     def report(self, name, address, run_checks):
         """``run_checks()``: the host's Checks."""
@@ -29,11 +35,12 @@ class HostKind:
         return report
 
     def header(self):
-        return (*self.columns, *(entry.name for entry in self.registry))
+        return (*self.columns, *(entry.column for entry in self.registry if entry.column))
 
     def row(self, report):
-        by_name = {c["name"]: c["state"] for c in report["checks"]}
-        return (report["host"], report[self.address_key], *(by_name.get(e.name, "-") for e in self.registry))
+        by_name = {c["name"]: c for c in report["checks"]}
+        cells = (entry.cell(by_name) for entry in self.registry if entry.column)
+        return (report["host"], report[self.address_key], *cells)
 
     def lines(self, reports, title, width, wide, redact):
         """The hosts' table (``wide``) or one block per host headed ``title(report)``, then what

@@ -1,47 +1,20 @@
-"""What `make verify` checks on a monitoring host, and the one list of them:
-MONITORING_REGISTRY (the counterpart of router_checks.ROUTER_REGISTRY; a monitoring host has no
-profile, so its checks take its plan, plan/monitoring.MonitoringPlan).
+"""What `make verify` checks on a monitoring host: the checks of kind MONITORING in the one
+registry (verify/registry.py). A monitoring host has no profile, so its checks take its plan,
+plan/monitoring.MonitoringPlan.
 
 A check is a function (testinfra host, MonitoringPlan, scripts dir) -> Check, registered by
-``@monitoring_check``.
+``@verify_check("name", kind=MONITORING)``.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from sglang_deploy.node.lib import result
 from sglang_deploy.plan.monitoring import unmet_pins
+from sglang_deploy.plan.render import SCRIPTS_DIR
+from sglang_deploy.verify.registry import MONITORING, verify_check
 from sglang_deploy.verify.verdict import FAILED, OK, Check
-
-SCRIPTS_DIR = "/opt/sglang-deploy/node"
-
-
-@dataclass(frozen=True)
-class MonitoringCheck:
-    name: str
-    function: Callable
-
-    @property
-    def id(self):
-        return self.name.replace(" ", "-")
-
-
-MONITORING_REGISTRY: list[MonitoringCheck] = []
-
-
-def monitoring_check(name):
-    def register(function):
-        MONITORING_REGISTRY.append(MonitoringCheck(name, function))
-        return function
-
-    return register
-
-
-def monitoring_host_checks(node, plan, scripts_dir=SCRIPTS_DIR) -> list[Check]:
-    return [entry.function(node, plan, scripts_dir) for entry in MONITORING_REGISTRY]
 
 
 def installed_versions(text) -> dict:
@@ -54,8 +27,8 @@ def installed_versions(text) -> dict:
     return found
 
 
-@monitoring_check("prometheus package")
-def package(node, plan, scripts_dir):
+@verify_check("prometheus package", kind=MONITORING)
+def package(node, plan, scripts_dir=SCRIPTS_DIR):
     names = " ".join(shlex.quote(pin.partition("=")[0]) for pin in plan.packages)
     listed = node.run(f"dpkg-query -W -f '${{Package}} ${{Version}}\\n' {names} 2>/dev/null").stdout
     unmet = unmet_pins(plan.packages, installed_versions(listed))
@@ -68,8 +41,8 @@ def package(node, plan, scripts_dir):
     return Check("prometheus package", OK, ", ".join(plan.packages))
 
 
-@monitoring_check("prometheus configuration")
-def configuration(node, plan, scripts_dir):
+@verify_check("prometheus configuration", kind=MONITORING)
+def configuration(node, plan, scripts_dir=SCRIPTS_DIR):
     """The configuration and rules as rendered from the inventory, the unit active and enabled."""
     for path, text in plan.files.items():
         found = node.file(path)
@@ -92,8 +65,8 @@ def configuration(node, plan, scripts_dir):
     )
 
 
-@monitoring_check("prometheus targets")
-def targets(node, plan, scripts_dir):
+@verify_check("prometheus targets", kind=MONITORING)
+def targets(node, plan, scripts_dir=SCRIPTS_DIR):
     """Every target of the inventory up in Prometheus; each that is not is named, with its state."""
     run = node.run(plan.targets_check(scripts_dir))
     found = result.parse(run.stdout.splitlines())

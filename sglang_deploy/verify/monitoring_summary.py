@@ -1,17 +1,17 @@
 """The monitoring hosts' part of `make verify`'s report: one per monitoring host, its
-monitoring_checks."""
+checks of kind MONITORING (monitoring_checks)."""
 
 from sglang_deploy.plan.hosts import testinfra_host
 from sglang_deploy.plan.monitoring import monitoring_plan
+from sglang_deploy.verify.checks import MONITORING, host_checks
 from sglang_deploy.verify.host_report import HostKind
-from sglang_deploy.verify.monitoring_checks import MONITORING_REGISTRY, monitoring_host_checks
 
-MONITORS = HostKind("monitoring", "prometheus", ("monitoring", "prometheus"), MONITORING_REGISTRY)
+MONITORS = HostKind(MONITORING, "prometheus", ("monitoring", "prometheus"))
 
 
 def monitoring_report(name, data, everything):
     plan = monitoring_plan(name, everything)
-    checks = lambda: monitoring_host_checks(testinfra_host(data), plan)  # noqa: E731
+    checks = lambda: host_checks(testinfra_host(data), plan, MONITORING)  # noqa: E731
     return MONITORS.report(name, f"{name}:{plan.port}", checks)
 
 

@@ -1,50 +1,24 @@
-"""What `make verify` checks on a router host, and the one list of them: ROUTER_REGISTRY (the
-routers' counterpart of checks.REGISTRY; a router host has no profile, so its checks take the
-router's plan, fleet_plan.RouterPlan).
+"""What `make verify` checks on a router host: the checks of kind ROUTER in the one registry
+(verify/registry.py). A router host has no profile, so its checks take the router's plan,
+fleet_plan.RouterPlan.
 
-A check is a function (testinfra host, RouterPlan) -> Check, registered by ``@router_check``.
+A check is a function (testinfra host, RouterPlan, scripts dir) -> Check, registered by
+``@verify_check("name", kind=ROUTER)``.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from sglang_deploy.node.lib import result, status
 from sglang_deploy.plan.script_commands import exact_command
+from sglang_deploy.plan.render import SCRIPTS_DIR
+from sglang_deploy.verify.registry import ROUTER, verify_check
 from sglang_deploy.verify.verdict import FAILED, OK, Check
 
-SCRIPTS_DIR = "/opt/sglang-deploy/node"
 
-
-@dataclass(frozen=True)
-class RouterCheck:
-    name: str
-    function: Callable
-
-    @property
-    def id(self):
-        return self.name.replace(" ", "-")
-
-
-ROUTER_REGISTRY: list[RouterCheck] = []
-
-
-def router_check(name):
-    def register(function):
-        ROUTER_REGISTRY.append(RouterCheck(name, function))
-        return function
-
-    return register
-
-
-def router_host_checks(node, plan, scripts_dir=SCRIPTS_DIR) -> list[Check]:
-    return [entry.function(node, plan, scripts_dir) for entry in ROUTER_REGISTRY]
-
-
-@router_check("router packages")
-def packages(node, plan, scripts_dir):
+@verify_check("router packages", kind=ROUTER)
+def packages(node, plan, scripts_dir=SCRIPTS_DIR):
     """The router's venv holds exactly its lock (exact.py, run by the venv's interpreter)."""
     venv, lock = plan.settings.venv, plan.locked.remote_lock
     if not node.file(f"{venv}/bin/python").exists:
@@ -60,8 +34,8 @@ def packages(node, plan, scripts_dir):
     return Check("router packages", OK, f"{pins}: {found['locked']} distributions, exactly the lock's")
 
 
-@router_check("router unit")
-def unit(node, plan, scripts_dir):
+@verify_check("router unit", kind=ROUTER)
+def unit(node, plan, scripts_dir=SCRIPTS_DIR):
     path = plan.unit_path
     installed = node.file(path)
     if not installed.exists:
@@ -79,8 +53,8 @@ def unit(node, plan, scripts_dir):
     return Check("router unit", OK, f"{plan.unit} active, enabled, as rendered")
 
 
-@router_check("router workers")
-def workers(node, plan, scripts_dir):
+@verify_check("router workers", kind=ROUTER)
+def workers(node, plan, scripts_dir=SCRIPTS_DIR):
     """/readiness 200 and every serving node listed healthy in /workers."""
     run = node.run(plan.gate(scripts_dir, timeout=0))
     found = result.parse(run.stdout.splitlines())

@@ -1,19 +1,20 @@
-"""The routers' part of `make verify`'s report: one per router host, its router_checks."""
+"""The routers' part of `make verify`'s report: one per router host, its checks of kind ROUTER
+(router_checks)."""
 
 from sglang_deploy.plan.fleet import is_router
 from sglang_deploy.plan.fleet_hosts import router_plan
 from sglang_deploy.plan.hosts import testinfra_host
+from sglang_deploy.verify.checks import ROUTER, host_checks
 from sglang_deploy.verify.host_report import HostKind
-from sglang_deploy.verify.router_checks import ROUTER_REGISTRY, router_host_checks
 
 __all__ = ["is_router", "router_report", "router_lines"]
 
-ROUTERS = HostKind("router", "router", ("router", "url"), ROUTER_REGISTRY)
+ROUTERS = HostKind(ROUTER, "router", ("router", "url"))
 
 
 def router_report(name, data, everything):
     plan = router_plan(name, everything)
-    return ROUTERS.report(name, plan.settings.url, lambda: router_host_checks(testinfra_host(data), plan))
+    return ROUTERS.report(name, plan.settings.url, lambda: host_checks(testinfra_host(data), plan, ROUTER))
 
 
 def router_lines(reports, width, wide, redact):

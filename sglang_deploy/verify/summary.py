@@ -4,8 +4,8 @@ Exit 1 when any check failed.
 
 Printed to fit the terminal (COLUMNS, else its width): a short table (host, the profile it was
 checked against, the profile it last passed its readiness gate with: they differ after a
-rollback, the verdict, warnings), then one block per host, every check of
-sglang_deploy.verify.checks.REGISTRY with its state and its detail wrapped (the same checks
+rollback, the verdict, warnings), then one block per host, every node check
+of sglang_deploy.verify.checks.REGISTRY with its state and its detail wrapped (the same checks
 `make verify`'s tests assert, their details already redacted of secret values), then what is
 not ok, one line each. ``--wide``: the full table instead, one column per check (about 400
 columns). The JSON has every check and each host's full table row ("table"). A host that
@@ -34,7 +34,7 @@ from sglang_deploy.verify.verdict import FAILED, WARNING, Check
 COLUMNS = (
     "host",
     "checked against",
-    *(entry.column for entry in checks.REGISTRY if entry.column),
+    *(entry.column for entry in checks.of_kind(checks.NODE) if entry.column),
     "warnings",
 )
 OVERVIEW = ("host", "checked against", "last passed gate", "verdict", "warnings")
@@ -62,7 +62,7 @@ def row(report):
     return (
         report["host"],
         report["profile"],
-        *(entry.cell(by_name) for entry in checks.REGISTRY if entry.column),
+        *(entry.cell(by_name) for entry in checks.of_kind(checks.NODE) if entry.column),
         str(len(warnings(report))),
     )
 

@@ -2,7 +2,8 @@
 
 Expected values come from the same profile loader and renderers the deploy uses.
 
-The tests are sglang_deploy.verify.checks.REGISTRY, one per host and check. No secret value reaches the
+The tests are sglang_deploy.verify.checks.REGISTRY, one per host and check of the host's kind
+(a serving node's, a router's, a monitoring host's). No secret value reaches the
 output, passing or failing, at any verbosity: the checks get a plan whose env text has its
 secrets masked, mask secret-bearing node data (the env file, a worker's environ) as they read
 it and redact every detail; and every report passes through sglang_deploy.verify.pytest_redaction before
@@ -23,11 +24,9 @@ from sglang_deploy.plan.host_plan import NodePlan, plan_for
 from sglang_deploy.plan.hosts import inventory_hosts, testinfra_host
 from sglang_deploy.plan.monitoring import monitoring_plan
 from sglang_deploy.plan.serving_group import profile_of, resolve_checked
-from sglang_deploy.verify.checks import REGISTRY
-from sglang_deploy.verify.monitoring_checks import MONITORING_REGISTRY
+from sglang_deploy.verify.checks import MONITORING, NODE, ROUTER, of_kind
 from sglang_deploy.verify.pytest_redaction import ReportRedaction
 from sglang_deploy.verify.redact import Redactor
-from sglang_deploy.verify.router_checks import ROUTER_REGISTRY
 
 # The session's secrets: every verified host's secret names and the operator's values of them.
 SECRETS = Redactor()
@@ -79,7 +78,7 @@ def pytest_generate_tests(metafunc):
         ]
         metafunc.parametrize("monitoring_spec", hosts, ids=[h[0] for h in hosts], scope="session")
     if "monitoring_check" in metafunc.fixturenames:
-        metafunc.parametrize("monitoring_check", MONITORING_REGISTRY, ids=[c.id for c in MONITORING_REGISTRY])
+        parametrize_checks(metafunc, "monitoring_check", MONITORING)
     if "node" in metafunc.fixturenames or "router" in metafunc.fixturenames:
         everything, in_limit = _hosts_in_limit(metafunc.config)
         # Router hosts have their own checks (tests/host/test_router_host.py).
@@ -99,9 +98,15 @@ def pytest_generate_tests(metafunc):
             hosts = [(name, data, members.get(name)) for name, data in hosts]
             metafunc.parametrize("node_spec", hosts, ids=[name for name, _, _ in hosts], scope="session")
     if "router_check" in metafunc.fixturenames:
-        metafunc.parametrize("router_check", ROUTER_REGISTRY, ids=[c.id for c in ROUTER_REGISTRY])
+        parametrize_checks(metafunc, "router_check", ROUTER)
     if "check" in metafunc.fixturenames:
-        metafunc.parametrize("check", REGISTRY, ids=[check.id for check in REGISTRY])
+        parametrize_checks(metafunc, "check", NODE)
+
+
+def parametrize_checks(metafunc, fixture, kind):
+    """One test per registered check of ``kind``, its id the check's (`...[node1-serving]`)."""
+    found = of_kind(kind)
+    metafunc.parametrize(fixture, found, ids=[check.id for check in found])
 
 
 @pytest.fixture(scope="session")

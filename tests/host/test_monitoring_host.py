@@ -7,5 +7,5 @@ from sglang_deploy.verify.verdict import OK
 
 def test_monitoring_check(monitoring, monitoring_check):
     name, host, plan = monitoring
-    found = monitoring_check.function(host, plan, "/opt/sglang-deploy/node")
-    assert found.state == OK, f"{name}: {found.line()}"
+    for found in monitoring_check.run(host, plan):
+        assert found.state == OK, f"{name}: {found.line()}"

@@ -6,5 +6,5 @@ from sglang_deploy.verify.verdict import OK
 
 def test_router_check(router, router_check):
     name, host, plan = router
-    found = router_check.function(host, plan, "/opt/sglang-deploy/node")
-    assert found.state == OK, f"{name}: {found.line()}"
+    for found in router_check.run(host, plan):
+        assert found.state == OK, f"{name}: {found.line()}"

@@ -82,8 +82,9 @@ def deployed(plan, **changes):
 
 
 def test_every_registered_check_is_a_column_of_the_table():
-    names = [entry.name for entry in checks.REGISTRY]
-    assert len(set(names)) == len(names) and len({e.id for e in checks.REGISTRY}) == len(names)
+    every = [entry.name for entry in checks.REGISTRY]
+    assert len(set(every)) == len(every) and len({e.id for e in checks.REGISTRY}) == len(every)
+    names = [entry.name for entry in checks.of_kind(checks.NODE)]
     report = {
         "host": "node1",
         "profile": "p",
@@ -92,7 +93,7 @@ def test_every_registered_check_is_a_column_of_the_table():
     }
     row = dict(zip(summary.COLUMNS, summary.row(report)))
     assert list(row)[:3] == ["host", "checked against", "last passed gate"]
-    for entry in checks.REGISTRY:
+    for entry in checks.of_kind(checks.NODE):
         if entry.name != "last good":
             assert row[entry.column] == FAILED, entry.name
     assert set(summary.COLUMNS) >= {"env file", "unit", "hook", "serving", "workers' env"}
@@ -109,7 +110,7 @@ def test_every_registered_check_runs_and_no_detail_carries_a_secret(plan):
         listening=False,
     )
     found = checks.host_checks(node, plan)
-    registered = [e.name for e in checks.REGISTRY]
+    registered = [e.name for e in checks.of_kind(checks.NODE)]
     assert [c.name for c in found if c.name in registered] == registered
     assert not any(SECRET in c.detail for c in found), [c.line() for c in found]
     assert {c.name: c.state for c in found}["env file"] == FAILED
@@ -297,6 +298,23 @@ def test_the_columns_follow_the_subjects_whatever_was_imported_first():
     modules = [entry.function.__module__.rsplit(".", 1)[1] for entry in checks.REGISTRY]
     assert modules == sorted(modules, key=checks.SUBJECTS.index)
     assert [e.name for e in checks.REGISTRY][:4] == ["last good", "serving", "serving group", "last start"]
+
+
+def test_router_and_monitoring_checks_are_of_their_kind_in_the_one_registry():
+    by_kind = {kind: [e.name for e in checks.of_kind(kind)] for kind in (checks.ROUTER, checks.MONITORING)}
+    assert by_kind == {
+        checks.ROUTER: ["router packages", "router unit", "router workers"],
+        checks.MONITORING: ["prometheus package", "prometheus configuration", "prometheus targets"],
+    }
+    assert [e.id for e in checks.of_kind(checks.ROUTER)] == [
+        "router-packages",
+        "router-unit",
+        "router-workers",
+    ]
+    assert {e.kind for e in checks.REGISTRY} == {checks.NODE, checks.ROUTER, checks.MONITORING}
+    assert not set(summary.COLUMNS) & set(by_kind[checks.ROUTER] + by_kind[checks.MONITORING])
+    with pytest.raises(ValueError):
+        checks.verify_check("x", kind="gateway")
 
 
 def test_a_locked_engine_s_venv_is_the_one_named_after_its_lock():
