@@ -25,8 +25,8 @@ sys.path.insert(0, str(REPO))
 
 from sglang_deploy.facts.serving import UnitState  # noqa: E402
 from sglang_deploy.node.lib import result  # noqa: E402
+from sglang_deploy.plan.commands import lock_command  # noqa: E402
 from sglang_deploy.plan.hosts import SANDBOX_PROFILES_VAR, inventory_hosts, ssh_argv  # noqa: E402
-from sglang_deploy.plan.script_commands import lock_command  # noqa: E402
 from sglang_deploy.profile.schema import load_profile  # noqa: E402
 
 SANDBOX_INVENTORY = "inventory/sandbox.py"

@@ -33,7 +33,7 @@ from common import SANDBOX_INVENTORY, Report, node_of  # noqa: E402
 from fleet_load import Watcher, router_view, run_load  # noqa: E402
 
 from sglang_deploy.node.lib import result as result_line  # noqa: E402
-from sglang_deploy.plan.script_commands import last_good_show_command  # noqa: E402
+from sglang_deploy.plan.commands import last_good_show_command  # noqa: E402
 
 MODEL = "tiny-standin"
 LAST_GOOD = last_good_show_command("/opt/sglang-deploy/node", "/var/lib/sglang-deploy/sglang/last-good")

@@ -53,8 +53,8 @@ if str(REPO) not in sys.path:
 
 from sglang_deploy.node.lib import compute_apps, env_records, procs, status  # noqa: E402
 from sglang_deploy.node.lib.envfile import parse_env_file  # noqa: E402
+from sglang_deploy.plan.commands import gate_args  # noqa: E402
 from sglang_deploy.plan.render import HOOK_MODULE, render_env_file, render_hook_module  # noqa: E402
-from sglang_deploy.plan.script_commands import gate_args  # noqa: E402
 from sglang_deploy.profile.schema import load_profile  # noqa: E402
 from sglang_deploy.verify import gpu_health, nccl_confirm  # noqa: E402
 

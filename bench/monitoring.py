@@ -88,10 +88,10 @@ from common import (  # noqa: E402
 )
 
 from sglang_deploy.node.lib import decode_rate, result  # noqa: E402
+from sglang_deploy.plan.commands import passport_command  # noqa: E402
 from sglang_deploy.plan.fleet import is_monitoring, serves  # noqa: E402
 from sglang_deploy.plan.hosts import inventory_hosts  # noqa: E402
 from sglang_deploy.plan.monitoring import PROMETHEUS_UNIT  # noqa: E402
-from sglang_deploy.plan.script_commands import passport_command  # noqa: E402
 from sglang_deploy.plan.settings import settings_of  # noqa: E402
 
 DECODE_ALERT, DOWN_ALERT = "SGLangDecodeBelowLastGood", "SGLangEngineDown"

@@ -68,7 +68,7 @@ from common import (  # noqa: E402
 )
 
 from sglang_deploy.node.lib import result  # noqa: E402  (common puts the repository on sys.path)
-from sglang_deploy.plan.script_commands import last_good_show_command  # noqa: E402
+from sglang_deploy.plan.commands import last_good_show_command  # noqa: E402
 
 READY_LINE = r"The server is fired up and ready to roll!"
 HTTP_UP_LINE = r"Uvicorn running on"

@@ -92,8 +92,8 @@ def stage_profile(engine, deploy):
     sys.path.insert(0, str(REPO))
     from sglang_deploy.node.lib import env_records
     from sglang_deploy.plan import render
-    from sglang_deploy.plan.node_scripts import NodeScripts
-    from sglang_deploy.plan.script_commands import gate_args, secret_args_argv
+    from sglang_deploy.plan.commands import gate_args, secret_args_argv
+    from sglang_deploy.plan.commands.unit import NodeScripts
     from sglang_deploy.profile.lint import finding_lines
     from sglang_deploy.profile.schema import load_profile
 

@@ -10,7 +10,7 @@ from pyinfra.api import FactBase
 
 from sglang_deploy.facts.serving import ScriptResult
 from sglang_deploy.node.venvs import MARKER
-from sglang_deploy.plan.script_commands import exact_command, venvs_list_command, venvs_wheelhouses_command
+from sglang_deploy.plan.commands import exact_command, venvs_list_command, venvs_wheelhouses_command
 
 _VERSION_PY = "import platform; print(platform.python_version())"
 

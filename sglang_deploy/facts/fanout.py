@@ -2,7 +2,7 @@
 and key directories, ``{"lines": n, "key_dirs": n}``; ``None`` before our scripts exist."""
 
 from sglang_deploy.facts.serving import ScriptResult
-from sglang_deploy.plan.script_commands import fanout_access_command
+from sglang_deploy.plan.commands import fanout_access_command
 
 
 class FanoutLeftovers(ScriptResult):

@@ -12,8 +12,8 @@ from pyinfra.api import FactBase
 
 from sglang_deploy.facts.serving import unit_show_command
 from sglang_deploy.node.lib import gpu_settings, systemd
+from sglang_deploy.plan.commands import acs_command
 from sglang_deploy.plan.render import systemd_exec_quote, templates_dir
-from sglang_deploy.plan.script_commands import acs_command
 
 ACS_UNIT = "sglang-disable-acs.service"
 PERSISTENCED_UNIT = "nvidia-persistenced.service"

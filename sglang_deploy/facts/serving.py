@@ -11,7 +11,7 @@ from pyinfra.api import FactBase
 from sglang_deploy.node.lib import engine_auth, result, systemd
 from sglang_deploy.node.lib.http_probe import server_url
 from sglang_deploy.node.lib.installed import VERSIONS_PY, canonical
-from sglang_deploy.plan.script_commands import (
+from sglang_deploy.plan.commands import (
     drift_command,
     manifest_command,
     model_stage_command,

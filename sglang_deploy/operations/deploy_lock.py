@@ -9,7 +9,7 @@ from sglang_deploy import run_state
 from sglang_deploy.node.lib import result
 from sglang_deploy.operations import remote
 from sglang_deploy.operations.service import fail_with
-from sglang_deploy.plan.script_commands import cycles_dir_of_lock, lock_command
+from sglang_deploy.plan.commands import cycles_dir_of_lock, lock_command
 
 NODE_DIR = Path(__file__).resolve().parent.parent / "node"
 

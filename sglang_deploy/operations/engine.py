@@ -13,7 +13,7 @@ from sglang_deploy.node.lib import status
 from sglang_deploy.node.lib.installed import canonical
 from sglang_deploy.node.venvs import MARKER, PENDING
 from sglang_deploy.operations.files import pth_directory
-from sglang_deploy.plan.script_commands import venvs_mark_command
+from sglang_deploy.plan.commands import venvs_mark_command
 
 # uv writes uv_cache.json (the time its cache unpacked the wheel) into each dist-info and lists
 # it in RECORD: two nodes built from one lock would differ in every RECORD, and the manifest

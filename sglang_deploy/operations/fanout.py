@@ -63,9 +63,9 @@ from sglang_deploy.node.fanout_access import KEY_DIR_PREFIX, PREFIX
 from sglang_deploy.node.lib import result, status
 from sglang_deploy.operations import remote
 from sglang_deploy.operations.streamed import run_streamed
+from sglang_deploy.plan.commands import fanout_access_command, fanout_pull_command
 from sglang_deploy.plan.fanout import CONTROLLER, FanoutTree, fanout_on
 from sglang_deploy.plan.fleet import address
-from sglang_deploy.plan.script_commands import fanout_access_command, fanout_pull_command
 from sglang_deploy.plan.settings import settings_of
 
 MAX_ATTEMPTS = 3  # sources one node tries; the last is the controller

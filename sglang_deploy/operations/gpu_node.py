@@ -18,7 +18,7 @@ from sglang_deploy.facts.gpu import (
     persistenced_dropin,
 )
 from sglang_deploy.facts.serving import UnitState
-from sglang_deploy.plan.script_commands import persistence_check_command
+from sglang_deploy.plan.commands import persistence_check_command
 from sglang_deploy.plan.settings import default
 
 

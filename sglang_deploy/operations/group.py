@@ -32,7 +32,7 @@ from sglang_deploy.operations.rollout import _restarting, node_facts, rollout, w
 from sglang_deploy.operations.service import fail_with, script_cause
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan import serving_group
-from sglang_deploy.plan.script_commands import dist_reach_command
+from sglang_deploy.plan.commands import dist_reach_command
 
 
 def member_of(pyinfra_host):

@@ -27,6 +27,7 @@ from sglang_deploy.node.model_stage import PREVIOUS_SUFFIX, staging_dir
 from sglang_deploy.operations import fanout, remote
 from sglang_deploy.operations.service import fail_with
 from sglang_deploy.operations.streamed import run_streamed
+from sglang_deploy.plan.commands import hf_stage_command, model_stage_command
 from sglang_deploy.plan.hosts import ssh_argv
 from sglang_deploy.plan.model_sources import (
     GB,
@@ -37,7 +38,6 @@ from sglang_deploy.plan.model_sources import (
     rsync_argv,
     to_copy,
 )
-from sglang_deploy.plan.script_commands import hf_stage_command, model_stage_command
 from sglang_deploy.plan.settings import settings_of
 
 _SSH_KEYS = ("ssh_hostname", "ssh_user", "ssh_port", "ssh_key", "ssh_known_hosts_file")

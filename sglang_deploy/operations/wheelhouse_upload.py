@@ -19,7 +19,7 @@ from sglang_deploy.node import model_manifest
 from sglang_deploy.node.model_stage import staging_dir
 from sglang_deploy.operations import fanout, remote
 from sglang_deploy.operations.model import controller_copy
-from sglang_deploy.plan.script_commands import fanout_pull_command, model_stage_command
+from sglang_deploy.plan.commands import fanout_pull_command, model_stage_command
 from sglang_deploy.plan.wheelhouse import sha256
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sglang_deploy.plan.commands import rotation_command, router_gate_command
 from sglang_deploy.plan.fleet import (
     ROUTER_UNIT,
     Rolling,
@@ -20,7 +21,6 @@ from sglang_deploy.plan.fleet import (
     serves,
     worker_url,
 )
-from sglang_deploy.plan.script_commands import rotation_command, router_gate_command
 from sglang_deploy.plan.serving_group import profile_of, resolve
 from sglang_deploy.plan.settings import settings_of
 from sglang_deploy.profile.schema import load_profile

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from sglang_deploy import run_state
 from sglang_deploy.errors import DeployError
+from sglang_deploy.plan.commands.unit import NodeScripts
 from sglang_deploy.plan.hosts import REPO_ROOT
 from sglang_deploy.plan.locked_engine import LockedEngine, locked_engine
 from sglang_deploy.plan.model_sources import HubClient
 from sglang_deploy.plan.model_sources import targets as staging_targets
-from sglang_deploy.plan.node_scripts import NodeScripts
 from sglang_deploy.plan.render import render_env_file, render_hook_module, render_hook_pth, render_unit
 from sglang_deploy.plan.serving_group import apply as apply_group
 from sglang_deploy.plan.settings import Settings, settings_of

@@ -20,10 +20,10 @@ from pathlib import Path
 import yaml
 
 from sglang_deploy.errors import DeployError
+from sglang_deploy.plan.commands import prometheus_gate_command, prometheus_targets_command
 from sglang_deploy.plan.fleet import address, is_monitoring, is_router, router_settings
 from sglang_deploy.plan.fleet_hosts import workers
 from sglang_deploy.plan.hosts import REPO_ROOT
-from sglang_deploy.plan.script_commands import prometheus_gate_command, prometheus_targets_command
 from sglang_deploy.plan.serving_group import profile_of
 from sglang_deploy.plan.settings import settings_of
 from sglang_deploy.plan.shared_nodes import node_of

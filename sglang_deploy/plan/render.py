@@ -15,7 +15,7 @@ import jinja2
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.node.lib import env_records
-from sglang_deploy.plan.script_commands import secret_args_argv
+from sglang_deploy.plan.commands import secret_args_argv
 from sglang_deploy.profile.engine_flags import pinned_version
 from sglang_deploy.profile.schema import Profile
 

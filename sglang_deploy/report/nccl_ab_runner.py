@@ -28,9 +28,9 @@ from sglang_deploy.cli import exit_on_deploy_error
 from sglang_deploy.node import nccl_ab as node_ab
 from sglang_deploy.node.lib import result as node_result
 from sglang_deploy.operations.deploy_lock import previous_cycle_line
+from sglang_deploy.plan.commands import cycles_dir_of_lock
 from sglang_deploy.plan.host_plan import plan_for
 from sglang_deploy.plan.hosts import REPO_ROOT, inventory_hosts, ssh_argv
-from sglang_deploy.plan.script_commands import cycles_dir_of_lock
 from sglang_deploy.profile import nccl_lint
 
 REPORTS = REPO_ROOT / "reports" / "nccl-ab"

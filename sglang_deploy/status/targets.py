@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.node import node_status
+from sglang_deploy.plan.commands import router_status_command
 from sglang_deploy.plan.fleet import address, is_router, router_settings, serves, worker_url
 from sglang_deploy.plan.host_plan import plan_for
 from sglang_deploy.plan.hosts import ssh_argv
-from sglang_deploy.plan.script_commands import router_status_command
 from sglang_deploy.plan.serving_group import resolve
 from sglang_deploy.plan.settings import settings_of
 from sglang_deploy.verify.redact import Redactor

@@ -11,7 +11,7 @@ import shlex
 from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.node.lib import status
 from sglang_deploy.node.lib.result import parse as parse_result
-from sglang_deploy.plan.script_commands import model_check_command
+from sglang_deploy.plan.commands import model_check_command
 from sglang_deploy.verify.registry import read_fact, verify_check
 from sglang_deploy.verify.verdict import FAILED, OK, WARNING, Check
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from sglang_deploy.node.lib import status
 from sglang_deploy.node.lib.result import parse as parse_result
+from sglang_deploy.plan.commands import exact_command
 from sglang_deploy.plan.locks import node_lock_path
-from sglang_deploy.plan.script_commands import exact_command
 from sglang_deploy.verify.registry import verify_check
 from sglang_deploy.verify.verdict import FAILED, OK, Check
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 
 from sglang_deploy.node.lib import result, status
-from sglang_deploy.plan.script_commands import exact_command
+from sglang_deploy.plan.commands import exact_command
 from sglang_deploy.plan.render import SCRIPTS_DIR
 from sglang_deploy.verify.registry import ROUTER, verify_check
 from sglang_deploy.verify.verdict import FAILED, OK, Check

@@ -8,9 +8,9 @@ import pytest
 
 from sglang_deploy.node.lib import env_records, status
 from sglang_deploy.node.lib.installed import canonical
+from sglang_deploy.plan.commands.unit import NodeScripts
 from sglang_deploy.plan.hosts import deploy_defaults
 from sglang_deploy.plan.locks import load_lock, lock_path
-from sglang_deploy.plan.node_scripts import NodeScripts
 from sglang_deploy.profile.schema import load_profile
 from sglang_deploy.report.manifest import diff as manifest_diff
 

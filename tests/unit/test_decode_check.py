@@ -15,7 +15,7 @@ from test_node_cycle import _commands, _run, _step
 
 from sglang_deploy.node import cycle, decode_check
 from sglang_deploy.node.lib import decode_rate, result, status
-from sglang_deploy.plan.node_scripts import NodeScripts
+from sglang_deploy.plan.commands.unit import NodeScripts
 from sglang_deploy.profile.schema import load_profile
 from sglang_deploy.report import outcome
 from sglang_deploy.report import throughput_log as throughput

@@ -14,7 +14,7 @@ import pytest
 from sglang_deploy.facts.serving import InstalledDistributions
 from sglang_deploy.node import drift
 from sglang_deploy.node.lib import installed, status
-from sglang_deploy.plan import script_commands
+from sglang_deploy.plan import commands
 from sglang_deploy.plan.host_plan import plan_for
 
 DRIFT = Path(drift.__file__).resolve()
@@ -400,11 +400,11 @@ def test_what_the_check_found_is_the_nodes_drift_sample_named_after_the_live_ven
     live = tmp_path / "engine-link"
     live.symlink_to(vpy.parent.parent)
     textfile_dir = tmp_path / "textfile"
-    command = script_commands.drift_command(
+    command = commands.drift_command(
         str(live),
         str(DRIFT.parent),
         ["tinypkg"],
-        textfile=script_commands.textfile_args("sglang", 30000, str(textfile_dir)),
+        textfile=commands.textfile_args("sglang", 30000, str(textfile_dir)),
     )
 
     def check():

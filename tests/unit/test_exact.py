@@ -12,9 +12,9 @@ import pytest
 
 from sglang_deploy.node import exact, preflight
 from sglang_deploy.node.lib import status
+from sglang_deploy.plan.commands.unit import NodeScripts
 from sglang_deploy.plan.host_plan import plan_for
 from sglang_deploy.plan.locks import node_lock_path
-from sglang_deploy.plan.node_scripts import NodeScripts
 from sglang_deploy.verify import checks, lock_checks
 from sglang_deploy.verify.verdict import FAILED, OK
 from tests.unit.test_checks import HOST_DATA, File, Node, Result

@@ -11,9 +11,9 @@ from test_node_gate import NODE
 
 from sglang_deploy.node import gate
 from sglang_deploy.node.lib import status
+from sglang_deploy.plan.commands import gate_timings
 from sglang_deploy.plan.host_plan import plan_for
 from sglang_deploy.plan.hosts import deploy_defaults
-from sglang_deploy.plan.script_commands import gate_timings
 from sglang_deploy.profile.schema import Readiness
 
 REPO_ROOT = NODE.parents[1]
@@ -91,7 +91,10 @@ def test_the_run_dir_default_is_the_deploy_defaults_one():
     # the deploy-level paths of the code are host data, not literals of their own
     for path in (
         "sglang_deploy/plan/host_plan.py",
-        "sglang_deploy/plan/script_commands.py",
+        *(
+            f"sglang_deploy/plan/commands/{path.name}"
+            for path in (REPO_ROOT / "sglang_deploy/plan/commands").glob("*.py")
+        ),
         "sglang_deploy/operations/files.py",
         "bench/common.py",
     ):

@@ -16,7 +16,7 @@ import pytest
 
 from sglang_deploy.node import decode_check, metrics_textfile
 from sglang_deploy.node.lib import decode_rate, last_good_record, result, status, textfile
-from sglang_deploy.plan import script_commands
+from sglang_deploy.plan import commands
 from tests.unit.test_gpu_health import captured
 from tests.unit.test_node_passport import SMI_Q, passport_of, with_link
 
@@ -257,7 +257,7 @@ def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path, monke
 
 def test_the_builders_command_line_runs_the_script_as_uploaded(incident):
     """As the node runs it: python3 /opt/.../node/metrics_textfile.py, sibling imports."""
-    command = script_commands.metrics_textfile_command(
+    command = commands.metrics_textfile_command(
         str(NODE_DIR),
         "sglang",
         30000,
@@ -277,7 +277,7 @@ def test_the_builders_command_line_runs_the_script_as_uploaded(incident):
 
 def test_the_command_line_quotes_every_argument_and_defaults_to_debians_directory():
     odd = "/opt/my dir/$(touch x)"
-    argv = shlex.split(script_commands.metrics_textfile_command(odd, "svc", 30001, "/h d", "/g d"))
+    argv = shlex.split(commands.metrics_textfile_command(odd, "svc", 30001, "/h d", "/g d"))
     assert argv == [
         "python3",
         f"{odd}/metrics_textfile.py",
@@ -368,7 +368,7 @@ def test_check_says_changed_and_writes_nothing_then_the_write_then_up_to_date(in
 
 def test_the_builder_passes_the_passport_and_check():
     argv = shlex.split(
-        script_commands.metrics_textfile_command(
+        commands.metrics_textfile_command(
             "/d", "svc", 30001, "/h", "/g", passport="/p/p.json", check=True
         )
     )

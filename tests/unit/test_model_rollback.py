@@ -19,8 +19,8 @@ from sglang_deploy.node import cycle, lastgood, model_manifest, model_stage, pre
 from sglang_deploy.node.lib import result, status
 from sglang_deploy.operations import model as model_ops
 from sglang_deploy.plan import model_sources
+from sglang_deploy.plan.commands import model_stage_command
 from sglang_deploy.plan.model_sources import StagingTarget
-from sglang_deploy.plan.script_commands import model_stage_command
 from sglang_deploy.profile.schema import Source
 
 PREVIOUS = ".sglang-deploy-previous"  # where the swap keeps the old weights

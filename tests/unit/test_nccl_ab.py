@@ -15,7 +15,7 @@ from sglang_deploy.node import lock as node_lock
 from sglang_deploy.node import nccl_ab
 from sglang_deploy.node.lib import allreduce_stats
 from sglang_deploy.node.lib import result as node_result
-from sglang_deploy.plan import script_commands
+from sglang_deploy.plan import commands
 from sglang_deploy.plan.host_plan import plan_for
 from sglang_deploy.plan.hosts import REPO_ROOT
 from sglang_deploy.plan.render import render_env_file
@@ -370,7 +370,7 @@ def test_controller_runs_the_node_script_with_the_plans_files():
     assert args[-4:] == ["--ablate", "--stop-server", "--rounds", "5"]
     # Stopping the server takes the deploy's own lock (and waits for a detached restart cycle).
     assert args[args.index("--lock") + 1] == plan.lock_path
-    assert args[args.index("--cycles-dir") + 1] == script_commands.cycles_dir_of_lock(plan.lock_path)
+    assert args[args.index("--cycles-dir") + 1] == commands.cycles_dir_of_lock(plan.lock_path)
     assert args[args.index("--lock-wait") + 1] == f"{plan.lock_wait_s:g}"
     assert "--lock" not in controller.node_args("gpu1", plan)
     cmd = plan.scripts.nccl_ab(*args)  # from the scripts directory every deploy fills

@@ -16,7 +16,7 @@ from sglang_deploy.node import detach
 from sglang_deploy.node.lib import result, status
 from sglang_deploy.operations import streamed
 from sglang_deploy.operations.deploy_lock import previous_cycle_line
-from sglang_deploy.plan import script_commands
+from sglang_deploy.plan import commands
 
 NODE = Path(detach.__file__).parent
 
@@ -237,17 +237,17 @@ class Scripts:
         self.node, self.booted = node, booted or node.systemd.booted
 
     def detach_start(self, command, cycle_id):
-        line = script_commands.detach_start_command(
+        line = commands.detach_start_command(
             str(NODE), str(self.node.dir), "sglang", cycle_id, "new-profile", command
         )
         return f"{line} --systemd-run {self.node.systemd.systemd_run} --booted {self.booted} --systemctl {self.node.systemd.systemctl}"
 
     def detach_follow(self, cycle_id, offset, for_s=10.0):
-        line = script_commands.detach_follow_command(str(NODE), str(self.node.dir), cycle_id, offset, for_s)
+        line = commands.detach_follow_command(str(NODE), str(self.node.dir), cycle_id, offset, for_s)
         return f"{line} --systemctl {self.node.systemd.systemctl}"
 
     def detach_ack(self, cycle_id):
-        return script_commands.detach_ack_command(str(NODE), str(self.node.dir), cycle_id)
+        return commands.detach_ack_command(str(NODE), str(self.node.dir), cycle_id)
 
 
 def test_the_controller_shows_progress_as_today_and_reads_the_result(node, monkeypatch):
@@ -294,6 +294,6 @@ def test_without_systemd_the_cycle_runs_in_the_session_said_once(node, tmp_path,
 
 
 def test_the_lock_command_names_the_cycles_of_its_service():
-    assert script_commands.cycles_dir_of_lock("/run/sglang-deploy/sglang.lock") == "/run/sglang-deploy/sglang"
-    line = script_commands.lock_command("/run/x/s.lock", 5, "me", directory="/d", cycles_dir="/run/x/s")
+    assert commands.cycles_dir_of_lock("/run/sglang-deploy/sglang.lock") == "/run/sglang-deploy/sglang"
+    line = commands.lock_command("/run/x/s.lock", 5, "me", directory="/d", cycles_dir="/run/x/s")
     assert line.endswith("--cycles-dir /run/x/s")

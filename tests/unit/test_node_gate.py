@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy.node.lib import http_probe, result, status, watch
+from sglang_deploy.plan.commands import gate_args, gate_timings
 from sglang_deploy.plan.host_plan import node_script_files
-from sglang_deploy.plan.script_commands import gate_args, gate_timings
 from sglang_deploy.profile.schema import Readiness, load_profile
 
 NODE = Path(__file__).resolve().parents[2] / "sglang_deploy" / "node"

@@ -18,8 +18,8 @@ from test_node_routers import FakeRouter, router  # noqa: F401 (fixture)
 
 from sglang_deploy.node import decode_check, lastgood, node_status, venvs
 from sglang_deploy.node.lib import result, status
-from sglang_deploy.plan.node_scripts import NodeScripts
-from sglang_deploy.plan.script_commands import node_status_command, router_status_command
+from sglang_deploy.plan.commands import node_status_command, router_status_command
+from sglang_deploy.plan.commands.unit import NodeScripts
 from sglang_deploy.profile.schema import load_profile
 
 NODE_DIR = Path(node_status.__file__).resolve().parent

@@ -419,7 +419,7 @@ def test_main_says_why_it_could_not_write(tmp_path, capsys, monkeypatch):
 def test_the_command_line_quotes_its_paths():
     import shlex
 
-    from sglang_deploy.plan.script_commands import passport_command
+    from sglang_deploy.plan.commands import passport_command
 
     command = passport_command("/opt/my dir/$(touch x)", "/var/lib/state dir/passport.json")
     assert shlex.split(command) == [

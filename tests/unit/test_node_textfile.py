@@ -12,7 +12,7 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from sglang_deploy.node.lib import textfile
-from sglang_deploy.plan import script_commands
+from sglang_deploy.plan import commands
 from sglang_deploy.profile.fields import UnitStem
 
 parser = pytest.importorskip("prometheus_client.parser", reason="prometheus-client (requirements.txt)")
@@ -129,9 +129,9 @@ def test_no_services_file_is_another_services():
 
 
 def test_the_builder_gives_the_flags_the_scripts_take(tmp_path):
-    argv = script_commands.textfile_args("svc", 30001)
+    argv = commands.textfile_args("svc", 30001)
     assert argv == ["--textfile-service", "svc", "--textfile-port", 30001]
     p = ArgumentParser()
     textfile.add_arguments(p)
-    args = p.parse_args([str(a) for a in script_commands.textfile_args("svc", 30001, str(tmp_path))])
+    args = p.parse_args([str(a) for a in commands.textfile_args("svc", 30001, str(tmp_path))])
     assert (args.textfile_service, args.textfile_port, args.textfile_dir) == ("svc", 30001, str(tmp_path))

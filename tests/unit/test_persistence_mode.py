@@ -16,7 +16,7 @@ from pyinfra.context import ctx_host
 
 from sglang_deploy.facts.gpu import GpuPersistence, persistence_problems
 from sglang_deploy.operations.gpu_node import persistence_mode
-from sglang_deploy.plan.script_commands import persistence_check_command
+from sglang_deploy.plan.commands import persistence_check_command
 from sglang_deploy.verify.gpu_checks import persistence
 from sglang_deploy.verify.verdict import FAILED, OK
 

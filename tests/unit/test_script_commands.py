@@ -1,4 +1,4 @@
-"""Command lines of our node scripts come from one builder (plan/script_commands.py), and the
+"""Command lines of our node scripts come from one builder (plan/commands/builder.py), and the
 controller reads `systemctl show` through one fact (facts/serving.py UnitState, whose parser is
 node/lib/systemd.py's): nothing else builds or parses them by hand."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from sglang_deploy.facts.gpu import acs_unit_text
 from sglang_deploy.facts.serving import UnitState
-from sglang_deploy.plan import script_commands
+from sglang_deploy.plan import commands
 from sglang_deploy.plan.host_plan import plan_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ def test_no_node_script_command_line_is_built_outside_the_builder():
     # python3 on a formatted path, or a formatted path to one of our scripts followed by arguments.
     hand_built = _hits(
         r"python3? \{|\}/(?:lib/)?\w+\.py\s|/node/\w+\.py",
-        allowed={"sglang_deploy/plan/script_commands.py"},
+        allowed={"sglang_deploy/plan/commands/builder.py"},
     )
     assert not hand_built, "\n".join(hand_built)
 
@@ -75,15 +75,15 @@ def test_unit_state_reads_what_systemctl_show_prints():
     "command, argv",
     [
         (
-            script_commands.venvs_list_command(ODD, "/v d", "/l", "/g"),
+            commands.venvs_list_command(ODD, "/v d", "/l", "/g"),
             ["python3", f"{ODD}/venvs.py", "list", "--dir", "/v d", "--link", "/l", "--last-good-dir", "/g"],
         ),
         (
-            script_commands.venvs_mark_command(ODD, "/v d"),
+            commands.venvs_mark_command(ODD, "/v d"),
             ["python3", f"{ODD}/venvs.py", "mark", "--venv", "/v d"],
         ),
         (
-            script_commands.dist_reach_command(ODD, "10.0.0.1:5000", 1, 2.0, 5001),
+            commands.dist_reach_command(ODD, "10.0.0.1:5000", 1, 2.0, 5001),
             [
                 "python3",
                 f"{ODD}/dist_reach.py",
@@ -98,23 +98,23 @@ def test_unit_state_reads_what_systemctl_show_prints():
             ],
         ),
         (
-            script_commands.router_gate_command(ODD, "http://r", 60, ["http://a", "http://b"]),
+            commands.router_gate_command(ODD, "http://r", 60, ["http://a", "http://b"]),
             ["python3", f"{ODD}/router_gate.py", "--url", "http://r", "--timeout", "60"]
             + ["--worker", "http://a", "--worker", "http://b"],
         ),
         (
-            script_commands.lock_command("/run/l", 5, "alice's laptop", directory=ODD),
+            commands.lock_command("/run/l", 5, "alice's laptop", directory=ODD),
             ["python3", f"{ODD}/lock.py", "--path", "/run/l", "--wait", "5.0", "--holder", "alice's laptop"],
         ),
         (
-            script_commands.lock_command("/run/l", 5, "me", source="print('$(x)')"),
+            commands.lock_command("/run/l", 5, "me", source="print('$(x)')"),
             ["python3", "-c", "print('$(x)')", "--path", "/run/l", "--wait", "5.0", "--holder", "me"],
         ),
         (
-            script_commands.last_good_show_command(ODD, "/g d"),
+            commands.last_good_show_command(ODD, "/g d"),
             ["python3", f"{ODD}/lastgood.py", "show", "--dir", "/g d"],
         ),
-        (script_commands.acs_command(ODD), ["/usr/bin/python3", f"{ODD}/acs.py", "disable"]),
+        (commands.acs_command(ODD), ["/usr/bin/python3", f"{ODD}/acs.py", "disable"]),
     ],
 )
 def test_every_argument_reaches_the_script_literally(command, argv):
@@ -195,7 +195,7 @@ def test_every_probe_of_the_server_is_given_the_address_it_listens_on(host, prob
     plan = _bound_to(host)
     service, scripts = plan.profile.service, plan.scripts
     assert (service.probe_host, service.probe_url) == (probed, url)
-    assert script_commands.gate_args(plan.profile)[:2] == ["--host", probed]
+    assert commands.gate_args(plan.profile)[:2] == ["--host", probed]
     for command in (scripts.gate(), scripts.decode_check(), scripts.node_status("/v", "/p")):
         assert _after(command, "--host") == probed, command
     cycle = json.loads(_after(scripts.cycle({}), "--steps-json"))

@@ -1,29 +1,24 @@
-"""Command lines of our on-node scripts for one unit and its profile (NodeScripts), built from
-the one builder's functions (plan/script_commands.py)."""
+"""Command lines of our on-node scripts for one unit and its profile (NodeScripts): each
+fills the arguments of a script from the profile and builds its line by builder.script or the
+command functions beside it."""
 
 import json
 import posixpath
 import shlex
 
-from sglang_deploy.plan.model_sources import manifest_source, served_dirs, targets
-from sglang_deploy.plan.script_commands import (
-    _if,
-    _script,
-    api_key_args,
+from sglang_deploy.plan.commands.builder import api_key_args, optional, script, textfile_args
+from sglang_deploy.plan.commands.engine import drift_command, manifest_command
+from sglang_deploy.plan.commands.model import model_stage_command
+from sglang_deploy.plan.commands.service import (
     cycles_dir,
     detach_ack_command,
     detach_follow_command,
     detach_start_command,
-    drift_command,
     gate_args,
-    manifest_command,
-    metrics_textfile_command,
-    model_stage_command,
-    node_status_command,
-    passport_command,
-    textfile_args,
     workers_command,
 )
+from sglang_deploy.plan.commands.status import metrics_textfile_command, node_status_command, passport_command
+from sglang_deploy.plan.model_sources import manifest_source, served_dirs, targets
 
 
 class NodeScripts:
@@ -66,8 +61,8 @@ class NodeScripts:
         # unit runs through (profile.engine.venv), i.e. the live one.
         self.venv = profile.engine.venv
 
-    def _run(self, script, *args):
-        return _script("python3", self.directory, script, *args)
+    def _run(self, name, *args):
+        return script("python3", self.directory, name, *args)
 
     @property
     def cycles_dir(self):
@@ -98,7 +93,7 @@ class NodeScripts:
             service.port,
             "--stop-timeout",
             service.timeout_stop_sec + 30,
-            *_if(not start, "--no-start"),
+            *optional(not start, "--no-start"),
         )
 
     def stop(self):
@@ -221,7 +216,7 @@ class NodeScripts:
         flags += ["--cuda-visible-devices", visible] if visible is not None else []
         # Under repair an extra or missing distribution is what is about to be fixed.
         flags += ["--lock", self.lock] if self.lock and argv_check and not allow_drift else []
-        return _script(
+        return script(
             python,
             self.directory,
             "preflight.py",
