@@ -40,8 +40,7 @@ sys.path.insert(0, str(REPO))
 from common import Report, fmt_s, median  # noqa: E402
 
 from sglang_deploy.plan import locks  # noqa: E402
-from sglang_deploy.profile.lint import default_profiles  # noqa: E402
-from sglang_deploy.profile.schema import load_profile  # noqa: E402
+from sglang_deploy.profile.schema import default_profiles, load_profile  # noqa: E402
 
 SHOWN_CHANGES = 15  # changes listed per lock; the count is always given
 

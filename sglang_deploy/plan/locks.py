@@ -448,8 +448,7 @@ def _shown(path: Path) -> str:
 
 
 def main(argv=None) -> int:
-    from sglang_deploy.profile.lint import default_profiles
-    from sglang_deploy.profile.schema import load_profile
+    from sglang_deploy.profile.schema import default_profiles, load_profile
 
     parser = argparse.ArgumentParser(
         prog="python -m sglang_deploy.plan.locks", description=__doc__.split("\n")[0]

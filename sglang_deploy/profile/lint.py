@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TextIO
 
 from sglang_deploy.errors import ProfileError
@@ -26,7 +25,7 @@ from sglang_deploy.plan.model_sources import lint_sources
 from sglang_deploy.profile.engine_env import lint_engine_env
 from sglang_deploy.profile.engine_flags import lint_flags
 from sglang_deploy.profile.nccl_lint import Finding, lint_env
-from sglang_deploy.profile.schema import PROFILES_DIR, Profile, load_profile, schema_json
+from sglang_deploy.profile.schema import Profile, default_profiles, load_profile, schema_json, shown_path
 
 
 def lint_profile(profile: Profile, *, pcie_only: bool = True) -> list[Finding]:
@@ -46,16 +45,11 @@ def lint_profile(profile: Profile, *, pcie_only: bool = True) -> list[Finding]:
 def finding_lines(profile: Profile, *, where: str | None = None) -> tuple[list[str], list[str]]:
     """(errors, warnings) of one loaded profile, each a line naming its file (or `where`); a
     finding that knows its key's line is located as the loader's errors are: `file:line: key: why`."""
-    where = where or _display(profile.source[0])
+    where = where or shown_path(profile.source[0])
     lines = {"error": [], "warning": []}
     for f in lint_profile(profile):
         lines[f.severity].append(f"{f.where}: {f.variable}: {f.message}" if f.where else f"{where}: {f}")
     return lines["error"], lines["warning"]
-
-
-def default_profiles() -> list[str]:
-    """Every profile in profiles/, by path."""
-    return [_display(path) for path in sorted(PROFILES_DIR.glob("*.yml"))]
 
 
 def run(refs: list[str], *, strict: bool = False, out: TextIO | None = None) -> int:
@@ -104,13 +98,6 @@ def main(argv: list[str] | None = None) -> int:
         print(schema_json())
         return 0
     return run(args.profiles or default_profiles(), strict=args.strict)
-
-
-def _display(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 def _count(n: int, noun: str) -> str:

@@ -50,7 +50,15 @@ from sglang_deploy.profile.fields import (
 )
 from sglang_deploy.profile.loader import OVERRIDES, KeyProblem, located_error, read_layers
 
-__all__ = ["OVERRIDES", "PROFILES_DIR", "Profile", "load_profile", "schema_json"]
+__all__ = [
+    "OVERRIDES",
+    "PROFILES_DIR",
+    "Profile",
+    "default_profiles",
+    "load_profile",
+    "schema_json",
+    "shown_path",
+]
 
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"  # where names are looked up
 
@@ -413,3 +421,16 @@ def load_profile(
         raise located_error(exc, layers, Profile) from None
     profile._name, profile._source = layers.source[0].stem, layers.source
     return profile
+
+
+def default_profiles() -> list[str]:
+    """Every profile in profiles/, by path."""
+    return [shown_path(path) for path in sorted(PROFILES_DIR.glob("*.yml"))]
+
+
+def shown_path(path: Path) -> str:
+    """``path`` as a message names it: relative to the working directory where it is under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
