@@ -28,6 +28,7 @@ from http import HTTPStatus
 
 from sglang.srt.entrypoints import openai_api
 from sglang.srt.observability.metrics_collector import EngineMetrics
+from sglang.srt.sandbox import speculation
 from sglang.srt.sandbox.knobs import Knobs
 from sglang.srt.sandbox.textgen import Generator
 from sglang.srt.server_args import ServerArgs
@@ -83,6 +84,7 @@ class ServerState:
             max_running_requests=capacity.get("max_running_requests", 4096),
             max_total_num_tokens=capacity.get("max_total_num_tokens", 1 << 40),
             metrics=self.metrics,
+            speculation=speculation.of(server_args, knobs),
         )
         if self.metrics is not None:
             self.metrics.emit_constants(self.generator.max_total_num_tokens, context_len)
@@ -183,6 +185,9 @@ class ServerState:
                 },
             }
         ]
+        accept_length = self.generator.avg_spec_accept_length
+        if accept_length is not None:  # a speculating scheduler, once it decoded
+            info["internal_states"][0]["avg_spec_accept_length"] = accept_length
         info["startup_time"] = self.startup_time
         info["version"] = __version__
         info["frontend"] = "python"

@@ -19,7 +19,10 @@ sglang:time_to_first_token_seconds, sglang:inter_token_latency_seconds (streamed
 SGLang observes it per output chunk after the first), sglang:request_time_per_output_token_seconds,
 sglang:e2e_request_latency_seconds.
 
-Not served (they would read 0 or stay absent here: speculative decoding, disaggregation, LoRA,
+sglang:spec_accept_length and sglang:spec_accept_rate: at each decode log of a server started
+with --speculative-algorithm (sandbox/speculation.py).
+
+Not served (they would read 0 or stay absent here: the rest of speculative decoding, disaggregation, LoRA,
 hierarchical cache, grammar and per-stage timings): the rest of SGLang's families.
 """
 
@@ -72,6 +75,14 @@ _SCHEDULER_GAUGES = (
     ("kv_evictable_tokens", "Number of evictable (radix-cached) token slots in the KV cache pool."),
     ("kv_used_tokens", "Number of actively used token slots in the KV cache pool."),
 )
+# Set at each decode log of a speculating scheduler (0 otherwise, as SGLang leaves them).
+_SPEC_GAUGES = (
+    (
+        "spec_accept_length",
+        "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
+    ),
+    ("spec_accept_rate", "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch)."),
+)
 _CONSTANT_GAUGES = (
     ("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool."),
     ("context_len", "Maximum context length."),
@@ -93,7 +104,7 @@ class EngineMetrics:
         scheduler_names = tuple(self.scheduler_labels)
         self._gauges = {
             key: self.registry.family(f"sglang:{key}", doc, "gauge", scheduler_names)
-            for key, doc in _SCHEDULER_GAUGES + _CONSTANT_GAUGES
+            for key, doc in _SCHEDULER_GAUGES + _SPEC_GAUGES + _CONSTANT_GAUGES
         }
         tok = tuple(self.tokenizer_labels)
         streamed = tok + ("is_streaming",)
@@ -165,6 +176,11 @@ class EngineMetrics:
         }
         for key, value in values.items():
             self._gauges[key].set(self.scheduler_labels, value)
+
+    def log_speculation(self, accept_length: float, accept_rate: float) -> None:
+        """The decode log's speculation figures (SchedulerMetricsCollector's spec gauges)."""
+        self._gauges["spec_accept_length"].set(self.scheduler_labels, accept_length)
+        self._gauges["spec_accept_rate"].set(self.scheduler_labels, accept_rate)
 
     # ------------------------------------------------------------------ tokenizer side
     def observe_time_to_first_token(self, seconds: float, stream: bool) -> None:

@@ -37,6 +37,11 @@ class Knobs:
     # How long the multi-node rendezvous waits (torch's NCCL default: SGLang passes no timeout
     # unless --dist-timeout is given).
     dist_timeout_seconds: float = 600.0
+    # Speculative decoding (sandbox/speculation.py): each draft token accepted with this
+    # probability; the verify pass's extra cost and one draft step's, in target decode steps.
+    spec_accept_prob: float = 0.6
+    spec_verify_cost: float = 1.0
+    spec_draft_cost: float = 0.33
 
 
 def _number(env: Mapping[str, str], name: str, default: float, positive: bool = False) -> float:
@@ -72,6 +77,9 @@ def from_environ(env: Mapping[str, str]) -> Knobs:
         if fail is None:
             raise KnobError("SGLANG_STANDIN_FAIL_RANK is set but SGLANG_STANDIN_FAIL is not")
         fail_rank = int(fail_rank_raw)
+    accept_prob = _number(env, "SGLANG_STANDIN_SPEC_ACCEPT_PROB", 0.6)
+    if accept_prob >= 1:
+        raise KnobError(f"SGLANG_STANDIN_SPEC_ACCEPT_PROB={accept_prob!r} must be below 1")
     return Knobs(
         load_seconds=_number(env, "SGLANG_STANDIN_LOAD_SECONDS", 3.0),
         warmup_seconds=_number(env, "SGLANG_STANDIN_WARMUP_SECONDS", 1.0),
@@ -81,4 +89,7 @@ def from_environ(env: Mapping[str, str]) -> Knobs:
         real_nccl=real in ("1", "true", "yes"),
         fail_rank=fail_rank,
         dist_timeout_seconds=_number(env, "SGLANG_STANDIN_DIST_TIMEOUT_SECONDS", 600.0, positive=True),
+        spec_accept_prob=accept_prob,
+        spec_verify_cost=_number(env, "SGLANG_STANDIN_SPEC_VERIFY_COST", 1.0),
+        spec_draft_cost=_number(env, "SGLANG_STANDIN_SPEC_DRAFT_COST", 0.33),
     )

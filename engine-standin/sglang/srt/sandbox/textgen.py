@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import re
 import threading
 import time
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 from typing import Optional
 
 from sglang.srt.observability.metrics_collector import EngineMetrics
+from sglang.srt.sandbox.speculation import Speculation
 
 _WORDS = (
     " The",
@@ -85,8 +87,14 @@ class Generator:
         max_running_requests: int = 4096,
         max_total_num_tokens: int = 1 << 40,
         metrics: Optional[EngineMetrics] = None,
+        speculation: Optional[Speculation] = None,
     ):
-        self.tokens_per_second = tokens_per_second
+        # A decode step: one token at the target's rate; with speculation a verify step that
+        # costs step_cost target steps and yields accept_length tokens on average, in a burst.
+        self.speculation = speculation
+        self.step_seconds = (speculation.step_cost if speculation else 1.0) / tokens_per_second
+        self.tokens_per_step = speculation.accept_length if speculation else 1.0
+        self.tokens_per_second = self.tokens_per_step / self.step_seconds
         self.max_running_requests = max_running_requests
         self.max_total_num_tokens = max_total_num_tokens
         self.metrics = metrics
@@ -101,6 +109,10 @@ class Generator:
         self.last_gen_throughput = 0.0
         self._window_start = time.monotonic()
         self._window_tokens = 0
+        self._window_steps = 0
+        # Speculation's totals since the start (SGLang's avg_spec_accept_length in /server_info).
+        self.spec_tokens = 0
+        self.spec_steps = 0
         # Monotonic time of the last token of any request (SGLang's last_receive_tstamp: when
         # the tokenizer manager last heard from the detokenizer); /health compares against it.
         self.last_receive = time.monotonic()
@@ -110,7 +122,14 @@ class Generator:
     @property
     def decode_log_window(self) -> float:
         """Seconds of DECODE_LOG_INTERVAL decode steps at the configured rate."""
-        return DECODE_LOG_INTERVAL / self.tokens_per_second
+        return DECODE_LOG_INTERVAL * self.step_seconds
+
+    @property
+    def avg_spec_accept_length(self) -> Optional[float]:
+        """Tokens per verify step since the start (None: no speculation or no step yet)."""
+        if self.speculation is None or not self.spec_steps:
+            return None
+        return self.spec_tokens / self.spec_steps
 
     def halt(self) -> None:
         self.halted.set()
@@ -143,8 +162,8 @@ class Generator:
         stream: bool = False,
         created: Optional[float] = None,
     ) -> Iterator[str]:
-        """Yield max_new_tokens tokens, token i at admission + (i + 1) / rate."""
-        interval = 1.0 / self.tokens_per_second
+        """Yield max_new_tokens tokens, token i at the end of the decode step that yields it:
+        admission + ceil((i + 1) / tokens per step) steps (one token a step without speculation)."""
         rid = rid or uuid.uuid4().hex
         req = _Request(
             created=time.monotonic() if created is None else created,
@@ -160,11 +179,20 @@ class Generator:
             admitted = True
             start = time.monotonic()
             for i in range(max_new_tokens):
-                delay = start + (i + 1) * interval - time.monotonic()
+                delay = (
+                    start
+                    + math.ceil((i + 1) / self.tokens_per_step - 1e-9) * self.step_seconds
+                    - time.monotonic()
+                )
                 if delay > 0:
                     time.sleep(delay)
                 self._wait_if_halted()
-                self._record_token(req)
+                self._record_token(
+                    req,
+                    new_step=i == 0
+                    or math.ceil((i + 1) / self.tokens_per_step - 1e-9)
+                    > math.ceil(i / self.tokens_per_step - 1e-9),
+                )
                 yield _WORDS[i % len(_WORDS)]
         finally:
             with self._lock:
@@ -190,18 +218,22 @@ class Generator:
             now = time.monotonic()
             if not self.running:
                 self._window_start, self._window_tokens = now, 0  # decoding starts again
+                self._window_steps = 0
             self.running += 1
             self._reserved += req.reserved
             self.used_tokens += req.prompt_tokens
             self._log_stats(now)
 
-    def _record_token(self, req: _Request) -> None:
+    def _record_token(self, req: _Request, new_step: bool = True) -> None:
         with self._lock:
             now = time.monotonic()
             self.last_receive = now
             self.used_tokens += 1
             req.completion_tokens += 1
             self._window_tokens += 1
+            self.spec_tokens += 1
+            self.spec_steps += new_step
+            self._window_steps += new_step
             if self.metrics is not None:
                 if req.completion_tokens == 1:
                     req.first_token = now
@@ -212,6 +244,12 @@ class Generator:
             elapsed = now - self._window_start
             if elapsed >= self.decode_log_window:
                 self.last_gen_throughput = self._window_tokens / elapsed
+                if self.metrics is not None:  # SGLang's decode log: 0 without speculation
+                    spec, length = self.speculation, self._window_tokens / max(1, self._window_steps)
+                    self.metrics.log_speculation(
+                        *((length, (length - 1) / spec.steps) if spec else (0.0, 0.0))
+                    )
+                self._window_steps = 0
                 self._window_start, self._window_tokens = now, 0
                 self._log_stats(now)
 
@@ -250,7 +288,7 @@ class Generator:
 
     def health_token(self) -> None:
         """The health check's one token: not counted as a request (log_metrics=False)."""
-        time.sleep(1.0 / self.tokens_per_second)
+        time.sleep(self.step_seconds)
         self._wait_if_halted()
         with self._lock:
             self.last_receive = time.monotonic()
