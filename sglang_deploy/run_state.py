@@ -9,10 +9,13 @@ FunctionCommand's ``state``) or ``of()`` (pyinfra's current state).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pyinfra.api.host import HostData
 from pyinfra.context import ctx_state
 
+from sglang_deploy.plan.settings import Settings, settings_of
 from sglang_deploy.rollout.order import Rollout
 
 ATTRIBUTE = "sglang_deploy_run"  # the attribute of pyinfra's State that holds this run's RunState
@@ -46,6 +49,9 @@ class RunState:
     # (in the key pairs' markers and the key directories' names).
     fanouts: dict = field(default_factory=dict)
     fanout_run: str = ""
+    # Each host's settings (host_settings): host name -> (the data given it during the deploy
+    # they were read with, its Settings).
+    settings: dict = field(default_factory=dict)
 
     def rollout_of(self, max_failures=0, max_fail_percent=None) -> Rollout:
         """The run's rolling restart (created by the first node that restarts)."""
@@ -69,3 +75,21 @@ def of(state=None) -> RunState:
         found = RunState()
         setattr(state, ATTRIBUTE, found)
     return found
+
+
+def host_settings(host, who: str | None = None) -> Settings:
+    """The settings of ``host`` (a pyinfra Host or its ``host.data``; a plain mapping or
+    Settings as settings_of takes them, ``who`` naming it in errors), read as settings_of
+    reads them. A pyinfra host's are validated once per run and the same Settings returned
+    after, read again only when data is given the host during the deploy (``host.data.x =``):
+    the inventory's layers, group data and --data stay as they were when the run began."""
+    data = host if isinstance(host, (HostData, Mapping, Settings)) else host.data
+    state = getattr(data.host, "state", None) if isinstance(data, HostData) else None
+    if state is None:
+        return settings_of(data, who)
+    given = dict(data.override_datas)
+    known = of(state).settings
+    name = data.host.name
+    if name not in known or known[name][0] != given:
+        known[name] = (given, settings_of(data))
+    return known[name][1]

@@ -26,7 +26,6 @@ from sglang_deploy.plan.fleet_hosts import fleet_hosts, rotation_for, router_pla
 from sglang_deploy.plan.host_plan import node_script_files, plan_for, plan_holder, print_lint_warnings
 from sglang_deploy.plan.monitoring import CONFIG_PATH, monitoring_plan, node_exporter_plan
 from sglang_deploy.plan.serving_group import profile_of
-from sglang_deploy.plan.settings import settings_of
 
 # --- a serving node (alone, or a member of a serving group) ---------------------------------
 
@@ -36,7 +35,7 @@ def profile_checked():
     before any host is touched; lint warnings are printed once per profile. A serving group's
     member runs its rank's flags (plan/serving_group.py)."""
     with exit_on_deploy_error(host.name):
-        plan = plan_for(host.data, member=serving_group.member_of(host))
+        plan = plan_for(run_state.host_settings(host), member=serving_group.member_of(host))
         plan.node_units = _node_units() or (plan.unit,)
         plan.rotation = rotation_for(
             host.name,
@@ -217,7 +216,7 @@ def engine(plan):
 def fanout_cleanup(plan):
     """What a fan-out (models, wheelhouse) left when its run died: our keys in the login user's
     authorized_keys, key directories; nothing when none is left (operations/fanout.py)."""
-    settings = settings_of(host.data)
+    settings = run_state.host_settings(host)
     sglang.fanout_cleanup(
         name="Fan-out keys removed",
         scripts_dir=plan.scripts.directory,
@@ -259,7 +258,7 @@ def restarted_if_changed(plan, changes):
             name="Restart serving group (configuration changed)",
             member=plan.group,
             rollback=plan.rollback,
-            stop_wait_s=float(settings_of(host.data).group_follower_stop_s),
+            stop_wait_s=float(run_state.host_settings(host).group_follower_stop_s),
             rotation=plan.rotation,
             _if=serving_group.changed(plan.group),
         )
@@ -283,7 +282,7 @@ def serving(plan):
             name="Serving group",
             member=plan.group,
             rollback=plan.rollback,
-            stop_wait_s=float(settings_of(host.data).group_follower_stop_s),
+            stop_wait_s=float(run_state.host_settings(host).group_follower_stop_s),
             rotation=plan.rotation,
         )
     else:
@@ -298,7 +297,7 @@ def metrics_textfile(plan):
     deploy judged; written only when a figure changed. Rotation and drift are the node's own
     samples, written by rotation.py and the drift checks as they run. Nothing with
     `node_exporter: false`."""
-    if not settings_of(host.data).node_exporter:
+    if not run_state.host_settings(host).node_exporter:
         return
     sglang.metrics_textfile_written(
         name="Metrics textfile (the deploy's figures)",
@@ -339,7 +338,7 @@ def router_planned():
 
 def rollout_lock():
     """One rollout of the fleet at a time: taken before any node restarts."""
-    settings = settings_of(host.data)
+    settings = run_state.host_settings(host)
     sglang.deploy_lock(
         name="Rollout lock",
         path=f"{settings.run_dir}/rollout.lock",
@@ -350,7 +349,7 @@ def rollout_lock():
 
 def router_prerequisites():
     """The OS packages and our on-node scripts (the router's gate)."""
-    settings = settings_of(host.data)
+    settings = run_state.host_settings(host)
     os_prerequisites(name="OS prerequisites", packages=list(settings.os_packages))
     sglang.node_scripts(name="On-node scripts (router)", files=node_script_files(settings.sglang_deploy_dir))
 
@@ -361,7 +360,7 @@ def router_service(router):
     healthy). The lock and the wheels the host lacks come from the controller's wheelhouse
     (`make router-wheels`), and uv builds the venv with hashes required, no index, as a node's
     locked engine; a host whose router_python is not the lock's Python stops here."""
-    settings = settings_of(host.data)
+    settings = run_state.host_settings(host)
     scripts_dir = f"{settings.sglang_deploy_dir}/node"
     locked = router.locked
     with exit_on_deploy_error(host.name):
@@ -409,7 +408,7 @@ def node_exporter():
     """Prometheus' node exporter, the distribution's pinned package, on node_exporter_port (a
     drop-in written before the package installs, so it starts there); restarted only when
     either changed, then its gate (/metrics 200). Nothing with `node_exporter: false`."""
-    settings = settings_of(host.data)
+    settings = run_state.host_settings(host)
     if not settings.node_exporter:
         return
     exporter = node_exporter_plan(settings)
@@ -444,7 +443,7 @@ def monitoring_planned():
 
 def monitoring_prerequisites():
     """The OS packages and our on-node scripts (Prometheus' gate and target check)."""
-    settings = settings_of(host.data)
+    settings = run_state.host_settings(host)
     os_prerequisites(name="OS prerequisites", packages=list(settings.os_packages))
     sglang.node_scripts(
         name="On-node scripts (monitoring)", files=node_script_files(settings.sglang_deploy_dir)
@@ -457,7 +456,7 @@ def prometheus(plan):
     (one that does not parse stops here: the running Prometheus keeps its own). A restart when
     the package or its drop-in changed, a reload when only the configuration did, each gated
     (/-/ready 200, the new configuration loaded); nothing when nothing changed."""
-    scripts_dir = f"{settings_of(host.data).sglang_deploy_dir}/node"
+    scripts_dir = f"{run_state.host_settings(host).sglang_deploy_dir}/node"
     unit = monitoring_ops.drop_in(
         name="Prometheus drop-in (listen port, configuration)",
         path=plan.drop_in_path,

@@ -38,7 +38,7 @@ from sglang_deploy.plan.model_sources import (
     rsync_argv,
     to_copy,
 )
-from sglang_deploy.plan.settings import settings_of
+from sglang_deploy.run_state import host_settings
 
 _SSH_KEYS = ("ssh_hostname", "ssh_user", "ssh_port", "ssh_key", "ssh_known_hosts_file")
 
@@ -189,7 +189,7 @@ def controller_copy(label, local_dir, staging, need, finish, state, host):
 def _swap_mode(in_group):
     """(in_place, now): ``model_keep_previous: false`` swaps at once, the old weights removed; a
     serving group's member swaps at once, keeping them (its restart has no model step)."""
-    in_place = not settings_of(host.data).model_keep_previous
+    in_place = not host_settings(host).model_keep_previous
     return in_place, not in_place and in_group
 
 
@@ -291,7 +291,7 @@ def _rsync(state, host, label, local_dir, staging, need):
     data = {key: host.data.get(key) for key in _SSH_KEYS}
     ssh = ssh_argv(host.name, data, "")[:-2]
     target = ssh_argv(host.name, data, "")[-2]
-    argv = rsync_argv(ssh, target, local_dir, staging, settings_of(host.data).controller_bwlimit_kib)
+    argv = rsync_argv(ssh, target, local_dir, staging, host_settings(host).controller_bwlimit_kib)
     if remote.rsync_path(host):  # a sudo login: the node's rsync writes root's directory as root
         argv.insert(1, f"--rsync-path={remote.rsync_path(host)}")
     host.log(

@@ -18,7 +18,7 @@ from sglang_deploy.plan.model_sources import HubClient
 from sglang_deploy.plan.model_sources import targets as staging_targets
 from sglang_deploy.plan.render import render_env_file, render_hook_module, render_hook_pth, render_unit
 from sglang_deploy.plan.serving_group import apply as apply_group
-from sglang_deploy.plan.settings import Settings, settings_of
+from sglang_deploy.plan.settings import Settings
 from sglang_deploy.plan.venv_names import venv_name, wheel_digests
 from sglang_deploy.profile.lint import finding_lines
 from sglang_deploy.profile.schema import Profile, load_profile
@@ -122,7 +122,7 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
     Settings: every key checked, plan/settings.py);
     ``member``: its place in a serving group (serving_group.resolve), whose flags it runs."""
     operator_env = os.environ if operator_env is None else operator_env
-    settings = settings_of(data)
+    settings = run_state.host_settings(data)
     overrides = settings.profile_overrides or None
     profile = load_profile(settings.profile, overrides=overrides)
     lint_warnings = _lint(profile, overrides)

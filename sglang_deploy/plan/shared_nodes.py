@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.fleet import serves
 from sglang_deploy.plan.model_sources import targets as staged_targets
-from sglang_deploy.plan.settings import settings_of
+from sglang_deploy.run_state import host_settings
 
 
 def node_of(name, data) -> str:
     """The node a host is: its SSH target, ``hostname:port`` (unset: its name, 22)."""
-    settings = settings_of(data, name)
+    settings = host_settings(data, name)
     return f"{settings.ssh_hostname or name}:{settings.ssh_port or 22}"
 
 
@@ -52,7 +52,7 @@ class Service:
 
 
 def service_of(name, data, profile) -> Service:
-    settings = settings_of(data, name)
+    settings = host_settings(data, name)
     return Service(
         host=name,
         unit=f"{profile.service.name}.service",

@@ -14,7 +14,7 @@ from sglang_deploy.plan.fleet import address, is_router, router_settings, serves
 from sglang_deploy.plan.host_plan import plan_for
 from sglang_deploy.plan.hosts import ssh_argv
 from sglang_deploy.plan.serving_group import resolve
-from sglang_deploy.plan.settings import settings_of
+from sglang_deploy.run_state import host_settings
 from sglang_deploy.verify.redact import Redactor
 
 CONNECT_TIMEOUT_S = 5
@@ -34,7 +34,7 @@ class Target:
 
 def remote(name, data, command) -> tuple:
     """The SSH argv running ``command`` on the host, as root where the host logs in with sudo."""
-    settings = settings_of(data, name)
+    settings = host_settings(data, name)
     if settings.sudo or data.get("_sudo"):
         command = f"sudo -n -H -- {command}"  # our command lines are words: no shell needed
     return tuple(ssh_argv(name, data, command, connect_timeout=CONNECT_TIMEOUT_S))
@@ -65,7 +65,7 @@ def router_target(name, data) -> Target:
         router = router_settings(name, data)
     except DeployError as exc:
         return Target(name, "router", error=f"not planned: {exc}")
-    scripts = posixpath.join(settings_of(data, name).sglang_deploy_dir, "node")
+    scripts = posixpath.join(host_settings(data, name).sglang_deploy_dir, "node")
     command = router_status_command(scripts, router.local_url)
     return Target(name, "router", argv=remote(name, data, command), url=router.url)
 

@@ -212,3 +212,22 @@ def test_each_group_is_a_view_of_the_settings_with_their_values():
     assert whole.router.router_port == 31000 and whole.rolling.rolling_batch == "25%"
     for view in views.values():
         assert all(getattr(view, name) == getattr(whole, name) for name in type(view).model_fields)
+
+
+def test_a_hosts_settings_are_read_once_per_run_and_again_for_data_given_during_it():
+    from pyinfra.api import State
+
+    from sglang_deploy.run_state import host_settings
+
+    inventory = Inventory(([("n1", NODE)], group_defaults()))
+    State(inventory)
+    host = inventory.get_host("n1")
+    first = host_settings(host)
+    assert host_settings(host.data) is first and first.rollback is True
+    host.data.rollback = False
+    second = host_settings(host)
+    assert second.rollback is False and host_settings(host) is second
+    host.data.rolback = True
+    with pytest.raises(DeployError, match=r"^data host n1 was given during the deploy: rolback: unknown key"):
+        host_settings(host)
+    assert host_settings({"rollback": False}, "n2").rollback is False  # a plain mapping: settings_of's
