@@ -195,11 +195,11 @@ class OutcomeRecorder(BaseStateCallback):
             failed_at = self.failed_at.get(host.name)
             if failed_at is None and executed and host in state.failed_hosts:
                 failed_at = "an operation"
-            ops = state.ops.get(host, {})
+            ops = _host_ops(state, host)
             if executed:
                 changed = sum(1 for data in ops.values() if _changed(data.operation_meta))
             else:
-                changed = state.meta[host].ops_change if host in state.meta else 0
+                changed = _changes_found(state, host)
             stopped_before = next(
                 (
                     _names(state, op_hash)
@@ -223,9 +223,31 @@ class OutcomeRecorder(BaseStateCallback):
         return found
 
 
+def _host_ops(state, host) -> dict:
+    """{operation hash: pyinfra's data of it for ``host``} of the operations prepared for the
+    host, in the order they were added, read through State.get_op_data_for_host. pyinfra has no
+    public call that lists a host's operations: Host.op_hash_order (which State.get_op_order
+    reads too) names them, and our run state records none."""
+    found = {}
+    for op_hash in getattr(host, "op_hash_order", ()):
+        try:
+            found[op_hash] = state.get_op_data_for_host(host, op_hash)
+        except KeyError:  # a _run_once operation, prepared for another host only
+            continue
+    return found
+
+
+def _changes_found(state, host) -> int:
+    """The operations a run that executed nothing found would change on ``host``."""
+    try:
+        return state.get_meta_for_host(host).ops_change
+    except KeyError:
+        return 0
+
+
 def _names(state, op_hash) -> str:
     """The operation's own name, without the recipe's (pyinfra prefixes "Recipe | ")."""
-    names = {name.rsplit(" | ", 1)[-1] for name in state.op_meta[op_hash].names}
+    names = {name.rsplit(" | ", 1)[-1] for name in state.get_op_meta(op_hash).names}
     return repr(", ".join(sorted(names)) or op_hash)
 
 

@@ -3,7 +3,7 @@
 import logging
 from types import SimpleNamespace
 
-from pyinfra.api.state import StateStage
+from pyinfra.api.state import State, StateStage
 
 from sglang_deploy.cli import EXIT_DEPLOY_ERROR, EXIT_UNREACHABLE
 from sglang_deploy.report.outcome import (
@@ -76,12 +76,21 @@ class Meta:
 
 
 class Host:
-    def __init__(self, name):
+    def __init__(self, name, op_hash_order=()):
         self.name = name
+        self.op_hash_order = list(op_hash_order)
+
+
+class FakeState(SimpleNamespace):
+    """A run's state over fake ops, meta and op_meta, read through pyinfra's own accessors."""
+
+    get_op_meta = State.get_op_meta
+    get_meta_for_host = State.get_meta_for_host
+    get_op_data_for_host = State.get_op_data_for_host
 
 
 def fake_state(stage):
-    node1, node2 = Host("node1"), Host("node2")
+    node1, node2 = Host("node1", ["a", "b"]), Host("node2")
     ops = {
         node1: {
             "a": SimpleNamespace(operation_meta=Meta(True)),
@@ -89,7 +98,7 @@ def fake_state(stage):
         }
     }
     return (
-        SimpleNamespace(
+        FakeState(
             inventory=[node1, node2],
             is_host_in_limit=lambda host: True,
             current_stage=stage,
