@@ -365,12 +365,13 @@ def router_service(router):
     locked = router.locked
     with exit_on_deploy_error(host.name):
         wheels = locked.wheels()
-    lock_python_checked(locked, router.settings.python)
-    locked_wheels_and_uv(locked, wheels, "Router", settings.sglang_deploy_dir, router.settings.python)
+    python = router.router.settings.router_python
+    lock_python_checked(locked, python)
+    locked_wheels_and_uv(locked, wheels, "Router", settings.sglang_deploy_dir, python)
     router_venv = sglang.locked_venv(
         name="Router venv (exactly its lock)",
-        venv=router.settings.venv,
-        python=router.settings.python,
+        venv=router.router.venv,
+        python=python,
         lock=locked.remote_lock,
         uv=locked.uv,
         scripts_dir=scripts_dir,

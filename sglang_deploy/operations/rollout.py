@@ -400,7 +400,7 @@ def router_serving(plan, scripts_dir):
         return
     gate = host.get_fact(RouterGate, command=plan.gate(scripts_dir, timeout=0))
     if gate and gate.get("status") == status.READY:
-        host.noop(f"router {plan.settings.url}: ready, {len(plan.worker_urls)} worker(s) healthy")
+        host.noop(f"router {plan.router.url}: ready, {len(plan.worker_urls)} worker(s) healthy")
         return
     yield FunctionCommand(_router_gate, (plan, scripts_dir), {})
 

@@ -16,7 +16,7 @@ from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.locked_engine import LockedEngine, locked_router
 from sglang_deploy.plan.locks import router_lock_problems, router_pins
 from sglang_deploy.plan.router_flags import gateway_pin, pinned_options
-from sglang_deploy.plan.settings import settings_of
+from sglang_deploy.plan.settings import Router, settings_of
 from sglang_deploy.rollout import sizes as rolling_sizes
 
 ROUTERS_GROUP = "routers"
@@ -109,92 +109,52 @@ def rolling_settings(data) -> Rolling:
 
 
 @dataclass(frozen=True)
-class RouterSettings:
+class RouterHost:
+    """A router host as the fleet knows it: its settings as they are (``settings.router``), the
+    address other hosts reach it at, and the lock its pins name."""
+
     name: str
     address: str
-    bind: str
-    port: int
-    prometheus_port: int
-    policy: str
-    venv: str  # named after the gateway's pin and what its lock installs
-    python: str
-    packages: tuple
-    health_check_interval_s: int
-    health_failure_threshold: int
-    health_success_threshold: int
-    health_check_timeout_s: int
-    gate_timeout_s: float
+    settings: Router
     unit_dir: str  # where its unit is installed
-    extra_args: tuple = field(default=())
-    health_check_port: int | None = None  # smg's dedicated probe port
-    retry: tuple = ()  # (max_retries, initial_backoff_ms, max_backoff_ms, multiplier, jitter)
-    circuit_breaker: tuple = ()  # (failure_threshold, success_threshold, timeout_s, window_s)
-    drain_settle_s: int = 5
-    shutdown_grace_s: int = 60
-    worker_startup_check_interval_s: int = 2
-    locked: LockedEngine | None = field(default=None, compare=False, repr=False)  # its lock and wheels
+    locked: LockedEngine = field(compare=False, repr=False)  # its lock and wheels
+
+    @property
+    def venv(self) -> str:
+        """Named after the gateway's pin and what its lock installs (router_venv)."""
+        return router_venv(self.settings.router_venvs_dir, self.locked)
 
     @property
     def url(self) -> str:
-        return f"http://{self.address}:{self.port}"
+        return f"http://{self.address}:{self.settings.router_port}"
 
     @property
     def local_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://127.0.0.1:{self.settings.router_port}"
 
     @property
     def metrics_url(self) -> str:
         """Its Prometheus exporter, as the nodes reach it (a canary's bake reads it there)."""
-        return f"http://{self.address}:{self.prometheus_port}/metrics"
+        return f"http://{self.address}:{self.settings.router_prometheus_port}/metrics"
 
     @property
     def probe_url(self) -> str | None:
         """Where /readiness is asked on the router host: its dedicated probe port, if any."""
-        return f"http://127.0.0.1:{self.health_check_port}" if self.health_check_port else None
+        port = self.settings.router_health_check_port
+        return f"http://127.0.0.1:{port}" if port else None
 
 
-def router_settings(name, data) -> RouterSettings:
-    """One router's settings from its host data; DeployError naming the bad one (a gateway pin
-    set without a lock among them)."""
+def router_host(name, data) -> RouterHost:
+    """One router host from its host data; DeployError naming a bad setting (a gateway pin set
+    without a lock among them)."""
     settings = settings_of(data, name)
-    packages = tuple(settings.router_packages)
-    check_policy(name, settings.router_policy, packages)
-    locked = router_locked(name, settings)
-    return RouterSettings(
+    check_policy(name, settings.router_policy, settings.router_packages)
+    return RouterHost(
         name=name,
         address=address(settings, name),
-        bind=settings.router_bind,
-        port=settings.router_port,
-        prometheus_port=settings.router_prometheus_port,
-        policy=settings.router_policy,
-        venv=router_venv(settings.router_venvs_dir, locked),
-        python=settings.router_python,
-        packages=packages,
-        health_check_interval_s=settings.router_health_check_interval_s,
-        health_failure_threshold=settings.router_health_failure_threshold,
-        health_success_threshold=settings.router_health_success_threshold,
-        health_check_timeout_s=settings.router_health_check_timeout_s,
-        worker_startup_check_interval_s=settings.router_worker_startup_check_interval_s,
-        gate_timeout_s=float(settings.router_gate_timeout_s),
+        settings=settings.router,
         unit_dir=settings.unit_dir,
-        extra_args=tuple(settings.router_extra_args),
-        health_check_port=settings.router_health_check_port,
-        retry=(
-            settings.router_retry_max_retries,
-            settings.router_retry_initial_backoff_ms,
-            settings.router_retry_max_backoff_ms,
-            settings.router_retry_backoff_multiplier,
-            settings.router_retry_jitter_factor,
-        ),
-        circuit_breaker=(
-            settings.router_cb_failure_threshold,
-            settings.router_cb_success_threshold,
-            settings.router_cb_timeout_s,
-            settings.router_cb_window_s,
-        ),
-        drain_settle_s=settings.router_drain_settle_s,
-        shutdown_grace_s=settings.router_shutdown_grace_s,
-        locked=locked,
+        locked=router_locked(name, settings),
     )
 
 
@@ -237,9 +197,8 @@ def check_ports(routers, workers, ssh_ports) -> None:
     nor its host's SSH port. ``workers``: [(name, address, port)]; ``ssh_ports``: {name: port}."""
     taken = {(addr, port): f"{name}'s server port" for name, addr, port in workers}
     for router in routers:
-        ports = [("router_port", router.port), ("router_prometheus_port", router.prometheus_port)]
-        if router.health_check_port:
-            ports.append(("router_health_check_port", router.health_check_port))
+        keys = ("router_port", "router_prometheus_port", "router_health_check_port")
+        ports = [(key, getattr(router.settings, key)) for key in keys if getattr(router.settings, key)]
         for i, (key_name, port) in enumerate(ports):
             same = next((other for other, p in ports[:i] if p == port), None)
             if same:
@@ -260,7 +219,7 @@ def worker_url(address_, port) -> str:
     return f"http://{host}:{int(port)}"
 
 
-def render_router_unit(router: RouterSettings, worker_urls) -> str:
+def render_router_unit(router: RouterHost, worker_urls) -> str:
     """The router's systemd unit: what it runs is all here, so a changed setting or worker list
     is a changed unit (and a restart). The gateway and its flag names: plan/router_unit.py."""
     from sglang_deploy.plan.router_unit import render_unit

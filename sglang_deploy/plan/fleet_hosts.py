@@ -11,13 +11,13 @@ from sglang_deploy.plan.commands import rotation_command, router_gate_command
 from sglang_deploy.plan.fleet import (
     ROUTER_UNIT,
     Rolling,
-    RouterSettings,
+    RouterHost,
     address,
     check_ports,
     is_router,
     render_router_unit,
     rolling_settings,
-    router_settings,
+    router_host,
     serves,
     worker_url,
 )
@@ -58,7 +58,7 @@ def served_models(hosts):
 
 
 def routers(hosts):
-    return [router_settings(name, data) for name, data in hosts if is_router(data)]
+    return [router_host(name, data) for name, data in hosts if is_router(data)]
 
 
 def checked_fleet(hosts):
@@ -72,7 +72,7 @@ def checked_fleet(hosts):
 
 @dataclass
 class RouterPlan:
-    settings: RouterSettings
+    router: RouterHost
     worker_urls: list
     unit_text: str
 
@@ -83,27 +83,27 @@ class RouterPlan:
     @property
     def locked(self):
         """The gateway's lock and its wheels (plan/locked_engine.py)."""
-        return self.settings.locked
+        return self.router.locked
 
     @property
     def unit_path(self):
-        return f"{self.settings.unit_dir}/{ROUTER_UNIT}"
+        return f"{self.router.unit_dir}/{ROUTER_UNIT}"
 
     def gate(self, scripts_dir, timeout=None):
-        timeout = self.settings.gate_timeout_s if timeout is None else timeout
+        timeout = float(self.router.settings.router_gate_timeout_s) if timeout is None else timeout
         return router_gate_command(
-            scripts_dir, self.settings.local_url, timeout, self.worker_urls, self.settings.probe_url
+            scripts_dir, self.router.local_url, timeout, self.worker_urls, self.router.probe_url
         )
 
 
 def router_plan(name, hosts) -> RouterPlan:
     found_routers, found_workers = checked_fleet(hosts)
-    settings = next(r for r in found_routers if r.name == name)
+    router = next(r for r in found_routers if r.name == name)
     urls = sorted(worker_url(addr, port) for _, addr, port in found_workers)
     return RouterPlan(
-        settings=settings,
+        router=router,
         worker_urls=urls,
-        unit_text=render_router_unit(settings, urls),
+        unit_text=render_router_unit(router, urls),
     )
 
 
@@ -172,7 +172,7 @@ def rotation_for(name, data, hosts, port, textfile=(), auth=()) -> Rotation:
         model=models.get(name, ""),
         fleet_models=tuple(sorted(models.items())),
         # The routers' longest: every router the node leaves lists it Draining that long.
-        drain_settle_s=max((r.drain_settle_s for r in found_routers), default=0),
+        drain_settle_s=max((r.settings.router_drain_settle_s for r in found_routers), default=0),
         gateway_metrics=tuple(r.metrics_url for r in found_routers),
         textfile=tuple(textfile),
         auth=tuple(auth),

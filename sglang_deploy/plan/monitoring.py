@@ -21,7 +21,7 @@ import yaml
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.commands import prometheus_gate_command, prometheus_targets_command
-from sglang_deploy.plan.fleet import address, is_monitoring, is_router, router_settings
+from sglang_deploy.plan.fleet import address, is_monitoring, is_router, router_host
 from sglang_deploy.plan.fleet_hosts import workers
 from sglang_deploy.plan.hosts import REPO_ROOT
 from sglang_deploy.plan.serving_group import profile_of
@@ -72,8 +72,9 @@ def scrape_targets(hosts):
         labels = {"host": name}
         if is_router(data):
             labels["role"] = "router"
-            router = router_settings(name, data)
-            targets.append(Target("sglang-router", host_port(router.address, router.prometheus_port), labels))
+            router = router_host(name, data)
+            port = router.settings.router_prometheus_port
+            targets.append(Target("sglang-router", host_port(router.address, port), labels))
         elif is_monitoring(data):
             labels["role"] = "monitoring"
             targets.append(Target("prometheus", host_port(at, settings.prometheus_port), labels))

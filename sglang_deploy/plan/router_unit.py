@@ -12,6 +12,7 @@ from __future__ import annotations
 from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.render import systemd_exec_quote
 from sglang_deploy.plan.router_flags import RouterOptions, check_argv, pinned_options
+from sglang_deploy.plan.settings import Router
 
 # The setting each rendered flag comes from (where the name is not router_<key>).
 SETTING = {
@@ -28,35 +29,32 @@ def _num(value) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
+# The settings each rendered flag comes from, in the unit's order (router_<key> unless SETTING
+# names another); a None value is not rendered.
+KEYS = ("host", "port", "policy", "prometheus_host", "prometheus_port", "health_check_port")
+KEYS += ("shutdown_grace_s", "retry_max_retries", "retry_initial_backoff_ms", "retry_max_backoff_ms")
+KEYS += ("retry_backoff_multiplier", "retry_jitter_factor")
+KEYS += ("cb_failure_threshold", "cb_success_threshold", "cb_timeout_s", "cb_window_s")
+KEYS += ("health_check_endpoint", "health_check_interval_s", "health_check_timeout_s")
+KEYS += ("health_failure_threshold", "health_success_threshold", "worker_startup_check_interval_s")
+
+
+def _value(settings: Router, key: str):
+    if key == "health_check_endpoint":
+        return "/health"
+    return getattr(settings, SETTING.get(key, f"router_{key}"))
+
+
 def router_argv(router, worker_urls, options: RouterOptions | None = None) -> list[str]:
-    """The launcher's argv (interpreter first); DeployError naming a flag the version lacks."""
-    options = options or pinned_options(router.packages)
-    values = [
-        ("host", router.bind),
-        ("port", router.port),
-        ("policy", router.policy),
-        ("prometheus_host", router.bind),
-        ("prometheus_port", router.prometheus_port),
-    ]
-    if router.health_check_port:
-        values.append(("health_check_port", router.health_check_port))
-    values.append(("shutdown_grace_s", router.shutdown_grace_s))
-    keys = ("retry_max_retries", "retry_initial_backoff_ms", "retry_max_backoff_ms")
-    keys += ("retry_backoff_multiplier", "retry_jitter_factor")
-    values += zip(keys, router.retry)
-    keys = ("cb_failure_threshold", "cb_success_threshold", "cb_timeout_s", "cb_window_s")
-    values += zip(keys, router.circuit_breaker)
-    values += [
-        ("health_check_endpoint", "/health"),
-        ("health_check_interval_s", router.health_check_interval_s),
-        ("health_check_timeout_s", router.health_check_timeout_s),
-        ("health_failure_threshold", router.health_failure_threshold),
-        ("health_success_threshold", router.health_success_threshold),
-        ("worker_startup_check_interval_s", router.worker_startup_check_interval_s),
-    ]
+    """The launcher's argv (interpreter first) of ``router`` (plan/fleet.py RouterHost);
+    DeployError naming a flag the version lacks."""
+    settings = router.settings
+    options = options or pinned_options(settings.router_packages)
+    values = [(key, _value(settings, key)) for key in KEYS]
+    values = [(key, value) for key, value in values if value is not None]
     argv = [f"{router.venv}/bin/python", "-m", options.gateway.module]
     ours = {options.flag(key): key for key, _ in values} | {options.flag("worker_urls"): "worker_urls"}
-    for flag in router.extra_args:
+    for flag in settings.router_extra_args:
         key = ours.get(flag.partition("=")[0])
         if key:
             setting = "the fleet's nodes" if key == "worker_urls" else SETTING.get(key, f"router_{key}")
@@ -65,7 +63,7 @@ def router_argv(router, worker_urls, options: RouterOptions | None = None) -> li
             )
     for key, value in values:
         argv += [options.flag(key), value if isinstance(value, str) else _num(value)]
-    argv += list(router.extra_args)
+    argv += list(settings.router_extra_args)
     urls = sorted(worker_urls)
     if urls:
         argv += [options.flag("worker_urls"), *urls]
@@ -74,21 +72,22 @@ def router_argv(router, worker_urls, options: RouterOptions | None = None) -> li
 
 
 def render_unit(router, worker_urls) -> str:
-    options = pinned_options(router.packages)
+    settings = router.settings
+    options = pinned_options(settings.router_packages)
     argv = router_argv(router, worker_urls, options)
     exec_start = " ".join(systemd_exec_quote(a) for a in argv)
-    pins = ", ".join(router.packages)
+    pins = ", ".join(settings.router_packages)
     urls = sorted(worker_urls)
     return (
         f"# Rendered by sglang-deploy: SGLang's gateway ({pins}) in front of "
         f"{len(urls)} worker(s).\n"
         "[Unit]\n"
-        f"Description=SGLang gateway {options.distribution} {options.version} on port {router.port} "
-        f"({router.policy})\n"
+        f"Description=SGLang gateway {options.distribution} {options.version} on port {settings.router_port} "
+        f"({settings.router_policy})\n"
         "After=network-online.target\nWants=network-online.target\n\n"
         "[Service]\nType=simple\n"
         f"ExecStart={exec_start}\n"
-        f"TimeoutStopSec={router.shutdown_grace_s + STOP_MARGIN_S}\n"
+        f"TimeoutStopSec={settings.router_shutdown_grace_s + STOP_MARGIN_S}\n"
         "Restart=on-failure\nRestartSec=2\n\n"
         "[Install]\nWantedBy=multi-user.target\n"
     )

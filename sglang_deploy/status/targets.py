@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from sglang_deploy.errors import DeployError
 from sglang_deploy.node import node_status
 from sglang_deploy.plan.commands import router_status_command
-from sglang_deploy.plan.fleet import address, is_router, router_settings, serves, worker_url
+from sglang_deploy.plan.fleet import address, is_router, router_host, serves, worker_url
 from sglang_deploy.plan.host_plan import plan_for
 from sglang_deploy.plan.hosts import ssh_argv
 from sglang_deploy.plan.serving_group import resolve
@@ -62,7 +62,7 @@ def node_target(name, data, member, secrets: Redactor) -> Target:
 
 def router_target(name, data) -> Target:
     try:
-        router = router_settings(name, data)
+        router = router_host(name, data)
     except DeployError as exc:
         return Target(name, "router", error=f"not planned: {exc}")
     scripts = posixpath.join(host_settings(data, name).sglang_deploy_dir, "node")

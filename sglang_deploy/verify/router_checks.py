@@ -20,7 +20,7 @@ from sglang_deploy.verify.verdict import FAILED, OK, Check
 @verify_check("router packages", kind=ROUTER)
 def packages(node, plan, scripts_dir=SCRIPTS_DIR):
     """The router's venv holds exactly its lock (exact.py, run by the venv's interpreter)."""
-    venv, lock = plan.settings.venv, plan.locked.remote_lock
+    venv, lock = plan.router.venv, plan.locked.remote_lock
     if not node.file(f"{venv}/bin/python").exists:
         return Check("router packages", FAILED, f"no venv at {venv}")
     if not node.file(lock).exists:
@@ -30,7 +30,7 @@ def packages(node, plan, scripts_dir=SCRIPTS_DIR):
         return Check("router packages", FAILED, f"exact.py printed no result for {venv}")
     if found["status"] != status.READY:
         return Check("router packages", FAILED, (found.get("cause") or "differs from its lock") + " (deploy)")
-    pins = ", ".join(plan.settings.packages)
+    pins = ", ".join(plan.router.settings.router_packages)
     return Check("router packages", OK, f"{pins}: {found['locked']} distributions, exactly the lock's")
 
 
@@ -62,4 +62,4 @@ def workers(node, plan, scripts_dir=SCRIPTS_DIR):
         return Check("router workers", FAILED, f"router gate printed no result: {run.stderr.strip()[-200:]}")
     if found["status"] != 0:
         return Check("router workers", FAILED, found.get("cause") or "not ready")
-    return Check("router workers", OK, f"{len(found['workers'])} worker(s) healthy at {plan.settings.url}")
+    return Check("router workers", OK, f"{len(found['workers'])} worker(s) healthy at {plan.router.url}")

@@ -14,7 +14,7 @@ ROUTERS = HostKind(ROUTER, "router", ("router", "url"))
 
 def router_report(name, data, everything):
     plan = router_plan(name, everything)
-    return ROUTERS.report(name, plan.settings.url, lambda: host_checks(testinfra_host(data), plan, ROUTER))
+    return ROUTERS.report(name, plan.router.url, lambda: host_checks(testinfra_host(data), plan, ROUTER))
 
 
 def router_lines(reports, width, wide, redact):

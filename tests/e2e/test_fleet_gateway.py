@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from sglang_deploy.plan.fleet import router_settings
+from sglang_deploy.plan.fleet import router_host
 from sglang_deploy.plan.hosts import SANDBOX_PROBE_OFFSET, deploy_defaults
 
 from .sandbox import REPO_ROOT, deploy, profile_dir, ssh, unit_start  # noqa: F401 (a fixture)
@@ -29,7 +29,7 @@ def fleet_deploy(names, router, profile="sandbox", args=()):
 def planned(**settings):
     """A router with these settings as planned: its venv named after its gateway and its lock."""
     data = {**deploy_defaults(), "role": "router", "ssh_hostname": "127.0.0.1", **settings}
-    return router_settings("router", data)
+    return router_host("router", data)
 
 
 def exec_start(router):

@@ -14,7 +14,7 @@ from sglang_deploy.plan.fleet import (
     is_router,
     render_router_unit,
     rolling_settings,
-    router_settings,
+    router_host,
 )
 from sglang_deploy.plan.fleet_hosts import rotation_for, router_plan
 from sglang_deploy.plan.hosts import deploy_defaults, gpu_hosts, gpu_routers, sandbox_hosts, sandbox_routers
@@ -71,7 +71,7 @@ def test_rolling_defaults_and_bad_values():
 
 def test_unknown_router_policy_fails_naming_it():
     with pytest.raises(DeployError, match="r1: router_policy: unknown policy 'fastest'"):
-        router_settings("r1", router_data(router_policy="fastest"))
+        router_host("r1", router_data(router_policy="fastest"))
 
 
 def test_router_pins_must_name_one_gateway_exactly():
@@ -82,7 +82,7 @@ def test_router_pins_must_name_one_gateway_exactly():
         ["smg==1.13.0", "sglang-router==0.3.2"],
     ):
         with pytest.raises(DeployError, match="router_packages"):
-            router_settings("r1", router_data(router_packages=pins))
+            router_host("r1", router_data(router_packages=pins))
 
 
 def test_router_port_clashes_fail_before_anything_runs():
@@ -93,7 +93,7 @@ def test_router_port_clashes_fail_before_anything_runs():
     with pytest.raises(DeployError, match="r1: router_port 30000 clashes with n1's server port on 10.0.0.5"):
         router_plan("r1", hosts)
     with pytest.raises(DeployError, match="is its SSH port"):
-        check_ports([router_settings("r1", router_data(router_port=22))], [], {"r1": 22})
+        check_ports([router_host("r1", router_data(router_port=22))], [], {"r1": 22})
     two = [("r1", router_data()), ("r2", router_data(router_prometheus_port=29002))]
     with pytest.raises(DeployError, match="router r1's router_port"):
         router_plan("r2", two)
@@ -114,7 +114,7 @@ def test_router_unit_lists_every_serving_node():
     assert plan.worker_urls == ["http://10.0.0.11:30000", "http://10.0.0.12:30000"]
     exec_start = next(line for line in plan.unit_text.splitlines() if line.startswith("ExecStart="))
     assert exec_start == (
-        f"ExecStart={plan.settings.venv}/bin/python -m smg.launch_router --host 0.0.0.0 "
+        f"ExecStart={plan.router.venv}/bin/python -m smg.launch_router --host 0.0.0.0 "
         "--port 30000 --policy cache_aware --prometheus-host 0.0.0.0 --prometheus-port 29000 "
         "--health-check-port 29001 --shutdown-grace-period-secs 60 "
         "--retry-max-retries 5 --retry-initial-backoff-ms 50 --retry-max-backoff-ms 30000 "
@@ -144,7 +144,7 @@ def test_a_serving_groups_followers_are_no_router_workers():
 
 
 def test_render_router_unit_without_workers():
-    text = render_router_unit(router_settings("r1", router_data()), [])
+    text = render_router_unit(router_host("r1", router_data()), [])
     assert "--worker-urls" not in text and "0 worker(s)" in text
 
 
@@ -275,4 +275,4 @@ def test_sandbox_router_nodes_form_the_routers_group(tmp_path):
     ((name, data),) = sandbox_routers(state)
     assert name == "node2" and data["role"] == "router" and data["router_port"] == 30002
     # Installed from its lock's wheels (the settings' default): no directory of its own.
-    assert "router_find_links" not in data and router_settings(name, data).locked.remote_wheelhouse
+    assert "router_find_links" not in data and router_host(name, data).locked.remote_wheelhouse

@@ -16,7 +16,7 @@ from sglang_deploy import operations
 from sglang_deploy.errors import DeployError
 from sglang_deploy.facts.serving import FileDigests
 from sglang_deploy.plan import router_flags
-from sglang_deploy.plan.fleet import ROUTER_UNIT, router_settings
+from sglang_deploy.plan.fleet import ROUTER_UNIT, router_host
 from sglang_deploy.plan.fleet_hosts import router_plan
 from sglang_deploy.plan.hosts import deploy_defaults
 from sglang_deploy.plan.router_unit import router_argv
@@ -169,16 +169,16 @@ def test_policies_are_the_pinned_versions():
     with pytest.raises(
         DeployError, match=r"r1: router_policy: unknown policy 'least_load' \(sglang-router 0\.3\.2"
     ):
-        router_settings("r1", router_data(**OLD, router_policy="least_load"))
+        router_host("r1", router_data(**OLD, router_policy="least_load"))
     with pytest.raises(DeployError, match="unknown policy 'fastest'"):
-        router_settings("r1", router_data(router_policy="fastest"))
+        router_host("r1", router_data(router_policy="fastest"))
 
 
 def test_a_gateway_version_without_an_option_list_is_refused():
     with pytest.raises(
         DeployError, match=r"no option list for smg 1\.99\.0 \(have: sglang-router-0\.3\.2, smg-1\.13\.0\)"
     ):
-        router_settings("r1", router_data(router_packages=["smg==1.99.0"]))
+        router_host("r1", router_data(router_packages=["smg==1.99.0"]))
 
 
 def test_the_options_list_generator_reads_the_installed_parser(tmp_path, monkeypatch):
@@ -218,9 +218,9 @@ def test_moving_to_smg_is_one_ordinary_deploy(run):  # noqa: F811
     assert before.unit_path == after.unit_path == "/etc/systemd/system/sglang-router.service"
     assert _exec_start(before.unit_text) != _exec_start(after.unit_text)
     # A venv of its own beside the old one, which the running router keeps until the restart.
-    assert before.settings.venv.startswith("/opt/sglang-router/venvs/sglang-router-0.3.2-")
-    assert after.settings.venv.startswith("/opt/sglang-router/venvs/smg-1.13.0-")
-    venv, locked = after.settings.venv, after.locked
+    assert before.router.venv.startswith("/opt/sglang-router/venvs/sglang-router-0.3.2-")
+    assert after.router.venv.startswith("/opt/sglang-router/venvs/smg-1.13.0-")
+    venv, locked = after.router.venv, after.locked
     commands, _ = run(
         operations.locked_venv,
         {FileDigests: {}},
@@ -294,4 +294,4 @@ def test_argv_checks_use_the_options_given():
         "smg", "1.13.0", frozenset(o for o in options.options if not o.startswith("--retry")), options.choices
     )
     with pytest.raises(DeployError, match=r"--retry-max-retries is not a flag of smg 1\.13\.0"):
-        router_argv(router_settings("r1", router_data()), [], fewer)
+        router_argv(router_host("r1", router_data()), [], fewer)

@@ -19,7 +19,7 @@ from sglang_deploy.facts.serving import FileDigests
 from sglang_deploy.node.lib import status
 from sglang_deploy.node.venvs import MARKER
 from sglang_deploy.plan import locks, router_flags, wheelhouse
-from sglang_deploy.plan.fleet import router_settings
+from sglang_deploy.plan.fleet import router_host
 from sglang_deploy.plan.fleet_hosts import router_plan
 from sglang_deploy.plan.hosts import deploy_defaults
 from sglang_deploy.plan.locked_engine import locked_router
@@ -71,19 +71,19 @@ def test_the_default_gateway_lock_is_smgs_closure_with_every_hash():
 
 
 def test_a_router_pin_set_with_its_lock_gets_a_venv_named_after_the_lock():
-    settings = router_settings("r1", router_data())
+    settings = router_host("r1", router_data())
     locked = settings.locked
     assert locked.local_lock == locks.lock_path(locks.default_router_pins())
     assert locked.remote_lock == f"/opt/sglang-deploy/locks/{locked.local_lock.name}"
     assert locked.remote_wheelhouse == f"/opt/sglang-deploy/wheelhouse/{locked.local_lock.stem}"
     assert settings.venv == "/opt/sglang-router/venvs/" + locked.venv_name(["smg==1.13.0"], "3.11")
     # Another lock's content is another venv (and so another unit: a restart), never the same.
-    other = router_settings("r1", router_data(**OLD))
+    other = router_host("r1", router_data(**OLD))
     assert other.venv != settings.venv and other.venv.startswith(
         "/opt/sglang-router/venvs/sglang-router-0.3.2-"
     )
     assert settings.venv != "/opt/sglang-router/venvs/" + locked.venv_name(["smg==1.13.0"], "3.12")
-    assert router_settings("r1", router_data(router_venvs_dir="/srv/r")).venv.startswith("/srv/r/smg-1.13.0-")
+    assert router_host("r1", router_data(router_venvs_dir="/srv/r")).venv.startswith("/srv/r/smg-1.13.0-")
 
 
 def test_a_router_pin_set_without_a_lock_stops_the_plan_naming_the_command_that_makes_it():
@@ -302,7 +302,7 @@ def test_the_venv_fact_asks_exact_py_only_of_a_finished_build_with_its_lock():
 
 def test_verify_checks_the_router_venv_is_exactly_its_lock():
     plan = router_plan("r1", fleet())
-    venv, lock = plan.settings.venv, plan.locked.remote_lock
+    venv, lock = plan.router.venv, plan.locked.remote_lock
     files = {f"{venv}/bin/python": File(f"{venv}/bin/python"), lock: File(lock)}
     ok = json.dumps({"status": 0, "locked": 7, "cause": None})
     found = router_packages_check(Node(files=files, outputs={"exact.py": Result(0, ok)}), plan, SCRIPTS)
