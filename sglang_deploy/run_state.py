@@ -26,17 +26,18 @@ class RunState:
     # The deploy lock (operations/deploy_lock.py): host name -> the open SSH channel holding it,
     # or why it could not be taken.
     held_locks: dict = field(default_factory=dict)
-    # The rolling restart (operations/rollout.py), shared by every node: created by its first.
+    # The rolling restart (rollout/order.py), shared by every node: created by its first.
     rollout: Rollout | None = None
-    waves: dict = field(
-        default_factory=dict
-    )  # restart operation's hash -> its WaveRun (operations/rollout.py)
+    # Meetings of the hosts of one operation (rollout/rendezvous.py): who is expected, per
+    # meeting ({host name: the condition it comes on}, registered while the deploy is planned),
+    # and each meeting, made by the first host to arrive (a restart's waves, a fan-out).
+    expected: dict = field(default_factory=dict)
+    meetings: dict = field(default_factory=dict)
     # Serving groups (operations/group.py): {host name: Member}, resolved and checked once.
     members: dict | None = None
     group_plans: dict = field(default_factory=dict)  # group -> {host name: NodePlan}
     group_changes: dict = field(default_factory=dict)  # group -> operations whose change restarts it
     group_verdicts: dict = field(default_factory=dict)  # group -> (ok, text): rank 0's restart
-    group_turns: object = None  # the semaphore that lets rolling_batch groups restart at a time
     # Nodes serving several services (plan/shared_nodes.py): {host name: its node's units}, checked once.
     node_units: dict | None = None
     # The deploy's last lines (report/outcome.py): host name -> what they add for it.

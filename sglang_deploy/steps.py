@@ -26,6 +26,7 @@ from sglang_deploy.plan.fleet_hosts import fleet_hosts, rotation_for, router_pla
 from sglang_deploy.plan.host_plan import node_script_files, plan_for, plan_holder, print_lint_warnings
 from sglang_deploy.plan.monitoring import CONFIG_PATH, monitoring_plan, node_exporter_plan
 from sglang_deploy.plan.serving_group import profile_of
+from sglang_deploy.rollout.waves import NODES, restarts
 
 # --- a serving node (alone, or a member of a serving group) ---------------------------------
 
@@ -250,7 +251,7 @@ def restarted_if_changed(plan, changes):
     """A restart only when what the server runs changed, through the readiness gate; a start
     that fails is rolled back to the last configuration that passed. The nodes that serve
     nothing start together first; the others roll out of every router's rotation,
-    `rolling_batch` at a time (operations/rollout.py, plan/fleet.py). A serving group restarts
+    `rolling_batch` at a time (operations/rollout.py, rollout/). A serving group restarts
     as one when any member changed, driven by rank 0 (operations/group.py)."""
     if plan.group:
         serving_group.join(plan.group, host, plan, changes)
@@ -270,7 +271,7 @@ def restarted_if_changed(plan, changes):
             rotation=plan.rotation,
             profile_name=plan.profile.name,
             rollback=plan.rollback,
-            _if=any_changed(*changes),
+            _if=restarts(NODES, host.name, any_changed(*changes)),
         )
 
 

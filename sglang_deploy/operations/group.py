@@ -13,11 +13,9 @@ and not ordered operations.
 from __future__ import annotations
 
 import shlex
-from contextlib import contextmanager, nullcontext
-from dataclasses import replace
+from contextlib import contextmanager
 
 import gevent
-from gevent.lock import BoundedSemaphore
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.context import ctx_host
@@ -27,12 +25,12 @@ from sglang_deploy.facts.fleet import DistInitReach
 from sglang_deploy.facts.serving import LastGood, Serving, UnitState, WorkerEnvironment
 from sglang_deploy.node import dist_reach
 from sglang_deploy.node.lib import status
-from sglang_deploy.operations.group_restart import Group, _real, member_hook_paths, run_on, unit_show
-from sglang_deploy.operations.rollout import _restarting, node_facts, rollout, wave_run
+from sglang_deploy.operations.group_restart import Group, member_hook_paths, real_host, run_on, unit_show
 from sglang_deploy.operations.service import fail_with, script_cause
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan import serving_group
 from sglang_deploy.plan.commands import dist_reach_command
+from sglang_deploy.rollout.waves import GROUPS, GROUPS_REPAIRED, node_facts, restarts, rollout, turn
 
 
 def member_of(pyinfra_host):
@@ -49,20 +47,26 @@ def member_of(pyinfra_host):
 
 
 def join(member, pyinfra_host, plan, changes):
-    """Register this member's plan and the operations whose change restarts the group."""
+    """Register this member's plan and the operations whose change restarts the group; rank 0
+    may restart the group in group_serving's waves (when the group does not serve)."""
     run = run_state.of()
     run.group_plans.setdefault(member.group, {})[pyinfra_host.name] = plan
     run.group_changes.setdefault(member.group, []).extend(changes)
     run.group_notes[pyinfra_host.name] = member.label()
+    if member.is_leader:
+        restarts(GROUPS_REPAIRED, pyinfra_host.name)
 
 
 def changed(member):
-    """An `_if` for the group's restart: did any member's configuration change?"""
+    """An `_if` for the group's restart: did any member's configuration change? Rank 0's
+    restarts in the waves of the groups that changed."""
     changes = run_state.of().group_changes
 
     def any_member_changed():
         return any(meta.is_complete() and meta.did_change() for meta in changes[member.group])
 
+    if member.is_leader:
+        restarts(GROUPS, member.leader, any_member_changed)
     return any_member_changed
 
 
@@ -73,73 +77,36 @@ def _note(run, group, text):
         run.group_notes[name] = f"{members[name].label()}: {text}" if name in members else text
 
 
-def _turns(run, rolling):
-    """The run's turns for group restarts: ``rolling_batch`` groups restart at a time, so the
-    others keep serving (the single nodes take theirs through pyinfra's _parallel)."""
-    if run.group_turns is None:
-        # A group that restarts alone (no waves): a percentage has nothing to be a share of.
-        run.group_turns = BoundedSemaphore(rolling.batch if isinstance(rolling.batch, int) else 1)
-        run.rollout_of(rolling.max_failures, rolling.max_fail_percent).size += 1
-    return run.group_turns
-
-
 def _fact_on(member_host, fact, **kwargs):
     """A fact of another member, read from this greenlet (pyinfra's host context set to it)."""
-    member_host = _real(member_host)
+    member_host = real_host(member_host)
     with ctx_host.use(member_host):
         return member_host.get_fact(fact, **kwargs)
 
 
-def _group_waves(state, host, rotation):
-    """This operation's waves over the serving groups it restarts, each named by its rank 0
-    (a group serves through rank 0's API): the groups that serve nothing start together, then
-    the others ``rolling_batch`` at a time (operations/rollout.py's WaveRun, as single nodes).
-    None when this group restarts alone."""
-    op_hash = getattr(host, "current_op_hash", None)
-    if state is None or op_hash is None or rotation is None:
-        return None
-    members = run_state.of(state).members or {}
-
-    def leaders():
-        return [name for name in _restarting(state, op_hash) if name in members and members[name].is_leader]
-
-    # Followers serve through their rank 0: only rank 0s and single nodes count for a model.
-    followers = {name for name, m in members.items() if not m.is_leader}
-    models = tuple((name, model) for name, model in rotation.fleet_models if name not in followers)
-    return wave_run(
-        state,
-        ("groups", op_hash),
-        leaders,
-        replace(rotation, fleet_models=models),
-        "serving groups (by rank 0)",
-        canaries=False,  # rolling_canary: single nodes only (the bake reads each node's /metrics)
-    )
-
-
 @contextmanager
-def _group_turn(state, host, member, rotation):
-    """Wait for this group's turn; yield why it must not restart, or None."""
-    waves = _group_waves(state, host, rotation)
-    if waves is None:
-        with _turns(run_state.of(state), rotation.rolling) if rotation else nullcontext():
-            yield None
+def _turn(state, host, member, rotation, key):
+    """Wait for this group's turn in ``key``'s waves (rollout/waves.py, units named by their
+    rank 0); yield why it must not restart, or None. Without routers, no turn."""
+    if rotation is None:
+        yield None
         return
-    plan = run_state.of(state).group_plans[member.group][host.name]
-    try:
-        waves.arrive(host.name, node_facts(host, plan.scripts, rotation) if waves.together else None)
-        yield waves.turn(host.name)
-    finally:
-        waves.leave(host.name)
+
+    def facts():
+        return node_facts(host, run_state.of(state).group_plans[member.group][host.name].scripts, rotation)
+
+    with turn(state, host, key, rotation, facts) as (_, refusal):
+        yield refusal
 
 
-def _lead(state, host, member, rollback, stop_wait_s, rotation=None):
+def _lead(state, host, member, rollback, stop_wait_s, rotation=None, key=GROUPS):
     ok, text = False, "rank 0's restart of the group ended unexpectedly (see above)"
     shared = run_state.of(state)
     try:
         group = Group(state, member, shared.group_plans[member.group], stop_wait_s, rotation)
         rolling = rotation.rolling if rotation else None
         run = rollout(rolling.max_failures, state, rolling.max_fail_percent) if rolling else None
-        with _group_turn(state, host, member, rotation) as turn_refusal:
+        with _turn(state, host, member, rotation, key) as turn_refusal:
             refusal = (run and run.refusal(host.name)) or turn_refusal  # read once this group's turn came
             if refusal:
                 group.restore()
@@ -216,7 +183,7 @@ def _check_and_record(state, host, member, ranks, rollback, stop_wait_s):
 
 def _restart_because(state, host, member, why, rollback, stop_wait_s, rotation=None):
     host.log(f"group {member.group}: {'; '.join(why)}: restarting the group", logger.warning)
-    return _lead(state, host, member, rollback, stop_wait_s, rotation=rotation)
+    return _lead(state, host, member, rollback, stop_wait_s, rotation=rotation, key=GROUPS_REPAIRED)
 
 
 def _problems(member, stop_wait_s):

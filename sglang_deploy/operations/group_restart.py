@@ -33,7 +33,7 @@ from sglang_deploy.report import throughput_log as throughput
 POLL_S = 0.5  # how often the followers' units are read while rank 0 is gated
 
 
-def _real(member_host):
+def real_host(member_host):
     """The Host itself, never pyinfra's `host` context proxy (which cannot be set as its own
     context)."""
     return member_host._get_module() if isinstance(member_host, ContextObject) else member_host
@@ -41,13 +41,13 @@ def _real(member_host):
 
 def member_hook_paths(member_host, python):
     """files.hook_paths, asked of another member."""
-    with ctx_host.use(_real(member_host)):
+    with ctx_host.use(real_host(member_host)):
         return hook_paths(python)
 
 
 def run_on(member_host, command, print_output=False):
     """A command on another member, from this greenlet (pyinfra's host context set to it)."""
-    member_host = _real(member_host)
+    member_host = real_host(member_host)
     with ctx_host.use(member_host):
         return remote.run(member_host, StringCommand(command), print_output=print_output)
 

@@ -1,4 +1,4 @@
-"""The canary wave in a rolling restart (operations/rollout.py with operations/canary.py), with
+"""The canary wave in a rolling restart (operations/rollout.py with rollout/bake.py), with
 fake hosts: the canary restarts alone, every node reads its /metrics at the bake's start and
 end, and a canary that does worse than the nodes on the old configuration is rolled back while
 the rest keep what they serve; percentages that mean no node refuse the whole restart."""
@@ -11,6 +11,7 @@ import gevent
 import pytest
 from pyinfra.api.command import StringCommand
 
+from sglang_deploy import run_state
 from sglang_deploy.facts.fleet import ServingView
 from sglang_deploy.facts.metrics import EngineMetrics
 from sglang_deploy.facts.serving import UnitState
@@ -19,6 +20,7 @@ from sglang_deploy.plan.fleet import rolling_settings
 from sglang_deploy.plan.fleet_hosts import Rotation
 from sglang_deploy.plan.hosts import deploy_defaults
 from sglang_deploy.report.canary import Scrape
+from sglang_deploy.rollout import rendezvous, waves
 
 pytestmark = pytest.mark.usefixtures("cycle_in_session")
 
@@ -154,10 +156,11 @@ def roll(monkeypatch, caplog):
         data = {**deploy_defaults(), "rolling_canary_bake_s": 0.05, **settings}
         models = {n.name: "m" for n in nodes}
         hosts = [SimpleNamespace(name=n.name) for n in nodes]
-        monkeypatch.setattr(fleet_ops, "_restarting", lambda state, op_hash: [n.name for n in nodes])
         state = SimpleNamespace(
             inventory=SimpleNamespace(get_active_hosts=lambda: hosts), pool=SimpleNamespace(size=len(nodes))
         )
+        for node in nodes:
+            rendezvous.expect(waves.NODES, node.name, state=state)
         jobs = []
         for node in nodes:
             rotation = Rotation(
@@ -173,7 +176,7 @@ def roll(monkeypatch, caplog):
             jobs.append(gevent.spawn(fleet_ops._rotate, *args))
         with caplog.at_level("INFO"):
             gevent.joinall(jobs, raise_error=True)
-        return [job.get() for job in jobs], caplog.text, fleet_ops.run_state.of(state).rollout
+        return [job.get() for job in jobs], caplog.text, run_state.of(state).rollout
 
     return run
 

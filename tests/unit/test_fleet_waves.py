@@ -1,4 +1,4 @@
-"""The restart operation's waves across nodes (operations/rollout._rotate, WaveRun) with fake
+"""The restart operation's waves across nodes (operations/rollout._rotate, rollout/waves.py WaveRun) with fake
 hosts: every node's operation runs at once; the nodes that serve nothing, read before any
 restart, start together, then the serving ones roll one batch after another."""
 
@@ -15,6 +15,7 @@ from sglang_deploy.operations import rollout as fleet_ops
 from sglang_deploy.plan.fleet import rolling_settings
 from sglang_deploy.plan.fleet_hosts import Rotation
 from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.rollout import rendezvous, waves
 
 pytestmark = pytest.mark.usefixtures("cycle_in_session")
 
@@ -82,11 +83,12 @@ def roll(monkeypatch, caplog):
         data["rolling_max_failures"] = max_failures
         models = models or {n.name: "m" for n in nodes}
         hosts = [SimpleNamespace(name=n.name) for n in nodes]
-        monkeypatch.setattr(fleet_ops, "_restarting", lambda state, op_hash: [n.name for n in nodes])
         state = SimpleNamespace(
             inventory=SimpleNamespace(get_active_hosts=lambda: hosts),
             pool=SimpleNamespace(size=pool or len(nodes)),
         )
+        for node in nodes:
+            rendezvous.expect(waves.NODES, node.name, state=state)
         jobs = []
         for node in nodes:
             rotation = Rotation(

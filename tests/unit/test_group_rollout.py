@@ -11,6 +11,7 @@ from sglang_deploy.operations import group
 from sglang_deploy.plan.fleet import rolling_settings
 from sglang_deploy.plan.fleet_hosts import Rotation
 from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.rollout import rendezvous, waves
 
 EVENTS = []
 
@@ -117,7 +118,6 @@ def group_waves(monkeypatch, caplog):
     def run(leaders, batch=1, models=None, failing=()):
         FakeGroup.failing = failing
         names = [leader.name for leader in leaders]
-        monkeypatch.setattr(group, "_restarting", lambda state, op_hash: names)
         state = SimpleNamespace(
             inventory=SimpleNamespace(get_active_hosts=lambda: [SimpleNamespace(name=n) for n in names]),
             pool=SimpleNamespace(size=len(names) * 2),
@@ -131,6 +131,8 @@ def group_waves(monkeypatch, caplog):
             scripts = SimpleNamespace(unit="sglang.service", last_good_dir="/var/lib/x")
             shared.group_plans[name] = {leader.name: SimpleNamespace(scripts=scripts)}
         shared.members = members
+        for name in names:
+            rendezvous.expect(waves.GROUPS, name, state=state)
         data = {**deploy_defaults(), "rolling_batch": batch}
         models = models or {name: "m" for name in members}
         jobs = [
