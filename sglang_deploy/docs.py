@@ -5,21 +5,17 @@ with its type, default and description.
     python -m sglang_deploy.docs            # rewrite both (make docs)
     python -m sglang_deploy.docs --check    # exit 1 naming each file that is not current
 
-A setting's description is its Field's; a profile key's is its Field's, else the comments on
-and just above its line in schema.py (where the profile's defaults are documented).
+A setting's description is its Field's, and so is a profile key's (a section without one: its
+class's docstring).
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import inspect
-import io
 import json
 import sys
-import tokenize
 import types
-from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -88,7 +84,7 @@ def _profile_rows(model: type[BaseModel], prefix: str):
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
         section = _section(field.annotation)
-        description = field.description or _comments(model).get(name, "")
+        description = field.description or ""
         if section is None:
             yield key, _row(key, field, description)
             continue
@@ -195,33 +191,6 @@ def _is_union(annotation) -> bool:
 
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
-
-
-@cache
-def _comments(model: type[BaseModel]) -> dict[str, str]:
-    """{field: its comments} of a model class in its source: the comment lines just above the
-    field, then the one on its own line(s)."""
-    source = inspect.getsource(model)  # a module-level class: its lines as written
-    comments = {}  # line number -> comment text
-    code_lines = set()
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.COMMENT:
-            comments[token.start[0]] = token.string.lstrip("#").strip()
-        elif token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
-            code_lines.add(token.start[0])
-    found = {}
-    body = ast.parse(source).body[0].body
-    for node in body:
-        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
-            continue
-        above = []
-        line = node.lineno - 1
-        while line in comments and line not in code_lines:
-            above.insert(0, comments[line])
-            line -= 1
-        trailing = [comments[n] for n in range(node.lineno, node.end_lineno + 1) if n in comments]
-        found[node.target.id] = " ".join(above + trailing)
-    return found
 
 
 def main(argv=None) -> int:
