@@ -1,6 +1,6 @@
 """docs/settings.md and docs/profile-keys.md, generated from the two models: every deploy
-setting (sglang_deploy/plan/settings.py) and every profile key (sglang_deploy/profile/schema.py)
-with its type, default and description.
+setting (sglang_deploy/plan/settings.py) and every profile key (sglang_deploy/profile/schema.py
+and sections.py) with its type, default and description.
 
     python -m sglang_deploy.docs            # rewrite both (make docs)
     python -m sglang_deploy.docs --check    # exit 1 naming each file that is not current
@@ -67,7 +67,7 @@ def profile_doc() -> str:
         "# Profile keys",
         "",
         "The keys of a profile (profiles/*.yml), each with its default: a key a profile leaves out gets",
-        "it (sglang_deploy/profile/schema.py, the one place they are written). `<NAME>` stands for a",
+        "it (sglang_deploy/profile/sections.py and schema.py, the one place they are written). `<NAME>` stands for a",
         "name of the profile's choosing. `make lint-profiles` checks every profile; `make schema` writes",
         "their JSON Schema for editors (schema/profile.schema.json). Host settings are elsewhere:",
         "docs/settings.md.",

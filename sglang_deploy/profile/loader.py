@@ -1,8 +1,8 @@
 """Reading profile files: YAML that remembers where every key was set, `extends:` chains,
 host data overrides merged on top, and validation errors turned into `file:line: key: reason`.
 
-The schema itself (and every profile default) is in schema.py; this module knows no field but
-`env` and `server_args`, whose scalars it keeps as written.
+The schema itself (and every profile default) is in schema.py and sections.py; this module
+knows no field but `env` and `server_args`, whose scalars it keeps as written.
 """
 
 from __future__ import annotations
