@@ -27,7 +27,8 @@ from sglang_deploy.profile.fields import (
     engine_home,
     secret_value_problem,
 )
-from sglang_deploy.profile.loader import OVERRIDES, KeyProblem, located_error, read_layers
+from sglang_deploy.profile.key_errors import KeyProblem, located_error
+from sglang_deploy.profile.loader import OVERRIDES, read_layers
 from sglang_deploy.profile.sections import (
     Engine,
     Gpu,
