@@ -65,13 +65,16 @@ def _node_units():
 def operating_system(plan):
     """Debian or Ubuntu (any other stops this host, nothing changed), with the packages the
     recipe needs (`os_packages`); apt runs only for a missing one."""
-    os_prerequisites(name="OS prerequisites", packages=plan.os_packages)
+    os_prerequisites(name="OS prerequisites", packages=list(plan.settings.os_packages))
 
 
 def deploy_lock(plan):
     """One deploy at a time per node: wait for another operator's to end, or fail saying whose."""
     sglang.deploy_lock(
-        name="Deploy lock", path=plan.lock_path, wait_s=plan.lock_wait_s, holder=plan.lock_holder
+        name="Deploy lock",
+        path=plan.lock_path,
+        wait_s=float(plan.settings.deploy_lock_wait_s),
+        holder=plan.lock_holder,
     )
 
 
@@ -87,14 +90,14 @@ def gpu_node_settings(plan):
         name="GPU persistence mode",
         enabled=plan.profile.gpu.persistence_mode,
         scripts_dir=plan.scripts.directory,
-        unit_dir=plan.unit_dir,
+        unit_dir=plan.settings.unit_dir,
     )
     if plan.profile.pcie.disable_acs:
         acs_unit = sglang.unit_file(
             name="ACS unit",
             unit=ACS_UNIT,
-            staging_dir=plan.run_dir,
-            unit_dir=plan.unit_dir,
+            staging_dir=plan.settings.run_dir,
+            unit_dir=plan.settings.unit_dir,
             content=acs_unit_text(plan.scripts.directory, *plan.node_units),
         )
         server.shell(
@@ -104,7 +107,7 @@ def gpu_node_settings(plan):
         )
         unit_active(name="ACS cleared at every boot", unit=ACS_UNIT)
     else:
-        unit_absent(name="No ACS unit", unit=ACS_UNIT, unit_dir=plan.unit_dir)
+        unit_absent(name="No ACS unit", unit=ACS_UNIT, unit_dir=plan.settings.unit_dir)
 
 
 def models_staged(plan):
@@ -113,7 +116,10 @@ def models_staged(plan):
     source is downloaded on the node by the pinned huggingface_hub, in its own venv."""
     if any(target.source.kind == "huggingface" for target in plan.models):
         sglang.tool_venv(
-            name="Hugging Face Hub client venv", venv=plan.hf_venv, python="python3", packages=[plan.hf_pin]
+            name="Hugging Face Hub client venv",
+            venv=plan.hf_venv,
+            python="python3",
+            packages=[plan.settings.huggingface_hub_pin],
         )
     return [
         sglang.model_staged(
@@ -195,7 +201,12 @@ def engine(plan):
         with exit_on_deploy_error(host.name):
             wheels = locked.wheels()
         locked_wheels_and_uv(
-            locked, wheels, "Engine", plan.deploy_dir, "python3", scripts_dir=plan.scripts.directory
+            locked,
+            wheels,
+            "Engine",
+            plan.settings.sglang_deploy_dir,
+            "python3",
+            scripts_dir=plan.scripts.directory,
         )
     for wheel in plan.wheels:
         sglang.binary_file(name=f"Wheel {wheel.name}", src=str(wheel), dest=f"{plan.wheels_dir}/{wheel.name}")
@@ -217,11 +228,10 @@ def engine(plan):
 def fanout_cleanup(plan):
     """What a fan-out (models, wheelhouse) left when its run died: our keys in the login user's
     authorized_keys, key directories; nothing when none is left (operations/fanout.py)."""
-    settings = run_state.host_settings(host)
     sglang.fanout_cleanup(
         name="Fan-out keys removed",
         scripts_dir=plan.scripts.directory,
-        run_dir=settings.run_dir,
+        run_dir=plan.settings.run_dir,
         user=str(host.data.get("ssh_user") or "root"),
     )
 
@@ -230,7 +240,7 @@ def server_files(plan):
     """What the unit starts from: the env file (root only: it may hold secrets), the start-up
     hook (the same variables in any Python started from the venv) and the systemd unit,
     verified before it is installed (daemon-reload only when it changed)."""
-    files.directory(name="Env directory", path=plan.env_dir, user="root", group="root", mode="0700")
+    files.directory(name="Env directory", path=plan.settings.env_dir, user="root", group="root", mode="0700")
     env_file = sglang.secret_file(
         name="Env file", dest=plan.env_path, content=plan.env_text, secret_values=plan.secret_values
     )
@@ -241,8 +251,8 @@ def server_files(plan):
         name="systemd unit",
         unit=plan.unit,
         content=plan.unit_text,
-        staging_dir=plan.run_dir,
-        unit_dir=plan.unit_dir,
+        staging_dir=plan.settings.run_dir,
+        unit_dir=plan.settings.unit_dir,
     )
     return [env_file, hook, unit]
 
@@ -258,8 +268,8 @@ def restarted_if_changed(plan, changes):
         serving_group.group_restarted(
             name="Restart serving group (configuration changed)",
             member=plan.group,
-            rollback=plan.rollback,
-            stop_wait_s=float(run_state.host_settings(host).group_follower_stop_s),
+            rollback=plan.settings.rollback,
+            stop_wait_s=float(plan.settings.group_follower_stop_s),
             rotation=plan.rotation,
             _if=serving_group.changed(plan.group),
         )
@@ -270,7 +280,7 @@ def restarted_if_changed(plan, changes):
             hook_python=plan.hook_python,
             rotation=plan.rotation,
             profile_name=plan.profile.name,
-            rollback=plan.rollback,
+            rollback=plan.settings.rollback,
             _if=restarts(NODES, host.name, any_changed(*changes)),
         )
 
@@ -282,13 +292,16 @@ def serving(plan):
         serving_group.group_serving(
             name="Serving group",
             member=plan.group,
-            rollback=plan.rollback,
-            stop_wait_s=float(run_state.host_settings(host).group_follower_stop_s),
+            rollback=plan.settings.rollback,
+            stop_wait_s=float(plan.settings.group_follower_stop_s),
             rotation=plan.rotation,
         )
     else:
         sglang.serving(
-            name="Serving", scripts=plan.scripts, hook_python=plan.hook_python, rollback=plan.rollback
+            name="Serving",
+            scripts=plan.scripts,
+            hook_python=plan.hook_python,
+            rollback=plan.settings.rollback,
         )
 
 
@@ -298,7 +311,7 @@ def metrics_textfile(plan):
     deploy judged; written only when a figure changed. Rotation and drift are the node's own
     samples, written by rotation.py and the drift checks as they run. Nothing with
     `node_exporter: false`."""
-    if not run_state.host_settings(host).node_exporter:
+    if not plan.settings.node_exporter:
         return
     sglang.metrics_textfile_written(
         name="Metrics textfile (the deploy's figures)",
@@ -314,11 +327,11 @@ def old_venvs_pruned(plan):
         name="Old engine venvs",
         venvs_dir=plan.venvs_dir,
         link=plan.profile.engine.venv,
-        keep=plan.venvs_keep,
+        keep=plan.settings.venvs_keep,
         wanted=plan.venv,
         scripts_dir=plan.scripts.directory,
         last_good_dir=plan.scripts.last_good_dir,
-        deploy_dir=plan.deploy_dir,
+        deploy_dir=plan.settings.sglang_deploy_dir,
         lock=plan.locked.remote_lock if plan.locked else None,
     )
 

@@ -13,6 +13,7 @@ from sglang_deploy.node.lib import result, status
 from sglang_deploy.operations import remote
 from sglang_deploy.operations.files import hook_paths
 from sglang_deploy.operations.streamed import run_detached, run_streamed
+from sglang_deploy.plan.settings import default
 from sglang_deploy.report import throughput_log as throughput
 
 
@@ -203,7 +204,7 @@ def _check_workers(state, host, scripts):
 
 
 @operation()
-def serving(scripts, hook_python, rollback=True):
+def serving(scripts, hook_python, rollback=default("rollback")):
     """
     Ensure the unit is enabled and serving without touching a server that already serves:
     start and gate it when it is not active, gate it when it is active but not ready, and

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from sglang_deploy.plan.settings import default
+
 CONTROLLER = None  # a node's parent when the controller feeds it
 MODES = ("auto", "on", "off")
 AUTO_ABOVE = 2  # auto: on when more nodes than this need the same bytes
@@ -35,7 +37,7 @@ def fanout_on(mode: str, needing: int) -> bool:
     return mode == "on" or (mode == "auto" and needing > AUTO_ABOVE)
 
 
-def plan_tree(needing, holders=(), degree=2) -> dict:
+def plan_tree(needing, holders=(), degree=default("fanout_degree")) -> dict:
     """{node: parent} (parent None: the controller) for every node of ``needing`` (in the order
     given), breadth first: depth 1 is the holders' slots (``degree`` each, taken round-robin)
     then the controller's ``degree``; each node placed adds its ``degree`` slots one level
@@ -68,7 +70,7 @@ class FanoutTree:
     on: bool = True  # False: every node straight from the controller, all at once
 
     @classmethod
-    def planned(cls, needing, holders=(), degree=2, on=True) -> FanoutTree:
+    def planned(cls, needing, holders=(), degree=default("fanout_degree"), on=True) -> FanoutTree:
         parents = plan_tree(needing, holders, degree) if on else {name: CONTROLLER for name in needing}
         return cls(parents, degree, tuple(holders), on=on)
 

@@ -37,33 +37,21 @@ class NodePlan:
     hook_module: str
     hook_pth: str
     hook_python: str
-    deploy_dir: str
-    env_dir: str
-    unit_dir: str
-    run_dir: str
+    settings: Settings = field(repr=False)  # the host's settings (plan/settings.py), read as they are
     wheels: list
     scripts: NodeScripts
     lock_path: str
-    lock_wait_s: float
     lock_holder: str
-    rollback: bool
     repair: tuple | None
     lint_warnings: list  # the profile's lint warnings, one line each, naming its file
     venvs_dir: str = ""  # one engine venv per pin set: the setting, or the service's own
-    venvs_keep: int = 0
     venv: str | None = None  # this pin set's venv on the node: bind_venv() names it
-    os_packages: list = field(default_factory=list)  # Debian packages the recipe needs (apt)
     models: list = field(default_factory=list)  # model_staging.StagingTarget: what is staged
-    hf_venv: str | None = None  # the Hub client's venv, when a model comes from the Hub
-    hf_pin: str | None = None
     hf_token: str | None = field(default=None, repr=False)  # the profile's HF_TOKEN secret
     group: object = None  # serving_group.Member of a multi-node server; None: serves alone
     rotation: object = None  # fleet_hosts.Rotation: the routers this node serves behind
     node_units: tuple = ()  # every service's unit on this node, its own among them (plan/shared_nodes.py)
     locked: LockedEngine | None = None  # the engine's lock and wheels; None: pip resolves
-    settings: Settings | None = field(
-        default=None, repr=False
-    )  # the host's settings (plan/settings.py) it was made from
 
     def venv_for(self, python_version: str) -> str:
         """The venv of this plan's pin set on a node whose ``engine.python`` is
@@ -91,14 +79,21 @@ class NodePlan:
         return self.scripts.wheels_dir
 
     @property
+    def hf_venv(self):
+        """The Hub client's venv, when a model comes from the Hub."""
+        return f"{self.settings.sglang_deploy_dir}/hf-venv"
+
+    @property
     def hub_client(self):
         """How the node downloads a Hub source: the client venv's python, the token."""
-        return HubClient(python=f"{self.hf_venv}/bin/python", run_dir=self.run_dir, token=self.hf_token)
+        return HubClient(
+            python=f"{self.hf_venv}/bin/python", run_dir=self.settings.run_dir, token=self.hf_token
+        )
 
     @property
     def node_scripts(self):
         """(local path, remote path) of every on-node script."""
-        return node_script_files(self.deploy_dir)
+        return node_script_files(self.settings.sglang_deploy_dir)
 
 
 def node_script_files(deploy_dir):
@@ -152,10 +147,7 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
         hook_module=render_hook_module(profile),
         hook_pth=render_hook_pth(profile),
         hook_python=profile.engine.python if profile.hook.system_wide else venv_python,
-        deploy_dir=deploy_dir,
-        env_dir=env_dir,
-        unit_dir=settings.unit_dir,
-        run_dir=run_dir,
+        settings=settings,
         wheels=wheels,
         scripts=NodeScripts(
             scripts_dir,
@@ -172,20 +164,13 @@ def plan_for(data, operator_env=None, member=None) -> NodePlan:
             exports_metrics=bool(settings.node_exporter),
         ),
         lock_path=f"{run_dir}/{service}.lock",
-        lock_wait_s=float(settings.deploy_lock_wait_s),
         lock_holder=plan_holder(),
-        rollback=settings.rollback,
         repair=((scripts_dir, drift_names) if settings.repair else None),
         lint_warnings=lint_warnings,
         venvs_dir=settings.engine_venvs_dir(service),
-        venvs_keep=settings.venvs_keep,
-        os_packages=list(settings.os_packages),
         models=staging_targets(profile),
-        hf_venv=f"{deploy_dir}/hf-venv",
-        hf_pin=settings.huggingface_hub_pin,
         hf_token=secrets.get("HF_TOKEN"),
         group=member,
-        settings=settings,
         locked=locked,
     )
 

@@ -16,11 +16,12 @@ import jinja2
 from sglang_deploy.errors import DeployError
 from sglang_deploy.node.lib import env_records
 from sglang_deploy.plan.commands import secret_args_argv
+from sglang_deploy.plan.settings import default
 from sglang_deploy.profile.engine_flags import pinned_version
 from sglang_deploy.profile.schema import Profile
 
-ENV_DIR = "/etc/sglang"  # default; the deploy passes its own `env_dir`
-SCRIPTS_DIR = "/opt/sglang-deploy/node"  # default; the deploy passes its `sglang_deploy_dir`/node
+ENV_DIR = default("env_dir")  # the deploy passes its own `env_dir`
+SCRIPTS_DIR = f"{default('sglang_deploy_dir')}/node"  # the deploy passes its `sglang_deploy_dir`/node
 HOOK_MODULE = "sglang_deploy_env"  # <site-packages>/sglang_deploy_env.{py,pth}
 
 _ENV_SPECIAL = re.compile(r'([\\"`$])')

@@ -52,7 +52,7 @@ def node_args(name, plan, *, ablate=False, stop_server=False, rounds=None, sizes
         name,
     ]
     if stop_server:  # the node takes the deploy lock before it stops anything
-        args += ["--lock", plan.lock_path, "--lock-wait", f"{plan.lock_wait_s:g}"]
+        args += ["--lock", plan.lock_path, "--lock-wait", f"{plan.settings.deploy_lock_wait_s:g}"]
         args += [
             "--lock-holder",
             f"nccl-ab {plan.lock_holder}",

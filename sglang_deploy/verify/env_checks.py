@@ -33,7 +33,7 @@ def env_file(node, plan) -> Check:
     """Root's alone (0600 in a 0700 directory), every variable of the profile with its value,
     and every secret the operator exported (by name)."""
     redact = redactor(plan)
-    problems = ownership(node, plan.env_dir, "root", 0o700) + ownership(
+    problems = ownership(node, plan.settings.env_dir, "root", 0o700) + ownership(
         node, plan.env_path, "root", 0o600, want_group="root"
     )
     if not node.file(plan.env_path).exists:
@@ -58,7 +58,7 @@ def env_file(node, plan) -> Check:
 def unit(node, plan) -> Check:
     """The installed unit is the profile's rendering, `systemd-analyze verify` accepts it, and
     the service is enabled and running."""
-    path = f"{plan.unit_dir}/{plan.unit}"
+    path = f"{plan.settings.unit_dir}/{plan.unit}"
     installed = node.file(path)
     if not installed.exists:
         return Check("unit", FAILED, f"{path} is missing")

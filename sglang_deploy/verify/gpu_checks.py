@@ -73,15 +73,15 @@ def node_settings(node, plan) -> list[Check]:
 
 def os_packages(node, plan) -> Check:
     """Every package the recipe needs (group_data/all.py os_packages) is installed."""
-    if not plan.os_packages:
+    if not plan.settings.os_packages:
         return Check.nothing_to_check("os packages", "none asked for (os_packages is empty)")
-    names = " ".join(shlex.quote(name) for name in plan.os_packages)
+    names = " ".join(shlex.quote(name) for name in plan.settings.os_packages)
     found = node.run(f"dpkg-query -W -f '${{Package}} ${{db:Status-Status}}\\n' {names}")
     installed = {line.split()[0] for line in found.stdout.splitlines() if line.split()[1:] == ["installed"]}
-    missing = [name for name in plan.os_packages if name not in installed]
+    missing = [name for name in plan.settings.os_packages if name not in installed]
     if missing:
         return Check("os packages", FAILED, f"not installed: {', '.join(missing)}")
-    return Check("os packages", OK, f"{len(plan.os_packages)} installed")
+    return Check("os packages", OK, f"{len(plan.settings.os_packages)} installed")
 
 
 def persistence(node, plan) -> Check:
@@ -108,7 +108,7 @@ def persistence(node, plan) -> Check:
 def acs_unit(node, plan) -> Check:
     """With pcie.disable_acs: the boot-time unit as rendered, enabled, and its run succeeded
     (its last line: what it cleared, or that the node has no PCI bridge)."""
-    path = f"{plan.unit_dir}/{ACS_UNIT}"
+    path = f"{plan.settings.unit_dir}/{ACS_UNIT}"
     if not plan.profile.pcie.disable_acs:
         if node.file(path).exists:
             return Check("acs unit", FAILED, f"{path} is installed, pcie.disable_acs is false")

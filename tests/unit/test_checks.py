@@ -72,10 +72,10 @@ def plan(monkeypatch):
 def deployed(plan, **changes):
     """A node as the deploy leaves it (files only), with ``changes`` to its files."""
     files = {
-        plan.env_dir: File(plan.env_dir, mode=0o700),
+        plan.settings.env_dir: File(plan.settings.env_dir, mode=0o700),
         plan.env_path: File(plan.env_path, content_string=plan.env_text),
-        f"{plan.unit_dir}/{plan.unit}": File(
-            f"{plan.unit_dir}/{plan.unit}", mode=0o644, content_string=plan.unit_text
+        f"{plan.settings.unit_dir}/{plan.unit}": File(
+            f"{plan.settings.unit_dir}/{plan.unit}", mode=0o644, content_string=plan.unit_text
         ),
     }
     return Node(files={**files, **changes}, outputs={"systemd-analyze": Result(0)})
@@ -104,7 +104,8 @@ def test_every_registered_check_runs_and_no_detail_carries_a_secret(plan):
     leaky = Result(1, "", f"error: {SECRET}; HF_TOKEN={SECRET}")
     node = Node(
         files={
-            path: File(path, content_string=f"HF_TOKEN={SECRET}\n") for path in (plan.env_path, plan.env_dir)
+            path: File(path, content_string=f"HF_TOKEN={SECRET}\n")
+            for path in (plan.env_path, plan.settings.env_dir)
         },
         outputs={"": leaky},
         listening=False,
@@ -124,21 +125,21 @@ def test_env_file_check_asserts_modes_and_every_value(plan):
         deployed(
             plan,
             **{
-                plan.env_dir: File(plan.env_dir, mode=0o755),
+                plan.settings.env_dir: File(plan.settings.env_dir, mode=0o755),
                 plan.env_path: File(plan.env_path, mode=0o644, content_string=edited),
             },
         ),
         plan,
     )
     assert found.state == FAILED
-    assert f"{plan.env_dir} is 755 root, not 700 root" in found.detail
+    assert f"{plan.settings.env_dir} is 755 root, not 700 root" in found.detail
     assert f"{plan.env_path} is 644 root:root, not 600 root:root" in found.detail
     assert f"{name} is 'edited-" in found.detail and SECRET not in found.detail
 
 
 def test_unit_check_asserts_content_verify_enabled_and_running(plan):
     assert env_checks.unit(deployed(plan), plan).state == OK
-    path = f"{plan.unit_dir}/{plan.unit}"
+    path = f"{plan.settings.unit_dir}/{plan.unit}"
     node = deployed(plan, **{path: File(path, content_string=plan.unit_text.replace("Restart=", "#"))})
     node.running = False
     node.outputs["systemd-analyze"] = Result(1, stderr="Unknown key")

@@ -80,7 +80,7 @@ def test_the_fired_up_grace_is_documented_in_the_profile_schema():
 
 def test_runtime_files_go_under_the_run_dir_of_the_host_data():
     plan = plan_for(HOST_DATA)
-    assert plan.run_dir == "/run/sd-test"
+    assert plan.settings.run_dir == "/run/sd-test"
     assert plan.lock_path == "/run/sd-test/sglang.lock"
     assert plan.scripts.gate().endswith("--json /run/sd-test/sglang.service.gate.json")
     assert plan.scripts.gate_report == "/run/sd-test/sglang.service.gate.json"

@@ -371,7 +371,7 @@ def test_controller_runs_the_node_script_with_the_plans_files():
     # Stopping the server takes the deploy's own lock (and waits for a detached restart cycle).
     assert args[args.index("--lock") + 1] == plan.lock_path
     assert args[args.index("--cycles-dir") + 1] == commands.cycles_dir_of_lock(plan.lock_path)
-    assert args[args.index("--lock-wait") + 1] == f"{plan.lock_wait_s:g}"
+    assert args[args.index("--lock-wait") + 1] == f"{plan.settings.deploy_lock_wait_s:g}"
     assert "--lock" not in controller.node_args("gpu1", plan)
     cmd = plan.scripts.nccl_ab(*args)  # from the scripts directory every deploy fills
     assert cmd.startswith(f"python3 {plan.scripts.directory}/nccl_ab.py --env-file ")

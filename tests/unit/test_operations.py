@@ -390,10 +390,14 @@ def test_a_file_the_server_starts_from_is_written_whole_or_not_at_all(run, tmp_p
 def test_unit_unchanged_is_a_noop_and_changed_is_verified_before_install(run):
     text = "[Service]\n"
     commands, noops = run(
-        operations.unit_file, {FileDigests: on_node(text, "644")}, "sglang.service", text, PLAN.run_dir
+        operations.unit_file,
+        {FileDigests: on_node(text, "644")},
+        "sglang.service",
+        text,
+        PLAN.settings.run_dir,
     )
     assert commands == [] and noops
-    commands, _ = run(operations.unit_file, {FileDigests: {}}, "sglang.service", text, PLAN.run_dir)
+    commands, _ = run(operations.unit_file, {FileDigests: {}}, "sglang.service", text, PLAN.settings.run_dir)
     assert [c for c in commands if isinstance(c, str)] == [
         "mkdir -p /run/sglang-deploy",
         "systemd-analyze verify /run/sglang-deploy/sglang.service",

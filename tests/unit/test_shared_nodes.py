@@ -84,7 +84,7 @@ def test_two_services_of_one_node_plan_no_path_of_each_others():
 
     def paths(p):
         return {
-            "unit": f"{p.unit_dir}/{p.unit}",
+            "unit": f"{p.settings.unit_dir}/{p.unit}",
             "env file": p.env_path,
             "engine link": p.profile.engine.venv,
             "staged switch": p.profile.engine.venv + ".next",
