@@ -49,41 +49,22 @@ import time
 
 if __package__:
     from . import model_manifest, model_stage, venvs
-    from .lib import installed, result, status, systemd
     from .lib import last_good_record as record
+    from .lib import result, status
     from .lib.guard import guarded
+    from .lib.last_good_check import installed_engine, installed_versions, running_check
 else:  # run as a script: our scripts' directory is on sys.path
     import model_manifest
     import model_stage
     import venvs
-    from lib import installed, result, status, systemd
     from lib import last_good_record as record
+    from lib import result, status
     from lib.guard import guarded
+    from lib.last_good_check import installed_engine, installed_versions, running_check
 
 MANIFEST = record.MANIFEST
 sha256 = record.sha256
 load = record.load
-
-
-def installed_versions(venv):
-    out = subprocess.run(
-        [os.path.join(venv, "bin", "python"), "-c", installed.VERSIONS_PY],
-        stdout=subprocess.PIPE,
-        text=True,
-        check=True,
-    ).stdout
-    return json.loads(out)
-
-
-def installed_engine(venv):
-    """{distribution: (version, install time or None)} of a venv."""
-    out = subprocess.run(
-        [os.path.join(venv, "bin", "python"), "-c", installed.INSTALLED_PY],
-        stdout=subprocess.PIPE,
-        text=True,
-        check=True,
-    ).stdout
-    return {name: tuple(value) for name, value in json.loads(out).items()}
 
 
 def model_digests(directories):
@@ -125,50 +106,6 @@ def differences(manifest, profile, files, engine, venv_target=None, models=None)
         if saved_models.get(d) != digest
     ]
     return found
-
-
-def start_wallclock(show, now=None, monotonic=None):
-    """Wall-clock time of the main process' start, from systemd's monotonic timestamp."""
-    started_us = systemd.as_int(show.get("ExecMainStartTimestampMonotonic"))
-    if not started_us:
-        return None
-    now = time.time() if now is None else now
-    monotonic = time.monotonic() if monotonic is None else monotonic
-    return now - (monotonic - started_us / 1e6)
-
-
-def not_running(show, written, now=None, monotonic=None):
-    """Why the unit's server does not run the installed configuration, or None when it does.
-    ``written``: {what: when it was last written (wall clock)}."""
-    if show.get("ActiveState") != "active" or not systemd.as_int(show.get("MainPID")):
-        return "%s is %s/%s, not running" % (
-            show.get("Id") or "the unit",
-            show.get("ActiveState"),
-            show.get("SubState"),
-        )
-    if show.get("NeedDaemonReload") == "yes":
-        return "systemd has not loaded the installed unit file (daemon-reload pending)"
-    started = start_wallclock(show, now, monotonic)
-    if started is None:
-        return "the unit's start time is unknown"
-    later = sorted(what for what, when in written.items() if when is not None and when > started)
-    if later:
-        return "the server started before %s changed: it does not run the installed configuration" % (
-            ", ".join(later)
-        )
-    return None
-
-
-def running_check(unit, files, engine_installed, venv=None):
-    show = systemd.unit_show(
-        unit,
-        ("Id", "ActiveState", "SubState", "MainPID", "NeedDaemonReload", "ExecMainStartTimestampMonotonic"),
-    )
-    written = {role: os.stat(path).st_mtime for role, path in files.items()}
-    written.update({name: when for name, (_, when) in engine_installed.items()})
-    if venv and os.path.islink(venv):  # the link's own time is its switch's
-        written["the engine venv link"] = os.lstat(venv).st_mtime
-    return not_running(show, written)
 
 
 def save(directory, profile, venv, files, packages, wheels_dir, unit=None, model_dirs=()):

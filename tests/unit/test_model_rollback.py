@@ -16,7 +16,7 @@ from test_hostile_input import NODE_SCRIPTS, StagingHost, run_on_node
 from test_model_stage import V1, V2, manifest_of, start_staging, write_files
 
 from sglang_deploy.node import cycle, lastgood, model_manifest, model_stage, preflight
-from sglang_deploy.node.lib import result, status
+from sglang_deploy.node.lib import last_good_check, result, status
 from sglang_deploy.operations import model as model_ops
 from sglang_deploy.plan import model_sources
 from sglang_deploy.plan.commands import model_stage_command
@@ -133,7 +133,7 @@ def node(tmp_path, monkeypatch):
             "ExecMainStartTimestampMonotonic": str(int(started * 1e6)),
         }
 
-    monkeypatch.setattr(lastgood.systemd, "unit_show", unit_show)
+    monkeypatch.setattr(last_good_check.systemd, "unit_show", unit_show)
     real_run = lastgood.subprocess.run
 
     def run(argv, *args, **kwargs):  # no daemon-reload here; the venv's interpreter does run

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from sglang_deploy.node import lastgood
-from sglang_deploy.node.lib import result, status
+from sglang_deploy.node.lib import last_good_check, result, status
 
 
 def show(started_wall, now, monotonic, **extra):
@@ -31,7 +31,7 @@ NOW, MONO = 1_800_000_000.0, 5000.0
 
 def test_a_server_started_after_its_files_runs_them():
     assert (
-        lastgood.not_running(
+        last_good_check.not_running(
             show(NOW - 60, NOW, MONO), {"env": NOW - 120, "sglang": NOW - 600}, now=NOW, monotonic=MONO
         )
         is None
@@ -39,7 +39,7 @@ def test_a_server_started_after_its_files_runs_them():
 
 
 def test_files_written_after_the_start_are_not_what_runs():
-    why = lastgood.not_running(
+    why = last_good_check.not_running(
         show(NOW - 60, NOW, MONO), {"env": NOW - 30, "unit": NOW - 120}, now=NOW, monotonic=MONO
     )
     assert why == "the server started before env changed: it does not run the installed configuration"
@@ -54,7 +54,9 @@ def test_files_written_after_the_start_are_not_what_runs():
     ],
 )
 def test_a_unit_not_running_its_installed_files(extra, reason):
-    assert reason in lastgood.not_running(show(NOW - 60, NOW, MONO, **extra), {}, now=NOW, monotonic=MONO)
+    assert reason in last_good_check.not_running(
+        show(NOW - 60, NOW, MONO, **extra), {}, now=NOW, monotonic=MONO
+    )
 
 
 @pytest.fixture
@@ -81,7 +83,7 @@ def node(tmp_path, monkeypatch):
             ),
         }
 
-    monkeypatch.setattr(lastgood.systemd, "unit_show", unit_show)
+    monkeypatch.setattr(last_good_check.systemd, "unit_show", unit_show)
     return {
         "venv": str(venv),
         "files": {"env": str(env), "unit": str(unit)},

@@ -8,7 +8,7 @@ import pytest
 
 from sglang_deploy.node import lastgood, preflight
 from sglang_deploy.node import venvs as node_venvs
-from sglang_deploy.node.lib import result, status
+from sglang_deploy.node.lib import last_good_check, result, status
 from sglang_deploy.plan.venv_names import installable_wheels, venv_name, venvs_to_remove, wheel_identity
 
 PINS = ["sglang==0.5.24+sandbox"]
@@ -189,7 +189,9 @@ def test_differences_name_a_switched_venv(tmp_path):
 
 def test_a_server_started_before_the_switch_does_not_run_what_is_installed():
     show = {"ActiveState": "active", "MainPID": "7", "ExecMainStartTimestampMonotonic": str(100 * 10**6)}
-    why = lastgood.not_running(show, {"the engine venv link": 1000.0 + 50}, now=1000.0, monotonic=100.0)
+    why = last_good_check.not_running(
+        show, {"the engine venv link": 1000.0 + 50}, now=1000.0, monotonic=100.0
+    )
     assert why and "the engine venv link" in why
 
 
