@@ -30,7 +30,7 @@ class RunState:
     rollout: Rollout | None = None
     # Meetings of the hosts of one operation (rollout/rendezvous.py): who is expected, per
     # meeting ({host name: the condition it comes on}, registered while the deploy is planned),
-    # and each meeting, made by the first host to arrive (a restart's waves, a fan-out).
+    # and each meeting, made by the first host to arrive (a restart's waves, a fan-out's trees).
     expected: dict = field(default_factory=dict)
     meetings: dict = field(default_factory=dict)
     # Serving groups (operations/group.py): {host name: Member}, resolved and checked once.
@@ -46,9 +46,8 @@ class RunState:
     warned: set = field(default_factory=set)  # lint warning lines printed (once, not per host)
     told_no_systemd: set = field(default_factory=set)  # hosts told their restart runs in the session
     recorder: object = None  # report/outcome.py's OutcomeRecorder of this run
-    # Fan-out (operations/fanout.py): staging operation's hash -> its OpFanout; this run's id
-    # (in the key pairs' markers and the key directories' names).
-    fanouts: dict = field(default_factory=dict)
+    # Fan-out (operations/fanout.py; its OpFanout per staging operation is a meeting): this
+    # run's id (in the key pairs' markers and the key directories' names).
     fanout_run: str = ""
     # Each host's settings (host_settings): host name -> (the data given it during the deploy
     # they were read with, its Settings).

@@ -227,7 +227,7 @@ def engine(plan):
 
 def fanout_cleanup(plan):
     """What a fan-out (models, wheelhouse) left when its run died: our keys in the login user's
-    authorized_keys, key directories; nothing when none is left (operations/fanout.py)."""
+    authorized_keys, key directories; nothing when none is left (operations/fanout_keys.py)."""
     sglang.fanout_cleanup(
         name="Fan-out keys removed",
         scripts_dir=plan.scripts.directory,

@@ -6,7 +6,7 @@ Each operation yields commands only when the node differs from what is asked, an
 
 from sglang_deploy.operations.deploy_lock import deploy_lock
 from sglang_deploy.operations.engine import engine, engine_matches, locked_venv, tool_venv
-from sglang_deploy.operations.fanout import fanout_cleanup
+from sglang_deploy.operations.fanout_keys import fanout_cleanup
 from sglang_deploy.operations.files import (
     HOOK_FILE,
     HOOK_PTH,

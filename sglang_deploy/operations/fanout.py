@@ -6,9 +6,9 @@ How it runs in pyinfra. Every host runs an operation at once, each in its greenl
 staging operation (operations/model.py, operations/wheelhouse_upload.py) each host *arrives*
 while its commands are generated: as a holder (its live copy matches the manifest), as a node
 that needs the bytes (it then yields one FunctionCommand, ``staged``), or as neither. Once
-every host of the operation arrived, the tree is planned and said once per digest; each
-node's FunctionCommand then waits on its parent's Event (set when the parent's copy is
-verified or failed: level k before level k+1, along each branch) and copies: from the
+every host of the operation arrived (rollout/rendezvous.py), the tree is planned and said once
+per digest; each node's FunctionCommand then waits on its parent's Event (set when the parent's
+copy is verified or failed: level k before level k+1, along each branch) and copies: from the
 controller (rsync, at most ``fanout_degree`` at once) or from its parent. Pyinfra runs fewer
 hosts at once than the run has (``--parallel``): no fan-out, every node from the controller.
 
@@ -21,16 +21,8 @@ only read access to bytes the child is meant to get anyway. SSH agent forwarding
 ``ssh_forward_agent``) would hand every node the operator's own identity for the length of
 the run, usable on any host the agent's keys open: refused.
 
-Credentials. Per run and digest the controller makes an ed25519 key pair (ssh-keygen, in a
-0700 temporary directory removed at once). The public key goes into a parent's login user's
-authorized_keys only once that parent's copy is verified (read-only, that directory only,
-``restrict``); the private key goes to each child in a 0600 file in a 0700 directory under
-the run directory, written from stdin (remote.secret_write). The parent's SSH host keys, read
-by the controller over its own authenticated connection, are pinned in the child's
-known_hosts (``HostKeyAlias``): no trust on first use. When the last node of the tree
-settled, every grant is revoked and each child removed its key directory (also when its copy
-failed); ``fanout_cleanup`` removes what a run that died left (every host, every run, a no-op
-when nothing is left).
+Credentials (a key pair per run and digest, granted on a parent once its copy is verified,
+revoked when the tree settled; what a run that died left): operations/fanout_keys.py.
 
 Faults. A node serves only a copy its own check passed (the key reaches it only then): its
 live directory, or its staging directory once finish marked it verified (it waits there for
@@ -42,31 +34,25 @@ children are given another source (FanoutTree.reassign); a node's last try is th
 
 from __future__ import annotations
 
-import os
-import re
 import shlex
-import shutil
-import subprocess
-import tempfile
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from gevent.event import Event
 from gevent.lock import BoundedSemaphore, RLock
-from pyinfra import host, logger
-from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra import logger
+from pyinfra.api import FunctionCommand
 
 from sglang_deploy import run_state
-from sglang_deploy.facts.fanout import FanoutLeftovers
 from sglang_deploy.node.fanout_access import KEY_DIR_PREFIX, PREFIX
 from sglang_deploy.node.lib import result, status
-from sglang_deploy.operations import remote
+from sglang_deploy.operations import fanout_keys, remote
 from sglang_deploy.operations.streamed import run_streamed
-from sglang_deploy.plan.commands import fanout_access_command, fanout_pull_command
+from sglang_deploy.plan.commands import fanout_pull_command
 from sglang_deploy.plan.fanout import CONTROLLER, FanoutTree, fanout_on
 from sglang_deploy.plan.fleet import address
 from sglang_deploy.plan.settings import settings_of
+from sglang_deploy.rollout import rendezvous
 
 MAX_ATTEMPTS = 3  # sources one node tries; the last is the controller
 ARRIVAL_TIMEOUT_S = 1800.0  # a host's facts (a deep check of 600 GB) may take this long
@@ -124,56 +110,69 @@ class Arrival:
 
 
 def _participants(state, op_hash):
-    return [other.name for other in state.inventory.get_active_hosts() if op_hash in state.ops.get(other, {})]
+    """The active hosts this staging operation was prepared for (pyinfra's Host.op_hash_order:
+    every operation the deploy called for the host)."""
+    return [
+        other.name
+        for other in state.inventory.get_active_hosts()
+        if op_hash in getattr(other, "op_hash_order", ())
+    ]
 
 
 def _op_fanout(state, host_):
     op_hash = getattr(host_, "current_op_hash", None)
-    fanouts = run_state.of(state).fanouts
     if op_hash is None:
         return None
-    if op_hash not in fanouts:
-        hosts = len(list(state.inventory.get_active_hosts()))
-        pool = getattr(getattr(state, "pool", None), "size", None)
-        together = pool is None or pool >= hosts
+
+    def make():
+        together, hosts = rendezvous.together(state)
         if not together:
             logger.warning(
                 f"no fan-out: pyinfra runs fewer hosts at once (--parallel) than this run's {hosts}; "
                 "every node copies from the controller"
             )
-        fanouts[op_hash] = OpFanout(state, _participants(state, op_hash), together)
-    return fanouts[op_hash]
+        return OpFanout(state, _participants(state, op_hash), together)
+
+    return rendezvous.meeting(state, ("fanout", op_hash), make)
 
 
 class OpFanout:
-    """One staging operation's arrivals and, once every host arrived, its trees (one per digest)."""
+    """One staging operation's arrivals (a rollout/rendezvous.py Rendezvous) and, once every
+    host arrived, its trees (one per digest)."""
 
     def __init__(self, state, names, together=True):
-        self.state, self.names, self.together = state, list(names), together
-        self.arrived, self.trees, self.planned = {}, {}, Event()
+        self.state, self.trees = state, {}
+        self.meeting = rendezvous.Rendezvous(names, self._plan, together)
+
+    @property
+    def names(self) -> list:
+        return self.meeting.names
+
+    @property
+    def arrived(self) -> dict:
+        return self.meeting.arrived
+
+    @property
+    def together(self) -> bool:
+        return self.meeting.together
 
     def arrive(self, name, arrived):
-        self.arrived[name] = arrived
-        if not self.planned.is_set() and set(self.names) <= set(self.arrived):
-            self._plan()
+        self.meeting.arrive(name, arrived)
 
     def tree_of(self, digest) -> DigestFanout:
-        if not self.planned.wait(ARRIVAL_TIMEOUT_S):
-            logger.warning(f"fan-out: {sorted(set(self.names) - set(self.arrived))} never arrived")
-            self._plan()
+        self.meeting.wait(
+            ARRIVAL_TIMEOUT_S, late=lambda missing: logger.warning(f"fan-out: {missing} never arrived")
+        )
         return self.trees[digest]
 
-    def _plan(self):
-        if self.planned.is_set():
-            return
-        digests = sorted({a.digest for a in self.arrived.values() if a.role == "needs"})
+    def _plan(self, arrived):
+        digests = sorted({a.digest for a in arrived.values() if a.role == "needs"})
         for digest in digests:
             # By name: the same fleet gets the same tree on every run (pyinfra's active hosts
             # come in no fixed order).
             needing = sorted(n for n in self.names if self._is(n, "needs", digest))
             holders = sorted(n for n in self.names if self._is(n, "holder", digest))
-            self.trees[digest] = DigestFanout(self.state, digest, needing, holders, self.arrived)
-        self.planned.set()
+            self.trees[digest] = DigestFanout(self.state, digest, needing, holders, arrived)
 
     def _is(self, name, role, digest):
         found = self.arrived.get(name)
@@ -218,7 +217,7 @@ class DigestFanout:
     def key_pair(self):
         with self.lock:
             if self.keys is None:
-                self.keys = make_key_pair(self.marker)
+                self.keys = fanout_keys.make_key_pair(self.marker)
             return self.keys
 
 
@@ -227,21 +226,6 @@ def run_id(state) -> str:
     if not found.fanout_run:
         found.fanout_run = uuid.uuid4().hex[:10]
     return found.fanout_run
-
-
-def make_key_pair(comment: str) -> tuple[str, str]:
-    """(private, public) ed25519 key pair, made in a 0700 directory removed at once."""
-    scratch = tempfile.mkdtemp(prefix="sglang-deploy-fanout-")
-    try:
-        path = os.path.join(scratch, "key")
-        subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path],
-            check=True,
-            capture_output=True,
-        )
-        return Path(path).read_text(), Path(path + ".pub").read_text().strip()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def staged(state, host, copy: Copy, op: OpFanout):
@@ -322,55 +306,11 @@ def _granted(fanout, source) -> bool:
     """Grant this tree's key on ``source`` (once): its copy is verified by now. False: it
     cannot serve (no rrsync, its directory gone, unreachable)."""
     with fanout.grant_lock:
-        return _grant_once(fanout, source)
-
-
-def _grant_once(fanout, source) -> bool:
-    if source not in fanout.granted:
-        parent = fanout.state.inventory.get_host(source)
-        _, public = fanout.key_pair()
-        command = fanout_access_command(
-            _scripts_dir(fanout, source),
-            "grant",
-            user=_login(parent),
-            model_dir=fanout.arrived[source].node_dir,
-            marker=fanout.marker,
-        )
-        try:
-            ok, output = remote.run(parent, StringCommand(command, _stdin=public + "\n"))
-            found = result.parse(output.stdout_lines) or {}
-            keys_ok, keys_output = remote.run(
-                parent, fanout_access_command(_scripts_dir(fanout, source), "hostkeys")
-            )
-            keys = (result.parse(keys_output.stdout_lines) or {}).get("keys") or []
-        except Exception as exc:  # unreachable: not a source
-            found, keys, ok = {"cause": f"{type(exc).__name__}: {exc}"}, [], False
-        if ok and found.get("status") == status.READY and keys:
-            fanout.granted[source] = keys
-        else:
-            logger.warning(f"fan-out: {source} cannot serve: {found.get('cause') or 'no host keys'}")
-            fanout.granted[source] = False
-    return bool(fanout.granted[source])
-
-
-def _scripts_dir(fanout, name):
-    return f"{settings_of(fanout.state.inventory.get_host(name).data).sglang_deploy_dir}/node"
-
-
-def _login(host_) -> str:
-    return str(host_.data.get("ssh_user") or "root")
-
-
-def alias(name: str) -> str:
-    return "sglang-deploy-" + re.sub(r"[^A-Za-z0-9._-]", "_", name)
+        return fanout_keys.grant(fanout, source)
 
 
 def key_dir(settings, fanout) -> str:
     return f"{settings.run_dir}/{KEY_DIR_PREFIX}{run_id(fanout.state)}-{fanout.digest[:12]}"
-
-
-def known_hosts_text(source: str, keys) -> str:
-    return "".join(f"{alias(source)} {key}\n" for key in keys)
 
 
 def _from_node(host, copy, fanout, source, settings):
@@ -378,7 +318,7 @@ def _from_node(host, copy, fanout, source, settings):
     parent = fanout.state.inventory.get_host(source)
     private, _ = fanout.key_pair()
     directory = key_dir(settings, fanout)
-    key, known = f"{directory}/key", f"{directory}/known_hosts-{alias(source)}"
+    key, known = f"{directory}/key", f"{directory}/known_hosts-{fanout_keys.alias(source)}"
     parent_settings = settings_of(parent.data)
     port = parent_settings.fanout_ssh_port or parent_settings.ssh_port or 22
     _said(host, copy, f"copying from {source} ({address(parent.data, source)}:{port})")
@@ -386,7 +326,7 @@ def _from_node(host, copy, fanout, source, settings):
     for command in (
         f"mkdir -p -m 0700 {quoted} && chmod 0700 {quoted}",
         remote.secret_write(key, private),
-        remote.secret_write(known, known_hosts_text(source, fanout.granted[source])),
+        remote.secret_write(known, fanout_keys.known_hosts_text(source, fanout.granted[source])),
     ):
         wrote, said = remote.run(host, command)
         if not wrote:
@@ -395,11 +335,11 @@ def _from_node(host, copy, fanout, source, settings):
     pull = fanout_pull_command(
         copy.scripts_dir,
         copy.node_dir,
-        source=f"{_login(parent)}@{address(parent.data, source)}",
+        source=f"{fanout_keys.login(parent)}@{address(parent.data, source)}",
         port=port,
         key=key,
         known_hosts=known,
-        alias=alias(source),
+        alias=fanout_keys.alias(source),
         bwlimit=settings.fanout_bwlimit_kib,
         timeout=settings.fanout_stall_timeout_s,
         swap=copy.swap,
@@ -428,36 +368,8 @@ def _leave(state, host, copy, fanout):
         was_left = host.name in fanout.left
         fanout.left.discard(host.name)
         last = was_left and not fanout.left
-    if not last:
-        return
-    for source, granted in list(fanout.granted.items()):
-        if not granted:
-            continue
-        parent = state.inventory.get_host(source)
-        command = fanout_access_command(
-            _scripts_dir(fanout, source), "revoke", user=_login(parent), marker=fanout.marker
-        )
-        try:
-            remote.run(parent, command)
-        except Exception as exc:
-            logger.warning(f"fan-out: revoking the key on {source} failed ({exc}); fanout_cleanup removes it")
-
-
-@operation()
-def fanout_cleanup(scripts_dir, run_dir, user):
-    """
-    Remove what a fan-out left on this node: authorized_keys lines of ours, key directories
-    (a run that died before its end); nothing when none is left.
-
-    + scripts_dir: where our on-node scripts are
-    + run_dir: the deploy's runtime directory
-    + user: the login user whose authorized_keys a grant went into
-    """
-    left = host.get_fact(FanoutLeftovers, scripts_dir=scripts_dir, user=user, run_dir=run_dir)
-    if not left or (not left.get("lines") and not left.get("key_dirs")):
-        host.noop("no fan-out keys left on this node")
-        return
-    yield fanout_access_command(scripts_dir, "clean", user, run_dir=run_dir)
+    if last:
+        fanout_keys.revoke_all(state, fanout)
 
 
 def copy_command(copy: Copy, op: OpFanout) -> FunctionCommand:

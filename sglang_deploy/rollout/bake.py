@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import time
 
-from gevent.event import Event
 from pyinfra import logger
 
 from sglang_deploy.facts.metrics import EngineMetrics
 from sglang_deploy.report import canary as judging
 from sglang_deploy.report.canary import Scrape
+from sglang_deploy.rollout.rendezvous import Rendezvous
 
 # A participant that never reports (its greenlet died) is waited for this long past the bake.
 REPORT_GRACE_S = 300.0
@@ -24,16 +24,16 @@ REPORT_GRACE_S = 300.0
 
 class Bake:
     """One canary wave's bake. ``canaries``: the canary wave; ``old``: the serving nodes of
-    later waves (still on the old configuration); ``models``: {node: served model}."""
+    later waves (still on the old configuration); ``models``: {node: served model}. Two
+    meetings (rollout/rendezvous.py): every canary's restart ends, the last one starts the
+    bake; then every participant reports its scrapes, the last one judges."""
 
     def __init__(self, canaries, old, models, rolling, run):
         self.canaries, self.old = tuple(canaries), tuple(old)
         self.models, self.rolling, self.run = dict(models), rolling, run
-        self.unrestarted = set(self.canaries)  # canaries whose restart has not ended
         self.serving = []  # canaries that serve the new configuration, back in rotation
-        self.pending = set(self.old)  # participants that have not reported (canaries join)
-        self.scrapes = {}  # node -> (start Scrape, end Scrape)
-        self.started, self.done = Event(), Event()
+        self.start = Rendezvous(self.canaries, self._begin)  # each canary, once its restart ended
+        self.reports = None  # the serving canaries and the old nodes, with their scrapes
         self.begun_at = None
         self.verdict = None
 
@@ -41,46 +41,37 @@ class Bake:
         """A canary's restart ended (``served``: it serves the new configuration)."""
         if served:
             self.serving.append(name)
-            self.pending.add(name)
-        self.unrestarted.discard(name)
-        if not self.unrestarted and not self.started.is_set():
-            self.begun_at = time.monotonic()
-            logger.info(
-                f"canary bake: {', '.join(self.serving) or 'no canary'} on the new configuration, "
-                f"{', '.join(self.old)} on the old, for {self.rolling.canary_bake_s:g}s"
-            )
-            self.started.set()
+        self.start.arrive(name, served)
+
+    def _begin(self, arrived):
+        self.begun_at = time.monotonic()
+        self.reports = Rendezvous([*self.old, *self.serving], self._judge)
+        logger.info(
+            f"canary bake: {', '.join(self.serving) or 'no canary'} on the new configuration, "
+            f"{', '.join(self.old)} on the old, for {self.rolling.canary_bake_s:g}s"
+        )
 
     def take_part(self, name, scrape):
         """In ``name``'s greenlet: read its metrics at the bake's start and end (``scrape()``:
         a Scrape), report, and return the verdict once there is one."""
-        self.started.wait()
-        if name in self.pending:
+        self.start.wait()
+        reports = self.reports
+        if name in reports.names and name not in reports.arrived:
             start = _safe(scrape)
             time_left = self.begun_at + self.rolling.canary_bake_s - time.monotonic()
             if time_left > 0:
-                self.done.wait(time_left)  # never set before every report: a sleep
-            self.report(name, start, _safe(scrape))
-        if not self.done.wait(self.rolling.canary_bake_s + REPORT_GRACE_S):
-            self.judge()
+                reports.planned.wait(time_left)  # never set before every report: a sleep
+            reports.arrive(name, (start, _safe(scrape)))
+        reports.wait(self.rolling.canary_bake_s + REPORT_GRACE_S)  # then judged with what came
         return self.verdict
 
-    def report(self, name, start, end):
-        self.scrapes[name] = (start, end)
-        self.pending.discard(name)
-        if not self.pending:
-            self.judge()
-
-    def judge(self):
-        if self.done.is_set():
-            return
+    def _judge(self, scrapes):
+        """{node: (start Scrape, end Scrape)} of those that reported."""
         missing = Scrape(error="its scrape never reported (its restart operation ended)")
         passed, failures, warnings = True, [], []
         for model in dict.fromkeys(self.models[name] for name in self.canaries):
-            ours = {
-                n: self.scrapes.get(n, (missing, missing)) for n in self.serving if self.models[n] == model
-            }
-            theirs = {n: self.scrapes.get(n, (missing, missing)) for n in self.old if self.models[n] == model}
+            ours = {n: scrapes.get(n, (missing, missing)) for n in self.serving if self.models[n] == model}
+            theirs = {n: scrapes.get(n, (missing, missing)) for n in self.old if self.models[n] == model}
             verdict = judging.judge(ours, theirs, self.rolling.canary_limits)
             for line in verdict.lines:
                 logger.info(f"canary bake ({model}): {line}")
@@ -97,7 +88,6 @@ class Bake:
             why = f"canary {', '.join(self.canaries)} failed its bake: {self.verdict.cause()}"
             logger.error(why)
             self.run.stop(why)
-        self.done.set()
 
 
 def _safe(scrape):

@@ -53,10 +53,13 @@ class Rendezvous:
         finally:
             self.planned.set()
 
-    def wait(self, timeout=None) -> bool:
-        """Wait for the plan; after ``timeout`` seconds plan with what arrived: False then."""
+    def wait(self, timeout=None, late=None) -> bool:
+        """Wait for the plan; after ``timeout`` seconds plan with what arrived (``late(missing)``
+        first, to say who never came): False then."""
         if self.planned.wait(timeout):
             return True
+        if late is not None and not self.planned.is_set():
+            late(self.missing())
         self.plan()
         return False
 

@@ -172,11 +172,12 @@ def staging_commands(tmp_path, monkeypatch, names, digests, fanout_mode="auto"):
     monkeypatch.setattr(model_ops, "local_manifest", lambda d: model_ops.model_manifest.build(str(d)))
     monkeypatch.setattr(model_ops.shutil, "which", lambda name: "/usr/bin/" + name)
     target = StagingTarget("model", "/models/m", Source(controller=str(source)))
-    state = SimpleNamespace(is_executing=True, ops={}, pool=None, inventory=None)
+    state = SimpleNamespace(is_executing=True, pool=None, inventory=None)
 
     class NodeHost(FakeHost):
         current_op_hash = "op1"
         current_op_global_arguments = {}
+        op_hash_order = ["op1"]  # every host was given the staging operation
 
         def __init__(self, name):
             super().__init__(name)
@@ -196,7 +197,6 @@ def staging_commands(tmp_path, monkeypatch, names, digests, fanout_mode="auto"):
     state.inventory = SimpleNamespace(
         get_active_hosts=lambda: hosts, get_host=lambda name: next(h for h in hosts if h.name == name)
     )
-    state.ops = {h: {"op1": object()} for h in hosts}
     found = {}
     for host in hosts:
         with ctx_host.use(host):
@@ -205,7 +205,7 @@ def staging_commands(tmp_path, monkeypatch, names, digests, fanout_mode="auto"):
         n: [c for c in cs if isinstance(c, FunctionCommand) and c.function is fanout.staged]
         for n, cs in found.items()
     }
-    return fanned, fanout.run_state.of(state).fanouts.get("op1"), wanted
+    return fanned, fanout.run_state.of(state).meetings.get(("fanout", "op1")), wanted
 
 
 def test_model_staged_arrives_as_holder_or_needer_and_needers_wait_in_the_tree(tmp_path, monkeypatch):
