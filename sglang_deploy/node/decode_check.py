@@ -30,11 +30,11 @@ import time
 
 if __package__:
     from . import lastgood
-    from .lib import decode_rate, engine_auth, result, status
+    from .lib import decode_rate, engine_auth, result, speculation, status
     from .lib.http_probe import server_url
 else:  # run as a script: our scripts' directory is on sys.path
     import lastgood
-    from lib import decode_rate, engine_auth, result, status
+    from lib import decode_rate, engine_auth, result, speculation, status
     from lib.http_probe import server_url
 
 POLICIES = ("warn", "fail", "rollback")
@@ -103,14 +103,15 @@ def append(path, entry):
         f.write(json.dumps(entry, sort_keys=True) + "\n")
 
 
-def engine_version(base, timeout=5, key=None):
-    """The version the server at ``base`` reports (/server_info, whose other fields, api_key
-    included, are read and dropped), or None."""
+def server_info(base, timeout=5, key=None):
+    """What the server at ``base`` says of itself (/server_info; its api_key among the rest is
+    read and dropped by the callers, never kept), or {}."""
     try:
         with engine_auth.opener(key).open(base + "/server_info", timeout=timeout) as r:
-            return json.load(r).get("version")
-    except (OSError, ValueError, AttributeError):
-        return None
+            info = json.load(r)
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def describe(entry):
@@ -124,6 +125,8 @@ def describe(entry):
         entry["ttft_ms"],
         entry["requests"],
     )
+    if entry.get("speculation"):
+        text += "; " + speculation.describe(entry["speculation"])
     channels = entry.get("channels") or {}
     if channels.get("reasoning"):  # a reasoning model: how much of the figure was thinking
         text += "; %d chunks of reasoning, %d of content" % (
@@ -149,7 +152,7 @@ def check(args, now=None):
     base = baseline_of(history, good)
     server = server_url(args.host, args.port)
     key = engine_auth.key_of(args)
-    version = engine_version(server, key=key)
+    version = server_info(server, key=key).get("version")
     entry = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
         "profile": args.profile,
@@ -175,6 +178,10 @@ def check(args, now=None):
         entry["error"] = None
     except (decode_rate.MeasureError, OSError, ValueError) as e:
         entry.update(decode_tok_s=None, error=str(e) or type(e).__name__)
+    # A speculating server: its accept length after the benchmark, beside the rate it explains.
+    spec = speculation.of_server_info(server_info(server, key=key))
+    if spec:
+        entry["speculation"] = spec
     # Nothing measured: nothing to judge against the expectations, and no figure to accept.
     unmeasured = entry["error"] is not None and not args.restored
     change, reasons = (

@@ -26,6 +26,9 @@ whose figure is not known is left out, so no rule fires on it):
                                                       accepted check of its profile
     sglang_deploy_max_regression_pct                  the profile's throughput.max_regression_pct
     sglang_deploy_min_decode_tokens_per_second        the profile's throughput.min_decode_tok_s
+    sglang_deploy_decode_check_spec_accept_length     that check's speculative accept length (a
+                                                      speculating server's: labels algorithm)
+    sglang_deploy_decode_check_spec_accept_rate       its accept rate (accepted / proposed drafts)
     sglang_deploy_decode_check_info                   1, labels profile (the latest check's) and
                                                       last_good_profile
     sglang_deploy_textfile_timestamp_seconds          when this file was written
@@ -89,6 +92,8 @@ HELP = {
     "last_good_decode_tokens_per_second": "The last known good's decode tok/s: the baseline of the next decode check.",
     "max_regression_pct": "The profile's throughput.max_regression_pct.",
     "min_decode_tokens_per_second": "The profile's throughput.min_decode_tok_s.",
+    "decode_check_spec_accept_length": "Speculative accept length (tokens per verify step) of that decode check.",
+    "decode_check_spec_accept_rate": "Speculative accept rate (accepted / proposed drafts) of that decode check.",
     "decode_check_info": "The profile of the latest decode check and the last known good's.",
     "textfile_timestamp_seconds": "When the deploy wrote this file (Unix time).",
     "gpu_pcie_link_gen": "PCIe link generation of the GPU, current and maximum.",
@@ -121,6 +126,10 @@ def decode_samples(history, last_good_profile):
         when = _unix(measured.get("time"))
         if when is not None:
             out.append(("decode_check_timestamp_seconds", {}, when))
+        spec = measured.get("speculation") or {}
+        for figure in ("accept_length", "accept_rate"):
+            if spec.get(figure) is not None:
+                out.append(("decode_check_spec_" + figure, {"algorithm": spec["algorithm"]}, spec[figure]))
     if latest is not None:
         out.append(("decode_check_measured", {}, 1 if latest.get("decode_tok_s") else 0))
         out.append(("decode_check_accepted", {}, 1 if latest.get("accepted") else 0))

@@ -18,7 +18,7 @@ why in an "unreadable" key and the others still come):
               "built_at"} (venv names: plan/venv_names.py, the lock's digest or the pins'),
     "last_good": {"profile", "saved_at", "age_s", "venv"} or null (lastgood.py's manifest),
     "decode": the history's last decode check {"time", "profile", "decode_tok_s",
-              "change_pct", "baseline", "error", "accepted", "restored", "age_s"} or null
+              "change_pct", "baseline", "error", "accepted", "restored", "speculation", "age_s"} or null
               (decode_check.py's throughput.jsonl; only its tail is read),
     "passport": {"age_s", "passport": the file's JSON} or null (the hardware passport).
 `router`'s: {"router": {"url", "health": /health answered 200, "workers": {url: {"id",
@@ -51,7 +51,7 @@ else:  # run as a script: our scripts' directory is on sys.path
 PASSPORT = "passport.json"  # the hardware passport, in the state directory (beside the services')
 UNIT_PROPS = ("LoadState", "ActiveState", "SubState", "MainPID", "ActiveEnterTimestampMonotonic")
 HISTORY_TAIL = 64 * 1024  # bytes of throughput.jsonl read: its last entries, however long it grew
-DECODE_KEYS = ("time", "profile", "decode_tok_s", "change_pct", "baseline", "error", "accepted", "restored")
+DECODE_KEYS = ("time", "profile", "decode_tok_s", "change_pct", "baseline", "error", "accepted", "restored", "speculation")
 
 
 def _unreadable(exc):

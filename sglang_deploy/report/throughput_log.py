@@ -12,20 +12,30 @@ import json
 from pathlib import Path
 
 from sglang_deploy import run_state
+from sglang_deploy.node.lib import speculation
 from sglang_deploy.plan.hosts import REPO_ROOT
 
 REPORTS = REPO_ROOT / "reports" / "throughput"
 
 
 def phrase(entry) -> str:
-    """`60.1 tok/s (-27% vs baseline 82.4)`; `82.0 tok/s (no baseline yet)`; or why no figure."""
+    """`60.1 tok/s (-27% vs baseline 82.4)`; `82.0 tok/s (no baseline yet)`; or why no figure;
+    a speculating server's accept length after it (`, EAGLE3 accept length 1.96 (rate 0.48)`)."""
     figure = entry.get("decode_tok_s")
     if figure is None:
         return f"decode not measured: {entry.get('error')}"
     base = entry.get("baseline")
     if not base or entry.get("change_pct") is None:
-        return f"{figure:.1f} tok/s (no baseline yet)"
-    return f"{figure:.1f} tok/s ({entry['change_pct']:+.0f}% vs baseline {base['decode_tok_s']:.1f})"
+        said = f"{figure:.1f} tok/s (no baseline yet)"
+    else:
+        said = f"{figure:.1f} tok/s ({entry['change_pct']:+.0f}% vs baseline {base['decode_tok_s']:.1f})"
+    spec = entry.get("speculation")
+    return f"{said}, {speculation.describe(spec)}" if spec else said
+
+
+def accept_length(entry):
+    """A speculating server's accept length in a check's entry, or None."""
+    return (entry.get("speculation") or {}).get("accept_length")
 
 
 def record(host_name, entry, reports=REPORTS) -> Path:

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from sglang_deploy.plan.hosts import REPO_ROOT
-from sglang_deploy.report.throughput_log import phrase, read
+from sglang_deploy.report.throughput_log import accept_length, phrase, read
 
 WIDTH, HEIGHT = 560, 220
 LEFT, RIGHT, TOP, BOTTOM = 48, 12, 14, 34
@@ -132,6 +132,7 @@ def page(groups, plots) -> str:
                     _cell(last.get("decode_tok_s_min"), "{:.1f}"),
                     _cell(last.get("decode_tok_s_max"), "{:.1f}"),
                     _cell(last.get("ttft_ms"), "{:.0f}"),
+                    _cell(accept_length(last), "{:.2f}"),
                     _cell(base.get("decode_tok_s"), "{:.1f}")
                     + (f" ({html.escape(base['profile'])})" if base else ""),
                     _cell(last.get("change_pct"), "{:+.0f}%"),
@@ -157,6 +158,7 @@ def page(groups, plots) -> str:
         "min",
         "max",
         "TTFT ms",
+        "accept length",
         "baseline tok/s",
         "change",
         "verdict",
@@ -174,7 +176,7 @@ def page(groups, plots) -> str:
 body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
 table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
 th, td {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; }}
-th {{ background: #f0f0f0; }} td:nth-child(-n+4), td:nth-child(11) {{ text-align: left; }}
+th {{ background: #f0f0f0; }} td:nth-child(-n+4), td:nth-child(12) {{ text-align: left; }}
 figure {{ display: inline-block; margin: 0 1em 1em 0; }} figcaption {{ font-weight: bold; }}
 .note {{ color: #555; }}
 </style></head><body>
@@ -185,7 +187,7 @@ figure on the same node. Red points: regressions.</p>
 {note}
 <table id="latest"><thead><tr>{"".join(f"<th>{h}</th>" for h in head)}</tr></thead>
 <tbody>
-{chr(10).join(rows) or '<tr><td colspan="12">no decode check recorded yet</td></tr>'}
+{chr(10).join(rows) or '<tr><td colspan="13">no decode check recorded yet</td></tr>'}
 </tbody></table>
 {figures}
 </body></html>

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from sglang_deploy.node.lib import gpu_links
-from sglang_deploy.report.throughput_log import phrase
+from sglang_deploy.report.throughput_log import accept_length, phrase
 from sglang_deploy.verify import layout
 from sglang_deploy.verify.redact import Redactor
 
@@ -103,7 +103,9 @@ def decode_cell(row, wide=False) -> str:
         return f"{phrase(entry)}, {entry.get('profile')}, {when}"
     if entry.get("decode_tok_s") is None:
         return f"not measured, {when}"
-    return f"{entry['decode_tok_s']:.1f} tok/s, {when}"
+    length = accept_length(entry)
+    accepted = f", accept length {length:.2f}" if length is not None else ""
+    return f"{entry['decode_tok_s']:.1f} tok/s{accepted}, {when}"
 
 
 def drift_cell(row, wide=False) -> str:

@@ -25,7 +25,7 @@ parser = pytest.importorskip("prometheus_client.parser", reason="prometheus-clie
 NODE_DIR = Path(metrics_textfile.__file__).resolve().parent
 
 
-def _decode_check(tmp_path, monkeypatch, profile, rates, **expectations):
+def _decode_check(tmp_path, monkeypatch, profile, rates, info=None, **expectations):
     """One decode check as the restart cycle runs it, its requests decoding at ``rates`` tok/s
     (None: the server did not answer): decode_check.py appends its entry to the history."""
 
@@ -35,7 +35,7 @@ def _decode_check(tmp_path, monkeypatch, profile, rates, **expectations):
         return decode_rate.summary([(101, 100 / rate, 0.05) for rate in rates])
 
     monkeypatch.setattr(decode_check.decode_rate, "measure", measure)
-    monkeypatch.setattr(decode_check, "engine_version", lambda base, **_: "0.5.23")
+    monkeypatch.setattr(decode_check, "server_info", lambda base, **_: info or {"version": "0.5.23"})
     argv = [
         "--port=30000",
         "--served-name=m",
@@ -368,9 +368,7 @@ def test_check_says_changed_and_writes_nothing_then_the_write_then_up_to_date(in
 
 def test_the_builder_passes_the_passport_and_check():
     argv = shlex.split(
-        commands.metrics_textfile_command(
-            "/d", "svc", 30001, "/h", "/g", passport="/p/p.json", check=True
-        )
+        commands.metrics_textfile_command("/d", "svc", 30001, "/h", "/g", passport="/p/p.json", check=True)
     )
     assert argv[argv.index("--passport") + 1] == "/p/p.json" and argv[-1] == "--check"
 
@@ -427,3 +425,19 @@ def test_behind_no_router_a_rotation_sample_left_from_routers_is_removed_once(in
 
 def test_every_metric_the_node_exports_has_its_help():
     assert set(textfile.STATE) <= set(metrics_textfile.HELP)
+
+
+def test_a_speculating_servers_accept_length_and_rate_are_exported(tmp_path, monkeypatch, capsys):
+    _save_last_good(tmp_path, "eagle3")
+    info = {
+        "version": "0.5.23",
+        "speculative_algorithm": "EAGLE3",
+        "speculative_num_steps": 2,
+        "speculative_num_draft_tokens": 3,
+        "internal_states": [{"avg_spec_accept_length": 1.9}],
+    }
+    assert _decode_check(tmp_path, monkeypatch, "eagle3", [60.0, 60.1, 61.0], info=info) == status.READY
+    assert _run(tmp_path) == 0
+    samples = _samples(tmp_path)
+    assert _value(samples, "sglang_deploy_decode_check_spec_accept_length", algorithm="EAGLE3") == 1.9
+    assert _value(samples, "sglang_deploy_decode_check_spec_accept_rate", algorithm="EAGLE3") == 0.45

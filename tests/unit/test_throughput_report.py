@@ -62,12 +62,15 @@ def test_the_page_holds_the_latest_figures_and_a_plot_per_node_and_profile(tmp_p
     )
     throughput.record(
         "node1",
-        _check(
-            "eagle",
-            60.1,
-            "2026-11-30T22:10:00Z",
-            change=-27.1,
-            regression=["-27% vs baseline 82.4 exceeds max_regression_pct 10"],
+        dict(
+            _check(
+                "eagle",
+                60.1,
+                "2026-11-30T22:10:00Z",
+                change=-27.1,
+                regression=["-27% vs baseline 82.4 exceeds max_regression_pct 10"],
+            ),
+            speculation={"algorithm": "EAGLE3", "steps": 2, "accept_length": 1.9, "accept_rate": 0.45},
         ),
         reports / "throughput",
     )
@@ -85,6 +88,7 @@ def test_the_page_holds_the_latest_figures_and_a_plot_per_node_and_profile(tmp_p
     assert by_profile["base"]["tok/s median"] == "82.1" and by_profile["base"]["checks"] == "2"
     eagle = by_profile["eagle"]
     assert eagle["tok/s median"] == "60.1" and eagle["change"] == "-27%"
+    assert eagle["accept length"] == "1.90" and by_profile["base"]["accept length"] == ""
     assert eagle["baseline tok/s"] == "82.4 (base)" and eagle["verdict"].startswith("regression (rollback)")
     assert "not a GPU" in text  # the stand-in's figures say what they are
     assert table.images == ["throughput/node1--base.svg", "throughput/node1--eagle.svg"]
@@ -92,7 +96,7 @@ def test_the_page_holds_the_latest_figures_and_a_plot_per_node_and_profile(tmp_p
         plot = ET.parse(reports / src).getroot()
         assert plot.tag.endswith("svg")
     eagle_svg = (reports / "throughput/node1--eagle.svg").read_text()
-    assert 'fill="#c62828"' in eagle_svg and "60.1 tok/s (-27% vs baseline 82.4)" in eagle_svg
+    assert 'fill="#c62828"' in eagle_svg and "60.1 tok/s (-27% vs baseline 82.4), EAGLE3 accept length 1.90 (rate 0.45)" in eagle_svg
     assert "baseline 82.4 (base)" in eagle_svg  # the last known good's figure, dashed
 
 
