@@ -24,6 +24,9 @@ else:  # run as a script: our scripts' directory is on sys.path
 
 PCI_BRIDGE_CLASS = "0604"
 ACS_CONTROL = "ECAP_ACS+0x6.w"
+CLEAR = "0000"
+# The ACS control register's bits, lowest first, as `lspci -vvv` names them on its ACSCtl line.
+FLAGS = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans")
 # `lspci -D -n`: "0000:00:01.0 0604: 8086:3341 (rev 03)" (domain:bus:device.function class: ids)
 _LINE = re.compile(r"^([0-9a-fA-F]{4,}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+([0-9a-fA-F]{4}):")
 
@@ -50,18 +53,31 @@ def control(bdf, setpci=_setpci):
     return value if code == 0 else None
 
 
+def is_clear(value):
+    """Whether a control register as setpci prints it ("0000") has every ACS control off: the
+    one rule for "ACS is on" (this unit clears what is not, the passport's readers judge by it)."""
+    return value.lower() == CLEAR
+
+
+def flags(value):
+    """{flag: on} of a control register as setpci prints it: "001d" -> SrcValid, ReqRedir,
+    CmpltRedir and UpstreamFwd on (lspci's `ACSCtl: SrcValid+ TransBlk- ReqRedir+ ...`)."""
+    bits = int(value, 16)
+    return {name: bool(bits & (1 << i)) for i, name in enumerate(FLAGS)}
+
+
 def clear(bdf, setpci=_setpci):
     """(verdict, text) for one bridge: "cleared", "clear" (already), "no-acs" or "failed"."""
     value = control(bdf, setpci)
     if value is None:
         return "no-acs", "%s: no ACS capability" % bdf
-    if value.lower() == "0000":
+    if is_clear(value):
         return "clear", "%s: ACS already clear" % bdf
-    code, out = setpci("-s", bdf, ACS_CONTROL + "=0000")
+    code, out = setpci("-s", bdf, ACS_CONTROL + "=" + CLEAR)
     if code != 0:
         return "failed", "%s: setpci failed (ACS control %s): %s" % (bdf, value, out)
     code, after = setpci("-s", bdf, ACS_CONTROL)
-    if code != 0 or after.lower() != "0000":
+    if code != 0 or not is_clear(after):
         return "failed", "%s: ACS control still %s after writing 0000" % (bdf, after)
     return "cleared", "%s: ACS cleared (was %s)" % (bdf, value)
 

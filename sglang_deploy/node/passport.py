@@ -1,14 +1,17 @@
 """A node's hardware passport: its GPUs (model, PCIe link current vs max, NUMA node,
-clocks-event reasons, remapped rows, retired pages), the driver and CUDA versions, ACS on the
-PCI bridges, the IOMMU and this boot's Xid events, as one JSON document.
+clocks-event reasons, remapped rows, retired pages), the driver and CUDA versions, the links
+between the GPUs, ACS on the PCI bridges, the IOMMU and this boot's Xid events, as one JSON
+document: the one reading of the node's hardware, which `make verify`'s GPU, topology, ACS and
+IOMMU checks judge (verify/gpu_health.py) as the passport check does.
 
     python3 passport.py collect [--write PATH]
 
-Sources: `nvidia-smi -q` (lib/nvidia_smi_q.py), /sys/bus/pci/devices (lib/pci_sysfs.py),
-`lspci -D -n` and setpci as root (acs.py's register), /sys/class/iommu and /proc/cmdline,
-`journalctl -k -b` or else `dmesg` (lib/xid.py). What a missing tool or file keeps from view
-is {"not_checked": why}, never a guess: without nvidia-smi (a sandbox node) `gpus` says so and
-the rest is still collected. Whether a link is degraded is lib/gpu_links.py's rule.
+Sources: `nvidia-smi -q` (lib/nvidia_smi_q.py), `nvidia-smi topo -m` (lib/gpu_topology.py),
+/sys/bus/pci/devices (lib/pci_sysfs.py), `lspci -D -n` and setpci as root (acs.py's register),
+/sys/class/iommu and /proc/cmdline, `journalctl -k -b` or else `dmesg` (lib/xid.py). What a
+missing tool or file keeps from view is {"not_checked": why}, never a guess: without nvidia-smi
+(a sandbox node) `gpus` says so and the rest is still collected. Whether a link is degraded is
+lib/gpu_links.py's rule.
 
 With --write the document goes to PATH atomically (a temporary file beside it, renamed over it),
 and only when it differs from the one there beyond `collected_at` and `took_s`: an unchanged
@@ -28,10 +31,10 @@ import time
 
 if __package__:
     from . import acs
-    from .lib import gpu_links, nvidia_smi_q, pci_sysfs, result, status, xid
+    from .lib import gpu_links, gpu_topology, nvidia_smi_q, pci_sysfs, result, status, xid
 else:  # run as a script: our scripts' directory is on sys.path
     import acs
-    from lib import gpu_links, nvidia_smi_q, pci_sysfs, result, status, xid
+    from lib import gpu_links, gpu_topology, nvidia_smi_q, pci_sysfs, result, status, xid
 
 VERSION = 1
 VOLATILE = ("collected_at", "took_s")  # not compared when deciding whether to write
@@ -82,6 +85,19 @@ def gpus(run, devices):
     return dict(versions, nvidia_smi="ok", gpu_count=len(listed), gpus=listed)
 
 
+def topology(run):
+    """{"links": {"0-1": link type}} of every GPU pair (lib/gpu_topology.py); "not checked"
+    without nvidia-smi, or with output it cannot read (saying why)."""
+    argv = ["nvidia-smi", "topo", "-m"]
+    found = run(argv)
+    if found is None or found[0] != 0:
+        return not_checked(_failed(argv, found))
+    try:
+        return {"links": gpu_topology.as_links(gpu_topology.parse(found[1]))}
+    except gpu_topology.Unparsed as exc:
+        return not_checked(str(exc))
+
+
 def pci_gpus(devices):
     """The NVIDIA GPUs sysfs lists, whatever the driver sees: bdf, link, NUMA node."""
     try:
@@ -92,7 +108,7 @@ def pci_gpus(devices):
 
 def iommu(iommu_dir=IOMMU_DIR, cmdline=CMDLINE):
     """{"sysfs": the IOMMUs the kernel registered (empty: none), "cmdline": the kernel command
-    line's IOMMU parameters}: verify/gpu_health.py's iommu_state judges them."""
+    line's IOMMU parameters}: verify/gpu_health.py's iommu_check judges them."""
     try:
         registered = sorted(os.listdir(iommu_dir))
     except OSError as exc:
@@ -144,6 +160,7 @@ def collect(run=run_tool, devices=pci_sysfs.DEVICES, iommu_dir=IOMMU_DIR, cmdlin
     started = time.monotonic()
     doc = {"passport_version": VERSION, "hostname": socket.gethostname()}
     doc.update(gpus(run, devices))
+    doc["topology"] = topology(run)
     doc["pci_gpus"] = pci_gpus(devices)
     doc["iommu"] = iommu(iommu_dir, cmdline)
     doc["acs"] = acs_controls(run, os.geteuid() == 0 if is_root is None else is_root)

@@ -1,5 +1,6 @@
-"""`make verify`'s checks of the GPU node: GPUs, links, ACS and IOMMU (verify/gpu_health.py),
-and the node's own settings: OS packages, persistence mode, the boot-time ACS unit."""
+"""`make verify`'s checks of the GPU node: GPUs, links, ACS and IOMMU, judged (verify/gpu_health.py)
+from the node's hardware passport collected once for them, and the node's own settings: OS
+packages, persistence mode, the boot-time ACS unit."""
 
 from __future__ import annotations
 
@@ -22,19 +23,22 @@ from sglang_deploy.verify.gpu_health import (
     is_pcie_tuned,
     topology_check,
 )
-from sglang_deploy.verify.registry import read_fact, tool_output, verify_check
+from sglang_deploy.verify.passport_checks import collect
+from sglang_deploy.verify.registry import read_fact, verify_check
 from sglang_deploy.verify.verdict import FAILED, OK, Check
 
-NVIDIA_SMI_GPUS = (
-    "nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits"
-)
+HARDWARE = ("gpus", "gpu topology", "pcie acs", "iommu")
 
 
 @verify_check("gpus", warning_fails=False)
 def gpus(node, plan) -> list[Check]:
-    """GPU count and model, link types, ACS on PCIe bridges, IOMMU: tools missing on a node
-    make a check "not checked", never "ok"."""
-    found = gpus_check(tool_output(node, "nvidia-smi", NVIDIA_SMI_GPUS))
+    """GPU count and model, link types, ACS on PCIe bridges, IOMMU, from one collection of the
+    node's hardware passport: what it could not read (a tool missing on the node) makes a check
+    "not checked", never "ok"."""
+    passport, why = collect(node, plan.scripts.directory)
+    if passport is None:
+        return [Check.not_checked(name, "passport.py", why) for name in HARDWARE]
+    found = gpus_check(passport)
     if found.ok:  # the profile's layout on these GPUs: preflight's own judgement
         verdict, layout = preflight.check_gpu_layout(
             plan.scripts.profile.argv(),
@@ -43,16 +47,8 @@ def gpus(node, plan) -> list[Check]:
         )
         if verdict == "failed":
             found = Check(found.name, FAILED, f"{found.detail}; {layout}")
-    iommu_dir = node.run("ls /sys/class/iommu 2>/dev/null")
-    return [
-        found,
-        topology_check(
-            tool_output(node, "nvidia-smi", "nvidia-smi topo -m"),
-            pcie_tuned_profile=is_pcie_tuned(plan.profile.hook_vars()),
-        ),
-        acs_check(tool_output(node, "lspci", "lspci -vvv")),
-        iommu_check(node.run("cat /proc/cmdline").stdout, iommu_dir.stdout if iommu_dir.rc == 0 else None),
-    ]
+    pcie_tuned = is_pcie_tuned(plan.profile.hook_vars())
+    return [found, topology_check(passport, pcie_tuned), acs_check(passport), iommu_check(passport)]
 
 
 _NODE_SETTINGS = ("os packages", "persistence mode", "acs unit")

@@ -1,25 +1,27 @@
-"""GPU and PCIe health of a serving node, as pure functions over command output.
+"""GPU and PCIe health of a serving node, judged from its hardware passport (node/passport.py,
+the one reading of the node's hardware: node/lib/gpu_topology.py and node/acs.py read their
+parts of it on the node). Each verdict is a Check (sglang_deploy.verify.verdict) whose state is
+"ok", "warning", "failed" or "not checked (<tool> missing)":
 
-Parsers (each takes the command's stdout as text):
-    parse_gpus          nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits
-    parse_compute_apps  nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits
-    parse_topology      nvidia-smi topo -m                      -> {(gpu_a, gpu_b): link type}
-    parse_acs           lspci -vvv  (or `lspci -vvv | grep ACSCtl`) -> devices with ACSCtl SrcValid+
-    iommu_state         /proc/cmdline and `ls /sys/class/iommu` (or dmesg lines) -> on / off / unknown
-and the verdicts built on them, each a Check (sglang_deploy.verify.verdict) whose state is "ok", "warning", "failed" or
-"not checked (<tool> missing)". Pass None for the output of a tool that is not installed:
-a check that could not look is never "ok".
+    gpus_check      the GPUs nvidia-smi lists, and the driver
+    topology_check  the links between them, against the profile's NCCL tuning
+    acs_check       ACS on the PCI bridges
+    iommu_check     the IOMMU (/sys/class/iommu, the kernel command line) -> iommu_state
+A part the passport could not read ({"not_checked": why}) is never "ok": a missing tool makes
+its check "not checked (<tool> missing)", anything else says why.
 
-Link types in `nvidia-smi topo -m`: NV# (a bonded set of # NVLinks); PIX, PXB, PHB, NODE, SYS
-(PCIe paths, from one bridge to across the CPU sockets; SOC is SYS's old name).
+Also the nvidia-smi CSV parsers bench/gpu_env_proof.py reads GPUs and their processes with
+(parse_gpus, parse_compute_apps).
 """
 
 import csv
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from sglang_deploy.node.lib import compute_apps
+from sglang_deploy.node import acs
+from sglang_deploy.node.lib import compute_apps, gpu_topology
+from sglang_deploy.node.lib.nvidia_smi_q import is_checked
 from sglang_deploy.profile.nccl_vars import PCIE_TUNING, tunes_for_pcie
 from sglang_deploy.verify.verdict import FAILED, OK, WARNING, Check
 
@@ -91,80 +93,29 @@ def parse_compute_apps(text: str) -> list[ComputeApp]:
         raise ParseError("query-compute-apps: %s" % exc) from None
 
 
+# ---------------------------------------------------------------------------------- the passport
+
+_MISSING = re.compile(r"^(\S+) not found\b")
+
+
+def _unread(name, part, otherwise=FAILED):
+    """The Check of a passport part that could not be read ({"not_checked": why}): "not checked
+    (<tool> missing)" where a tool is not installed, else ``otherwise`` saying why."""
+    why = part["not_checked"]
+    missing = _MISSING.match(why)
+    if missing:
+        return Check.not_checked(name, missing.group(1))
+    return Check(name, otherwise, why)
+
+
+def _part(passport, key, name):
+    """The passport's ``key``, or "not checked" saying that the node's passport.py has none."""
+    if key in passport:
+        return passport[key]
+    return {"not_checked": f"the node's passport.py collects no {name}: deploy"}
+
+
 # ---------------------------------------------------------------------------------- topology
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_PCIE_TYPES = {"PIX", "PXB", "PHB", "NODE", "SYS", "SOC"}
-_NVLINK = re.compile(r"^NV\d+$")
-_GPU = re.compile(r"^GPU(\d+)$")
-
-Matrix = dict[tuple[int, int], str]
-
-
-def parse_topology(text: str) -> Matrix:
-    """`nvidia-smi topo -m` -> {(a, b): link} for every GPU pair a < b, e.g. {(0, 1): 'NV18'}.
-
-    Tolerates tabs or spaces, NIC/mlx5 columns, the affinity columns, the legend and the ANSI
-    underline nvidia-smi puts around the header. One GPU -> {}.
-    """
-    lines = [_ANSI.sub("", line).rstrip() for line in text.splitlines()]
-    header = None
-    for i, line in enumerate(lines):
-        tokens = line.split()
-        if "GPU0" in tokens and "X" not in tokens:  # column names only; every GPU row has its X
-            header = i
-            break
-    if header is None:
-        raise ParseError("topo -m: no header line with GPU0")
-    columns = []
-    for token in lines[header].split():
-        if token == "CPU":  # "CPU Affinity": the device columns end here
-            break
-        columns.append(token)
-    gpu_columns = {i: int(_GPU.match(c).group(1)) for i, c in enumerate(columns) if _GPU.match(c)}
-    rows: dict[int, list[str]] = {}
-    for line in lines[header + 1 :]:
-        tokens = line.split()
-        if not tokens:
-            if rows:
-                break  # the blank line before the legend
-            continue
-        m = _GPU.match(tokens[0])
-        if not m:
-            continue  # NIC rows
-        cells = tokens[1 : 1 + len(columns)]
-        if len(cells) < len(columns):
-            raise ParseError(
-                "topo -m: row %s has %d cells for %d columns" % (tokens[0], len(cells), len(columns))
-            )
-        rows[int(m.group(1))] = cells
-    if not rows:
-        raise ParseError("topo -m: no GPU rows")
-    matrix: Matrix = {}
-    for a, cells in rows.items():
-        for col, b in gpu_columns.items():
-            link = cells[col]
-            if a == b:
-                if link != "X":
-                    raise ParseError("topo -m: GPU%d to itself is %r, not X" % (a, link))
-                continue
-            if link not in _PCIE_TYPES and not _NVLINK.match(link):
-                raise ParseError("topo -m: unknown link type %r between GPU%d and GPU%d" % (link, a, b))
-            if a < b:
-                matrix[(a, b)] = link
-    return matrix
-
-
-def link_kind(matrix: Matrix) -> str:
-    """'nvlink' (every GPU pair NV#), 'pcie' (none), 'mixed', or 'none' (fewer than two GPUs)."""
-    if not matrix:
-        return "none"
-    nvlink = [bool(_NVLINK.match(link)) for link in matrix.values()]
-    if all(nvlink):
-        return "nvlink"
-    if not any(nvlink):
-        return "pcie"
-    return "mixed"
 
 
 def is_pcie_tuned(env: Mapping[str, str]) -> bool:
@@ -194,13 +145,11 @@ def topology_warnings(kind: str, pcie_tuned: bool = True) -> list[str]:
     return []
 
 
-def topology_check(text: str | None, pcie_tuned_profile: bool = True) -> Check:
-    if text is None:
-        return Check.not_checked("gpu topology", "nvidia-smi")
-    try:
-        kind = link_kind(parse_topology(text))
-    except ParseError as exc:
-        return Check("gpu topology", FAILED, str(exc))
+def topology_check(passport, pcie_tuned_profile: bool = True) -> Check:
+    found = _part(passport, "topology", "topology")
+    if not is_checked(found):
+        return _unread("gpu topology", found)
+    kind = gpu_topology.link_kind(gpu_topology.matrix(found["links"]))
     warnings = topology_warnings(kind, pcie_tuned_profile)
     if warnings:
         return Check("gpu topology", WARNING, "%s: %s" % (kind, "; ".join(warnings)))
@@ -209,75 +158,34 @@ def topology_check(text: str | None, pcie_tuned_profile: bool = True) -> Check:
 
 # ---------------------------------------------------------------------------------- ACS
 
-_DEVICE = re.compile(r"^(?P<addr>(?:[0-9a-fA-F]{4,}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<desc>.*)$")
-_ACSCTL = re.compile(r"^\s*ACSCtl:\s*(?P<flags>.*)$")
-_FLAG = re.compile(r"([A-Za-z0-9]+)([+-])")
+
+def _acs_flags(control):
+    """'SrcValid+ TransBlk- ...' (lspci's ACSCtl line) of a control register, else its value."""
+    try:
+        return " ".join(name + ("+" if on else "-") for name, on in acs.flags(control).items())
+    except ValueError:
+        return control
 
 
-@dataclass(frozen=True)
-class AcsControl:
-    address: str | None  # None for `lspci -vvv | grep ACSCtl` output (no device lines)
-    description: str | None  # "PCI bridge: ..." from the device line
-    flags: dict[str, bool] = field(default_factory=dict, hash=False)
-
-    @property
-    def enabled(self) -> bool:
-        """ACS redirects peer-to-peer traffic up to the root complex (and the IOMMU)."""
-        return self.flags.get("SrcValid", False)
-
-    @property
-    def is_bridge(self) -> bool:
-        return bool(self.description and "bridge" in self.description.lower())
-
-
-def parse_acs_controls(text: str) -> list[AcsControl]:
-    """Every ACSCtl line, with the device it belongs to when lspci printed device lines."""
-    found = []
-    address = description = None
-    for line in text.splitlines():
-        m = _DEVICE.match(line)
-        if m:
-            address, description = m.group("addr"), m.group("desc")
-            continue
-        m = _ACSCTL.match(line)
-        if m:
-            flags = {name: sign == "+" for name, sign in _FLAG.findall(m.group("flags"))}
-            found.append(AcsControl(address, description, flags))
-    return found
-
-
-def parse_acs(text: str) -> list[AcsControl]:
-    """Devices (in practice bridges: root and switch downstream ports) with ACSCtl SrcValid+.
-
-    ACS enabled on the path between two GPUs sends their peer-to-peer traffic through the root
-    complex: a known cause of NCCL hangs and slow P2P on PCIe boxes (NVIDIA/nccl#631, #2079)."""
-    return [c for c in parse_acs_controls(text) if c.enabled]
-
-
-def capabilities_hidden(text: str) -> bool:
-    """lspci ran without root: capabilities (ACS among them) print as '<access denied>'."""
-    return "Capabilities: <access denied>" in text
-
-
-def acs_check(text: str | None) -> Check:
-    if text is None:
-        return Check.not_checked("pcie acs", "lspci")
-    enabled = parse_acs(text)
+def acs_check(passport) -> Check:
+    """ACS on the PCI bridges: a bridge whose ACS control register is set redirects GPU
+    peer-to-peer traffic up to the root complex (and the IOMMU): a known cause of NCCL hangs and
+    slow P2P on PCIe boxes (NVIDIA/nccl#631, #2079). A register that could not be read (not
+    root) is a warning: not ok."""
+    found = _part(passport, "acs", "ACS controls")
+    if not is_checked(found):
+        return _unread("pcie acs", found, WARNING)
+    controls = [bridge for bridge in found.get("bridges") or [] if bridge.get("control") is not None]
+    enabled = [bridge for bridge in controls if not acs.is_clear(bridge["control"])]
     if enabled:
-        addresses = [c.address for c in enabled if c.address]
-        where = ", ".join(addresses) if addresses else "device addresses not in the output"
+        where = ", ".join("%s (ACSCtl %s)" % (b["bdf"], _acs_flags(b["control"])) for b in enabled)
         return Check(
             "pcie acs",
             WARNING,
-            "ACS enabled (ACSCtl SrcValid+) on %d device%s: %s; GPU peer-to-peer "
-            "traffic is redirected through the root complex (NCCL hangs or slow P2P): disable ACS in the "
-            "BIOS or with setpci" % (len(enabled), "" if len(enabled) == 1 else "s", where),
+            "ACS enabled on %d device%s: %s; GPU peer-to-peer traffic is redirected through the root "
+            "complex (NCCL hangs or slow P2P): disable ACS in the BIOS or with setpci"
+            % (len(enabled), "" if len(enabled) == 1 else "s", where),
         )
-    if capabilities_hidden(text):
-        return Check(
-            "pcie acs", WARNING, "lspci could not read capabilities ('<access denied>'): run it as root"
-        )
-    controls = parse_acs_controls(text)
     return Check(
         "pcie acs",
         OK,
@@ -353,10 +261,24 @@ def iommu_passthrough(cmdline: str) -> bool:
     return params.get("iommu") == "pt" or params.get("iommu.passthrough") in ("1", "y", "Y")
 
 
-def iommu_check(cmdline: str | None, dmesg_or_sysfs: str | None) -> Check:
-    if cmdline is None and dmesg_or_sysfs is None:
+def iommu_inputs(passport):
+    """(the kernel command line's IOMMU parameters, the /sys/class/iommu listing) the passport
+    holds, each None where it could not be read."""
+    found = passport.get("iommu")
+    if not isinstance(found, dict):
+        return None, None
+    sysfs, cmdline = found.get("sysfs"), found.get("cmdline")
+    return (
+        cmdline if isinstance(cmdline, str) else None,
+        "\n".join(sysfs) if isinstance(sysfs, list) else None,
+    )
+
+
+def iommu_check(passport) -> Check:
+    cmdline, listing = iommu_inputs(passport)
+    if cmdline is None and listing is None:
         return Check.not_checked("iommu", "/proc/cmdline and /sys/class/iommu")
-    state = iommu_state(cmdline or "", dmesg_or_sysfs)
+    state = iommu_state(cmdline or "", listing)
     if state == "off":
         return Check("iommu", OK, "off")
     if state == "unknown":
@@ -374,18 +296,15 @@ def iommu_check(cmdline: str | None, dmesg_or_sysfs: str | None) -> Check:
 # ---------------------------------------------------------------------------------- GPUs
 
 
-def gpus_check(text: str | None, expected_count: int | None = None) -> Check:
-    if text is None:
-        return Check.not_checked("gpus", "nvidia-smi")
-    try:
-        gpus = parse_gpus(text)
-    except ParseError as exc:
-        return Check("gpus", FAILED, str(exc))
+def gpus_check(passport, expected_count: int | None = None) -> Check:
+    gpus = _part(passport, "gpus", "GPU list")
+    if not is_checked(gpus):
+        return _unread("gpus", gpus)
     if not gpus:
         return Check("gpus", FAILED, "no GPU found")
-    names = sorted({g.name for g in gpus})
-    drivers = sorted({g.driver for g in gpus})
-    detail = "%d x %s, driver %s" % (len(gpus), " / ".join(names), " / ".join(drivers))
+    names = sorted({gpu["name"] if isinstance(gpu.get("name"), str) else "?" for gpu in gpus})
+    driver = passport.get("driver_version")
+    detail = "%d x %s, driver %s" % (len(gpus), " / ".join(names), driver if isinstance(driver, str) else "?")
     if expected_count is not None and len(gpus) != expected_count:
         return Check("gpus", FAILED, "%s; expected %d GPUs" % (detail, expected_count))
     return Check("gpus", OK, detail)

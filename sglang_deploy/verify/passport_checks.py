@@ -6,13 +6,17 @@ Fails on a missing or unreadable passport and on a degraded PCIe link; warns on 
 signs (Xid events, rows pending remapping, slowdowns) and on differences from its peers; a
 passport without nvidia-smi's GPUs (a sandbox node) passes on what it holds, its detail saying
 the GPUs were not checked. The detail says the passport's summary first.
+
+``collect``: a passport collected on the node now and kept nowhere, for the GPU checks
+(verify/gpu_checks.py) to judge the hardware as it is.
 """
 
 from __future__ import annotations
 
 import json
 
-from sglang_deploy.node.lib import gpu_links
+from sglang_deploy.node.lib import gpu_links, result
+from sglang_deploy.plan.commands.builder import script
 from sglang_deploy.report import passports
 from sglang_deploy.verify import passport_compare
 from sglang_deploy.verify.registry import verify_check
@@ -34,6 +38,16 @@ def read(node, path):
     if not isinstance(passport, dict):
         return None, f"{path} holds no passport"
     return passport, None
+
+
+def collect(node, scripts_dir):
+    """(passport, None) collected on the node now by its passport.py (written nowhere), or
+    (None, why there is none)."""
+    run = node.run(script("python3", scripts_dir, "passport.py", "collect"))
+    found = result.parse(run.stdout.splitlines())
+    if found is None or not isinstance(found.get("passport"), dict):
+        return None, f"passport.py collect printed no passport: {run.stderr.strip()[-200:]}"
+    return found["passport"], None
 
 
 def with_peers(passport, copies) -> dict:

@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass
 
+from sglang_deploy.node.acs import is_clear
 from sglang_deploy.node.lib import gpu_links
-from sglang_deploy.verify.gpu_health import iommu_state
+from sglang_deploy.verify.gpu_health import iommu_inputs, iommu_state
 
 NOT_CHECKED = "not checked"
 LINK_FIELDS = ("gen_current", "gen_max", "width_current", "width_max")
@@ -54,22 +55,18 @@ def acs_state(passport) -> str:
     bridges = acs.get("bridges") or []
     if not bridges:
         return "no PCI bridges"
-    controls = [bridge.get("control") for bridge in bridges]
-    if any(control not in (None, "0000") for control in controls):
+    controls = [bridge.get("control") for bridge in bridges if bridge.get("control") is not None]
+    if not all(is_clear(control) for control in controls):
         return "on"
-    return "off" if "0000" in controls else "no ACS capability"
+    return "off" if controls else "no ACS capability"
 
 
 def iommu(passport) -> str:
     """'on', 'off' or 'unknown' (verify/gpu_health.py's reading), or 'not checked'."""
-    found = passport.get("iommu")
-    if not isinstance(found, dict):
+    cmdline, listing = iommu_inputs(passport)
+    if cmdline is None and listing is None:
         return NOT_CHECKED
-    sysfs, cmdline = found.get("sysfs"), found.get("cmdline")
-    if not _checked(sysfs) and not _checked(cmdline):
-        return NOT_CHECKED
-    listing = "\n".join(sysfs) if isinstance(sysfs, list) else None
-    return iommu_state(cmdline if isinstance(cmdline, str) else "", listing)
+    return iommu_state(cmdline or "", listing)
 
 
 def comparable(passport) -> dict:

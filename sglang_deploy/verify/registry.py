@@ -98,13 +98,6 @@ def _redacted(found: Check, redact: Redactor) -> Check:
     return dataclasses.replace(found, detail=redact.text(found.detail), data=data)
 
 
-def tool_output(node, tool, command):
-    """A tool's stdout, or None when the tool is not on the node."""
-    if node.run(f"command -v {tool}").rc != 0:
-        return None
-    return node.run(command).stdout
-
-
 def read_fact(node, fact_class, **kwargs):
     """A pyinfra fact of ours, gathered over testinfra: the same command, the same parsing."""
     fact = fact_class()

@@ -334,3 +334,35 @@ def test_a_locked_engine_s_venv_is_the_one_named_after_its_lock():
     )
     found = engine_checks.engine_venv(node, plan)
     assert found.state == OK and wanted.rsplit("/", 1)[1] in found.detail
+
+
+def test_the_gpu_checks_judge_one_passport_collected_on_the_node(plan):
+    from sglang_deploy.verify import gpu_checks
+
+    collected = {
+        "gpus": {"not_checked": "nvidia-smi not found"},
+        "topology": {"not_checked": "nvidia-smi not found"},
+        "acs": {"bridges": [{"bdf": "0000:00:01.0", "control": "0000"}]},
+        "iommu": {"sysfs": [], "cmdline": ""},
+    }
+    asked = []
+
+    class Counting(Node):
+        def run(self, command):
+            asked.append(command)
+            return super().run(command)
+
+    node = Counting(
+        outputs={"passport.py collect": Result(0, json.dumps({"status": 0, "passport": collected}))}
+    )
+    found = gpu_checks.gpus(node, plan)
+    assert [c.line() for c in found] == [
+        "gpus: not checked (nvidia-smi missing)",
+        "gpu topology: not checked (nvidia-smi missing)",
+        "pcie acs: ok - ACS disabled on 1 device",
+        "iommu: ok - off",
+    ]
+    assert asked == [f"python3 {plan.scripts.directory}/passport.py collect"]
+    nothing = gpu_checks.gpus(Node(outputs={"passport.py": Result(2, "", "python3: can't open file")}), plan)
+    assert {c.state for c in nothing} == {"not checked (passport.py missing)"}
+    assert nothing[0].detail == "passport.py collect printed no passport: python3: can't open file"

@@ -1,10 +1,14 @@
-"""GPU and PCIe health parsers on captured real command output (tests/unit/captured/, sources
-in each file's header)."""
+"""GPU and PCIe health judged from a hardware passport, its parts read from captured real command
+output (tests/unit/captured/, sources in each file's header); the nvidia-smi CSV parsers."""
 
+import re
 from pathlib import Path
 
 import pytest
 
+from sglang_deploy.node import acs
+from sglang_deploy.node import passport as node_passport
+from sglang_deploy.node.lib import gpu_topology
 from sglang_deploy.verify import gpu_health as gh
 from sglang_deploy.verify.gpu_health import Check, ParseError
 
@@ -51,8 +55,32 @@ def test_check_states():
         Check("x", "not checked")
 
 
+def unread(why):
+    return {"not_checked": why}
+
+
+def passport(**parts):
+    """A passport as node/passport.py collects it on a sandbox node, with ``parts`` instead."""
+    found = {
+        "gpus": unread("nvidia-smi not found"),
+        "driver_version": unread("nvidia-smi not found"),
+        "topology": unread("nvidia-smi not found"),
+        "acs": unread("lspci not found (Debian package pciutils)"),
+        "iommu": {
+            "sysfs": unread("/sys/class/iommu: No such file"),
+            "cmdline": unread("/proc/cmdline: gone"),
+        },
+    }
+    return {**found, **parts}
+
+
+def topology(name):
+    return {"links": gpu_topology.as_links(gpu_topology.parse(captured(name)))}
+
+
 def test_a_missing_tool_is_never_ok():
-    checks = [gh.gpus_check(None), gh.topology_check(None), gh.acs_check(None), gh.iommu_check(None, None)]
+    found = passport()
+    checks = [gh.gpus_check(found), gh.topology_check(found), gh.acs_check(found), gh.iommu_check(found)]
     assert [c.state for c in checks] == [
         "not checked (nvidia-smi missing)",
         "not checked (nvidia-smi missing)",
@@ -60,18 +88,38 @@ def test_a_missing_tool_is_never_ok():
         "not checked (/proc/cmdline and /sys/class/iommu missing)",
     ]
     assert not any(c.ok for c in checks)
+    setpci = gh.acs_check(passport(acs=unread("setpci not found (Debian package pciutils)")))
+    assert setpci.state == "not checked (setpci missing)"
+
+
+def test_a_part_an_older_passport_py_does_not_collect_is_not_ok():
+    found = gh.topology_check({"gpus": []})
+    assert found.line() == "gpu topology: failed - the node's passport.py collects no topology: deploy"
 
 
 # ------------------------------------------------------------------------------------------ GPUs
 
 
+H200 = {"name": "NVIDIA H200", "index": 0, "bus_id": "00000000:00:06.0"}
+
+
+def test_gpus_of_a_real_h200_passport():
+    found = passport(gpus=[H200], driver_version="580.159.04")
+    assert gh.gpus_check(found).line() == "gpus: ok - 1 x NVIDIA H200, driver 580.159.04"
+    assert gh.gpus_check(found, expected_count=8).state == "failed"
+
+
+def test_no_gpu_or_a_failing_nvidia_smi_fails():
+    assert gh.gpus_check(passport(gpus=[])).line() == "gpus: failed - no GPU found"
+    failing = "nvidia-smi -q exited 9: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    assert gh.gpus_check(passport(gpus=unread(failing))).line() == f"gpus: failed - {failing}"
+    several = [dict(H200, index=i, name="NVIDIA RTX PRO 6000 Blackwell Server Edition") for i in range(2)]
+    found = gh.gpus_check(passport(gpus=several, driver_version="580.95.05"))
+    assert found.detail == "2 x NVIDIA RTX PRO 6000 Blackwell Server Edition, driver 580.95.05"
+
+
 def test_parse_gpus_real_h200():
     assert gh.parse_gpus(captured("query_gpu_h200.csv")) == [gh.Gpu(0, "NVIDIA H200", 143771, "580.159.04")]
-    assert (
-        gh.gpus_check(captured("query_gpu_h200.csv")).line()
-        == "gpus: ok - 1 x NVIDIA H200, driver 580.159.04"
-    )
-    assert gh.gpus_check(captured("query_gpu_h200.csv"), expected_count=8).state == "failed"
 
 
 def test_parse_gpus_several_and_odd_values():
@@ -82,10 +130,10 @@ def test_parse_gpus_several_and_odd_values():
     gpus = gh.parse_gpus(text)
     assert [g.index for g in gpus] == [0, 1] and gpus[1].memory_mib is None
     assert gh.parse_gpus("No devices were found\n") == []
-    assert gh.gpus_check("No devices were found\n").line() == "gpus: failed - no GPU found"
     with pytest.raises(ParseError):
         gh.parse_gpus("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n")
-    assert gh.gpus_check("0, H200\n").state == "failed"
+    with pytest.raises(ParseError):
+        gh.parse_gpus("0, H200\n")
 
 
 def test_parse_compute_apps_real_h200():
@@ -107,52 +155,6 @@ def test_parse_compute_apps_other_shapes():
 # ------------------------------------------------------------------------------------------ topology
 
 
-@pytest.mark.parametrize(
-    "name, kind, pairs, links",
-    [
-        ("topo_pcie_4x_t4_sys_node.txt", "pcie", 6, {"SYS", "NODE"}),
-        ("topo_pcie_4x_pxb_pix.txt", "pcie", 6, {"PXB", "PIX", "SYS"}),
-        ("topo_pcie_8x_4090_sys.txt", "pcie", 28, {"SYS"}),
-        ("topo_pcie_2x_5090_phb.txt", "pcie", 1, {"PHB"}),
-        ("topo_nvlink_8x_h100_nv18.txt", "nvlink", 28, {"NV18"}),
-        ("topo_mixed_8x_v100_dgx1.txt", "mixed", 28, {"NV1", "NV2", "SYS"}),
-        ("topo_h200_one_gpu.txt", "none", 0, set()),
-    ],
-)
-def test_topology_captures(name, kind, pairs, links):
-    matrix = gh.parse_topology(captured(name))
-    assert len(matrix) == pairs and set(matrix.values()) == links
-    assert all(a < b for a, b in matrix)
-    assert gh.link_kind(matrix) == kind
-
-
-def test_topology_pairs():
-    pxb = gh.parse_topology(captured("topo_pcie_4x_pxb_pix.txt"))
-    assert pxb == {(0, 1): "PXB", (0, 2): "SYS", (0, 3): "SYS", (1, 2): "SYS", (1, 3): "SYS", (2, 3): "PIX"}
-    dgx1 = gh.parse_topology(captured("topo_mixed_8x_v100_dgx1.txt"))
-    assert (dgx1[(0, 1)], dgx1[(0, 3)], dgx1[(0, 5)], dgx1[(3, 7)], dgx1[(6, 7)]) == (
-        "NV2",
-        "NV1",
-        "SYS",
-        "NV2",
-        "NV1",
-    )
-    # the NIC columns (mlx5_*, NIC#) are not GPU pairs
-    h100 = gh.parse_topology(captured("topo_nvlink_8x_h100_nv18.txt"))
-    assert set(h100) == {(a, b) for a in range(8) for b in range(a + 1, 8)}
-
-
-def test_topology_without_leading_whitespace_and_errors():
-    # vLLM's collect_env prints the matrix with the header's leading whitespace stripped
-    text = "GPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV4\t0-31\nGPU1\tNV4\t X \t0-31\n"
-    assert gh.parse_topology(text) == {(0, 1): "NV4"}
-    with pytest.raises(ParseError):
-        gh.parse_topology("GPU0\tGPU1\nGPU0\t X \tWAT\nGPU1\tWAT\t X \n")
-    with pytest.raises(ParseError):
-        gh.parse_topology("Failed to initialize NVML: Driver/library version mismatch\n")
-    assert gh.topology_check("garbage\n").state == "failed"
-
-
 def test_topology_warnings():
     assert gh.topology_warnings("pcie", pcie_tuned=True) == []
     assert gh.topology_warnings("nvlink", pcie_tuned=False) == []
@@ -162,9 +164,17 @@ def test_topology_warnings():
     [w] = gh.topology_warnings("pcie", pcie_tuned=False)
     assert "PCIe-only" in w
     assert gh.topology_warnings("mixed", pcie_tuned=True)
-    check = gh.topology_check(captured("topo_nvlink_8x_h100_nv18.txt"), pcie_tuned_profile=True)
+    check = gh.topology_check(
+        passport(topology=topology("topo_nvlink_8x_h100_nv18.txt")), pcie_tuned_profile=True
+    )
     assert check.state == "warning" and check.detail.startswith("nvlink: ")
-    assert gh.topology_check(captured("topo_pcie_8x_4090_sys.txt")).line() == "gpu topology: ok - pcie"
+    found = passport(topology=topology("topo_pcie_8x_4090_sys.txt"))
+    assert gh.topology_check(found).line() == "gpu topology: ok - pcie"
+
+
+def test_a_topology_nvidia_smi_could_not_give_fails_saying_why():
+    why = "topo -m: no header line with GPU0"
+    assert gh.topology_check(passport(topology=unread(why))).line() == f"gpu topology: failed - {why}"
 
 
 def test_is_pcie_tuned():
@@ -185,13 +195,32 @@ def test_is_pcie_tuned():
 # ------------------------------------------------------------------------------------------ ACS
 
 
+def acs_bridges(*controls):
+    return {"bridges": [{"bdf": f"0000:03:0{i}.0", "control": c} for i, c in enumerate(controls)]}
+
+
+def lspci_flags(line):
+    """{flag: on} of an `ACSCtl:` line of lspci -vvv."""
+    return {name: sign == "+" for name, sign in re.findall(r"([A-Za-z]+)([+-])", line.split("ACSCtl:")[1])}
+
+
+def test_lspci_names_the_control_registers_bits_in_their_order():
+    lines = [line for line in captured("lspci_acsctl_grep_nccl606.txt").splitlines() if "ACSCtl:" in line]
+    lines += [line for line in captured("lspci_vvv_amd_matisse_acs_on.txt").splitlines() if "ACSCtl:" in line]
+    assert len(lines) == 10
+    for line in lines:
+        flags = lspci_flags(line)
+        assert tuple(flags) == acs.FLAGS
+        register = "%04x" % sum(1 << i for i, on in enumerate(flags.values()) if on)
+        assert acs.flags(register) == flags
+
+
 def test_acs_enabled_on_a_real_bridge():
-    [bridge] = gh.parse_acs(captured("lspci_vvv_amd_matisse_acs_on.txt"))
-    assert bridge.address == "03:02.0" and bridge.is_bridge and bridge.enabled
-    assert bridge.description.startswith(
-        "PCI bridge: Advanced Micro Devices, Inc. [AMD] Matisse PCIe GPP Bridge"
+    matisse = next(
+        line for line in captured("lspci_vvv_amd_matisse_acs_on.txt").splitlines() if "ACSCtl:" in line
     )
-    assert bridge.flags == {
+    assert acs.flags("001d") == lspci_flags(matisse)
+    assert acs.flags("001d") == {
         "SrcValid": True,
         "TransBlk": False,
         "ReqRedir": True,
@@ -200,44 +229,56 @@ def test_acs_enabled_on_a_real_bridge():
         "EgressCtrl": False,
         "DirectTrans": False,
     }
-    check = gh.acs_check(captured("lspci_vvv_amd_matisse_acs_on.txt"))
-    assert check.state == "warning" and "on 1 device: 03:02.0" in check.detail
-
-
-def test_acs_grep_output_has_no_addresses():
-    text = captured("lspci_acsctl_grep_nccl606.txt")
-    controls = gh.parse_acs_controls(text)
-    assert len(controls) == 9 and all(c.address is None for c in controls)
-    assert [c.enabled for c in controls] == [True, True, False, False, False, False, False, True, True]
-    assert len(gh.parse_acs(text)) == 4
-    assert "device addresses not in the output" in gh.acs_check(text).detail
-
-
-def test_acs_disabled_hidden_or_absent():
-    disabled = "\n".join(
-        line for line in captured("lspci_acsctl_grep_nccl606.txt").splitlines() if "SrcValid-" in line
+    check = gh.acs_check(passport(acs={"bridges": [{"bdf": "0000:03:02.0", "control": "001d"}]}))
+    assert check.state == "warning" and "on 1 device: 0000:03:02.0" in check.detail
+    assert (
+        "(ACSCtl SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-)"
+        in check.detail
     )
-    assert gh.parse_acs(disabled) == []
-    assert gh.acs_check(disabled).line() == "pcie acs: ok - ACS disabled on 5 devices"
-    hidden = captured("lspci_vvv_access_denied.txt")
-    assert gh.parse_acs(hidden) == [] and gh.capabilities_hidden(hidden)
-    assert gh.acs_check(hidden).state == "warning"  # could not look: not ok
-    assert gh.acs_check("").line() == "pcie acs: ok - no device exposes ACS controls"
-    both = captured("lspci_vvv_access_denied.txt") + "\n" + captured("lspci_vvv_amd_matisse_acs_on.txt")
-    assert [c.address for c in gh.parse_acs(both)] == ["03:02.0"]
+    several = gh.acs_check(passport(acs=acs_bridges("0001", "0000", None, "0011")))
+    assert several.state == "warning" and "on 2 devices: 0000:03:00.0 (ACSCtl SrcValid+" in several.detail
+
+
+def test_acs_disabled_unreadable_or_absent():
+    assert gh.acs_check(passport(acs=acs_bridges("0000", "0000", None))).line() == (
+        "pcie acs: ok - ACS disabled on 2 devices"
+    )
+    not_root = gh.acs_check(passport(acs=unread("not root: setpci cannot read the bridges' ACS registers")))
+    assert not_root.line() == "pcie acs: warning - not root: setpci cannot read the bridges' ACS registers"
+    assert (
+        gh.acs_check(passport(acs={"bridges": []})).line() == "pcie acs: ok - no device exposes ACS controls"
+    )
+    assert (
+        gh.acs_check(passport(acs=acs_bridges(None))).line()
+        == "pcie acs: ok - no device exposes ACS controls"
+    )
 
 
 # ------------------------------------------------------------------------------------------ IOMMU
 
 
-def test_iommu_real_vm_without_iommu():
+def iommu(tmp_path, cmdline, listing):
+    """A passport's IOMMU part, read by node/passport.py from this /proc/cmdline and
+    /sys/class/iommu (None: not there)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "cmdline").write_text(cmdline)
+    if listing is not None:
+        (tmp_path / "iommu").mkdir(exist_ok=True)
+        for name in listing.split():
+            (tmp_path / "iommu" / name).mkdir()
+    found = node_passport.iommu(str(tmp_path / "iommu"), str(tmp_path / "cmdline"))
+    return passport(iommu=found)
+
+
+def test_iommu_real_vm_without_iommu(tmp_path):
     cmdline = captured("cmdline_h200.txt")
     assert gh.iommu_state(cmdline, captured("sys_class_iommu_h200.txt")) == "off"
     assert gh.iommu_state(cmdline, None) == "unknown"
     # that VM's dmesg says "iommu: Default domain type: Translated" although no IOMMU is registered
     assert gh.iommu_state(cmdline, "[    0.128648] iommu: Default domain type: Translated\n") == "unknown"
-    assert gh.iommu_check(cmdline, captured("sys_class_iommu_h200.txt")).line() == "iommu: ok - off"
-    assert gh.iommu_check(cmdline, None).state == "warning"
+    found = iommu(tmp_path / "a", cmdline, captured("sys_class_iommu_h200.txt"))
+    assert gh.iommu_check(found).line() == "iommu: ok - off"
+    assert gh.iommu_check(iommu(tmp_path / "b", cmdline, None)).state == "warning"
 
 
 @pytest.mark.parametrize(
@@ -265,10 +306,9 @@ def test_iommu_state(cmdline, listing, state):
     assert gh.iommu_state(cmdline, listing) == state
 
 
-def test_iommu_check_passthrough():
-    assert (
-        gh.iommu_check("intel_iommu=on iommu=pt", "dmar0\n").line()
-        == "iommu: ok - on, passthrough (iommu=pt)"
+def test_iommu_check_passthrough(tmp_path):
+    assert gh.iommu_check(iommu(tmp_path / "a", "intel_iommu=on iommu=pt", "dmar0\n")).line() == (
+        "iommu: ok - on, passthrough (iommu=pt)"
     )
-    check = gh.iommu_check("intel_iommu=on", "dmar0\n")
+    check = gh.iommu_check(iommu(tmp_path / "b", "intel_iommu=on", "dmar0\n"))
     assert check.state == "warning" and "iommu=pt" in check.detail

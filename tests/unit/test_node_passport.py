@@ -296,7 +296,7 @@ def test_a_sandbox_node_without_nvidia_smi_still_collects_what_exists(tmp_path):
         cmdline=str(cmdline),
         is_root=True,
     )
-    for field in ("nvidia_smi", "driver_version", "cuda_version", "gpu_count", "gpus"):
+    for field in ("nvidia_smi", "driver_version", "cuda_version", "gpu_count", "gpus", "topology"):
         assert doc[field] == NC("nvidia-smi not found"), field
     assert doc["pci_gpus"]["not_checked"].startswith(str(tmp_path / "devices-absent"))
     assert doc["iommu"] == {"sysfs": [], "cmdline": "intel_iommu=on iommu=pt"}

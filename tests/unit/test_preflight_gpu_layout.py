@@ -236,15 +236,16 @@ class FakeNode:
 
     def run(self, command):
         rc, stdout = self.answers.get(command, (0, ""))
-        return SimpleNamespace(rc=rc, stdout=stdout)
+        return SimpleNamespace(rc=rc, stdout=stdout, stderr="")
 
 
 def _verify_gpus(plan):
-    query = "".join(f"{i}, NVIDIA H200, 143771, 580.159.04\n" for i in range(8))
+    gpus = [{"index": i, "name": "NVIDIA H200", "bus_id": f"00000000:0{i}:00.0"} for i in range(8)]
+    passport = {"gpus": gpus, "driver_version": "580.159.04"}
+    collect = f"python3 {plan.scripts.directory}/passport.py collect"
     node = FakeNode(
         {
-            "command -v lspci": (1, ""),
-            gpu_checks.NVIDIA_SMI_GPUS: (0, query),
+            collect: (0, json.dumps({"status": status.READY, "passport": passport})),
             "nvidia-smi -L": (0, LIST_8),
         }
     )
