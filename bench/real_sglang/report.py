@@ -255,6 +255,21 @@ def v_decode(results, expect):
     return FAILED, _why_not(step, "decode_check.py")
 
 
+def v_speculation(results, expect):
+    """A speculating server's accept length, as decode_check.py recorded it beside tok/s."""
+    if "--speculative-algorithm" not in (results.get("argv") or []):
+        return NA, "the profile does not speculate"
+    step = _step(results, "decode_check")
+    spec = (((step or {}).get("result") or {}).get("throughput") or {}).get("speculation") or {}
+    if spec.get("accept_length") is not None:
+        return HELD, "%s accept length %.3f, accept rate %s" % (
+            spec["algorithm"],
+            spec["accept_length"],
+            spec.get("accept_rate"),
+        )
+    return FAILED, "no accept length recorded: %s" % (spec or _why_not(step, "decode_check.py"))
+
+
 def v_decode_before(results, expect):
     """The 575ddb1 decode check on the same server, for comparison (no --host: it asks
     127.0.0.1; it counts delta.content only): what the change is measured against."""
@@ -343,6 +358,7 @@ PROMISES = (
     ("d3", "workers.py --records: another value is caught", v_workers_mismatch, "workers_mismatch"),
     ("e", "NCCL's own INFO lines (NCCL_DEBUG from env file/hook)", v_nccl, "nccl"),
     ("f", "decode_check.py: tok/s measured", v_decode, "decode_check"),
+    ("s", "decode_check.py: a speculating server's accept length", v_speculation, "decode_check"),
     ("f0", "decode_check.py before (575ddb1), for comparison", v_decode_before, "decode_check_before"),
     ("g", "/health and /ping: 200", v_http, "http"),
     ("h", "SIGTERM to the launcher stops the server", v_stop, "stop"),

@@ -64,7 +64,14 @@ def good_results():
         "torch_version": "2.11.0+cu130",
         "gpu": "NVIDIA H200, 580.159.03, 143771 MiB",
         "profile": "tiny-llama",
-        "argv": ["--model-path", "/m"],
+        "argv": [
+            "--model-path",
+            "/m",
+            "--speculative-algorithm",
+            "NGRAM",
+            "--speculative-num-draft-tokens",
+            "4",
+        ],
         "run_s": 301.5,
         "steps": {
             "preflight": step(
@@ -128,6 +135,12 @@ def good_results():
                         "ttft_ms": 9.0,
                         "requests": 3,
                         "engine_version": "0.5.17",
+                        "speculation": {
+                            "algorithm": "NGRAM",
+                            "steps": None,
+                            "accept_length": 2.125,
+                            "accept_rate": 0.375,
+                        },
                     },
                 }
             ),
@@ -296,7 +309,7 @@ def test_the_table_has_one_line_per_promise_and_the_run():
     assert all(
         line[column:].startswith("not applicable" if line.startswith("f0") else "held ") for line in table
     )
-    assert "14 promises: 13 held, 0 failed, 1 not applicable, 0 not run" in lines
+    assert "15 promises: 14 held, 0 failed, 1 not applicable, 0 not run" in lines
     assert "note: jit-cache.tgz: 3.1 MiB" in lines
 
 
@@ -388,3 +401,12 @@ def test_every_real_engine_profile_lints_without_errors(name):
 
     errors, _ = finding_lines(load_profile(REPO / "bench" / "real_sglang" / name))
     assert errors == []
+
+
+def test_a_speculating_server_without_an_accept_length_fails_promise_s():
+    results = good_results()
+    del results["steps"]["decode_check"]["result"]["throughput"]["speculation"]
+    rows = {r[0]: r[2:] for r in report.verdicts(results, EXPECT)}
+    assert rows["s"][0] == report.FAILED
+    results["argv"] = ["--model-path", "/m"]
+    assert {r[0]: r[2] for r in report.verdicts(results, EXPECT)}["s"] == report.NA
