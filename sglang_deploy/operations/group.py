@@ -104,8 +104,7 @@ def _lead(state, host, member, rollback, stop_wait_s, rotation=None, key=GROUPS)
     shared = run_state.of(state)
     try:
         group = Group(state, member, shared.group_plans[member.group], stop_wait_s, rotation)
-        rolling = rotation.rolling if rotation else None
-        run = rollout(rolling.max_failures, state, rolling.max_fail_percent) if rolling else None
+        run = rollout(state, rotation.rolling) if rotation else None
         with _turn(state, host, member, rotation, key) as turn_refusal:
             refusal = (run and run.refusal(host.name)) or turn_refusal  # read once this group's turn came
             if refusal:

@@ -57,7 +57,7 @@ def rolled_restart(scripts, hook_python, rotation, profile_name, rollback=True):
 
 
 def _rotate(state, host, scripts, hook_python, rotation, profile_name, rollback):
-    run = rollout(rotation.rolling.max_failures, state, rotation.rolling.max_fail_percent)
+    run = rollout(state, rotation.rolling)
 
     def facts():
         return node_facts(host, scripts, rotation)

@@ -17,7 +17,6 @@ from sglang_deploy.plan.locked_engine import LockedEngine, locked_router
 from sglang_deploy.plan.locks import router_lock_problems, router_pins
 from sglang_deploy.plan.router_flags import gateway_pin, pinned_options
 from sglang_deploy.plan.settings import Router, settings_of
-from sglang_deploy.rollout import sizes as rolling_sizes
 
 ROUTERS_GROUP = "routers"
 MONITORING_GROUP = "monitoring"
@@ -53,59 +52,6 @@ def address(data, name=None) -> str:
     """How other hosts reach this one: ``fleet_address``, else its SSH hostname."""
     settings = settings_of(data, name)
     return str(settings.fleet_address or settings.ssh_hostname or name)
-
-
-@dataclass(frozen=True)
-class CanaryLimits:
-    """What a canary may do worse than the nodes on the old configuration (report/canary.py)."""
-
-    max_error_rate: float = 0.01
-    max_ttft_regression_pct: float = 20.0
-    max_decode_regression_pct: float = 10.0
-    min_requests: int = 10
-    require_gateway_metrics: bool = False  # unread gateway figures fail the bake (else: said)
-
-
-@dataclass(frozen=True)
-class Rolling:
-    batch: int | str  # a count or a percentage of the run's serving nodes (rollout/sizes.py)
-    max_failures: int
-    drain_timeout_s: float
-    healthy_timeout_s: float
-    without_routers: bool  # roll even when a router does not answer
-    first_wave: bool = True  # nodes that serve nothing start together, before the others roll
-    max_fail_percent: float | None = None  # set: replaces max_failures, of the run's nodes
-    canary: int | str = 0  # a count or percentage; 0: no canary wave
-    canary_bake_s: float = 300.0
-    canary_limits: CanaryLimits = field(default_factory=CanaryLimits)
-
-    def batch_of(self, fleet, noun="nodes") -> int:
-        """rolling_batch for a run of ``fleet`` serving nodes (or groups); DeployError when a
-        percentage rounds to none."""
-        return rolling_sizes.batch_size(self.batch, fleet, noun)
-
-
-def rolling_settings(data) -> Rolling:
-    """The run's rolling settings; DeployError naming the bad one."""
-    settings = settings_of(data)
-    return Rolling(
-        batch=settings.rolling_batch,
-        max_failures=settings.rolling_max_failures,
-        drain_timeout_s=settings.rolling_drain_timeout_s,
-        healthy_timeout_s=settings.rolling_healthy_timeout_s,
-        without_routers=settings.rolling_without_routers,
-        first_wave=settings.rolling_first_wave,
-        max_fail_percent=settings.rolling_max_fail_percent,
-        canary=settings.rolling_canary,
-        canary_bake_s=float(settings.rolling_canary_bake_s),
-        canary_limits=CanaryLimits(
-            max_error_rate=settings.rolling_canary_max_error_rate,
-            max_ttft_regression_pct=settings.rolling_canary_max_ttft_regression_pct,
-            max_decode_regression_pct=settings.rolling_canary_max_decode_regression_pct,
-            min_requests=settings.rolling_canary_min_requests,
-            require_gateway_metrics=settings.rolling_canary_require_gateway_metrics,
-        ),
-    )
 
 
 @dataclass(frozen=True)

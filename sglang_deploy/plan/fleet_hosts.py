@@ -5,24 +5,22 @@ any host is touched."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sglang_deploy.plan.commands import rotation_command, router_gate_command
 from sglang_deploy.plan.fleet import (
     ROUTER_UNIT,
-    Rolling,
     RouterHost,
     address,
     check_ports,
     is_router,
     render_router_unit,
-    rolling_settings,
     router_host,
     serves,
     worker_url,
 )
 from sglang_deploy.plan.serving_group import profile_of, resolve
-from sglang_deploy.plan.settings import settings_of
+from sglang_deploy.plan.settings import Canary, RollingRestarts, settings_of
 from sglang_deploy.profile.schema import load_profile
 
 
@@ -114,7 +112,7 @@ class Rotation:
     worker_url: str
     local_port: int
     router_urls: list
-    rolling: Rolling
+    rolling: RollingRestarts  # the host's settings.rolling
     model: str = ""  # the served model's name (the first wave's "last serving node" rule)
     fleet_models: tuple = ()  # (name, model) of every serving node of the inventory
     drain_settle_s: int = 5  # seconds a router with a Draining state (smg) lists the node draining
@@ -122,6 +120,7 @@ class Rotation:
     textfile: tuple = ()  # NodeScripts.textfile_flags(): rotation.py writes the in-rotation sample
     local_host: str = "127.0.0.1"  # where the node asks its own server (service.probe_host)
     auth: tuple = ()  # NodeScripts.api_key_args(): how rotation.py reads the server's API key
+    canary: Canary = field(default_factory=Canary)  # the host's settings.canary
 
     def wrap(self, scripts_dir, cycle, restore):
         """rotation.py around the node's restart cycle (``cycle``: cycle.py's command line;
@@ -146,15 +145,15 @@ class Rotation:
             "--local-port",
             self.local_port,
             "--drain-timeout",
-            self.rolling.drain_timeout_s,
+            self.rolling.rolling_drain_timeout_s,
             "--healthy-timeout",
-            self.rolling.healthy_timeout_s,
+            self.rolling.rolling_healthy_timeout_s,
             "--drain-settle",
             self.drain_settle_s,
         ]
         for url in self.router_urls:
             args += ["--router", url]
-        if self.rolling.without_routers:
+        if self.rolling.rolling_without_routers:
             args.append("--allow-unreachable-routers")
         return rotation_command(scripts_dir, *args, *self.textfile, *self.auth, *tail)
 
@@ -163,12 +162,14 @@ def rotation_for(name, data, hosts, port, textfile=(), auth=()) -> Rotation:
     found_routers, _ = checked_fleet(hosts)
     models = served_models(hosts)
     service = profile_of(data).service
+    settings = settings_of(data)
     return Rotation(
         worker_url=worker_url(service.reached_at(address(data, name)), port),
         local_port=int(port),
         local_host=service.probe_host,
         router_urls=[r.url for r in found_routers],
-        rolling=rolling_settings(data),
+        rolling=settings.rolling,
+        canary=settings.canary,
         model=models.get(name, ""),
         fleet_models=tuple(sorted(models.items())),
         # The routers' longest: every router the node leaves lists it Draining that long.

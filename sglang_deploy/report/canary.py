@@ -162,7 +162,7 @@ def pooled(all_rates) -> dict:
 
 def judge(canaries: dict, old: dict, limits) -> Verdict:
     """The bake's verdict. ``canaries`` / ``old``: {node: (start Scrape, end Scrape)};
-    ``limits``: plan/fleet.CanaryLimits."""
+    ``limits``: a host's settings.canary (plan/settings.py Canary)."""
     verdict = Verdict(passed=False)
     fail = verdict.failures.append
     canary_rates, old_rates, unread = {}, {}, {}
@@ -187,13 +187,13 @@ def judge(canaries: dict, old: dict, limits) -> Verdict:
     baseline = list(old_rates.values())
     old_requests = sum(r.requests for r in baseline)
     old_aborted = sum(r.aborted for r in baseline)
-    if old_requests < limits.min_requests:
+    if old_requests < limits.rolling_canary_min_requests:
         fail(
             (
                 "bake",
                 "requests",
                 f"the old nodes finished {old_requests:g} requests during the bake, fewer than "
-                f"rolling_canary_min_requests ({limits.min_requests}): no traffic to compare under",
+                f"rolling_canary_min_requests ({limits.rolling_canary_min_requests}): no traffic to compare under",
             )
         )
     old_error = old_aborted / old_requests if old_requests else 0.0
@@ -205,36 +205,36 @@ def judge(canaries: dict, old: dict, limits) -> Verdict:
         verdict.lines.append(
             _summary(node, r.requests, r.error_rate, r.ttft_p95_s, basis, r.decode.get(basis))
         )
-        if r.requests < limits.min_requests:
+        if r.requests < limits.rolling_canary_min_requests:
             fail(
                 (
                     node,
                     "requests",
                     f"{r.requests:g} requests during the bake, fewer than rolling_canary_min_requests "
-                    f"({limits.min_requests}): no evidence",
+                    f"({limits.rolling_canary_min_requests}): no evidence",
                 )
             )
             continue
-        if r.error_rate - old_error > limits.max_error_rate:
+        if r.error_rate - old_error > limits.rolling_canary_max_error_rate:
             fail(
                 (
                     node,
                     "error rate",
                     f"{r.error_rate:.1%} of its requests aborted against {old_error:.1%} on the old "
-                    f"configuration (rolling_canary_max_error_rate {limits.max_error_rate:g})",
+                    f"configuration (rolling_canary_max_error_rate {limits.rolling_canary_max_error_rate:g})",
                 )
             )
         _compare_ttft(node, r, old_p95, limits, fail)
         if basis is None:
             fail((node, "decode tok/s", f"no {TOKENS} on every compared node"))
-        elif old_decode and r.decode[basis] < old_decode * (1 - limits.max_decode_regression_pct / 100):
+        elif old_decode and r.decode[basis] < old_decode * (1 - limits.rolling_canary_max_decode_regression_pct / 100):
             fail(
                 (
                     node,
                     "decode tok/s",
                     f"{r.decode[basis]:.1f} against {old_decode:.1f} on the old configuration ({basis}), "
                     f"{_pct(r.decode[basis], old_decode)} (rolling_canary_max_decode_regression_pct "
-                    f"{limits.max_decode_regression_pct:g})",
+                    f"{limits.rolling_canary_max_decode_regression_pct:g})",
                 )
             )
     canary_gateway.judge(
@@ -255,13 +255,13 @@ def _compare_ttft(node, r, old_p95, limits, fail):
         side = node if mine is None else "the old configuration"
         fail((node, "TTFT p95", f"no {TTFT} observations on {side}: cannot compare"))
         return
-    if mine > old_p95 * (1 + limits.max_ttft_regression_pct / 100):
+    if mine > old_p95 * (1 + limits.rolling_canary_max_ttft_regression_pct / 100):
         fail(
             (
                 node,
                 "TTFT p95",
                 f"{mine * 1000:.0f} ms against {old_p95 * 1000:.0f} ms on the old configuration, "
-                f"{_pct(mine, old_p95)} (rolling_canary_max_ttft_regression_pct {limits.max_ttft_regression_pct:g})",
+                f"{_pct(mine, old_p95)} (rolling_canary_max_ttft_regression_pct {limits.rolling_canary_max_ttft_regression_pct:g})",
             )
         )
 

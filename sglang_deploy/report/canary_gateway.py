@@ -69,12 +69,13 @@ def _outcomes(exporter, which, scrape, worker) -> dict:
 def judge(canaries: dict, old: dict, limits, verdict) -> None:
     """Adds the gateway's side to ``verdict`` (report/canary.Verdict: its failures, lines and
     warnings). ``canaries`` / ``old``: {node: (start Scrape, end Scrape)} of the nodes SGLang's
-    side compares; ``limits``: plan/fleet.CanaryLimits. No exporter named in any scrape: the
-    fleet has no router, nothing to say (unless the gateway's figures are required)."""
+    side compares; ``limits``: a host's settings.canary (plan/settings.py Canary). No exporter
+    named in any scrape: the fleet has no router, nothing to say (unless the gateway's figures
+    are required)."""
     nodes = {**canaries, **old}
     exporters = list(dict.fromkeys(url for ends in nodes.values() for s in ends for url in s.gateway))
     if not exporters:
-        if limits.require_gateway_metrics:
+        if limits.rolling_canary_require_gateway_metrics:
             _not_judged(verdict, limits, "bake", "no router's exporter to read (no router in the fleet)")
         return
     totals = {node: [0.0, 0.0] for node in nodes}
@@ -105,14 +106,14 @@ def judge(canaries: dict, old: dict, limits, verdict) -> None:
     old_failed = sum(totals[node][1] for node in old)
     old_rate = old_failed / old_total if old_total else None
     verdict.lines.append(_summary("old configuration", old_total, old_rate, source))
-    few_old = old_total < limits.min_requests
+    few_old = old_total < limits.rolling_canary_min_requests
     if few_old:
         _not_judged(
             verdict,
             limits,
             "bake",
             f"the old nodes gave {old_total:g} answers through the gateway during the bake, fewer than "
-            f"rolling_canary_min_requests ({limits.min_requests})",
+            f"rolling_canary_min_requests ({limits.rolling_canary_min_requests})",
         )
     for node in canaries:
         total, failed = totals[node]
@@ -120,27 +121,27 @@ def judge(canaries: dict, old: dict, limits, verdict) -> None:
         verdict.lines.append(_summary(node, total, rate, source))
         if few_old:
             continue
-        if total < limits.min_requests:
+        if total < limits.rolling_canary_min_requests:
             _not_judged(
                 verdict,
                 limits,
                 node,
                 f"{node} gave {total:g} answers through the gateway during the bake, fewer than "
-                f"rolling_canary_min_requests ({limits.min_requests})",
+                f"rolling_canary_min_requests ({limits.rolling_canary_min_requests})",
             )
-        elif rate - old_rate > limits.max_error_rate:
+        elif rate - old_rate > limits.rolling_canary_max_error_rate:
             verdict.failures.append(
                 (
                     node,
                     "gateway: error rate",
                     f"{failed:g} of its {total:g} answers failed ({rate:.1%}) against {old_rate:.1%} on the old "
-                    f"configuration ({OUTCOMES}; rolling_canary_max_error_rate {limits.max_error_rate:g})",
+                    f"configuration ({OUTCOMES}; rolling_canary_max_error_rate {limits.rolling_canary_max_error_rate:g})",
                 )
             )
 
 
 def _not_judged(verdict, limits, who, why):
-    if limits.require_gateway_metrics:
+    if limits.rolling_canary_require_gateway_metrics:
         verdict.failures.append((who, "gateway", f"{why} (rolling_canary_require_gateway_metrics)"))
     else:
         verdict.warnings.append(f"gateway: {why}: not judged there, SGLang's /metrics judge alone")

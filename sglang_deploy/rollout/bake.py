@@ -24,13 +24,14 @@ REPORT_GRACE_S = 300.0
 
 class Bake:
     """One canary wave's bake. ``canaries``: the canary wave; ``old``: the serving nodes of
-    later waves (still on the old configuration); ``models``: {node: served model}. Two
-    meetings (rollout/rendezvous.py): every canary's restart ends, the last one starts the
-    bake; then every participant reports its scrapes, the last one judges."""
+    later waves (still on the old configuration); ``models``: {node: served model};
+    ``settings``: a host's settings.canary. Two meetings (rollout/rendezvous.py): every
+    canary's restart ends, the last one starts the bake; then every participant reports its
+    scrapes, the last one judges."""
 
-    def __init__(self, canaries, old, models, rolling, run):
+    def __init__(self, canaries, old, models, settings, run):
         self.canaries, self.old = tuple(canaries), tuple(old)
-        self.models, self.rolling, self.run = dict(models), rolling, run
+        self.models, self.settings, self.run = dict(models), settings, run
         self.serving = []  # canaries that serve the new configuration, back in rotation
         self.start = Rendezvous(self.canaries, self._begin)  # each canary, once its restart ended
         self.reports = None  # the serving canaries and the old nodes, with their scrapes
@@ -48,7 +49,7 @@ class Bake:
         self.reports = Rendezvous([*self.old, *self.serving], self._judge)
         logger.info(
             f"canary bake: {', '.join(self.serving) or 'no canary'} on the new configuration, "
-            f"{', '.join(self.old)} on the old, for {self.rolling.canary_bake_s:g}s"
+            f"{', '.join(self.old)} on the old, for {self.settings.rolling_canary_bake_s:g}s"
         )
 
     def take_part(self, name, scrape):
@@ -58,11 +59,11 @@ class Bake:
         reports = self.reports
         if name in reports.names and name not in reports.arrived:
             start = _safe(scrape)
-            time_left = self.begun_at + self.rolling.canary_bake_s - time.monotonic()
+            time_left = self.begun_at + self.settings.rolling_canary_bake_s - time.monotonic()
             if time_left > 0:
                 reports.planned.wait(time_left)  # never set before every report: a sleep
             reports.arrive(name, (start, _safe(scrape)))
-        reports.wait(self.rolling.canary_bake_s + REPORT_GRACE_S)  # then judged with what came
+        reports.wait(self.settings.rolling_canary_bake_s + REPORT_GRACE_S)  # then judged with what came
         return self.verdict
 
     def _judge(self, scrapes):
@@ -72,7 +73,7 @@ class Bake:
         for model in dict.fromkeys(self.models[name] for name in self.canaries):
             ours = {n: scrapes.get(n, (missing, missing)) for n in self.serving if self.models[n] == model}
             theirs = {n: scrapes.get(n, (missing, missing)) for n in self.old if self.models[n] == model}
-            verdict = judging.judge(ours, theirs, self.rolling.canary_limits)
+            verdict = judging.judge(ours, theirs, self.settings)
             for line in verdict.lines:
                 logger.info(f"canary bake ({model}): {line}")
             for line in verdict.warnings:

@@ -36,9 +36,12 @@ def restarts(key, name, when=None):
     return rendezvous.expect(key, name, when)
 
 
-def rollout(max_failures=0, state=None, max_fail_percent=None):
-    """This run's rolling restart (rollout/order.py Rollout), shared by every unit of the run."""
-    return run_state.of(state).rollout_of(max_failures, max_fail_percent)
+def rollout(state=None, rolling=None):
+    """This run's rolling restart (rollout/order.py Rollout), shared by every unit of the run;
+    made by the first to ask, with its ``rolling`` (a host's settings.rolling)."""
+    if rolling is None:
+        return run_state.of(state).rollout_of()
+    return run_state.of(state).rollout_of(rolling.rolling_max_failures, rolling.rolling_max_fail_percent)
 
 
 def node_facts(host, scripts, rotation) -> NodeFacts:
@@ -85,8 +88,8 @@ def turn(state, host, key, rotation, facts, scrape=None):
 def _alone(state, rolling):
     """The turns of units that restart without waves: counted once in the rollout's size; a
     percentage has nothing to be a share of (1 at a time)."""
-    rollout(rolling.max_failures, state, rolling.max_fail_percent).size += 1
-    size = rolling.batch if isinstance(rolling.batch, int) else 1
+    rollout(state, rolling).size += 1
+    size = rolling.rolling_batch if isinstance(rolling.rolling_batch, int) else 1
     return rendezvous.Rendezvous((), None, together=False, size=size)
 
 
@@ -131,15 +134,15 @@ class WaveRun:
         self.bake = None  # the canary wave's (rollout/bake.py), when there is one
         rolling = rotation.rolling
         try:
-            size = rolling.batch_of(len(self.names), self.noun)
+            size = sizes.batch_size(rolling.rolling_batch, len(self.names), self.noun)
         except DeployError as exc:
             size, self.refused = 1, str(exc)
         together, hosts = rendezvous.together(state)
         self.meeting = rendezvous.Rendezvous(self.names, self._plan, together, size)
-        rollout(rolling.max_failures, state, rolling.max_fail_percent).size += len(self.names)
+        rollout(state, rolling).size += len(self.names)
         if not together:
             logger.warning(
-                f"no first wave{' and no canary wave' if rolling.canary and canaries else ''}: pyinfra runs fewer "
+                f"no first wave{' and no canary wave' if rotation.canary.rolling_canary and canaries else ''}: pyinfra runs fewer "
                 f"hosts at once (--parallel) than this run's {hosts}; {len(self.names)} nodes restart "
                 f"{size} at a time"
             )
@@ -166,12 +169,13 @@ class WaveRun:
             if self.refused:
                 raise DeployError(self.refused)
             serving = [n for n in nodes if n.idle is None]
+            canaries = self.rotation.canary.rolling_canary if self.canaries else 0
             self.waves = plan_waves(
                 nodes,
-                rolling.batch_of(len(nodes), self.noun),
-                rolling.first_wave,
+                sizes.batch_size(rolling.rolling_batch, len(nodes), self.noun),
+                rolling.rolling_first_wave,
                 self._others(),
-                canary=sizes.canary_count(rolling.canary, len(serving)) if self.canaries else 0,
+                canary=sizes.canary_count(canaries, len(serving)),
             )
         except DeployError as exc:
             self.refused = str(exc)
@@ -185,8 +189,8 @@ class WaveRun:
                 self.waves.canary,
                 [n.name for n in nodes if n.name in later and n.idle is None],
                 {n.name: n.model for n in nodes},
-                rolling,
-                rollout(state=self.state),
+                self.rotation.canary,
+                rollout(self.state),
             )
         for names in (self.waves.first, *self.waves.batches):
             self.left.append(set(names))
@@ -208,7 +212,7 @@ class WaveRun:
             self.bake.take_part(name, scrape)
         for ended in self.ended[:wave]:
             ended.wait()
-        run = rollout(state=self.state)
+        run = rollout(self.state)
         return last_in_rotation(
             name,
             [self.facts[n] for n in self.names],

@@ -6,15 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.plan.fleet import CanaryLimits
+from sglang_deploy.plan.settings import Canary
 from sglang_deploy.report import canary, prom_text
 from sglang_deploy.report.canary import Scrape
 
 CAPTURED = Path(__file__).parent / "captured"
 START = (CAPTURED / "sglang_0.5.3_metrics_start.txt").read_text()
 END = (CAPTURED / "sglang_0.5.3_metrics_end.txt").read_text()
-LIMITS = CanaryLimits(
-    max_error_rate=0.01, max_ttft_regression_pct=20, max_decode_regression_pct=10, min_requests=10
+LIMITS = Canary(
+    rolling_canary_max_error_rate=0.01,
+    rolling_canary_max_ttft_regression_pct=20,
+    rolling_canary_max_decode_regression_pct=10,
+    rolling_canary_min_requests=10,
 )
 TTFT_BOUNDS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0)
 

@@ -9,19 +9,22 @@ from pathlib import Path
 
 from test_canary import bake
 
-from sglang_deploy.plan.fleet import CanaryLimits
 from sglang_deploy.plan.fleet_hosts import rotation_for
 from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.plan.settings import Canary
 from sglang_deploy.report import canary, canary_gateway, prom_text
 from sglang_deploy.report.canary import Scrape
 
 CAPTURED = Path(__file__).parent / "captured"
 START = (CAPTURED / "smg_1.13.0_metrics_start.txt").read_text()
 END = (CAPTURED / "smg_1.13.0_metrics_end.txt").read_text()
-LIMITS = CanaryLimits(
-    max_error_rate=0.01, max_ttft_regression_pct=20, max_decode_regression_pct=10, min_requests=10
+LIMITS = Canary(
+    rolling_canary_max_error_rate=0.01,
+    rolling_canary_max_ttft_regression_pct=20,
+    rolling_canary_max_decode_regression_pct=10,
+    rolling_canary_min_requests=10,
 )
-REQUIRED = dataclasses.replace(LIMITS, require_gateway_metrics=True)
+REQUIRED = LIMITS.model_copy(update={"rolling_canary_require_gateway_metrics": True})
 EXPORTER = "http://10.0.0.5:29000/metrics"
 OTHER_EXPORTER = "http://10.0.0.6:29000/metrics"
 

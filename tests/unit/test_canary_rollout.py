@@ -16,9 +16,9 @@ from sglang_deploy.facts.fleet import ServingView
 from sglang_deploy.facts.metrics import EngineMetrics
 from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.operations import rollout as fleet_ops
-from sglang_deploy.plan.fleet import rolling_settings
 from sglang_deploy.plan.fleet_hosts import Rotation
 from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.plan.settings import settings_of
 from sglang_deploy.report.canary import Scrape
 from sglang_deploy.rollout import rendezvous, waves
 
@@ -167,10 +167,11 @@ def roll(monkeypatch, caplog):
                 f"http://{node.name}:30000",
                 30000,
                 [ROUTER],
-                rolling_settings(data),
+                settings_of(data).rolling,
                 model="m",
                 fleet_models=tuple(sorted(models.items())),
                 gateway_metrics=(EXPORTER,),
+                canary=settings_of(data).canary,
             )
             args = (state, node, Scripts(), "/venv/bin/python", rotation, "new", True)
             jobs.append(gevent.spawn(fleet_ops._rotate, *args))

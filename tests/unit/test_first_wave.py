@@ -5,8 +5,8 @@ takes the last node serving a model out of rotation."""
 import pytest
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.plan.fleet import rolling_settings
 from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.plan.settings import settings_of
 from sglang_deploy.rollout.order import (
     NodeFacts,
     Waves,
@@ -63,8 +63,10 @@ def test_without_the_first_wave_every_node_rolls_in_batches():
     waves = plan_waves(nodes, 1, first_wave=False)
     assert waves.first == () and waves.batches == (("node1",), ("node2",), ("node3",))
     assert waves.lines()[0].startswith("no first wave (rolling_first_wave: false)")
-    assert rolling_settings({**deploy_defaults(), "rolling_first_wave": "false"}).first_wave is False
-    assert rolling_settings(deploy_defaults()).first_wave is True
+    assert (
+        settings_of({**deploy_defaults(), "rolling_first_wave": "false"}).rolling.rolling_first_wave is False
+    )
+    assert settings_of(deploy_defaults()).rolling.rolling_first_wave is True
 
 
 def test_a_plan_taking_every_serving_node_of_a_model_out_at_once_is_refused():

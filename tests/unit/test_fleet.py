@@ -13,12 +13,12 @@ from sglang_deploy.plan.fleet import (
     check_ports,
     is_router,
     render_router_unit,
-    rolling_settings,
     router_host,
 )
 from sglang_deploy.plan.fleet_hosts import rotation_for, router_plan
 from sglang_deploy.plan.hosts import deploy_defaults, gpu_hosts, gpu_routers, sandbox_hosts, sandbox_routers
 from sglang_deploy.plan.monitoring import scrape_targets
+from sglang_deploy.plan.settings import settings_of
 from sglang_deploy.report.outcome import Outcome, with_rollout_notes
 from sglang_deploy.rollout.order import Rollout, batches
 
@@ -55,9 +55,10 @@ def test_rollout_stops_after_max_failures():
 
 
 def test_rolling_defaults_and_bad_values():
-    rolling = rolling_settings(DEFAULTS)
-    assert (rolling.batch, rolling.max_failures, rolling.without_routers) == (1, 0, False)
-    assert rolling_settings({**DEFAULTS, "rolling_batch": "2"}).batch == 2
+    rolling = settings_of(DEFAULTS).rolling
+    assert (rolling.rolling_batch, rolling.rolling_max_failures) == (1, 0)
+    assert rolling.rolling_without_routers is False
+    assert settings_of({**DEFAULTS, "rolling_batch": "2"}).rolling.rolling_batch == 2
     for key, value in [
         ("rolling_batch", 0),
         ("rolling_batch", "two"),
@@ -66,7 +67,7 @@ def test_rolling_defaults_and_bad_values():
         ("rolling_without_routers", "maybe"),
     ]:
         with pytest.raises(DeployError, match=key):
-            rolling_settings({**DEFAULTS, key: value})
+            settings_of({**DEFAULTS, key: value})
 
 
 def test_unknown_router_policy_fails_naming_it():

@@ -9,8 +9,8 @@ from pyinfra.api.command import StringCommand
 
 from sglang_deploy import run_state
 from sglang_deploy.operations import rollout as fleet_ops
-from sglang_deploy.plan.fleet import Rolling
 from sglang_deploy.plan.fleet_hosts import Rotation
+from sglang_deploy.plan.settings import RollingRestarts
 from sglang_deploy.report import outcome
 from sglang_deploy.report import throughput_log as throughput
 
@@ -52,7 +52,13 @@ ROTATION = Rotation(
     "http://10.0.0.11:30000",
     30000,
     ["http://10.0.0.5:30000"],
-    Rolling(batch=1, max_failures=0, drain_timeout_s=60, healthy_timeout_s=60, without_routers=False),
+    RollingRestarts(
+        rolling_batch=1,
+        rolling_max_failures=0,
+        rolling_drain_timeout_s=60,
+        rolling_healthy_timeout_s=60,
+        rolling_without_routers=False,
+    ),
 )
 
 
@@ -203,7 +209,10 @@ def test_a_node_a_dead_router_did_not_take_back_says_what_it_serves():
     # The router died while n1 restarted: n1 serves the new configuration, out of rotation;
     # n2 (one failure is allowed) failed its preflight: its files went back to what it serves.
     tolerant = Rotation(
-        ROTATION.worker_url, ROTATION.local_port, ROTATION.router_urls, Rolling(1, 1, 60, 60, False)
+        ROTATION.worker_url,
+        ROTATION.local_port,
+        ROTATION.router_urls,
+        ROTATION.rolling.model_copy(update={"rolling_max_failures": 1}),
     )
     dead = "router http://10.0.0.5:30000: unreachable (Connection refused)"
     out = FakeHost(

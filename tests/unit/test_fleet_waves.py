@@ -12,9 +12,9 @@ from pyinfra.api.command import StringCommand
 from sglang_deploy.facts.fleet import ServingView
 from sglang_deploy.facts.serving import UnitState
 from sglang_deploy.operations import rollout as fleet_ops
-from sglang_deploy.plan.fleet import rolling_settings
 from sglang_deploy.plan.fleet_hosts import Rotation
 from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.plan.settings import settings_of
 from sglang_deploy.rollout import rendezvous, waves
 
 pytestmark = pytest.mark.usefixtures("cycle_in_session")
@@ -95,7 +95,7 @@ def roll(monkeypatch, caplog):
                 f"http://{node.name}:30000",
                 30000,
                 list(routers),
-                rolling_settings(data),
+                settings_of(data).rolling,
                 model=models[node.name],
                 fleet_models=tuple(sorted(models.items())),
             )

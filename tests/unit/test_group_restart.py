@@ -12,9 +12,9 @@ from sglang_deploy import run_state
 from sglang_deploy.node.lib import status
 from sglang_deploy.operations import group_restart as group_cycle
 from sglang_deploy.plan import serving_group
-from sglang_deploy.plan.fleet import rolling_settings
 from sglang_deploy.plan.fleet_hosts import Rotation
 from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.plan.settings import settings_of
 from sglang_deploy.report import throughput_log as throughput
 
 LOG = []
@@ -182,7 +182,7 @@ ROTATION = Rotation(
     worker_url="http://10.0.0.1:30000",
     local_port=30000,
     router_urls=["http://10.0.0.9:30000"],
-    rolling=rolling_settings(deploy_defaults()),
+    rolling=settings_of(deploy_defaults()).rolling,
 )
 
 

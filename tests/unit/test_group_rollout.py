@@ -8,9 +8,9 @@ import gevent
 import pytest
 
 from sglang_deploy.operations import group
-from sglang_deploy.plan.fleet import rolling_settings
 from sglang_deploy.plan.fleet_hosts import Rotation
 from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.plan.settings import settings_of
 from sglang_deploy.rollout import rendezvous, waves
 
 EVENTS = []
@@ -51,7 +51,9 @@ def leads(monkeypatch, fresh_run):
     def run(names, batch=1, failing=()):
         FakeGroup.failing = failing
         data = {**deploy_defaults(), "rolling_batch": batch}
-        rotation = Rotation("http://10.0.0.1:30000", 30000, ["http://10.0.0.9:30000"], rolling_settings(data))
+        rotation = Rotation(
+            "http://10.0.0.1:30000", 30000, ["http://10.0.0.9:30000"], settings_of(data).rolling
+        )
         jobs = [
             gevent.spawn(
                 group._lead,
@@ -147,7 +149,7 @@ def group_waves(monkeypatch, caplog):
                     f"http://{leader.name}:30000",
                     30000,
                     [ROUTER],
-                    rolling_settings(data),
+                    settings_of(data).rolling,
                     model="m",
                     fleet_models=tuple(sorted(models.items())),
                 ),

@@ -15,9 +15,9 @@ from test_node_routers import FakeRouter, router  # noqa: F401 (fixture)
 
 from sglang_deploy.node import rotation
 from sglang_deploy.node.lib import result, status, textfile
-from sglang_deploy.plan.fleet import rolling_settings
 from sglang_deploy.plan.fleet_hosts import Rotation
 from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.plan.settings import settings_of
 
 WORKER = "http://10.0.0.11:30000"
 
@@ -231,7 +231,7 @@ def test_a_server_bound_to_one_address_is_asked_and_drained_there(router, bound_
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", bound_server), timeout=2).close()
     turn = Rotation(
-        WORKER, bound_server, [router], rolling_settings(deploy_defaults()), local_host="127.0.0.2"
+        WORKER, bound_server, [router], settings_of(deploy_defaults()).rolling, local_host="127.0.0.2"
     )
     code = rotation.main(shlex.split(turn.out("/opt/d/node"))[2:])
     found = _found(capsys)

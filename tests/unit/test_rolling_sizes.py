@@ -4,9 +4,8 @@ restart's order (plan_waves) and rolling_max_fail_percent (Rollout)."""
 import pytest
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.plan.fleet import rolling_settings
 from sglang_deploy.plan.hosts import deploy_defaults
-from sglang_deploy.plan.settings import validate
+from sglang_deploy.plan.settings import settings_of, validate
 from sglang_deploy.rollout import sizes as rolling_sizes
 from sglang_deploy.rollout.order import NodeFacts, Rollout, plan_waves
 
@@ -118,6 +117,8 @@ def test_rolling_settings_carry_the_canary():
         "rolling_canary_bake_s": 5,
         "rolling_max_fail_percent": 10,
     }
-    rolling = rolling_settings(data)
-    assert rolling.canary == "25%" and rolling.canary_bake_s == 5.0 and rolling.max_fail_percent == 10
-    assert rolling.batch_of(4) == 1
+    settings = settings_of(data)
+    canary, rolling = settings.canary, settings.rolling
+    assert canary.rolling_canary == "25%" and canary.rolling_canary_bake_s == 5.0
+    assert rolling.rolling_max_fail_percent == 10
+    assert rolling_sizes.batch_size(rolling.rolling_batch, 4) == 1
