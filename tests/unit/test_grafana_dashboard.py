@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from sglang_deploy.node import metrics_textfile
-from sglang_deploy.plan.monitoring import GRAFANA_DATASOURCE_UID, render_dashboard
+from sglang_deploy.plan.grafana import GRAFANA_DATASOURCE_UID, render_dashboard
 from tests.unit.test_standin_metrics import EXPECTED
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,11 +12,10 @@ import yaml
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.fleet_hosts import workers
+from sglang_deploy.plan.grafana import GRAFANA_DATASOURCE_UID, GRAFANA_RESCAN_S
 from sglang_deploy.plan.hosts import REPO_ROOT
 from sglang_deploy.plan.monitoring import (
     CONFIG_PATH,
-    GRAFANA_DATASOURCE_UID,
-    GRAFANA_RESCAN_S,
     RULES_DIR,
     monitoring_plan,
     node_exporter_plan,
