@@ -5,7 +5,7 @@
 
 A serving node (sglang_deploy/recipes.py, serving_node): profile checked, operating system,
 deploy lock, node scripts, GPU node settings, models staged, preflight, engine, server files,
-restarted if changed, serving, old venvs pruned, engine manifest (sglang_deploy/steps.py).
+restarted if changed, serving, old venvs pruned, engine manifest (sglang_deploy/steps/).
 A router: the rollout lock before any node restarts, its service after every node's steps.
 A monitoring host: Prometheus over all of them, last; a failure there (unreachable, a rule
 that does not parse) is its own host's, and stops no other host (pyinfra runs hosts apart).

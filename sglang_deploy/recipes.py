@@ -3,7 +3,7 @@
     from sglang_deploy.recipes import serving_node
     serving_node()                 # or serving_node(_sudo=True): pyinfra's global arguments apply
 
-Each is a list of named steps (sglang_deploy/steps.py). The fleet's order comes from deploy.py:
+Each is a list of named steps (sglang_deploy/steps/). The fleet's order comes from deploy.py:
 a router takes the rollout lock before any node restarts, and restarts its own service after
 every node's steps; a monitoring host runs its recipe last.
 """

@@ -108,8 +108,8 @@ class PlanningHost:
 def test_the_engine_step_stops_on_another_python_before_anything_is_uploaded(monkeypatch, capsys):
     plan = plan_for({**deploy_defaults(), "profile": "baseline", "ssh_hostname": "node1"}, operator_env={})
     uploads = []
-    monkeypatch.setattr(steps.sglang, "wheelhouse", lambda **kwargs: uploads.append(kwargs))
-    monkeypatch.setattr(steps.sglang, "binary_file", lambda **kwargs: uploads.append(kwargs))
+    monkeypatch.setattr(steps.venvs.sglang, "wheelhouse", lambda **kwargs: uploads.append(kwargs))
+    monkeypatch.setattr(steps.venvs.sglang, "binary_file", lambda **kwargs: uploads.append(kwargs))
     with ctx_host.use(PlanningHost("3.10.12")), pytest.raises(DeployStopped):
         steps.engine(plan)
     said = capsys.readouterr().err

@@ -196,7 +196,7 @@ def test_hosts_of_one_address_on_other_ssh_ports_are_other_nodes_and_routers_are
 def test_a_deploy_checks_the_inventory_once_per_run(monkeypatch):
     from pyinfra.context import ctx_state
 
-    from sglang_deploy import steps
+    from sglang_deploy.steps import node as steps
 
     inventory = [
         SimpleNamespace(name=name, data=data)
@@ -206,13 +206,13 @@ def test_a_deploy_checks_the_inventory_once_per_run(monkeypatch):
     monkeypatch.setattr(steps, "host", SimpleNamespace(name="node1-b"))
     state = SimpleNamespace(is_host_in_limit=lambda h: h.name == "node1-b")
     with ctx_state.use(state):
-        assert steps._node_units() == ("sglang-b.service", "sglang.service")
+        assert steps.node_units() == ("sglang-b.service", "sglang.service")
         inventory.append(SimpleNamespace(name="node1-c", data=node_host("node1-c", SERVICE_B)[1]))
-        assert steps._node_units() == ("sglang-b.service", "sglang.service")  # checked once
+        assert steps.node_units() == ("sglang-b.service", "sglang.service")  # checked once
     inventory.pop()
     state = SimpleNamespace(is_host_in_limit=lambda h: True)
     with ctx_state.use(state), pytest.raises(DeployError, match="node1 and node1-b are one node"):
-        steps._node_units()
+        steps.node_units()
 
 
 # -- The node's one ACS unit: ordered before every service of the node ----------------------------
