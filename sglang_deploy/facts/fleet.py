@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import shlex
 from pathlib import Path
 
 from pyinfra.api import FactBase
@@ -17,6 +16,7 @@ from sglang_deploy.facts.serving import ScriptResult
 from sglang_deploy.node import lastgood
 from sglang_deploy.node.lib import engine_auth, routers
 from sglang_deploy.node.lib.http_probe import server_url
+from sglang_deploy.plan.commands.builder import inline
 
 # routers.py and engine_auth.py are standard library only: their sources and a few lines run as
 # one `python3 -c` (the server's /ping asked with its API key, which the node reads itself).
@@ -60,9 +60,7 @@ class ServingView(FactBase):
         manifest = posixpath.join(last_good_dir, lastgood.MANIFEST)
         server = server_url(local_host, int(local_port))
         args = [worker_url, server, manifest, len(router_urls), *router_urls, *auth]
-        return (
-            f"python3 -c {shlex.quote(_VIEW_PY)} " + " ".join(shlex.quote(str(a)) for a in args) + " || true"
-        )
+        return inline(_VIEW_PY, *args) + " || true"
 
     def process(self, output):
         text = "\n".join(output).strip()

@@ -7,11 +7,11 @@ exporter as the node reaches it, cut to the node's own series of the gateway's f
 from __future__ import annotations
 
 import json
-import shlex
 
 from pyinfra.api import FactBase
 
 from sglang_deploy.node.lib.http_probe import server_url
+from sglang_deploy.plan.commands.builder import inline
 from sglang_deploy.report.canary import FAMILIES, GATEWAY_FAMILIES, Scrape
 
 _SCRAPE_PY = """
@@ -63,7 +63,7 @@ class EngineMetrics(FactBase):
             "gateways": list(gateways),
             "gateway_families": list(GATEWAY_FAMILIES),
         }
-        return f"python3 -c {shlex.quote(_SCRAPE_PY)} {shlex.quote(json.dumps(ask))} || true"
+        return inline(_SCRAPE_PY, json.dumps(ask)) + " || true"
 
     def process(self, output):
         text = "\n".join(output).strip()

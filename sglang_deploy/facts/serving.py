@@ -17,6 +17,7 @@ from sglang_deploy.plan.commands import (
     model_stage_command,
     workers_command,
 )
+from sglang_deploy.plan.commands.builder import inline
 
 # Run by the node's interpreters: standard library only, one JSON line out.
 _STARTUP_PY = (
@@ -134,7 +135,7 @@ class Serving(FactBase):
     def command(self, port, served_name, health_path="/health", host="127.0.0.1", auth=()):
         args = [server_url(host, int(port)), served_name, health_path, *auth]
         program = engine_auth.inline_source() + SERVING_PROBE_PY
-        return f"python3 -c {shlex.quote(program)} " + " ".join(shlex.quote(str(a)) for a in args)
+        return inline(program, *args)
 
     def process(self, output):
         return _json_output(output)
