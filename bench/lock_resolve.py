@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from common import Report, fmt_s, median  # noqa: E402
 
-from sglang_deploy.plan import locks  # noqa: E402
+from sglang_deploy.plan import lock_make, locks  # noqa: E402
 from sglang_deploy.profile.schema import default_profiles, load_profile  # noqa: E402
 
 SHOWN_CHANGES = 15  # changes listed per lock; the count is always given
@@ -53,7 +53,7 @@ def resolve_once(profile, sharing, cache_dir):
     try:
         with tempfile.TemporaryDirectory(prefix="lock-resolve-") as scratch:
             started = time.monotonic()
-            path = locks.make_lock(profile, sharing, locks_dir=Path(scratch), out=io.StringIO())
+            path = lock_make.make_lock(profile, sharing, locks_dir=Path(scratch), out=io.StringIO())
             seconds = time.monotonic() - started
             return seconds, locks.load_lock(path)
     finally:
@@ -122,7 +122,7 @@ def main(argv=None):
                         f"  {profile.name} {arm} run {run + 1}: {seconds:.2f} s, {len(lock.entries)} distributions"
                     )
         last = closures[-1]
-        changes = locks.closure_changes(committed, last)
+        changes = lock_make.closure_changes(committed, last)
         agree = all(lock.digest == last.digest for lock in closures)
         cold = median(times.get("cold", []))
         warm = median(times.get("warm", []))

@@ -219,7 +219,7 @@ def py311_engine():
 
 def py311_lock(relock, say):
     """The scratch lock of the baseline's pins for Python 3.11: made when absent (or relock)."""
-    from sglang_deploy.plan import locks
+    from sglang_deploy.plan import lock_make, locks
 
     engine = py311_engine()
     path = bench_dir() / "locks" / locks.lock_name(engine)
@@ -229,7 +229,7 @@ def py311_lock(relock, say):
         )
         return engine, path, locks.load_lock(path)
     started = time.monotonic()
-    body = locks.uv_compile(engine, index=True)
+    body = lock_make.uv_compile(engine, index=True)
     header = {
         "pins": ", ".join(engine.packages),
         "platform": engine.platform,
@@ -240,7 +240,7 @@ def py311_lock(relock, say):
         f"{engine.platform} --python-version {engine.python_version}",
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(locks.render_lock(header, body))
+    path.write_text(lock_make.render_lock(header, body))
     lock = locks.load_lock(path)
     say(f"lock {path}: {len(lock.entries)} distributions, resolved in {time.monotonic() - started:.1f} s")
     return engine, path, lock

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.plan import locks, wheelhouse
+from sglang_deploy.plan import lock_make, locks, wheelhouse
 from sglang_deploy.profile.lint import lint_profile
 from sglang_deploy.profile.schema import load_profile
 
@@ -24,7 +24,7 @@ Fastapi[standard]==0.165.0 \\
 
 def lock_text(pins="fastapi==0.165.0", platform="x86_64-manylinux_2_34", python="3.12", body=BODY):
     header = {"pins": pins, "platform": platform, "python": python, "profiles": "p"}
-    return locks.render_lock(header, body)
+    return lock_make.render_lock(header, body)
 
 
 def test_header_and_entries_are_parsed():
@@ -76,7 +76,9 @@ def test_a_lock_is_named_after_its_pin_set_in_any_order(tmp_path):
 )
 def test_a_lock_is_the_pin_sets_content_whatever_its_order_spelling_or_repeats(tmp_path, packages):
     locked = _profile(tmp_path, ["sglang==0.5.23", "uvicorn==0.38.0"])
-    locks.make_lock(locked, ["p"], tmp_path, compile_=lambda engine, **_: _uvicorn_body(), out=io.StringIO())
+    lock_make.make_lock(
+        locked, ["p"], tmp_path, compile_=lambda engine, **_: _uvicorn_body(), out=io.StringIO()
+    )
     same = _profile(tmp_path, packages)
     assert locks.lock_path(same.engine, tmp_path) == locks.lock_path(locked.engine, tmp_path)
     assert locks.lock_problems(same, tmp_path) == []
@@ -98,19 +100,19 @@ def test_closure_changes_name_what_moved():
     new = locks.parse_lock(
         lock_text(body=f"anyio==4.17.0 \\\n    --hash=sha256:{H1}\nidna==3.20 \\\n    --hash=sha256:{H2}\n")
     )
-    assert locks.closure_changes(old, new) == [
+    assert lock_make.closure_changes(old, new) == [
         "anyio 4.16.0 -> 4.17.0",
         "removed Fastapi 0.165.0",
         "added idna 3.20",
     ]
     rehashed = locks.parse_lock(lock_text(body=BODY.replace(H3, "d" * 64)))
-    assert locks.closure_changes(old, rehashed) == ["Fastapi 0.165.0: other files (hashes changed)"]
+    assert lock_make.closure_changes(old, rehashed) == ["Fastapi 0.165.0: other files (hashes changed)"]
 
 
 def test_make_lock_writes_the_header_and_prints_the_changes(tmp_path):
     profile = _profile(tmp_path, ["fastapi==0.165.0"])
     out = io.StringIO()
-    path = locks.make_lock(profile, ["p"], tmp_path, compile_=lambda engine, **_: BODY, out=out)
+    path = lock_make.make_lock(profile, ["p"], tmp_path, compile_=lambda engine, **_: BODY, out=out)
     lock = locks.load_lock(path)
     assert lock.pins == ["fastapi==0.165.0"] and lock.header["update"] == "make lock PROFILE=p"
     assert "2 changes in the closure" in out.getvalue() and "added anyio 4.16.0" in out.getvalue()
@@ -119,7 +121,7 @@ def test_make_lock_writes_the_header_and_prints_the_changes(tmp_path):
     moved = _profile(tmp_path, ["fastapi==0.166.0"])
     body = BODY.replace("0.165.0", "0.166.0")
     out = io.StringIO()
-    new = locks.make_lock(moved, ["p"], tmp_path, compile_=lambda engine, **_: body, out=out)
+    new = lock_make.make_lock(moved, ["p"], tmp_path, compile_=lambda engine, **_: body, out=out)
     assert new != path and path.is_file()
     assert "Fastapi 0.165.0 -> 0.166.0" in out.getvalue() and f"since {path}" in out.getvalue()
     assert locks.load_lock(path).header["profiles"] == "(none now)"
@@ -127,7 +129,7 @@ def test_make_lock_writes_the_header_and_prints_the_changes(tmp_path):
 
 def test_lint_refuses_packages_that_left_their_lock_and_names_the_command(tmp_path):
     profile = _profile(tmp_path, ["fastapi==0.165.0"])
-    locks.make_lock(profile, ["p"], tmp_path, compile_=lambda engine, **_: BODY, out=io.StringIO())
+    lock_make.make_lock(profile, ["p"], tmp_path, compile_=lambda engine, **_: BODY, out=io.StringIO())
     assert locks.lock_problems(profile, tmp_path) == []
     moved = _profile(tmp_path, ["fastapi==0.166.0"])
     (problem,) = locks.lock_problems(moved, tmp_path)
@@ -192,7 +194,7 @@ def test_the_sandbox_lock_holds_the_standin_built_here():
 def test_a_lock_made_from_the_find_links_alone_asks_no_index_and_says_so(tmp_path, monkeypatch):
     profile = _profile(tmp_path, ["fastapi==0.165.0"])
     seen = []
-    path = locks.make_lock(
+    path = lock_make.make_lock(
         profile,
         ["p"],
         tmp_path,
@@ -204,11 +206,11 @@ def test_a_lock_made_from_the_find_links_alone_asks_no_index_and_says_so(tmp_pat
     assert locks.load_lock(path).header["index"].startswith("none (the find-links alone, offline)")
     commands = []
     monkeypatch.setattr(
-        locks.subprocess,
+        lock_make.subprocess,
         "run",
         lambda command, **kw: commands.append(command) or subprocess.CompletedProcess(command, 0, BODY, ""),
     )
-    assert locks.uv_compile(profile.engine, find_links=["build/x"], index=False) == BODY
+    assert lock_make.uv_compile(profile.engine, find_links=["build/x"], index=False) == BODY
     assert {"--no-index", "--offline", "--find-links"} <= set(commands[0]) and "--index-url" not in commands[
         0
     ]

@@ -18,7 +18,7 @@ from sglang_deploy.facts.engine_venvs import VenvLock
 from sglang_deploy.facts.serving import FileDigests
 from sglang_deploy.node.lib import status
 from sglang_deploy.node.venvs import MARKER
-from sglang_deploy.plan import locks, router_flags, wheelhouse
+from sglang_deploy.plan import lock_make, locks, router_flags, wheelhouse
 from sglang_deploy.plan.fleet import router_host
 from sglang_deploy.plan.fleet_hosts import router_plan
 from sglang_deploy.plan.hosts import deploy_defaults
@@ -141,7 +141,9 @@ def test_make_router_lock_writes_the_gateway_header_and_keeps_older_locks(tmp_pa
     pins = locks.router_pins(["smg==1.13.0"], "x86_64-manylinux_2_34", "3.11")
     seen = []
     out = io.StringIO()
-    path = locks.make_router_lock(pins, tmp_path, compile_=lambda e, **kw: seen.append(kw) or body, out=out)
+    path = lock_make.make_router_lock(
+        pins, tmp_path, compile_=lambda e, **kw: seen.append(kw) or body, out=out
+    )
     lock = locks.load_lock(path)
     assert lock.header["gateway"] == "smg" and lock.header["update"] == "make lock ROUTER_PIN=smg==1.13.0"
     assert "profiles" not in lock.header and "router venv" in path.read_text().splitlines()[0]
@@ -150,7 +152,7 @@ def test_make_router_lock_writes_the_gateway_header_and_keeps_older_locks(tmp_pa
     # Another version: a new lock, the changes said since the gateway's last; the old one stays.
     newer = locks.router_pins(["smg==1.14.0"], "x86_64-manylinux_2_34", "3.11")
     out = io.StringIO()
-    again = locks.make_router_lock(
+    again = lock_make.make_router_lock(
         newer, tmp_path, compile_=lambda e, **kw: body.replace("1.13.0", "1.14.0"), out=out
     )
     assert again != path and locks.load_lock(path).header["gateway"] == "smg"
@@ -159,16 +161,16 @@ def test_make_router_lock_writes_the_gateway_header_and_keeps_older_locks(tmp_pa
 
 def test_make_lock_without_arguments_locks_every_profile_and_every_gateway(monkeypatch):
     profiles, routers = [], []
-    monkeypatch.setattr(locks, "make_lock", lambda profile, sharing, **kw: profiles.append(profile.name))
-    monkeypatch.setattr(locks, "make_router_lock", lambda pins, **kw: routers.append(pins.packages))
-    assert locks.main(["lock"]) == 0
+    monkeypatch.setattr(lock_make, "make_lock", lambda profile, sharing, **kw: profiles.append(profile.name))
+    monkeypatch.setattr(lock_make, "make_router_lock", lambda pins, **kw: routers.append(pins.packages))
+    assert lock_make.main(["lock"]) == 0
     assert "baseline" in profiles and any(name.startswith("sandbox") for name in profiles)
     assert sorted(routers) == [("sglang-router==0.3.2",), ("smg==1.13.0",)]
     profiles.clear(), routers.clear()
-    assert locks.main(["lock", "--router", "smg==1.13.0", "--router-python-version", "3.12"]) == 0
+    assert lock_make.main(["lock", "--router", "smg==1.13.0", "--router-python-version", "3.12"]) == 0
     assert profiles == [] and routers == [("smg==1.13.0",)]
     profiles.clear(), routers.clear()
-    assert locks.main(["lock", "sandbox"]) == 0 and routers == [] and profiles == ["sandbox"]
+    assert lock_make.main(["lock", "sandbox"]) == 0 and routers == [] and profiles == ["sandbox"]
 
 
 def test_router_wheels_refuses_a_pin_set_without_a_lock_naming_the_command(tmp_path, capsys):
