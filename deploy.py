@@ -17,20 +17,20 @@ reports no changes.
 
 from pyinfra import config, host
 
+from sglang_deploy import run_state
 from sglang_deploy.cli import exit_on_deploy_error
 from sglang_deploy.plan.fleet import is_monitoring, is_router
 from sglang_deploy.plan.hosts import check_sudo_applies
-from sglang_deploy.plan.settings import settings_of
 from sglang_deploy.recipes import every_node_served, monitoring, router, router_rollout_lock, serving_node
 from sglang_deploy.report.outcome import report_at_exit
 
 # Every run ends with one line per host: deployed, unchanged, failed or unreachable (and why).
 report_at_exit()
 
-# The host's settings (sglang_deploy/plan/settings.py): a key that is no setting, or a bad
-# value, stops the run here, before any host is touched.
+# The host's settings (sglang_deploy/plan/settings.py), read once for the run: a key that is no
+# setting, or a bad value, stops the run here, before any host is touched.
 with exit_on_deploy_error(host.name):
-    settings_of(host.data)
+    run_state.host_settings(host)
     check_sudo_applies(host.data, sudo_everywhere=config.SUDO)
 
 # The fleet's order: a router's lock before any node restarts; every host then waits at
