@@ -6,12 +6,15 @@ known good, and a verdict against the profile's expectations. The server is aske
     python3 decode_check.py [--host H] --port P --served-name N --profile NAME --history FILE
         --last-good-dir D [--requests N] [--warmup N] [--max-tokens N] [--prompt TEXT ...]
         [--timeout S] [--min-decode-tok-s X] [--max-regression-pct X]
+        [--min-speedup-over PROFILE [--min-speedup-pct X]] [--min-accept-length L]
         [--on-regression warn|fail|rollback] [--api-key-env-file F --api-key-var NAME]
 
 The baseline is the last known good's recorded figure on this node: the latest accepted entry
 of the history for the profile in D's manifest. A regression (below --min-decode-tok-s, or
-more than --max-regression-pct under the baseline) exits THROUGHPUT_REGRESSION unless the
-policy is `warn`. A check that cannot measure (the server stopped answering, answered an error
+more than --max-regression-pct under the baseline; for a speculating server, slower than
+--min-speedup-over's latest accepted figure on this node raised by --min-speedup-pct, or an
+accept length under --min-accept-length: speculation must pay) exits THROUGHPUT_REGRESSION
+unless the policy is `warn`. A check that cannot measure (the server stopped answering, answered an error
 or streamed too few tokens) exits DECODE_UNMEASURED whatever the expectations and the policy: a
 server that passed its gate but does not decode is not serving, and the restart cycle treats it
 as a failed step (rollback, unless it is off). Its entry is recorded, not accepted.
@@ -51,6 +54,38 @@ def verdict(figure, baseline, min_decode_tok_s=None, max_regression_pct=None):
             "%s vs baseline %.1f exceeds max_regression_pct %g" % (pct(change), baseline, max_regression_pct)
         )
     return change, reasons
+
+
+def speculation_verdict(figure, spec, reference, over, min_speedup_pct=None, min_accept_length=None):
+    """Speculation must pay: reasons a speculating configuration is a regression, in the
+    incident's words: its figure under ``reference`` (the latest accepted entry of profile
+    ``over`` on this node, or None: not judged) raised by min_speedup_pct, or its accept length
+    under min_accept_length."""
+    spec = spec or {}
+    length = spec.get("accept_length")
+    reasons = []
+    if reference is not None and figure is not None:
+        base = reference["decode_tok_s"]
+        need = base * (1 + (min_speedup_pct or 0) / 100.0)
+        if figure < need:
+            change = 100.0 * (figure - base) / base
+            than = "%.0f %% slower than" % -change if change < 0 else "only %.0f %% faster than" % change
+            reasons.append(
+                "%s decodes %.1f tok/s, %s %s's %.1f on this node%s%s"
+                % (
+                    spec.get("algorithm") or "speculation",
+                    figure,
+                    than,
+                    over,
+                    base,
+                    "; accept length %.1f" % length if length is not None else "",
+                    " (min_speedup_pct %g)" % min_speedup_pct if min_speedup_pct else "",
+                )
+            )
+    if min_accept_length is not None and (length is None or length < min_accept_length):
+        said = "not reported" if length is None else "%.2f" % length
+        reasons.append("accept length %s is below min_accept_length %g" % (said, min_accept_length))
+    return reasons
 
 
 def tok_s(figure):
@@ -143,9 +178,42 @@ def describe(entry):
     return text
 
 
+def judge_speculation(args, entry, history):
+    """The speculation rules' reasons, with the figure the speed-up is judged against recorded
+    in the entry ({"over", "reference_tok_s", "change_pct"}; said when the node has none yet)."""
+    if entry["error"]:
+        return []
+    figure, reference = entry.get("decode_tok_s"), None
+    if args.min_speedup_over:
+        reference = baseline_of(history, args.min_speedup_over)
+        if reference is None:
+            print(
+                "decode check: no figure of %s on this node yet: whether speculation pays is not "
+                "judged (make ab records one)" % args.min_speedup_over,
+                flush=True,
+            )
+        else:
+            base = reference["decode_tok_s"]
+            entry["speedup"] = {
+                "over": args.min_speedup_over,
+                "reference_tok_s": base,
+                "change_pct": round(100.0 * (figure - base) / base, 1),
+            }
+    return speculation_verdict(
+        figure,
+        entry.get("speculation"),
+        reference,
+        args.min_speedup_over,
+        args.min_speedup_pct,
+        args.min_accept_length,
+    )
+
+
 def check(args, now=None):
     if args.restored:  # the last known good again: measured, judged against nothing
-        args.min_decode_tok_s = args.max_regression_pct = None
+        args.min_decode_tok_s = args.max_regression_pct = args.min_accept_length = args.min_speedup_over = (
+            None
+        )
         args.on_regression = "warn"
     history = read_history(args.history)
     good = last_good_profile(args.last_good_dir)
@@ -194,6 +262,8 @@ def check(args, now=None):
             args.max_regression_pct,
         )
     )
+    if args.min_speedup_over or args.min_accept_length is not None:
+        reasons += judge_speculation(args, entry, history)
     regressed = bool(reasons)
     entry.update(
         change_pct=change,
@@ -246,6 +316,9 @@ def main(argv=None):
     p.add_argument("--timeout", type=float, required=True, help="per request, seconds")
     p.add_argument("--min-decode-tok-s", type=float)
     p.add_argument("--max-regression-pct", type=float)
+    p.add_argument("--min-speedup-over", help="speculation must beat this profile's figure on this node")
+    p.add_argument("--min-speedup-pct", type=float, help="by this much, in %% (default 0)")
+    p.add_argument("--min-accept-length", type=float, help="floor of the speculative accept length")
     p.add_argument("--on-regression", choices=POLICIES, default="warn")
     p.add_argument(
         "--restored",

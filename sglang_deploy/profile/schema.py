@@ -132,6 +132,17 @@ class Profile(Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _speculation_rules_need_speculation(self) -> Profile:
+        check = self.throughput
+        rules = [key for key in ("min_speedup_over", "min_accept_length") if getattr(check, key) is not None]
+        if rules and not self.server_args.get("speculative-algorithm"):
+            why = "a rule for a speculating profile: server_args has no speculative-algorithm"
+            raise KeyProblem(("throughput", rules[0]), why)
+        if check.min_speedup_pct is not None and check.min_speedup_over is None:
+            raise KeyProblem(("throughput", "min_speedup_pct"), "faster than what? set min_speedup_over too")
+        return self
+
     @property
     def name(self) -> str:
         """The leaf profile file's stem."""

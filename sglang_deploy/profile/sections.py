@@ -261,6 +261,29 @@ class Throughput(Section):
         le=100,
         description="Largest drop, in %, under the last known good's figure recorded on the same node.",
     )
+    min_speedup_over: str | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "Speculation must pay: the profile (e.g. baseline) whose figure recorded on the same node "
+            "this speculating profile must beat, by min_speedup_pct; a node without that figure yet is "
+            "said, not judged (`make ab` records it). Needs server_args.speculative-algorithm."
+        ),
+    )
+    min_speedup_pct: float | None = Field(
+        None,
+        ge=-100,
+        le=1000,
+        description="How much faster than min_speedup_over's figure, in %; null: 0 (at least as fast).",
+    )
+    min_accept_length: float | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Floor of the speculative accept length the server reports (tokens per verify step, "
+            "its own included). Needs server_args.speculative-algorithm."
+        ),
+    )
     on_regression: Literal["warn", "fail", "rollback"] = Field(
         "warn",
         description=(

@@ -245,3 +245,22 @@ def test_the_journal_of_a_start_comes_back_in_a_result_line(tmp_path):
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["lines"] == ["Init parallel begin.", "-- cursor: what a server printed"]
     assert (found["cursor"], found["status"], len(done.stdout.strip().splitlines())) == ("s=2", 0, 1)
+
+
+def test_the_decode_check_is_given_the_rules_speculation_must_pay():
+    from sglang_deploy.plan.commands.unit import NodeScripts
+    from sglang_deploy.profile.schema import load_profile
+
+    profile = load_profile(
+        "eagle3-2step",
+        overrides={
+            "throughput": {"min_speedup_over": "baseline", "min_speedup_pct": 5, "min_accept_length": 1.5}
+        },
+    )
+    scripts = NodeScripts(
+        "/opt/d", "sglang.service", profile, {"env": "/etc/s/sglang.env"}, "/var/lib/d/lg", "", ""
+    )
+    command = scripts.decode_check()
+    assert _after(command, "--min-speedup-over") == "baseline"
+    assert _after(command, "--min-speedup-pct") == "5.0" and _after(command, "--min-accept-length") == "1.5"
+    assert "--min-speedup-over" not in _bound_to("127.0.0.2").scripts.decode_check()

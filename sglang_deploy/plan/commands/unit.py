@@ -20,6 +20,15 @@ from sglang_deploy.plan.commands.service import (
 from sglang_deploy.plan.commands.status import metrics_textfile_command, node_status_command, passport_command
 from sglang_deploy.plan.model_sources import manifest_source, served_dirs, targets
 
+# The profile's throughput expectations decode_check.py judges, each its --<name> when set.
+EXPECTATIONS = (
+    "min_decode_tok_s",
+    "max_regression_pct",
+    "min_speedup_over",
+    "min_speedup_pct",
+    "min_accept_length",
+)
+
 
 class NodeScripts:
     """Command lines of our on-node scripts (sglang_deploy/node/, uploaded to ``directory``)
@@ -332,10 +341,9 @@ class NodeScripts:
         ]
         for prompt in check.prompts:
             args += ["--prompt", prompt]
-        if check.min_decode_tok_s is not None:
-            args += ["--min-decode-tok-s", check.min_decode_tok_s]
-        if check.max_regression_pct is not None:
-            args += ["--max-regression-pct", check.max_regression_pct]
+        for rule in EXPECTATIONS:  # each set expectation, as decode_check.py's --<rule>
+            if getattr(check, rule) is not None:
+                args += ["--" + rule.replace("_", "-"), getattr(check, rule)]
         return self._run("decode_check.py", *args, *self.api_key_args())
 
     def node_status(self, venvs_dir, passport):
