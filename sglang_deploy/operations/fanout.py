@@ -136,36 +136,19 @@ def _op_fanout(state, host_):
     return rendezvous.meeting(state, ("fanout", op_hash), make)
 
 
-class OpFanout:
-    """One staging operation's arrivals (a rollout/rendezvous.py Rendezvous) and, once every
-    host arrived, its trees (one per digest)."""
+class OpFanout(rendezvous.Rendezvous):
+    """One staging operation's arrivals (a rollout/rendezvous.py meeting) and, once every host
+    arrived, its trees (one per digest)."""
 
     def __init__(self, state, names, together=True):
         self.state, self.trees = state, {}
-        self.meeting = rendezvous.Rendezvous(names, self._plan, together)
-
-    @property
-    def names(self) -> list:
-        return self.meeting.names
-
-    @property
-    def arrived(self) -> dict:
-        return self.meeting.arrived
-
-    @property
-    def together(self) -> bool:
-        return self.meeting.together
-
-    def arrive(self, name, arrived):
-        self.meeting.arrive(name, arrived)
+        super().__init__(names, self._plan_trees, together)
 
     def tree_of(self, digest) -> DigestFanout:
-        self.meeting.wait(
-            ARRIVAL_TIMEOUT_S, late=lambda missing: logger.warning(f"fan-out: {missing} never arrived")
-        )
+        self.wait(ARRIVAL_TIMEOUT_S, late=lambda missing: logger.warning(f"fan-out: {missing} never arrived"))
         return self.trees[digest]
 
-    def _plan(self, arrived):
+    def _plan_trees(self, arrived):
         digests = sorted({a.digest for a in arrived.values() if a.role == "needs"})
         for digest in digests:
             # By name: the same fleet gets the same tree on every run (pyinfra's active hosts

@@ -22,14 +22,15 @@ from sglang_deploy import run_state
 
 class Rendezvous:
     """One meeting of ``names``; ``plan(arrived)`` ({name: what it brought}) runs once, in the
-    greenlet of the last to arrive (or of the first whose wait gave up)."""
+    greenlet of the last to arrive (or of the first whose wait gave up). A meeting with a plan
+    of its own (a restart's waves, a fan-out's trees) is a Rendezvous."""
 
     def __init__(self, names, plan, together=True, size=1):
         self.names = list(names)
         self.together = together
         self.arrived = {}
         self.planned = Event()
-        self._plan = plan
+        self._planner = plan
         self._turns = BoundedSemaphore(size)
         self._holding = set()
 
@@ -49,7 +50,7 @@ class Rendezvous:
         if self.planned.is_set():
             return
         try:
-            self._plan(self.arrived)
+            self._planner(self.arrived)
         finally:
             self.planned.set()
 

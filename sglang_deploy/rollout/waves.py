@@ -118,9 +118,9 @@ def wave_run(state, key, rotation):
     return rendezvous.meeting(state, ("waves", key), make)
 
 
-class WaveRun:
+class WaveRun(rendezvous.Rendezvous):
     """One restart operation's waves across the units restarting in it: planned once every unit
-    arrived with its facts (a Rendezvous), said once; a unit starts when every earlier wave
+    arrived with its facts, said once; a unit starts when every earlier wave
     ended. Below pyinfra's --parallel, no first wave: ``rolling_batch`` units take turns."""
 
     def __init__(self, names, rotation, state, title=None, canaries=True):
@@ -128,17 +128,17 @@ class WaveRun:
         self.title = title
         self.canaries = canaries  # a canary wave may be planned (its bake scrapes each node)
         self.noun = "nodes" if canaries else "serving groups"
-        self.names, self.rotation = list(names), rotation
+        self.rotation = rotation
         self.waves, self.refused = None, None
         self.ended, self.left = [], []
         self.bake = None  # the canary wave's (rollout/bake.py), when there is one
         rolling = rotation.rolling
         try:
-            size = sizes.batch_size(rolling.rolling_batch, len(self.names), self.noun)
+            size = sizes.batch_size(rolling.rolling_batch, len(names), self.noun)
         except DeployError as exc:
             size, self.refused = 1, str(exc)
         together, hosts = rendezvous.together(state)
-        self.meeting = rendezvous.Rendezvous(self.names, self._plan, together, size)
+        super().__init__(names, self._plan_waves, together, size)
         rollout(state, rolling).size += len(self.names)
         if not together:
             logger.warning(
@@ -148,21 +148,15 @@ class WaveRun:
             )
 
     @property
-    def together(self) -> bool:
-        return self.meeting.together
-
-    @property
     def facts(self) -> dict:
-        return self.meeting.arrived
-
-    def arrive(self, name, facts):
-        self.meeting.arrive(name, facts)
+        """{name: NodeFacts} of the units that arrived."""
+        return self.arrived
 
     def _others(self):
         """{model: nodes of it in the fleet that do not restart here}."""
         return dict(Counter(model for name, model in self.rotation.fleet_models if name not in self.facts))
 
-    def _plan(self, arrived):
+    def _plan_waves(self, arrived):
         nodes = [arrived[name] for name in self.names]
         rolling = self.rotation.rolling
         try:
@@ -202,9 +196,9 @@ class WaveRun:
         """Wait for ``name``'s wave; why it must not restart, or None. A node still on the old
         configuration takes part in the canary's bake meanwhile (``scrape``: its metrics)."""
         if not self.together:
-            self.meeting.take_turn(name)
+            self.take_turn(name)
             return self.refused
-        self.meeting.wait()
+        self.wait()
         if self.refused:
             return self.refused
         wave = self.waves.wave_of(name)
@@ -223,7 +217,7 @@ class WaveRun:
         )
 
     def leave(self, name):
-        self.meeting.end_turn(name)
+        self.end_turn(name)
         if self.waves is None:
             return
         wave = self.waves.wave_of(name)

@@ -196,3 +196,14 @@ def test_a_group_that_is_the_last_serving_its_model_is_not_restarted_after_a_fai
     ok, _ = group_waves(leaders, failing=("g1",))
     assert ok == [False, False]
     assert ("start", "g2") not in EVENTS, "b0's group serves the model alone: it must stay in rotation"
+
+
+def test_rank_0_is_registered_for_both_group_waves_while_the_deploy_is_planned(fresh_run):
+    leader = SimpleNamespace(group="g1", is_leader=True, leader="a0", label=lambda: "g1")
+    follower = SimpleNamespace(group="g1", is_leader=False, leader="a0", label=lambda: "g1")
+    group.join(leader, SimpleNamespace(name="a0"), object(), [])
+    group.join(follower, SimpleNamespace(name="a1"), object(), [])
+    changed = group.changed(leader)
+    group.changed(follower)
+    assert fresh_run.expected[waves.GROUPS] == {"a0": changed}
+    assert fresh_run.expected[waves.GROUPS_REPAIRED] == {"a0": None}
