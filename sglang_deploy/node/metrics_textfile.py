@@ -2,7 +2,8 @@
 rules (templates/prometheus/sglang-alerts.rules.yml) judge the figures the deploy judges.
 
     python3 metrics_textfile.py --service NAME --engine-port P --history FILE --last-good-dir D
-        [--max-regression-pct X] [--min-decode-tok-s X] [--pcie-json FILE] [--passport FILE]
+        [--max-regression-pct X] [--min-decode-tok-s X] [--min-speedup-pct X] [--min-accept-length L]
+        [--pcie-json FILE] [--passport FILE]
         [--no-routers] [--check] [--dir /var/lib/prometheus/node-exporter]
 
 Writes DIR/sglang-deploy-<service>.prom whole (lib/textfile.py: a temporary file in DIR,
@@ -29,6 +30,10 @@ whose figure is not known is left out, so no rule fires on it):
     sglang_deploy_decode_check_spec_accept_length     that check's speculative accept length (a
                                                       speculating server's: labels algorithm)
     sglang_deploy_decode_check_spec_accept_rate       its accept rate (accepted / proposed drafts)
+    sglang_deploy_decode_check_speedup_pct            its change in % against the figure its
+                                                      speculation must beat (labels over)
+    sglang_deploy_min_speedup_pct                     the profile's throughput.min_speedup_pct
+    sglang_deploy_min_accept_length                   the profile's throughput.min_accept_length
     sglang_deploy_decode_check_info                   1, labels profile (the latest check's) and
                                                       last_good_profile
     sglang_deploy_textfile_timestamp_seconds          when this file was written
@@ -94,6 +99,9 @@ HELP = {
     "min_decode_tokens_per_second": "The profile's throughput.min_decode_tok_s.",
     "decode_check_spec_accept_length": "Speculative accept length (tokens per verify step) of that decode check.",
     "decode_check_spec_accept_rate": "Speculative accept rate (accepted / proposed drafts) of that decode check.",
+    "decode_check_speedup_pct": "The latest decode check's change in percent against the figure its speculation must beat.",
+    "min_speedup_pct": "The profile's throughput.min_speedup_pct (0 when only min_speedup_over is set).",
+    "min_accept_length": "The profile's throughput.min_accept_length.",
     "decode_check_info": "The profile of the latest decode check and the last known good's.",
     "textfile_timestamp_seconds": "When the deploy wrote this file (Unix time).",
     "gpu_pcie_link_gen": "PCIe link generation of the GPU, current and maximum.",
@@ -101,6 +109,15 @@ HELP = {
     "gpu_pcie_link_degraded": "1 when the GPU's PCIe link trained below its maximum generation or width.",
     # The node's own, each in its writer's file (lib/textfile.py): every metric a node exports.
     **{metric: help_text for metric, (_, help_text) in textfile.STATE.items()},
+}
+
+
+# The profile's throughput expectations exported as given (--<option>): {option: metric}.
+EXPECTED = {
+    "max_regression_pct": "max_regression_pct",
+    "min_decode_tok_s": "min_decode_tokens_per_second",
+    "min_speedup_pct": "min_speedup_pct",
+    "min_accept_length": "min_accept_length",
 }
 
 
@@ -135,6 +152,9 @@ def decode_samples(history, last_good_profile):
         out.append(("decode_check_accepted", {}, 1 if latest.get("accepted") else 0))
         if latest.get("change_pct") is not None:
             out.append(("decode_check_change_pct", {}, latest["change_pct"]))
+        speedup = latest.get("speedup") or {}
+        if speedup.get("change_pct") is not None:
+            out.append(("decode_check_speedup_pct", {"over": speedup["over"]}, speedup["change_pct"]))
         info = {"profile": latest.get("profile") or "", "last_good_profile": last_good_profile or ""}
         out.append(("decode_check_info", info, 1))
     base = decode_check.baseline_of(history, last_good_profile)
@@ -209,10 +229,9 @@ def collect(args, now=None):
     history = decode_check.read_history(args.history)
     good = decode_check.last_good_profile(args.last_good_dir)
     samples = decode_samples(history, good)
-    if args.max_regression_pct is not None:
-        samples.append(("max_regression_pct", {}, args.max_regression_pct))
-    if args.min_decode_tok_s is not None:
-        samples.append(("min_decode_tokens_per_second", {}, args.min_decode_tok_s))
+    for option, metric in EXPECTED.items():  # the profile's expectations the alerts compare with
+        if getattr(args, option) is not None:
+            samples.append((metric, {}, getattr(args, option)))
     if args.pcie_json:
         try:
             with open(args.pcie_json) as f:
@@ -240,8 +259,8 @@ def main(argv=None):
     p.add_argument("--engine-port", type=int, required=True)
     p.add_argument("--history", required=True, help="decode_check.py's JSON lines")
     p.add_argument("--last-good-dir", required=True)
-    p.add_argument("--max-regression-pct", type=float)
-    p.add_argument("--min-decode-tok-s", type=float)
+    for option in EXPECTED:
+        p.add_argument("--" + option.replace("_", "-"), type=float)
     p.add_argument("--pcie-json", help="the GPUs' PCIe links, as a JSON list")
     p.add_argument("--passport", help="the node's hardware passport (passport.py's file)")
     p.add_argument(

@@ -293,6 +293,18 @@ class Throughput(Section):
         ),
     )
 
+    @property
+    def alerted(self) -> dict[str, float]:
+        """The expectations the alert rules compare against, as metrics_textfile.py takes them
+        ({option: value}): those set, and min_speedup_pct 0 where only min_speedup_over is."""
+        found = {
+            "max_regression_pct": self.max_regression_pct,
+            "min_decode_tok_s": self.min_decode_tok_s,
+            "min_accept_length": self.min_accept_length,
+            "min_speedup_pct": (self.min_speedup_pct or 0.0) if self.min_speedup_over else None,
+        }
+        return {name: value for name, value in found.items() if value is not None}
+
 
 class Gpu(Section):
     min_driver: DriverVersion | None = Field(

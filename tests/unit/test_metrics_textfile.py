@@ -263,7 +263,7 @@ def test_the_builders_command_line_runs_the_script_as_uploaded(incident):
         30000,
         str(incident / "throughput.jsonl"),
         str(incident / "last-good"),
-        max_regression_pct=10.0,
+        expected={"max_regression_pct": 10.0},
         textfile_dir=str(incident / "textfile"),
         no_routers=True,
     )
@@ -436,8 +436,15 @@ def test_a_speculating_servers_accept_length_and_rate_are_exported(tmp_path, mon
         "speculative_num_draft_tokens": 3,
         "internal_states": [{"avg_spec_accept_length": 1.9}],
     }
-    assert _decode_check(tmp_path, monkeypatch, "eagle3", [60.0, 60.1, 61.0], info=info) == status.READY
-    assert _run(tmp_path) == 0
+    assert _decode_check(tmp_path, monkeypatch, "base", [82.0, 82.4, 83.0]) == status.READY
+    checked = _decode_check(
+        tmp_path, monkeypatch, "eagle3", [60.0, 60.1, 61.0], info=info, min_speedup_over="base"
+    )
+    assert checked == status.READY  # warn: said, recorded
+    assert _run(tmp_path, "--min-speedup-pct=0", "--min-accept-length=1.5") == 0
     samples = _samples(tmp_path)
+    assert _value(samples, "sglang_deploy_decode_check_speedup_pct", over="base") == -27.1
+    assert _value(samples, "sglang_deploy_min_speedup_pct") == 0.0
+    assert _value(samples, "sglang_deploy_min_accept_length") == 1.5
     assert _value(samples, "sglang_deploy_decode_check_spec_accept_length", algorithm="EAGLE3") == 1.9
     assert _value(samples, "sglang_deploy_decode_check_spec_accept_rate", algorithm="EAGLE3") == 0.45

@@ -264,3 +264,12 @@ def test_the_decode_check_is_given_the_rules_speculation_must_pay():
     assert _after(command, "--min-speedup-over") == "baseline"
     assert _after(command, "--min-speedup-pct") == "5.0" and _after(command, "--min-accept-length") == "1.5"
     assert "--min-speedup-over" not in _bound_to("127.0.0.2").scripts.decode_check()
+
+
+def test_the_textfile_carries_the_expectations_the_alerts_compare_with():
+    from sglang_deploy.profile.schema import load_profile
+
+    plain = load_profile("baseline").throughput
+    assert "min_speedup_pct" not in plain.alerted
+    paying = load_profile("eagle3-2step", overrides={"throughput": {"min_accept_length": 1.5}}).throughput
+    assert paying.alerted["min_speedup_pct"] == 0.0 and paying.alerted["min_accept_length"] == 1.5

@@ -50,8 +50,7 @@ def metrics_textfile_command(
     engine_port,
     history,
     last_good_dir,
-    max_regression_pct=None,
-    min_decode_tok_s=None,
+    expected=None,
     pcie_json=None,
     textfile_dir=None,
     passport=None,
@@ -59,7 +58,8 @@ def metrics_textfile_command(
     check=False,
 ):
     """metrics_textfile.py: the deploy's figures into the node exporter's textfile directory
-    (its default: Debian's); ``passport``: the node's hardware passport file (its GPU links);
+    (its default: Debian's); ``expected``: the profile's expectations the alert rules compare
+    against, {metrics_textfile.py option: value}; ``passport``: the node's hardware passport file (its GPU links);
     ``no_routers``: the inventory names no router (no rotation sample); ``check``: only say
     whether the file's figures would change."""
     return script(
@@ -74,8 +74,7 @@ def metrics_textfile_command(
         history,
         "--last-good-dir",
         last_good_dir,
-        *optional(max_regression_pct is not None, "--max-regression-pct", max_regression_pct),
-        *optional(min_decode_tok_s is not None, "--min-decode-tok-s", min_decode_tok_s),
+        *[arg for name, value in (expected or {}).items() for arg in ("--" + name.replace("_", "-"), value)],
         *optional(pcie_json, "--pcie-json", pcie_json),
         *optional(passport, "--passport", passport),
         *optional(textfile_dir, "--dir", textfile_dir),
