@@ -40,7 +40,7 @@ LIMIT_CHECK = $(if $(LIMIT_FILE),$(if $(strip $(LIMIT_NAMES)),,$(error LIMIT=$(L
 # engine versions on sandbox nodes (tests/e2e/test_engine_venvs.py).
 NEXT_STANDIN := 0.5.24+sandbox
 NEXT_WHEELS  := build/wheels-next
-# SGLang's gateway (smg; sglang-router for 0.3.2 and before): a router pin set, as the
+# SGLang's gateway (smg): a router pin set, as the
 # router_packages setting has it (several pins comma-separated), for `make lock` and `make
 # router-wheels`; ROUTER_PYTHON_VERSION / ROUTER_PLATFORM when the router hosts' are not the
 # settings' defaults (router_python_version, router_platform). Unset: every router lock.

@@ -20,17 +20,16 @@ routers whenever it serves after the cycle: the new configuration, or the old on
 rollback or a failed preflight.
 
 Never the last routable worker of a model: right before the node leaves a router, that router's
-own view (/workers) must list another worker of the node's model as routable (ready in smg,
-healthy in sglang-router), waited for up to --healthy-timeout; otherwise nothing (more) is
+own view (/workers) must list another worker of the node's model as routable (ready),
+waited for up to --healthy-timeout; otherwise nothing (more) is
 taken out of rotation, the node is put back where it left, its files are restored, and the
 outcome is "last_in_rotation". The controller plans batches so this never happens; the check
 closes the window where a peer fails, or is still pending in a router, after the plan was made
 (a router that routes to none of a model's workers answers its requests 503).
 
-Leaving a router with worker states (smg): its drain settle time is set first (PATCH, to
---drain-settle seconds), then the removal lists the node "draining" (no new requests, those in
-flight finish) until the router removes it; a router without states (sglang-router 0.3.2)
-removes it at once. Before the node goes back, a draining entry is waited out (smg refuses to
+Leaving a router: its drain settle time is set first (PATCH, to --drain-settle seconds), then
+the removal lists the node "draining" (no new requests, those in flight finish) until the
+router removes it. Before the node goes back, a draining entry is waited out (smg refuses to
 add a URL it still lists).
 
 The node's own server is asked (/ping, /get_load) at --host, its own --host (loopback when that
@@ -342,9 +341,7 @@ def main(argv=None):
     parser.add_argument("--router", action="append", default=[], help="a router's base URL")
     parser.add_argument("--drain-timeout", type=float, default=120.0)
     parser.add_argument("--healthy-timeout", type=float, default=120.0)
-    parser.add_argument(
-        "--drain-settle", type=float, help="seconds a router with worker states lists the node draining"
-    )
+    parser.add_argument("--drain-settle", type=float, help="seconds a router lists the node draining")
     parser.add_argument("--allow-unreachable-routers", action="store_true")
     parser.add_argument(
         "--only", choices=("out", "back"), help="one half, around a restart driven from elsewhere"

@@ -9,7 +9,8 @@ is asked instead of the main port: what a load balancer in front of the router a
 answers 503 with a reason: "draining" while the gateway stops (an old process still
 finishing its requests), "insufficient healthy workers" before a worker is ready.
 
-Ends with one result line: {"workers": {url: "healthy" | "unhealthy" | "not listed"},
+Ends with one result line: {"workers": {url: "healthy" | smg's state (pending, not_ready,
+failed, draining) | "not listed"},
 "readiness": status code}; exit 0 when ready, 4 (TIMEOUT) otherwise, naming what is missing.
 """
 

@@ -20,8 +20,8 @@ from sglang_deploy.plan.settings import Router, settings_of
 
 ROUTERS_GROUP = "routers"
 MONITORING_GROUP = "monitoring"
-# One unit name whichever gateway runs (smg or sglang-router): moving a host from one to the
-# other is a changed unit, replaced and restarted like any other change.
+# The gateway's unit keeps the name it had when the gateway was called sglang-router (smg's
+# former name), so hosts that ran it have one unit, replaced and restarted like any change.
 ROUTER_UNIT = "sglang-router.service"
 
 

@@ -84,7 +84,7 @@ class RouterPins:
 
     @property
     def gateway(self) -> str:
-        """The gateway's distribution (``smg``, ``sglang-router``)."""
+        """The gateway's distribution (``smg``)."""
         return _gateway(self.packages)[0]
 
 

@@ -1,8 +1,8 @@
 """The gateway a router host runs, and its flag names for the version pinned.
 
-Two gateways are known: `smg` (SGLang's gateway from 1.x on; the default) and `sglang-router`
-(0.3.2, its last release under that name). Which one runs is the gateway pin in
-``router_packages``; what its launcher accepts is a committed option list per version
+The gateway is `smg` (SGLang's gateway from 1.x on), pinned in ``router_packages``; its former
+name, `sglang-router`, is retired (a pin of it is refused, naming smg). What the launcher of the
+pinned version accepts is a committed option list per version
 (router_options/<distribution>-<version>.json), generated from the installed gateway's own
 parser:
 
@@ -35,20 +35,18 @@ OPTIONS_DIR = Path(__file__).resolve().parent / "router_options"
 class Gateway:
     distribution: str
     package: str  # the import package: its launcher and its RouterArgs
-    worker_states: bool  # /workers lists a lifecycle status (ready, draining, ...)
 
     @property
     def module(self) -> str:
         return f"{self.package}.launch_router"
 
 
-GATEWAYS = {
-    "smg": Gateway("smg", "smg", worker_states=True),
-    "sglang-router": Gateway("sglang-router", "sglang_router", worker_states=False),
-}
+GATEWAYS = {"smg": Gateway("smg", "smg")}
+# The gateway's former name (its last release, 0.3.2, in January 2026): refused where pinned.
+RETIRED = "sglang-router"
 
-# The flags the unit renders, by what they set. Both gateways spell them alike today; a
-# version that renames one gets its own row here, and the option list says which it has.
+# The flags the unit renders, by what they set. A version that renames one gets its own row
+# here, and the option list says which it has.
 FLAGS = {
     "host": "--host",
     "port": "--port",
@@ -96,8 +94,15 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def names_retired(packages) -> bool:
+    """Whether a pin (or a bare name) of ``packages`` is the retired gateway, sglang-router."""
+    return any(normalize(re.split(r"[\[<>=!~;\s]", str(pin), maxsplit=1)[0]) == RETIRED for pin in packages)
+
+
 def gateway_pin(packages) -> tuple[str, str]:
     """(distribution, version) of the one gateway among exact pins; ValueError otherwise."""
+    if names_retired(packages):
+        raise ValueError(f"{RETIRED} is retired; smg is the gateway (smg==<version>), got {list(packages)}")
     found = []
     for pin in packages:
         name, _, version = pin.partition("==")
@@ -204,7 +209,7 @@ def generate(python: str, distribution: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m sglang_deploy.plan.router_flags",
-        description="Write the option list of an installed gateway (smg or sglang-router).",
+        description="Write the option list of an installed gateway (smg).",
     )
     parser.add_argument("--python", required=True, help="interpreter of a venv with the gateway installed")
     parser.add_argument("--distribution", choices=sorted(GATEWAYS), default="smg")

@@ -1,5 +1,5 @@
-"""The router's systemd unit for the gateway its pins name (smg or sglang-router), with that
-version's flag names (plan/router_flags.py).
+"""The router's systemd unit for the gateway its pins name (smg), with that version's flag
+names (plan/router_flags.py).
 
 Retries, the circuit breaker and health checks are always rendered, each from its setting:
 the gateways' own defaults moved between versions, and a fleet should not change behaviour

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.plan.router_flags import gateway_pin
+from sglang_deploy.plan.router_flags import RETIRED, gateway_pin, names_retired
 from sglang_deploy.profile.fields import AbsPath, LockPlatform, Pin, PythonVersion, VenvPath, engine_home
 from sglang_deploy.rollout.sizes import count_or_percent
 
@@ -33,6 +33,14 @@ Seconds = Annotated[float, Field(gt=0)]
 def _router_pins(pins: list[str]) -> list[str]:
     gateway_pin(pins)  # ValueError: no gateway pinned, or two
     return pins
+
+
+def _no_retired_gateway(value: Any) -> Any:
+    # Before the pins are read as exact pins: a bare `sglang-router` gets this answer too.
+    if isinstance(value, (list, tuple)) and names_retired(value):
+        smg = ", ".join(Router.model_fields["router_packages"].default)
+        raise ValueError(f"{RETIRED} is retired; smg is the gateway: router_packages: [{smg}]")
+    return value
 
 
 def _words(value: Any) -> Any:
@@ -57,7 +65,7 @@ def _apt_pin(value: Any) -> Any:
 APT_PIN = re.compile(r"[a-z0-9][a-z0-9+.-]+=[0-9][A-Za-z0-9.+~:-]*")
 
 AptPin = Annotated[str, AfterValidator(_apt_pin)]
-RouterPins = Annotated[list[Pin], AfterValidator(_router_pins)]
+RouterPins = Annotated[list[Pin], AfterValidator(_router_pins), BeforeValidator(_no_retired_gateway)]
 Words = Annotated[list[str], BeforeValidator(_words, json_schema_input_type=str | list[str])]
 
 
@@ -252,8 +260,8 @@ class Router(_Group):
 
     router_packages: RouterPins = Field(
         ["smg==1.13.0"],
-        description="The router's exact pins: one gateway (`smg==<version>`, or `sglang-router==<version>`, its "
-        "last release under that name being 0.3.2) and any others, installed in a venv of their own from "
+        description="The router's exact pins: one gateway (`smg==<version>`; `sglang-router`, its former name, "
+        "is refused) and any others, installed in a venv of their own from "
         "their lock (locks/, `make lock ROUTER_PIN=...`): every distribution with its sha256, no dependency "
         "resolution; a pin set without a lock stops the run at plan time, naming the command that makes it. "
         "The gateway's flag names come from its version's option list (sglang_deploy/plan/router_options/): a "
@@ -295,15 +303,14 @@ class Router(_Group):
     router_health_check_port: Port | None = Field(
         29001,
         description="smg's dedicated probe port (`--health-check-port`): /readiness and /health served on a "
-        "runtime of their own, which the router's gate asks. null: none (sglang-router 0.3.2 has no such "
-        "flag: set null when pinning it).",
+        "runtime of their own, which the router's gate asks. null: none.",
     )
     router_policy: str = Field(
         "round_robin",
         min_length=1,
         description="The gateway's load-balancing policy: one of its version's `--policy` choices (smg 1.13.0: "
         "random, round_robin, passthrough, cache_aware, power_of_two, least_load, manual, consistent_hashing, "
-        "prefix_hash; sglang-router 0.3.2: random, round_robin, cache_aware, power_of_two, manual).",
+        "prefix_hash).",
     )
     router_health_check_interval_s: int = Field(
         2,
@@ -358,7 +365,7 @@ class Router(_Group):
         ge=0,
         description="smg: seconds a worker taken out of rotation stays listed as Draining (no new requests, in-flight "
         "ones finish) before it is removed, set per worker (PATCH /workers) before its removal; the node's own "
-        "drain (/get_load, rolling_drain_timeout_s) follows. sglang-router 0.3.2 removes at once.",
+        "drain (/get_load, rolling_drain_timeout_s) follows.",
     )
     router_shutdown_grace_s: int = Field(
         60,

@@ -10,8 +10,7 @@ gateway's /metrics (tests/unit/captured/capture_smg_metrics.py): the counters
 ``smg_worker_requests_total{worker, model}`` (sends, retries included), and gauges (health,
 breaker state, requests running). Its latencies (``smg_router_request_duration_seconds``,
 ``smg_router_ttft_seconds``) are labelled by model, not by worker, so the gateway does not
-say a node's latency: SGLang's TTFT p95 judges that alone. (sglang-router 0.3.2's binary
-names the same outcome family.)
+say a node's latency: SGLang's TTFT p95 judges that alone.
 
 - **gateway error rate**: a node's failed answers of all it gave over the bake (counter
   increases, summed over the exporters every compared node read at both ends; a series that

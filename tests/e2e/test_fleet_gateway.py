@@ -1,6 +1,6 @@
-"""The fleet's gateway on sandbox nodes: a router host moved from sglang-router 0.3.2 to smg
-by one ordinary deploy, smg's probe port answering, and a rolling change drained through
-smg's Draining state losing no request.
+"""The fleet's gateway on sandbox nodes: smg installed from its lock (sglang-router, its former
+name, refused before any host changes), smg's probe port answering, and a rolling change
+drained through smg's Draining state losing no request.
 
 python3 sandbox/sandbox.py up --nodes 3 --routers 1 && python3 -m pytest -m fleet tests/e2e
 """
@@ -19,7 +19,7 @@ from .sandbox import REPO_ROOT, deploy, profile_dir, ssh, unit_start  # noqa: F4
 from .test_fleet import fleet, router_view, sandbox_with_env, under_load
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fleet]
-OLD = ("--data", 'router_packages=["sglang-router==0.3.2"]', "--data", "router_health_check_port=null")
+RETIRED = ("--data", 'router_packages=["sglang-router==0.3.2"]')
 
 
 def fleet_deploy(names, router, profile="sandbox", args=()):
@@ -47,29 +47,26 @@ def probe(router_port):
 
 
 @pytest.mark.over_ceiling(
-    reason="two gateways installed from their locked wheelhouses on the router node, each followed by "
-    "a rolling change of the three nodes behind it (181 s on 2 shared cores)"
+    reason="smg installed from its locked wheelhouse on the router node, after a refused run, in front of "
+    "three nodes deployed with it"
 )
-def test_moving_the_router_from_sglang_router_to_smg_is_one_ordinary_deploy(profile_dir):  # noqa: F811
+def test_the_gateway_is_smg_from_its_lock_and_sglang_router_is_refused(profile_dir):  # noqa: F811
     names, ports, router, router_port = fleet()
-    for pin in ("sglang-router==0.3.2", "smg==1.13.0"):
-        subprocess.run(["make", "-s", "router-wheels", f"ROUTER_PIN={pin}"], cwd=REPO_ROOT, check=True)
-    old = fleet_deploy(names, router, args=OLD)
-    assert old.returncode == 0, old.output[-4000:]
-    assert "sglang_router.launch_router" in exec_start(router)
-    assert sorted(router_view(router_port).values()) == [True] * len(names)
+    subprocess.run(["make", "-s", "router-wheels", "ROUTER_PIN=smg==1.13.0"], cwd=REPO_ROOT, check=True)
+    refused = fleet_deploy(names, router, args=RETIRED)
+    assert refused.returncode != 0, refused.output[-4000:]
+    assert (
+        "router_packages: sglang-router is retired; smg is the gateway: router_packages: [smg==1.13.0]"
+        in (refused.output)
+    )
 
-    starts = {name: unit_start(name) for name in names}
-    moved = fleet_deploy(names, router)
-    assert moved.returncode == 0, moved.output[-4000:]
+    deployed = fleet_deploy(names, router)
+    assert deployed.returncode == 0, deployed.output[-4000:]
     smg = planned()
     assert "smg.launch_router" in exec_start(router) and f"{smg.venv}/bin/python" in exec_start(router)
     assert ssh(router, "systemctl is-active sglang-router.service").strip() == "active"
     assert sorted(router_view(router_port).values()) == [True] * len(names)
-    assert all(unit_start(name) == starts[name] for name in names), "no node restarts for the router's move"
-    # The old venv is left where it was; the new one holds exactly smg's lock.
-    old_venv = planned(router_packages=["sglang-router==0.3.2"]).venv
-    assert ssh(router, f"test -d {old_venv} && echo kept").strip() == "kept"
+    # The venv holds exactly smg's lock.
     exact = f"{smg.venv}/bin/python /opt/sglang-deploy/node/exact.py --lock {smg.locked.remote_lock}"
     assert "exactly the lock's" in ssh(router, exact)
     code, body = probe(router_port)

@@ -40,7 +40,16 @@ def test_the_view_names_each_routers_listing_ping_and_last_good(servers, tmp_pat
     port = node.server_address[1]
     worker = f"http://127.0.0.1:{port}"
     listed = lambda healthy: json.dumps(
-        {"workers": [{"id": "w1", "url": worker + "/", "is_healthy": healthy}]}
+        {
+            "workers": [
+                {
+                    "id": "w1",
+                    "url": worker + "/",
+                    "is_healthy": healthy,
+                    "status": "ready" if healthy else "not_ready",
+                }
+            ]
+        }
     )  # noqa: E731
     healthy = servers({"/workers": (200, listed(True))})
     sick = servers({"/workers": (200, listed(False))})

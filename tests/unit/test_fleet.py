@@ -77,10 +77,10 @@ def test_unknown_router_policy_fails_naming_it():
 
 def test_router_pins_must_name_one_gateway_exactly():
     for pins in (
-        ["sglang-router>=0.3"],
+        ["smg>=1.13"],
         ["smg"],
         ["requests==2.32.3"],
-        ["smg==1.13.0", "sglang-router==0.3.2"],
+        ["smg==1.13.0", "smg==1.12.0"],
     ):
         with pytest.raises(DeployError, match="router_packages"):
             router_host("r1", router_data(router_packages=pins))
@@ -199,8 +199,20 @@ def test_parse_workers():
     answer = json.dumps(
         {
             "workers": [
-                {"id": "u1", "url": "http://127.0.0.1:30001/", "is_healthy": True, "load": 2},
-                {"id": "u2", "url": "http://127.0.0.1:30002", "is_healthy": False, "load": 0},
+                {
+                    "id": "u1",
+                    "url": "http://127.0.0.1:30001/",
+                    "is_healthy": True,
+                    "load": 2,
+                    "status": "ready",
+                },
+                {
+                    "id": "u2",
+                    "url": "http://127.0.0.1:30002",
+                    "is_healthy": False,
+                    "load": 0,
+                    "status": "not_ready",
+                },
             ],
             "total": 2,
         }

@@ -1,7 +1,7 @@
 """node/node_status.py on its own, on state directories its writers wrote: the engine venvs
 (venvs.py mark and point), the last known good (lastgood.py save), the decode checks
 (decode_check.py against a streaming server), a unit behind a fake systemctl, a /proc whose
-process runs one of the venvs, and a router answering like sglang-router 0.3.2."""
+process runs one of the venvs, and a router answering like smg (test_node_routers.FakeRouter)."""
 
 import json
 import os
@@ -233,8 +233,8 @@ def test_the_router_and_its_workers(router, capsys):  # noqa: F811
     workers = found["router"]["workers"]
     seen = {url: {key: w[key] for key in ("id", "healthy", "load", "state")} for url, w in workers.items()}
     assert seen == {
-        "http://10.0.0.11:30000": {"id": "a", "healthy": True, "load": 0, "state": "healthy"},
-        "http://10.0.0.12:30000": {"id": "b", "healthy": False, "load": 0, "state": "unhealthy"},
+        "http://10.0.0.11:30000": {"id": "a", "healthy": True, "load": 0, "state": "ready"},
+        "http://10.0.0.12:30000": {"id": "b", "healthy": False, "load": 0, "state": "not_ready"},
     }
 
 

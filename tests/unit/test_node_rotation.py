@@ -1,5 +1,5 @@
 """node/rotation.py on its own: a node's restart out of rotation against a router that answers
-like sglang-router 0.3.2 (test_node_routers.FakeRouter) and a server that answers /ping and
+like smg with no drain settle time (test_node_routers.FakeRouter) and a server that answers /ping and
 /get_load like SGLang; the restart cycle and the restore are small commands."""
 
 import argparse

@@ -1,5 +1,6 @@
 """node/lib/routers.py and node/router_gate.py against a small HTTP server that answers like
-sglang-router 0.3.2's worker API (queued additions and removals, /readiness)."""
+smg's worker API with no drain settle time (queued additions, a removal at once, worker states,
+/readiness); smg's own answers, Draining included: test_node_smg.py."""
 
 import json
 import threading
@@ -12,7 +13,7 @@ from sglang_deploy.node.lib.routers import Router, RouterError
 
 
 class FakeRouter(BaseHTTPRequestHandler):
-    workers = {}  # url -> {"id", "is_healthy"}
+    workers = {}  # url -> {"id", "is_healthy", "model_id"}: listed "ready" or "not_ready"
     queued = set()  # urls whose addition is queued, not listed yet (smg)
 
     def log_message(self, *args):
@@ -32,8 +33,21 @@ class FakeRouter(BaseHTTPRequestHandler):
             healthy = sum(w["is_healthy"] for w in self.workers.values())
             return self._send(200 if healthy else 503, {"status": "ready" if healthy else "not ready"})
         if self.path == "/workers":
-            return self._send(200, {"workers": [dict(w, url=u, load=0) for u, w in self.workers.items()]})
+            listed = [
+                dict(w, url=u, load=0, status="ready" if w["is_healthy"] else "not_ready")
+                for u, w in self.workers.items()
+            ]
+            return self._send(200, {"workers": listed})
         self._send(404, {})
+
+    def do_PATCH(self):  # an update of labels and health settings, applied at once
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        wid = self.path.rsplit("/", 1)[1]
+        for worker in self.workers.values():
+            if worker["id"] == wid:
+                worker["labels"] = {**worker.get("labels", {}), **(body.get("labels") or {})}
+                return self._send(202, {"status": "accepted"})
+        self._send(404, {"error": "not found", "code": "WORKER_NOT_FOUND"})
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -96,7 +110,7 @@ def test_an_addition_refused_otherwise_is_named(router):
 
 
 def test_wait_names_what_it_saw(router):
-    with pytest.raises(RouterError, match="10.0.0.12:30000 still unhealthy after 0s"):
+    with pytest.raises(RouterError, match="10.0.0.12:30000 still not_ready after 0s"):
         Router(router).wait_for("http://10.0.0.12:30000", "healthy", timeout=0)
 
 
@@ -122,7 +136,7 @@ def test_router_gate_names_unhealthy_and_missing_workers(router, capsys):
     )
     found = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 4
-    assert "http://10.0.0.12:30000 unhealthy, http://10.0.0.13:30000 not listed" in found["cause"]
+    assert "http://10.0.0.12:30000 not_ready, http://10.0.0.13:30000 not listed" in found["cause"]
     FakeRouter.workers["http://10.0.0.12:30000"]["is_healthy"] = True
     assert (
         router_gate.main(

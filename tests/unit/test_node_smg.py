@@ -191,7 +191,7 @@ def test_captured_answers_say_who_is_routable():
     smg = parse_workers((CAPTURED / "smg-1.13.0" / "workers_one_draining.json").read_text())
     states = {url: state_of(w) for url, w in smg.items()}
     assert states == {"http://127.0.0.1:41002": "healthy", "http://127.0.0.1:41001": "draining"}
-    assert not smg["http://127.0.0.1:41001"]["routable"] and smg["http://127.0.0.1:41002"]["states"]
+    assert not smg["http://127.0.0.1:41001"]["routable"] and smg["http://127.0.0.1:41002"]["state"] == "ready"
     # The draining one has left: the ready one is the model's last routable worker.
     assert last_routable(smg, "http://127.0.0.1:41002") == (
         "http://127.0.0.1:41002 is the last routable worker of tiny (http://127.0.0.1:41001 draining)"
@@ -199,8 +199,9 @@ def test_captured_answers_say_who_is_routable():
     assert last_routable(smg, "http://127.0.0.1:41001") is None  # it routes nothing: nothing to protect
     both = parse_workers((CAPTURED / "smg-1.13.0" / "workers_two_ready.json").read_text())
     assert last_routable(both, "http://127.0.0.1:41001") is None
-    old = parse_workers((CAPTURED / "sglang-router-0.3.2" / "workers_two_healthy.json").read_text())
-    assert all(w["routable"] and not w["states"] and w["model"] == "tiny" for w in old.values())
+    # A worker without smg's status (sglang-router, its former name, listed none) is refused.
+    with pytest.raises(ValueError, match="not smg's /workers answer: a worker without 'status'"):
+        parse_workers({"workers": [{"url": "http://127.0.0.1:41001", "is_healthy": True}]})
     # One worker of its model alone: no other to protect (a model served by one node restarts).
     alone = {url: w for url, w in both.items() if url.endswith("41001")}
     assert last_routable(alone, "http://127.0.0.1:41001") is None

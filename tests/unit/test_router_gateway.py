@@ -1,7 +1,7 @@
 """The gateway a router host runs (plan/router_flags.py, plan/router_unit.py): its flag names
 from the pinned version's option list, the retry, circuit-breaker and health flags always
-rendered, a flag the version lacks refused at plan time, and the move from sglang-router 0.3.2
-to smg as one ordinary deploy."""
+rendered, a flag the version lacks refused at plan time, and sglang-router (smg's former name)
+refused wherever it is pinned, naming smg."""
 
 import json
 import re
@@ -12,18 +12,15 @@ import pytest
 from test_operations import FakeHost, on_node, run  # noqa: F401 (fixture)
 from test_render import parse_exec_line
 
-from sglang_deploy import operations
 from sglang_deploy.errors import DeployError
-from sglang_deploy.facts.serving import FileDigests
 from sglang_deploy.plan import router_flags
-from sglang_deploy.plan.fleet import ROUTER_UNIT, router_host
+from sglang_deploy.plan.fleet import router_host
 from sglang_deploy.plan.fleet_hosts import router_plan
-from sglang_deploy.plan.hosts import deploy_defaults
+from sglang_deploy.plan.hosts import deploy_defaults, gpu_hosts
 from sglang_deploy.plan.router_unit import router_argv
 
 CAPTURED = Path(__file__).parent / "captured"
 DEFAULTS = deploy_defaults()
-OLD = {"router_packages": ["sglang-router==0.3.2"], "router_health_check_port": None}
 
 
 def router_data(**overrides):
@@ -51,21 +48,17 @@ def _value(argv, flag):
     return argv[argv.index(flag) + 1]
 
 
-@pytest.mark.parametrize(
-    "dist, version, help_file",
-    [("smg", "1.13.0", "smg-1.13.0"), ("sglang-router", "0.3.2", "sglang-router-0.3.2")],
-)
+@pytest.mark.parametrize("dist, version, help_file", [("smg", "1.13.0", "smg-1.13.0")])
 def test_each_option_list_is_its_versions_help(dist, version, help_file):
-    # The lists come from the gateways' own parsers; their --help, captured from the same
+    # The lists come from the gateway's own parser; its --help, captured from the same
     # wheels, names every option of them.
     options = router_flags.options_for(dist, version)
     text = (CAPTURED / help_file / "launch_help.txt").read_text()
     in_help = set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*[a-z0-9])(?![\w-])", text))
     assert {o for o in options.options if o.startswith("--")} <= in_help | {"--help"}
     assert options.distribution == dist and options.version == version
-    # What the unit renders is in every version's list, but smg's probe port in 0.3.2's.
-    missing = {key for key, flag in router_flags.FLAGS.items() if flag not in options.options}
-    assert missing == (set() if dist == "smg" else {"health_check_port"})
+    # What the unit renders is in every version's list.
+    assert {key for key, flag in router_flags.FLAGS.items() if flag not in options.options} == set()
 
 
 def test_flag_names_and_launcher_follow_the_pinned_gateway():
@@ -73,13 +66,10 @@ def test_flag_names_and_launcher_follow_the_pinned_gateway():
     assert new[1:3] == ["-m", "smg.launch_router"]
     assert re.fullmatch(r"/opt/sglang-router/venvs/smg-1\.13\.0-[0-9a-f]{12}/bin/python", new[0])
     assert _value(new, "--health-check-port") == "29001"
-    old = argv_of(**OLD)
-    assert old[1:3] == ["-m", "sglang_router.launch_router"]
-    assert re.fullmatch(r"/opt/sglang-router/venvs/sglang-router-0\.3\.2-[0-9a-f]{12}/bin/python", old[0])
-    assert "--health-check-port" not in old
-    # Everything else is the same flag in both: the same settings, the same behaviour.
+    # null: no probe port, the one flag left out.
+    without = argv_of(router_health_check_port=None)
     assert [a for a in new[3:] if a.startswith("--") and a != "--health-check-port"] == [
-        a for a in old[3:] if a.startswith("--")
+        a for a in without[3:] if a.startswith("--")
     ]
 
 
@@ -130,7 +120,7 @@ def test_retries_circuit_breaker_and_health_checks_are_rendered_from_their_setti
     # Rendered at their defaults too: a gateway that moves its own defaults moves nothing here.
     flags = ("--retry-max-retries", "--cb-failure-threshold", "--health-check-interval-secs")
     for flag in (*flags, "--worker-startup-check-interval"):
-        assert flag in argv_of() and flag in argv_of(**OLD)
+        assert flag in argv_of()
     assert "TimeoutStopSec=35" in router_plan("r1", fleet(router_shutdown_grace_s=20)).unit_text
 
 
@@ -148,11 +138,6 @@ def test_extra_args_reach_the_gateway_as_written_through_systemd():
     [
         ({"router_extra_args": ["--mini-lb"]}, r"r1: router: --mini-lb is not a flag of smg 1\.13\.0"),
         ({"router_extra_args": ["--retry-max-r", "3"]}, r"abbreviation of --retry-max-retries"),
-        (
-            {**OLD, "router_health_check_port": 29001},
-            r"--health-check-port is not a flag of sglang-router 0\.3\.2",
-        ),
-        ({**OLD, "router_extra_args": ["--log-json"]}, r"--log-json is not a flag of sglang-router 0\.3\.2"),
         ({"router_extra_args": ["--retry-max-retries", "3"]}, r"rendered from router_retry_max_retries"),
         ({"router_extra_args": ["--host=::"]}, r"--host=:: is rendered from router_bind"),
         ({"router_extra_args": ["--policy", "random"]}, r"rendered from router_policy"),
@@ -167,17 +152,13 @@ def test_a_flag_the_pinned_version_lacks_stops_the_plan_naming_it(router, match)
 def test_policies_are_the_pinned_versions():
     assert "--policy least_load" in router_plan("r1", fleet(router_policy="least_load")).unit_text
     with pytest.raises(
-        DeployError, match=r"r1: router_policy: unknown policy 'least_load' \(sglang-router 0\.3\.2"
+        DeployError, match=r"r1: router_policy: unknown policy 'fastest' \(smg 1\.13\.0 knows"
     ):
-        router_host("r1", router_data(**OLD, router_policy="least_load"))
-    with pytest.raises(DeployError, match="unknown policy 'fastest'"):
         router_host("r1", router_data(router_policy="fastest"))
 
 
 def test_a_gateway_version_without_an_option_list_is_refused():
-    with pytest.raises(
-        DeployError, match=r"no option list for smg 1\.99\.0 \(have: sglang-router-0\.3\.2, smg-1\.13\.0\)"
-    ):
+    with pytest.raises(DeployError, match=r"no option list for smg 1\.99\.0 \(have: smg-1\.13\.0\)"):
         router_host("r1", router_data(router_packages=["smg==1.99.0"]))
 
 
@@ -207,61 +188,44 @@ def test_the_options_list_generator_reads_the_installed_parser(tmp_path, monkeyp
     assert data["choices"] == {"--policy": ["random", "round_robin"]}
 
 
-# -- moving a router host from sglang-router 0.3.2 to smg ------------------------------------
+# -- sglang-router, smg's former name, is retired -------------------------------------------
+
+RETIRED = "router_packages: sglang-router is retired; smg is the gateway: router_packages: [smg==1.13.0]"
 
 
-def test_moving_to_smg_is_one_ordinary_deploy(run):  # noqa: F811
-    before = router_plan("r1", fleet(**OLD))
-    after = router_plan("r1", fleet())
-    # The same unit, replaced: its name and path stay, what it runs changes.
-    assert before.unit == after.unit == ROUTER_UNIT
-    assert before.unit_path == after.unit_path == "/etc/systemd/system/sglang-router.service"
-    assert _exec_start(before.unit_text) != _exec_start(after.unit_text)
-    # A venv of its own beside the old one, which the running router keeps until the restart.
-    assert before.router.venv.startswith("/opt/sglang-router/venvs/sglang-router-0.3.2-")
-    assert after.router.venv.startswith("/opt/sglang-router/venvs/smg-1.13.0-")
-    venv, locked = after.router.venv, after.locked
-    commands, _ = run(
-        operations.locked_venv,
-        {FileDigests: {}},
-        venv,
-        "python3",
-        locked.remote_lock,
-        locked.uv,
-        "/opt/sglang-deploy/node",
-        wheels_dir=locked.remote_wheelhouse,
+@pytest.mark.parametrize(
+    "pins",
+    [
+        ["sglang-router==0.3.2"],
+        ["sglang-router"],
+        ["sglang_router[all]==0.3.2", "smg==1.13.0"],
+        ["sglang-router>=0.3"],
+    ],
+)
+def test_a_router_pinning_sglang_router_is_refused_naming_smg(pins):
+    with pytest.raises(DeployError) as raised:
+        router_plan("r1", fleet(router_packages=pins))
+    assert str(raised.value).endswith(f": {RETIRED}")
+
+
+def test_a_hosts_file_naming_sglang_router_is_refused_naming_smg_and_the_setting(tmp_path):
+    path = tmp_path / "hosts.yml"
+    path.write_text(
+        "hosts:\n  gpu1: {}\n  r1: {role: router}\nfleet:\n  router_packages: [sglang-router==0.3.2]\n"
     )
-    assert commands[:2] == [
-        f"rm -rf {venv} && mkdir -p /opt/sglang-router/venvs",
-        f"python3 -m venv --copies --without-pip {venv}",
-    ]
-    assert commands[3] == (
-        f"UV_NO_INSTALLER_METADATA=1 /opt/sglang-deploy/uv-venv/bin/uv pip install --python={venv}/bin/python --require-hashes "
-        f"--no-deps --no-config --cache-dir {venv}/.uv-cache --no-index --find-links "
-        f"/opt/sglang-deploy/wheelhouse/{locked.local_lock.stem} "
-        f"-r /opt/sglang-deploy/locks/{locked.local_lock.name} && rm -rf {venv}/.uv-cache"
-    )
-    assert not any("sglang-router-0.3.2" in c for c in commands)  # the old venv is left alone
-    # The installed unit is the old one: it is replaced (verified first) and reloaded, which
-    # the router step's restart follows (its _if: the venv or the unit changed).
-    commands, noops = run(
-        operations.unit_file,
-        {FileDigests: on_node(before.unit_text, "644")},
-        after.unit,
-        after.unit_text,
-        "/run/sd",
-    )
-    assert "systemd-analyze verify /run/sd/sglang-router.service" in commands
-    assert commands[-1] == "systemctl daemon-reload" and not noops
-    # A second run changes nothing.
-    commands, noops = run(
-        operations.unit_file,
-        {FileDigests: on_node(after.unit_text, "644")},
-        after.unit,
-        after.unit_text,
-        "/run/sd",
-    )
-    assert commands == [] and noops == ["/etc/systemd/system/sglang-router.service is up to date"]
+    with pytest.raises(DeployError) as raised:
+        gpu_hosts(path)
+    assert str(raised.value) == f"{path}: fleet.{RETIRED}"
+    path.write_text("hosts:\n  gpu1: {}\n  r1: {role: router, router_packages: [sglang-router]}\n")
+    with pytest.raises(DeployError) as raised:
+        gpu_hosts(path)
+    assert str(raised.value) == f"{path}: hosts.r1.{RETIRED}"
+
+
+def test_locking_sglang_router_is_refused_naming_smg():
+    with pytest.raises(ValueError, match=r"sglang-router is retired; smg is the gateway \(smg==<version>\)"):
+        router_flags.gateway_pin(["sglang-router==0.3.2"])
+    assert router_flags.known_versions() == ["smg-1.13.0"]
 
 
 def test_the_gate_asks_smgs_probe_port_and_a_node_gets_the_drain_settle_time():
@@ -271,7 +235,7 @@ def test_the_gate_asks_smgs_probe_port_and_a_node_gets_the_drain_settle_time():
         _value(gate, "--probe-url") == "http://127.0.0.1:29001"
         and _value(gate, "--url") == "http://127.0.0.1:30000"
     )
-    assert "--probe-url" not in router_plan("r1", fleet(**OLD)).gate("/opt/sd/node")
+    assert "--probe-url" not in router_plan("r1", fleet(router_health_check_port=None)).gate("/opt/sd/node")
     from sglang_deploy.plan.fleet_hosts import rotation_for
 
     hosts = fleet(router_drain_settle_s=7)

@@ -1,9 +1,9 @@
-"""SGLang's gateway (smg 1.x, or sglang-router 0.3.2) as seen through its worker API, from a
-node or a router host. Standard library only.
+"""SGLang's gateway (smg 1.x) as seen through its worker API, from a node or a router host.
+Standard library only.
 
     GET    /workers              {"workers": [{"id", "url", "model_id", "is_healthy", "load",
-                                  "status" (smg only: pending, ready, not_ready, failed,
-                                  draining), "labels" (smg)}], ...}
+                                  "status" (pending, ready, not_ready, failed, draining),
+                                  "labels"}], ...}
     POST   /workers {"url": U}   queues an addition  -> 202 {"status": "accepted", "worker_id"}
                                   (smg: 409 while U is still listed, draining included, and
                                   409 {"code": "WORKER_CREATE_IN_PROGRESS"} while an addition
@@ -12,14 +12,13 @@ node or a router host. Standard library only.
     PATCH  /workers/<id>         smg: queues an update of labels, health (drain_settle_secs)...
     DELETE /workers/<id>         queues a removal    -> 202; smg lists a ready worker as
                                   "draining" (not routable) for its drain_settle_secs, then
-                                  removes it; sglang-router removes it at once
+                                  removes it
     GET    /readiness            200 once a worker is healthy, else 503 (smg: also 503
                                   {"reason": "draining"} while the gateway itself stops)
     GET    /health               200 "OK" while the router runs
 
 Additions, updates and removals are queued: ``wait_for`` polls /workers until the router's
-view is the one asked for. A router whose /workers carries ``status`` has worker states:
-it is drained through Draining (``take_out``).
+view is the one asked for. A worker leaves through Draining (``remove`` with a settle time).
 """
 
 import json
@@ -39,7 +38,8 @@ class RouterError(Exception):
 
 
 def parse_workers(payload):
-    """{url: {"id", "healthy", "load"}} from a /workers answer (text or parsed)."""
+    """{url: {"id", "healthy", "load", "model", "state", "routable", "labels"}} from a /workers
+    answer (text or parsed); ValueError for a worker without smg's ``status``."""
     data = json.loads(payload) if isinstance(payload, (str, bytes)) else payload
     if not isinstance(data, dict) or not isinstance(data.get("workers"), list):
         raise ValueError("not a /workers answer: no 'workers' list")
@@ -47,29 +47,27 @@ def parse_workers(payload):
     for worker in data["workers"]:
         if not isinstance(worker, dict) or "url" not in worker:
             raise ValueError("not a /workers answer: a worker without 'url'")
-        healthy = bool(worker.get("is_healthy"))
         state = worker.get("status")
+        if not isinstance(state, str):
+            raise ValueError("not smg's /workers answer: a worker without 'status'")
         found[normal_url(worker["url"])] = {
             "id": worker.get("id"),
-            "healthy": healthy,
+            "healthy": bool(worker.get("is_healthy")),
             "load": worker.get("load"),
             "model": worker.get("model_id"),
-            # smg: only "ready" is routable; sglang-router routes to every healthy worker.
-            "state": state if isinstance(state, str) else ("healthy" if healthy else "unhealthy"),
-            "states": isinstance(state, str),
-            "routable": state == "ready" if isinstance(state, str) else healthy,
+            "state": state,
+            "routable": state == "ready",  # only a ready worker is sent requests
             "labels": worker.get("labels") or {},
         }
     return found
 
 
 def state_of(seen):
-    """How a router lists one worker: "absent", "healthy", "draining", "unhealthy", ..."""
+    """How a router lists one worker: "absent", "healthy" (ready), or smg's state (pending,
+    not_ready, failed, draining)."""
     if seen is None:
         return "absent"
-    if seen["routable"]:
-        return "healthy"
-    return seen["state"] if seen["states"] and seen["state"] != "ready" else "unhealthy"
+    return "healthy" if seen["routable"] else seen["state"]
 
 
 def last_routable(listed, worker_url):
@@ -127,13 +125,13 @@ class Router:
             raise RouterError("router %s: %s" % (self.url, exc)) from None
 
     def remove(self, worker_url, settle_s=None, timeout=30.0):
-        """Queue the removal of ``worker_url``; False when the router does not list it. On a
-        router with worker states and ``settle_s`` given, first set how long it stays listed
-        Draining (PATCH, confirmed by a label the update carries) so the removal drains."""
+        """Queue the removal of ``worker_url``; False when the router does not list it. With
+        ``settle_s`` given, first set how long it stays listed Draining (PATCH, confirmed by a
+        label the update carries) so the removal drains."""
         listed = self.workers().get(normal_url(worker_url))
         if listed is None:
             return False
-        if settle_s is not None and listed["states"]:
+        if settle_s is not None:
             self.set_drain_settle(worker_url, listed["id"], settle_s, timeout)
         code, text = self._call("DELETE", "/workers/%s" % listed["id"])
         if code not in (200, 202):
