@@ -98,11 +98,17 @@ def test_profile_gpu_settings_reach_preflight_command_line():
     assert "--min-driver 550.54.15 --gpu-model H200" in command
     plain = plan_for({**deploy_defaults(), "profile": "baseline"}, operator_env={})
     assert "--min-driver" not in plain.scripts.preflight()
-    assert plain.os_packages == ["python3", "python3-venv", "pciutils", "rsync", "iproute2"]
+    assert plain.settings.os_packages == ["python3", "python3-venv", "pciutils", "rsync", "iproute2"]
     # Host data without the key gets group_data/all.py's default; an empty list is kept.
     data = {key: value for key, value in deploy_defaults().items() if key != "os_packages"}
-    assert plan_for({**data, "profile": "baseline"}, operator_env={}).os_packages == plain.os_packages
-    assert plan_for({**data, "profile": "baseline", "os_packages": []}, operator_env={}).os_packages == []
+    assert (
+        plan_for({**data, "profile": "baseline"}, operator_env={}).settings.os_packages
+        == plain.settings.os_packages
+    )
+    assert (
+        plan_for({**data, "profile": "baseline", "os_packages": []}, operator_env={}).settings.os_packages
+        == []
+    )
 
 
 def test_profile_refuses_a_driver_that_is_no_version():
