@@ -64,6 +64,7 @@ help:
 	@echo "make demo FLEET=1  a local fleet: 4 nodes behind SGLang's router, rolling restarts"
 	@echo "make lint-profiles schema, flag names and NCCL lint of every profile"
 	@echo "make report        reports/index.html: decode tok/s per node and profile over time"
+	@echo "make ab PROFILES=a,b HOST=node   A/B of profiles on one node, out of rotation (reports/ab/)"
 	@echo "make grafana-dashboards  SGLang's published Grafana dashboard, for monitoring hosts with Grafana"
 
 setup:
@@ -242,3 +243,10 @@ report:
 .PHONY: nccl-ab
 nccl-ab:
 	$(PYTHON) -m sglang_deploy.report.nccl_ab_runner $(INVENTORY) $(if $(LIMIT_HOSTS),--limit $(LIMIT_HOSTS)) $(NCCL_AB_ARGS)
+
+# A/B of serving profiles on one node, out of rotation, each through the gate and benchmarked,
+# then its own profile back (reports/ab/, `make report`). AB_ARGS: --repeats N, --max-tokens 32,96.
+.PHONY: ab
+ab:
+	@test -n "$(PROFILES)" -a -n "$(HOST)" || { echo "usage: make ab PROFILES=a,b[,c] HOST=node [AB_ARGS=...]"; exit 2; }
+	$(PYTHON) -m sglang_deploy.report.ab_runner $(INVENTORY) --host $(HOST) --profiles $(PROFILES) $(AB_ARGS)

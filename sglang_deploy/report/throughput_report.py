@@ -1,6 +1,7 @@
 """`make report`: reports/index.html from the decode checks recorded on the controller
 (reports/throughput/<host>.jsonl): per node and profile a plot of decode tok/s over time (an SVG
-file beside the page, no network needed to view it) and a table of the latest figures.
+file beside the page, no network needed to view it) and a table of the latest figures; then
+every A/B of profiles (`make ab`, reports/ab/: report/ab_report.py).
 
     python -m sglang_deploy.report.throughput_report [--reports reports]
 """
@@ -16,6 +17,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from sglang_deploy.plan.hosts import REPO_ROOT
+from sglang_deploy.report import ab_report
 from sglang_deploy.report.throughput_log import accept_length, phrase, read
 
 WIDTH, HEIGHT = 560, 220
@@ -108,7 +110,7 @@ def _cell(value, fmt="{}"):
     return "" if value is None else html.escape(fmt.format(value))
 
 
-def page(groups, plots) -> str:
+def page(groups, plots, ab_section="") -> str:
     """The HTML page: the latest figures' table, then one plot per node and profile."""
     rows = []
     for (host, profile), points in groups.items():
@@ -190,7 +192,7 @@ figure on the same node. Red points: regressions.</p>
 {chr(10).join(rows) or '<tr><td colspan="13">no decode check recorded yet</td></tr>'}
 </tbody></table>
 {figures}
-</body></html>
+{ab_section}</body></html>
 """
 
 
@@ -207,7 +209,7 @@ def write(reports) -> Path:
         plots[(host, profile)] = f"throughput/{name}"
     reports.mkdir(parents=True, exist_ok=True)
     index = reports / "index.html"
-    index.write_text(page(groups, plots))
+    index.write_text(page(groups, plots, ab_report.section(reports)))
     return index
 
 
