@@ -27,7 +27,7 @@ from sglang_deploy.report.outcome import report_at_exit
 # Every run ends with one line per host: deployed, unchanged, failed or unreachable (and why).
 report_at_exit()
 
-# The host's settings (sglang_deploy/plan/settings.py), read once for the run: a key that is no
+# The host's settings (sglang_deploy/plan/settings/), read once for the run: a key that is no
 # setting, or a bad value, stops the run here, before any host is touched.
 with exit_on_deploy_error(host.name):
     run_state.host_settings(host)

@@ -1,6 +1,6 @@
 """Deploy defaults for every host: pyinfra's data of group `all`.
 
-Every setting, its default and what it does are in sglang_deploy/plan/settings.py (the one place
+Every setting, its default and what it does are in sglang_deploy/plan/settings/ (the one place
 they are written; docs/settings.md lists them). What the server runs is not here: that is the
 profile's job (profiles/*.yml; profile defaults live in sglang_deploy/profile/schema.py).
 

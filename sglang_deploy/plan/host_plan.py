@@ -37,7 +37,7 @@ class NodePlan:
     hook_module: str
     hook_pth: str
     hook_python: str
-    settings: Settings = field(repr=False)  # the host's settings (plan/settings.py), read as they are
+    settings: Settings = field(repr=False)  # the host's settings (plan/settings/), read as they are
     wheels: list
     scripts: NodeScripts
     lock_path: str
@@ -114,7 +114,7 @@ def plan_holder():
 
 def plan_for(data, operator_env=None, member=None) -> NodePlan:
     """The plan for a host whose data is ``data`` (pyinfra host.data, a plain mapping or its
-    Settings: every key checked, plan/settings.py);
+    Settings: every key checked, plan/settings/);
     ``member``: its place in a serving group (serving_group.resolve), whose flags it runs."""
     operator_env = os.environ if operator_env is None else operator_env
     settings = run_state.host_settings(data)

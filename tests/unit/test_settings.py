@@ -1,4 +1,4 @@
-"""Deploy settings (sglang_deploy/plan/settings.py): an unknown key anywhere host data comes from
+"""Deploy settings (sglang_deploy/plan/settings/): an unknown key anywhere host data comes from
 stops the deploy naming it, where it was set and the nearest setting; every default is written
 once; docs/settings.md and docs/profile-keys.md stay current."""
 
@@ -151,7 +151,7 @@ def test_the_deploy_stops_before_any_operation_on_a_typo():
 def test_group_data_all_py_takes_every_default_from_the_model():
     tree = ast.parse((REPO_ROOT / "group_data" / "all.py").read_text())
     assigned = [node for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))]
-    assert assigned == [], "group_data/all.py writes a default of its own: write it in plan/settings.py"
+    assert assigned == [], "group_data/all.py writes a default of its own: write it in plan/settings/"
     assert deploy_defaults() == group_defaults()
     assert set(group_defaults()) == set(settings.FIELDS) - {
         "ssh_hostname",
@@ -186,7 +186,7 @@ def test_the_unit_directory_is_spelled_once():
                 and id(node) not in docstrings
             ):
                 found.append(str(path.relative_to(REPO_ROOT)))
-    assert found == ["sglang_deploy/plan/settings.py"]
+    assert found == ["sglang_deploy/plan/settings/groups_node.py"]
 
 
 def test_every_setting_and_profile_key_has_a_description():
