@@ -51,8 +51,8 @@ from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan.commands import fanout_pull_command
 from sglang_deploy.plan.fanout import CONTROLLER, FanoutTree, fanout_on
 from sglang_deploy.plan.fleet import address
-from sglang_deploy.plan.settings import settings_of
 from sglang_deploy.rollout import rendezvous
+from sglang_deploy.run_state import host_settings
 
 MAX_ATTEMPTS = 3  # sources one node tries; the last is the controller
 ARRIVAL_TIMEOUT_S = 1800.0  # a host's facts (a deep check of 600 GB) may take this long
@@ -88,7 +88,7 @@ class Arrival:
         state = getattr(host_, "state", None)
         if state is None or not getattr(state, "is_executing", False):  # planning, --dry: inert
             return
-        if (mode or settings_of(host_.data).fanout) != "off":
+        if (mode or host_settings(host_.data).fanout) != "off":
             self.op = _op_fanout(state, host_)
 
     @property
@@ -183,7 +183,7 @@ class DigestFanout:
 
     def __post_init__(self):
         first = self.state.inventory.get_host(self.needing[0])
-        settings = settings_of(first.data)
+        settings = host_settings(first.data)
         on = fanout_on(settings.fanout, len(self.needing))
         self.degree = settings.fanout_degree
         self.tree = FanoutTree.planned(self.needing, self.holders, self.degree, on)
@@ -222,7 +222,7 @@ def staged(state, host, copy: Copy, op: OpFanout):
 
 def _stage(state, host, copy, fanout):
     tree, name = fanout.tree, host.name
-    settings = settings_of(host.data)
+    settings = host_settings(host.data)
     attempts = 0
     while True:
         with fanout.lock:
@@ -302,7 +302,7 @@ def _from_node(host, copy, fanout, source, settings):
     private, _ = fanout.key_pair()
     directory = key_dir(settings, fanout)
     key, known = f"{directory}/key", f"{directory}/known_hosts-{fanout_keys.alias(source)}"
-    parent_settings = settings_of(parent.data)
+    parent_settings = host_settings(parent.data)
     port = parent_settings.fanout_ssh_port or parent_settings.ssh_port or 22
     _said(host, copy, f"copying from {source} ({address(parent.data, source)}:{port})")
     quoted = shlex.quote(directory)
@@ -342,7 +342,7 @@ def _from_node(host, copy, fanout, source, settings):
 
 def _leave(state, host, copy, fanout):
     """This node settled: its key directory goes; the last node out revokes every grant."""
-    settings = settings_of(host.data)
+    settings = host_settings(host.data)
     try:
         remote.run(host, f"rm -rf {shlex.quote(key_dir(settings, fanout))}")
     except Exception:  # unreachable: fanout_cleanup removes it next time

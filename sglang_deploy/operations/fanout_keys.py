@@ -28,7 +28,7 @@ from sglang_deploy.facts.fanout import FanoutLeftovers
 from sglang_deploy.node.lib import result, status
 from sglang_deploy.operations import remote
 from sglang_deploy.plan.commands import fanout_access_command
-from sglang_deploy.plan.settings import settings_of
+from sglang_deploy.run_state import host_settings
 
 
 def make_key_pair(comment: str) -> tuple[str, str]:
@@ -77,7 +77,7 @@ def grant(fanout, source) -> bool:
 
 
 def scripts_dir(fanout, name):
-    return f"{settings_of(fanout.state.inventory.get_host(name).data).sglang_deploy_dir}/node"
+    return f"{host_settings(fanout.state.inventory.get_host(name).data).sglang_deploy_dir}/node"
 
 
 def login(host_) -> str:

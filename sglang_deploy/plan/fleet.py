@@ -16,7 +16,8 @@ from sglang_deploy.errors import DeployError
 from sglang_deploy.plan.locked_engine import LockedEngine, locked_router
 from sglang_deploy.plan.locks import router_lock_problems, router_pins
 from sglang_deploy.plan.router_flags import gateway_pin, pinned_options
-from sglang_deploy.plan.settings import Router, settings_of
+from sglang_deploy.plan.settings import Router
+from sglang_deploy.run_state import host_settings
 
 ROUTERS_GROUP = "routers"
 MONITORING_GROUP = "monitoring"
@@ -45,12 +46,12 @@ def _has_role(host, group, role) -> bool:
     if groups is not None and any(getattr(g, "name", g) == group for g in groups):
         return True
     data = getattr(host, "data", host)
-    return settings_of(data).role == role
+    return host_settings(data).role == role
 
 
 def address(data, name=None) -> str:
     """How other hosts reach this one: ``fleet_address``, else its SSH hostname."""
-    settings = settings_of(data, name)
+    settings = host_settings(data, name)
     return str(settings.fleet_address or settings.ssh_hostname or name)
 
 
@@ -93,7 +94,7 @@ class RouterHost:
 def router_host(name, data) -> RouterHost:
     """One router host from its host data; DeployError naming a bad setting (a gateway pin set
     without a lock among them)."""
-    settings = settings_of(data, name)
+    settings = host_settings(data, name)
     check_policy(name, settings.router_policy, settings.router_packages)
     return RouterHost(
         name=name,

@@ -20,8 +20,9 @@ from sglang_deploy.plan.fleet import (
     worker_url,
 )
 from sglang_deploy.plan.serving_group import profile_of, resolve
-from sglang_deploy.plan.settings import Canary, RollingRestarts, settings_of
+from sglang_deploy.plan.settings import Canary, RollingRestarts
 from sglang_deploy.profile.schema import load_profile
+from sglang_deploy.run_state import host_settings
 
 
 def fleet_hosts(inventory):
@@ -63,7 +64,7 @@ def checked_fleet(hosts):
     """(routers, workers), with ports checked against each other."""
     found_routers, found_workers = routers(hosts), workers(hosts)
     check_ports(
-        found_routers, found_workers, {name: settings_of(data, name).ssh_port for name, data in hosts}
+        found_routers, found_workers, {name: host_settings(data, name).ssh_port for name, data in hosts}
     )
     return found_routers, found_workers
 
@@ -162,7 +163,7 @@ def rotation_for(name, data, hosts, port, textfile=(), auth=()) -> Rotation:
     found_routers, _ = checked_fleet(hosts)
     models = served_models(hosts)
     service = profile_of(data).service
-    settings = settings_of(data)
+    settings = host_settings(data)
     return Rotation(
         worker_url=worker_url(service.reached_at(address(data, name)), port),
         local_port=int(port),

@@ -25,8 +25,8 @@ from sglang_deploy.plan.fleet_hosts import workers
 from sglang_deploy.plan.grafana import GrafanaPlan, grafana_plan
 from sglang_deploy.plan.hosts import REPO_ROOT
 from sglang_deploy.plan.serving_group import profile_of
-from sglang_deploy.plan.settings import settings_of
 from sglang_deploy.plan.shared_nodes import node_of
+from sglang_deploy.run_state import host_settings
 
 PROMETHEUS_UNIT = "prometheus.service"
 NODE_EXPORTER_UNIT = "prometheus-node-exporter.service"
@@ -67,7 +67,7 @@ def scrape_targets(hosts):
     engines = {name: (addr, port) for name, addr, port in workers(hosts)}
     targets, warnings, exporters = [], [], {}
     for name, data in hosts:
-        settings = settings_of(data, name)
+        settings = host_settings(data, name)
         at = address(settings, name)
         labels = {"host": name}
         if is_router(data):
@@ -201,7 +201,7 @@ class NodeExporterPlan:
 
 
 def node_exporter_plan(data, name=None) -> NodeExporterPlan:
-    settings = settings_of(data, name)
+    settings = host_settings(data, name)
     return NodeExporterPlan(
         port=settings.node_exporter_port,
         packages=tuple(settings.node_exporter_packages),
@@ -256,7 +256,7 @@ class MonitoringPlan:
 def monitoring_plan(name, hosts, root=REPO_ROOT) -> MonitoringPlan:
     """The plan of monitoring host ``name`` over the fleet ``hosts``; DeployError for a bad one."""
     data = dict(hosts)[name]
-    settings = settings_of(data, name)
+    settings = host_settings(data, name)
     targets, warnings = scrape_targets(hosts)
     rules, missing = rule_files(settings.prometheus_rule_files, root)
     return MonitoringPlan(

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sglang_deploy.errors import DeployError
-from sglang_deploy.plan.settings import settings_of
+from sglang_deploy.run_state import host_settings
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def resolve(hosts) -> dict:
     that names a serving_group; DeployError (naming the hosts) for an inconsistent group."""
     groups: dict = {}
     for name, data in hosts:
-        settings = settings_of(data, name)
+        settings = host_settings(data, name)
         if settings.serving_group:
             groups.setdefault(settings.serving_group, []).append((name, settings))
     members = {}
@@ -227,5 +227,5 @@ def profile_of(data):
     """A host's profile, from its data (the loader the plan uses)."""
     from sglang_deploy.profile.schema import load_profile
 
-    settings = settings_of(data)
+    settings = host_settings(data)
     return load_profile(settings.profile, overrides=settings.profile_overrides or None)
