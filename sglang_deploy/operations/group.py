@@ -30,6 +30,7 @@ from sglang_deploy.operations.service import fail_with, script_cause
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.plan import serving_group
 from sglang_deploy.plan.commands import dist_reach_command
+from sglang_deploy.plan.settings import default
 from sglang_deploy.rollout.waves import GROUPS, GROUPS_REPAIRED, node_facts, restarts, rollout, turn
 
 
@@ -142,7 +143,9 @@ def _follow(state, host, member):
 
 
 @operation(is_idempotent=False)
-def group_restarted(member, rollback=True, stop_wait_s=20.0, rotation=None):
+def group_restarted(
+    member, rollback=default("rollback"), stop_wait_s=float(default("group_follower_stop_s")), rotation=None
+):
     """
     Restart a serving group as one: rank 0 drives it (preflight on every member, rank 0 stopped
     first, every member started, rank 0 gated while the followers are watched, workers on every
@@ -244,7 +247,9 @@ def _problems(member, stop_wait_s):
 
 
 @operation()
-def group_serving(member, rollback=True, stop_wait_s=20.0, rotation=None):
+def group_serving(
+    member, rollback=default("rollback"), stop_wait_s=float(default("group_follower_stop_s")), rotation=None
+):
     """
     A serving group that serves is left alone: every member's unit enabled and active, rank 0
     serving the model (a follower's dummy /health is never readiness), every member's workers

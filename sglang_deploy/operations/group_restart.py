@@ -28,6 +28,7 @@ from sglang_deploy.operations import remote
 from sglang_deploy.operations.files import hook_paths
 from sglang_deploy.operations.service import script_cause
 from sglang_deploy.operations.streamed import run_streamed
+from sglang_deploy.plan.settings import default
 from sglang_deploy.report import throughput_log as throughput
 
 POLL_S = 0.5  # how often the followers' units are read while rank 0 is gated
@@ -132,7 +133,7 @@ class Group:
 
     # -- The cycle: node/cycle.py's decisions (decide()), with steps across the members ---------
 
-    def cycle(self, rollback=True, running=False):
+    def cycle(self, rollback=default("rollback"), running=False):
         """node/cycle.py's cycle across the members (step()), rank 0 out of its routers' rotation
         from its switch until it serves again (the new configuration, or the previous one after
         a rollback). ``running``: the group runs what is installed: the cycle starts at the gate."""

@@ -37,7 +37,7 @@ def rotation_line(turn):
 
 
 @operation(is_idempotent=False)
-def rolled_restart(scripts, hook_python, rotation, profile_name, rollback=True):
+def rolled_restart(scripts, hook_python, rotation, profile_name, rollback):
     """
     Restart the server out of rotation (node/rotation.py around node/cycle.py): out of every
     router, drained, restarted through the gate (rolled back when it fails), back in every

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from sglang_deploy.errors import DeployError
 from sglang_deploy.node.lib.installed import canonical
+from sglang_deploy.plan.settings import default
 from sglang_deploy.plan.venv_names import readable_pin
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +80,8 @@ class RouterPins:
     packages: tuple
     platform: str
     python_version: str
-    install_from: str = "wheelhouse"  # or "index": the router host downloads the locked wheels
+    # "wheelhouse" (router_install_from's default) or "index": the router host downloads the locked wheels
+    install_from: str = default("router_install_from")
     find_links: tuple = ()  # none: the gateway's wheels are the index's
 
     @property
@@ -88,7 +90,9 @@ class RouterPins:
         return _gateway(self.packages)[0]
 
 
-def router_pins(packages, platform: str, python_version: str, install_from: str = "wheelhouse") -> RouterPins:
+def router_pins(
+    packages, platform: str, python_version: str, install_from: str = default("router_install_from")
+) -> RouterPins:
     """The pin set of ``packages`` (exact pins, one of them a gateway), the gateway's first."""
     dist, version = _gateway(packages)
     first = next(p for p in packages if canonical(p.partition("==")[0].split("[", 1)[0]) == dist)

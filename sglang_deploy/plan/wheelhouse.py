@@ -218,8 +218,8 @@ def pip_download(lock: Lock, wanted, directory: Path, engine) -> None:
 
 
 def uv_wheel(
-    directory: Path = WHEELHOUSE,
-    platform: str = "x86_64-manylinux_2_34",
+    directory: Path,
+    platform: str,
     sources=(),
     cache: Path | None = None,
 ) -> Path:

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from sglang_deploy.errors import DeployError
+from sglang_deploy.plan.settings import default
 from sglang_deploy.rollout import sizes
 
 
@@ -112,7 +113,7 @@ class Waves:
         return said
 
 
-def plan_waves(nodes, batch, first_wave=True, others=None, canary=0) -> Waves:
+def plan_waves(nodes, batch, first_wave=default("rolling_first_wave"), others=None, canary=0) -> Waves:
     """The order of a restart over ``nodes`` (NodeFacts, in pyinfra's order): the nodes that
     serve nothing in a first wave (they have no capacity to protect), then ``canary`` serving
     nodes alone (a canary wave, when above 0), then the serving ones ``batch`` at a time. No

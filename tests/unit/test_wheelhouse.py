@@ -139,7 +139,9 @@ def test_uv_comes_from_the_find_links_or_the_cache_before_any_download(tmp_path)
     source.mkdir()
     version = wheelhouse.UV_PIN.partition("==")[2]
     (source / f"uv-{version}-py3-none-manylinux_2_17_x86_64.whl").write_bytes(b"uv")
-    found = wheelhouse.uv_wheel(tmp_path / "wh", sources=[source], cache=tmp_path / "cache")
+    found = wheelhouse.uv_wheel(
+        tmp_path / "wh", "x86_64-manylinux_2_34", sources=[source], cache=tmp_path / "cache"
+    )
     assert found.parent == tmp_path / "wh" and found.read_bytes() == b"uv"
 
 

@@ -4,6 +4,7 @@ builder.script)."""
 import json
 
 from sglang_deploy.plan.commands.builder import optional, script
+from sglang_deploy.plan.settings import default
 
 
 def model_stage_command(directory, action, model_dir, deep=False, in_place=False, now=False, want=None):
@@ -51,7 +52,7 @@ def model_check_command(directory, model_dir, deep=False):
 
 
 def fanout_pull_command(directory, model_dir, source=None, port=22, key=None, known_hosts=None, alias=None,
-                        bwlimit=None, timeout=60, swap=None):  # fmt: skip
+                        bwlimit=None, timeout=default("fanout_stall_timeout_s"), swap=None):  # fmt: skip
     """fanout_pull.py: ``seed`` (no source) or ``pull`` from ``source`` (node/fanout_pull.py);
     ``swap``: finish's (None: at the restart, "now", "in-place")."""
     if source is None:

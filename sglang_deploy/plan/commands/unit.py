@@ -19,6 +19,7 @@ from sglang_deploy.plan.commands.service import (
 )
 from sglang_deploy.plan.commands.status import metrics_textfile_command, node_status_command, passport_command
 from sglang_deploy.plan.model_sources import manifest_source, served_dirs, targets
+from sglang_deploy.plan.settings import default
 
 # The profile's throughput expectations decode_check.py judges, each its --<name> when set.
 EXPECTATIONS = (
@@ -43,7 +44,7 @@ class NodeScripts:
         last_good_dir,
         wheels_dir,
         run_dir,
-        min_free_gib=2.0,
+        min_free_gib=default("venv_min_free_gib"),
         lock=None,
         passport_path=None,
         drift_names=None,
@@ -270,7 +271,7 @@ class NodeScripts:
         )
         return self.cycle(hook_files, restore=reinstate, revert=True)
 
-    def cycle(self, hook_files, rollback=True, running=False, restore=None, revert=False):
+    def cycle(self, hook_files, rollback=default("rollback"), running=False, restore=None, revert=False):
         """cycle.py: preflight, restart, gate, workers, decode check, recheck, save; on a failed gate
         restore, restart and gate again: each step one of the command lines above. ``running``:
         the server already runs what is installed, the cycle starts at the gate."""
