@@ -1,5 +1,5 @@
 """docs/settings.md and docs/profile-keys.md, generated from the two models: every deploy
-setting (sglang_deploy/plan/settings.py) and every profile key (sglang_deploy/profile/schema.py
+setting (sglang_deploy/plan/settings/) and every profile key (sglang_deploy/profile/schema.py
 and sections.py) with its type, default and description.
 
     python -m sglang_deploy.docs            # rewrite both (make docs)
@@ -39,7 +39,7 @@ def settings_doc() -> str:
         "",
         "# Deploy settings",
         "",
-        "Host data the deploy reads, each with its default (sglang_deploy/plan/settings.py, the one place",
+        "Host data the deploy reads, each with its default (sglang_deploy/plan/settings/, the one place",
         "they are written; group_data/all.py hands them to pyinfra). Set one for a host in its inventory",
         "entry (inventory/hosts.yml), for a group in group_data/<group>.py, for a run with",
         "`--data key=value`, or for every host in group_data/all.py. A hosts file's `fleet:` section takes",

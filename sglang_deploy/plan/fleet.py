@@ -3,9 +3,9 @@ routers' settings (validated before anything changes), their systemd unit, the U
 nodes know each other by. The order of a rolling restart: sglang_deploy/rollout/.
 
 The settings (``router_*``, ``rolling_*``), their defaults and checks are in
-sglang_deploy/plan/settings.py; a router host is a host of the inventory's ``routers`` group
-(its data has ``role: router``), a monitoring host one of its ``monitoring`` group (``role:
-monitoring``): neither serves.
+sglang_deploy/plan/settings/ (groups_fleet.py, groups_rollout.py); a router host is a host of
+the inventory's ``routers`` group (its data has ``role: router``), a monitoring host one of its
+``monitoring`` group (``role: monitoring``): neither serves.
 """
 
 from __future__ import annotations
@@ -172,7 +172,3 @@ def render_router_unit(router: RouterHost, worker_urls) -> str:
     from sglang_deploy.plan.router_unit import render_unit
 
     return render_unit(router, worker_urls)
-
-
-def _num(value):
-    return str(int(value)) if float(value).is_integer() else str(value)

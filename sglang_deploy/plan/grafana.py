@@ -1,7 +1,7 @@
 """Grafana, where a monitoring host has it (plan/monitoring.py's MonitoringPlan.grafana): the
 deploy provisions it, never installs it (Grafana is not in Debian's archive): a datasource (the
 monitoring host's Prometheus), a dashboard provider, and the dashboards bound to that datasource.
-The settings (``grafana_*``) are in sglang_deploy/plan/settings.py.
+The settings (``grafana_*``) are in sglang_deploy/plan/settings/groups_monitoring.py.
 """
 
 from __future__ import annotations

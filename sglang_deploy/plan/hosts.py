@@ -1,7 +1,7 @@
 """Hosts for pyinfra inventories and testinfra, from one place.
 
 Two sources, one shape: a list of ``(name, data)`` pairs where ``data`` is host data: pyinfra's
-``ssh_*`` keys plus settings (sglang_deploy/plan/settings.py), ``profile`` and others:
+``ssh_*`` keys plus settings (sglang_deploy/plan/settings/), ``profile`` and others:
 
 - ``gpu_hosts()`` reads the operator's hosts file (``inventory/hosts.yml`` or
   ``$SGLANG_DEPLOY_HOSTS``), documented in ``inventory/hosts.example.yml``;
@@ -42,7 +42,7 @@ SANDBOX_PROBE_OFFSET = 3000  # a router's health-check (probe) port, below its s
 
 class HostsFile(BaseModel):
     """The sections of a hosts file; each entry is host data, checked against the settings
-    (sglang_deploy/plan/settings.py) and pyinfra's own keys."""
+    (sglang_deploy/plan/settings/) and pyinfra's own keys."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -317,7 +317,7 @@ def _profile_choices(spec: str) -> dict[str, str]:
 
 def deploy_defaults(path: Path = GROUP_DATA_ALL) -> dict:
     """Group `all`'s data as pyinfra reads it from group_data/all.py: every setting's default
-    (sglang_deploy/plan/settings.py) and any the site set there; DeployError for a key there
+    (sglang_deploy/plan/settings/) and any the site set there; DeployError for a key there
     that is no setting, or a bad value."""
     values = {key: value for key, value in runpy.run_path(str(path)).items() if not key.startswith("_")}
     validate(values, _display(path))

@@ -75,7 +75,7 @@ class Lock:
 class RouterPins:
     """A router host's pin set, as a profile's engine section is the engine's: what its lock is
     made from (router_packages, router_platform, router_python_version, router_install_from:
-    plan/settings.py). The gateway's pin comes first, so the lock is named after it."""
+    plan/settings/groups_fleet.py). The gateway's pin comes first, so the lock is named after it."""
 
     packages: tuple
     platform: str
@@ -280,7 +280,7 @@ def router_locks(locks_dir: Path = LOCKS_DIR) -> list[RouterPins]:
 
 
 def default_router_pins() -> RouterPins:
-    """The router pin set of the settings' defaults (plan/settings.py)."""
+    """The router pin set of the settings' defaults (plan/settings/)."""
     from sglang_deploy.plan.settings import default
 
     return router_pins(

@@ -7,7 +7,7 @@ the dashboards: plan/grafana.py).
 Targets come from the whole inventory, never from what answers: a node that is down stays a
 target (and shows as down), and a ``--limit`` run still renders the whole fleet. A serving node
 whose profile lacks ``enable-metrics`` has no engine target; the plan says so in its warnings.
-The settings (``prometheus_*``, ``node_exporter*``, ``grafana_*``) are in sglang_deploy/plan/settings.py.
+The settings (``prometheus_*``, ``node_exporter*``, ``grafana_*``) are in sglang_deploy/plan/settings/groups_monitoring.py.
 """
 
 from __future__ import annotations

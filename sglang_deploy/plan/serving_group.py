@@ -1,7 +1,7 @@
 """Serving groups: hosts that serve one model together (multi-node tensor parallelism).
 
 An operator puts the hosts of one multi-node server in a group with host data (documented in
-inventory/hosts.example.yml; the settings in sglang_deploy/plan/settings.py):
+inventory/hosts.example.yml; the settings in sglang_deploy/plan/settings/groups_node.py):
 
     serving_group: NAME     hosts with the same NAME run one server (SGLang --nnodes)
     node_rank: R            optional: the host's --node-rank; without it, the order of the

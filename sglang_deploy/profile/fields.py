@@ -14,7 +14,8 @@ from sglang_deploy.node.lib.engine_auth import SENDABLE
 _ONE_LINE_BREAKERS = ("\n", "\r", "\x00")
 
 
-def _pattern(regex: str, expected: str) -> AfterValidator:
+def pattern(regex: str, expected: str) -> AfterValidator:
+    """A string field's check: the whole value matches ``regex``, else it is refused as not ``expected``."""
     compiled = re.compile(regex)
 
     def check(value: str) -> str:
@@ -120,7 +121,7 @@ def _arg_value(value: Any) -> Any:
     return value
 
 
-EnvName = Annotated[str, _pattern(r"[A-Za-z_][A-Za-z0-9_]*", "a variable name ([A-Za-z_][A-Za-z0-9_]*)")]
+EnvName = Annotated[str, pattern(r"[A-Za-z_][A-Za-z0-9_]*", "a variable name ([A-Za-z_][A-Za-z0-9_]*)")]
 _Scalar = str | int | float
 EnvValue = Annotated[
     str, BeforeValidator(_env_scalar, json_schema_input_type=_Scalar), AfterValidator(_one_line)
@@ -131,7 +132,7 @@ ArgValue = Annotated[
 ]
 Pin = Annotated[
     str,
-    _pattern(
+    pattern(
         r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._,-]*\])?"
         r"==[A-Za-z0-9][A-Za-z0-9.+!_-]*",
         "an exact pin (name==version)",
@@ -139,27 +140,27 @@ Pin = Annotated[
 ]
 LockPlatform = Annotated[
     str,
-    _pattern(
+    pattern(
         r"(x86_64|aarch64)-manylinux_2_[0-9]+",
         "a platform as uv names it: <x86_64|aarch64>-manylinux_2_<glibc minor>, e.g. x86_64-manylinux_2_34",
     ),
 ]
-PythonVersion = Annotated[str, _pattern(r"3\.[0-9]+", "a Python version X.Y, e.g. 3.12")]
+PythonVersion = Annotated[str, pattern(r"3\.[0-9]+", "a Python version X.Y, e.g. 3.12")]
 # The venv path is written unquoted into ExecStart= and shell-free commands: keep it plain.
 VenvPath = Annotated[
-    str, _pattern(r"(/[A-Za-z0-9._+@-]+)+", "an absolute path of letters, digits and ._+@- (no trailing /)")
+    str, pattern(r"(/[A-Za-z0-9._+@-]+)+", "an absolute path of letters, digits and ._+@- (no trailing /)")
 ]
-AbsPath = Annotated[str, _pattern(r"/[^\x00-\x1f]*", "an absolute path")]
-Word = Annotated[str, _pattern(r"\S+", "one word (non-empty, no spaces)")]
+AbsPath = Annotated[str, pattern(r"/[^\x00-\x1f]*", "an absolute path")]
+Word = Annotated[str, pattern(r"\S+", "one word (non-empty, no spaces)")]
 UnitStem = Annotated[
     str,
-    _pattern(
+    pattern(
         r"[A-Za-z0-9][A-Za-z0-9:_.-]{0,199}", "a systemd unit name without suffix (letters, digits, :_.-)"
     ),
 ]
-UserName = Annotated[str, _pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}", "a user name or UID")]
+UserName = Annotated[str, pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}", "a user name or UID")]
 Description = Annotated[str, Field(min_length=1), AfterValidator(_unit_text)]
-DriverVersion = Annotated[str, _pattern(r"[0-9]+(\.[0-9]+)*", "an NVIDIA driver version (e.g. 550.54.15)")]
+DriverVersion = Annotated[str, pattern(r"[0-9]+(\.[0-9]+)*", "an NVIDIA driver version (e.g. 550.54.15)")]
 GpuModel = Annotated[str, Field(min_length=1), AfterValidator(_one_line)]
 RestartPolicy = Literal["no", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort", "always"]
 

@@ -23,7 +23,7 @@ from sglang_deploy.profile.fields import (
     UserName,
     VenvPath,
     Word,
-    _pattern,
+    pattern,
     source_word,
 )
 
@@ -82,12 +82,12 @@ class Engine(Section):
 class HuggingFaceRepo(Section):
     repo: Annotated[
         str,
-        _pattern(
+        pattern(
             r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?", "a Hugging Face repo id (owner/name)"
         ),
     ] = Field(description="owner/name on the Hugging Face Hub")
     revision: Annotated[
-        str, _pattern(r"[0-9a-f]{40}", "a 40-hex commit id (a branch or tag name moves: not reproducible)")
+        str, pattern(r"[0-9a-f]{40}", "a 40-hex commit id (a branch or tag name moves: not reproducible)")
     ] = Field(
         description=(
             "A commit, never a branch or tag: a branch moves, so the same profile would stage "

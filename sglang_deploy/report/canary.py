@@ -162,7 +162,7 @@ def pooled(all_rates) -> dict:
 
 def judge(canaries: dict, old: dict, limits) -> Verdict:
     """The bake's verdict. ``canaries`` / ``old``: {node: (start Scrape, end Scrape)};
-    ``limits``: a host's settings.canary (plan/settings.py Canary)."""
+    ``limits``: a host's settings.canary (plan/settings/groups_rollout.py Canary)."""
     verdict = Verdict(passed=False)
     fail = verdict.failures.append
     canary_rates, old_rates, unread = {}, {}, {}

@@ -68,9 +68,9 @@ def _outcomes(exporter, which, scrape, worker) -> dict:
 def judge(canaries: dict, old: dict, limits, verdict) -> None:
     """Adds the gateway's side to ``verdict`` (report/canary.Verdict: its failures, lines and
     warnings). ``canaries`` / ``old``: {node: (start Scrape, end Scrape)} of the nodes SGLang's
-    side compares; ``limits``: a host's settings.canary (plan/settings.py Canary). No exporter
-    named in any scrape: the fleet has no router, nothing to say (unless the gateway's figures
-    are required)."""
+    side compares; ``limits``: a host's settings.canary (plan/settings/groups_rollout.py
+    Canary). No exporter named in any scrape: the fleet has no router, nothing to say (unless
+    the gateway's figures are required)."""
     nodes = {**canaries, **old}
     exporters = list(dict.fromkeys(url for ends in nodes.values() for s in ends for url in s.gateway))
     if not exporters:
