@@ -73,6 +73,16 @@ def step(command, what):
     return False, dict(found, status=code), "%s: %s" % (what, cause)
 
 
+def restarted(first, entry):
+    """``first`` (a command line and what it does), then the server ``entry`` names restarted
+    and gated: (ok, the exit status and cause of the step that failed)."""
+    for command, what in (first, (entry["restart"], "restart"), (entry["gate"], "readiness gate")):
+        ok, found, cause = step(command, what)
+        if not ok:
+            return False, found.get("status"), cause
+    return True, status.READY, None
+
+
 def installed_differs(manifest):
     """The roles whose installed file is not the record's (missing counts)."""
     differs = []
@@ -129,16 +139,11 @@ def trial(plan, entry, manifest):
     except OSError as exc:
         row["cause"] = "installing its files: %s" % exc
         return row
-    for command, what in (
-        (plan["reload"], "daemon-reload"),
-        (entry["restart"], "restart"),
-        (entry["gate"], "readiness gate"),
-    ):
-        ok, found, cause = step(command, what)
-        if not ok:
-            row.update(cause=cause, status=found.get("status"), wall_s=round(time.monotonic() - started, 1))
-            say("%s failed: %s" % (entry["profile"], cause))
-            return row
+    ok, code, cause = restarted((plan["reload"], "daemon-reload"), entry)
+    if not ok:
+        row.update(cause=cause, status=code, wall_s=round(time.monotonic() - started, 1))
+        say("%s failed: %s" % (entry["profile"], cause))
+        return row
     row["restart_s"] = round(time.monotonic() - started, 1)
     benched = time.monotonic()
     say("%s: benchmark" % entry["profile"])
@@ -164,12 +169,13 @@ def ordered(plan):
 
 
 def reference(plan, rows):
-    """What the own profile served before: (figure, spread) of its trial, else the history's."""
+    """What the own profile served before: (figure, spread, whose) of its trial, else of the
+    last known good (the decode check's history)."""
     own = next((r for r in rows if r["profile"] == plan["own"] and r.get("bench")), None)
     if own:
-        return own["bench"]["decode_tok_s"], own["bench"]["spread"]
+        return own["bench"]["decode_tok_s"], own["bench"]["spread"], "its trial"
     found = decode_check.baseline_of(decode_check.read_history(plan.get("history") or ""), plan["own"])
-    return (found["decode_tok_s"], 0.0) if found else (None, None)
+    return (found["decode_tok_s"], 0.0, "last known good") if found else (None, None, None)
 
 
 def home(plan, rows, manifest):
@@ -188,21 +194,21 @@ def home(plan, rows, manifest):
             )
             if found:
                 ok, tolerance = ab_bench.as_before(said["decode_tok_s"], found["decode_tok_s"], 0.0)
-                said.update(reference=found["decode_tok_s"], tolerance=tolerance, as_before=ok)
+                said.update(
+                    reference=found["decode_tok_s"],
+                    reference_of="last known good",
+                    tolerance=tolerance,
+                    as_before=ok,
+                )
         say("%s serves: no restart needed" % plan["own"])
         return said
     say("home: restoring %s" % plan["own"])
     own = plan["home"]
-    for command, what in (
-        (plan["restore"], "restoring the last known good"),
-        (own["restart"], "restart"),
-        (own["gate"], "readiness gate"),
-    ):
-        ok, found, cause = step(command, what)
-        if not ok:
-            return {"serving": False, "restarted": True, "cause": cause, "status": found.get("status")}
+    ok, code, cause = restarted((plan["restore"], "restoring the last known good"), own)
+    if not ok:
+        return {"serving": False, "restarted": True, "cause": cause, "status": code}
     said = {"serving": True, "restarted": True}
-    figure, spread = reference(plan, rows)
+    figure, spread, whose = reference(plan, rows)
     try:
         bench, _ = measure(own, plan["bench"], repeats=1)
     except Exception as exc:  # noqa: BLE001 (it serves; only the comparison is missing)
@@ -211,7 +217,7 @@ def home(plan, rows, manifest):
     said["decode_tok_s"] = bench["decode_tok_s"]
     if figure is not None:
         ok, tolerance = ab_bench.as_before(bench["decode_tok_s"], figure, spread)
-        said.update(reference=figure, tolerance=tolerance, as_before=ok)
+        said.update(reference=figure, reference_of=whose, tolerance=tolerance, as_before=ok)
     return said
 
 
@@ -270,7 +276,7 @@ def ab(plan):
 
 def run_trials(plan, manifest, details, started):
     rows = details["trials"]
-    stopped = None
+    stopped = current = None
     try:
         ok, found, cause = step(plan["out"], "out of rotation")
         details["rotation"] = found.get("rotation")
@@ -278,11 +284,14 @@ def run_trials(plan, manifest, details, started):
             code = found.get("status") or status.PREFLIGHT_FAILED
             return result.emit(code, cause, outcome="refused", **details)
         for entry in ordered(plan):
+            current = entry["profile"]
             rows.append(trial(plan, entry, manifest))
     except Stopped as exc:
         stopped = str(exc)
     except Exception as exc:  # noqa: BLE001 (whatever broke, the node goes home)
         stopped = "failed: %s: %s" % (type(exc).__name__, exc)
+    if stopped and current and current not in [row["profile"] for row in rows]:
+        rows.append({"profile": current, "cause": "interrupted: " + stopped, "status": status.UNEXPECTED})
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # home and back in rotation whatever comes
     if stopped:
         say("%s: going home" % stopped)

@@ -329,6 +329,10 @@ def test_sigterm_midway_puts_the_own_profile_back_in_rotation(node):
     rest, _ = proc.communicate(timeout=120)
     found = result.parse((("".join(lines)) + rest).splitlines())
     assert found["status"] == status.UNEXPECTED and found["cause"].startswith("stopped"), found
+    (interrupted,) = found["trials"]  # the profile it was benchmarking, named
+    assert interrupted["profile"] == "sandbox-eagle3" and interrupted["cause"].startswith(
+        "interrupted: stopped"
+    )
     assert found["home"]["restarted"] and found["home"]["in_rotation"]
     node.home()
 
@@ -442,6 +446,7 @@ def test_table_names_each_profile_the_failed_one_the_verdict_and_the_node():
         {"profile": "broken", "cause": "readiness gate: failed: cuda-oom"},
     ]
     home = {"serving": True, "decode_tok_s": 82.1, "reference": 82.4, "tolerance": 4.1, "in_rotation": True}
+    home["reference_of"] = "its trial"
     result_ = {"own": "baseline", "trials": trials, "home": home}
     result_["verdict"] = ab_bench.verdict(trials)
     lines = ab_bench.table(result_)

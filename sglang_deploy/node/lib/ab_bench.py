@@ -178,7 +178,11 @@ def home_line(own, home):
     if home.get("decode_tok_s") is not None:
         text += " (%.1f tok/s" % home["decode_tok_s"]
         if home.get("reference") is not None:
-            text += ", its trial %.1f ±%.1f" % (home["reference"], home.get("tolerance") or 0)
+            text += ", %s %.1f ±%.1f" % (
+                home.get("reference_of") or "before",
+                home["reference"],
+                home.get("tolerance") or 0,
+            )
         text += ")"
     if home.get("as_before") is False:
         text += ", slower than before"
