@@ -47,14 +47,16 @@ SECRET_COPIES = {
 }
 # ... and the API key those and the file of the running start that SGLang's --config reads.
 KEY_FILE = "/run/sglang-env/sglang/secret-args.yaml"
-# Every top-level directory but the kernel's: the token is read from stdin, never an argument.
+# Every top-level directory but the kernel's: the token is read from stdin, never an argument
+# (grep takes it on its standard input from the shell's printf, a builtin: on no command line,
+# where the process list check would find the test's own search).
 SEARCH = (
     'IFS= read -r t; for d in /* /dev/shm; do case "$d" in /proc|/sys|/dev) continue;; esac; '
-    'grep -rlsF -e "$t" "$d"; done; true'
+    'printf "%s\\n" "$t" | grep -rlsF -f - "$d"; done; true'
 )
 POLL = (
     "IFS= read -r t; IFS= read -r k; while :; do "
-    'for f in $(grep -rlsF -e "$t" -e "$k" /tmp /var/tmp /dev/shm); do echo "hit $f"; done; '
+    'for f in $(printf "%s\\n%s\\n" "$t" "$k" | grep -rlsF -f - /tmp /var/tmp /dev/shm); do echo "hit $f"; done; '
     'for f in /tmp/pyinfra-*; do [ -e "$f" ] && echo "seen $(stat -c %a "$f") $f"; done; '
     "sleep 0.2; done"
 )
