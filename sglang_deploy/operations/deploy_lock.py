@@ -1,5 +1,7 @@
 """One deploy at a time per node."""
 
+from __future__ import annotations
+
 from pathlib import Path
 
 from pyinfra import host, logger, state
@@ -15,17 +17,29 @@ NODE_DIR = Path(__file__).resolve().parent.parent / "node"
 
 
 @operation()
-def deploy_lock(path, wait_s, holder):
+def deploy_lock(path: str, wait_s: float, holder: str):
     """
-    Hold the node's deploy lock for the rest of this run, so two operators cannot interleave
-    restarts. The lock lives in an SSH session of its own: it goes away with this process,
-    however the process ends. Taking it is not a change. It is taken when the run executes
-    (pyinfra generates each operation again then, in order): preparing the run, and all of a
-    ``--dry`` run, runs nothing on the node.
+    Hold the node's deploy lock for the rest of this run.
+
+    Two operators cannot interleave restarts. The lock lives in an SSH session of its own: it
+    goes away with this process, however the process ends. Taking it is not a change. It is taken
+    when the run executes (pyinfra generates each operation again then, in order): preparing the
+    run, and all of a ``--dry`` run, runs nothing on the node.
 
     + path: lock file on the node
     + wait_s: how long to wait for another deploy to finish
     + holder: who we are, shown to whoever waits for us
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.deploy_lock(
+            name="Deploy lock",
+            path=plan.lock_path,
+            wait_s=float(plan.settings.deploy_lock_wait_s),
+            holder=plan.lock_holder,
+        )
     """
     if not state.is_executing:
         host.noop(f"the deploy lock {path} is taken when the deploy runs")

@@ -2,7 +2,10 @@
 for the restart cycle; repaired on request. SGLang's gateway on a router host gets a venv of
 its own built from its lock (locked_venv); other tools (the Hub client, uv) plain venvs."""
 
+from __future__ import annotations
+
 import shlex
+from typing import TYPE_CHECKING
 
 from pyinfra import host
 from pyinfra.api import operation
@@ -14,6 +17,9 @@ from sglang_deploy.node.lib.installed import canonical
 from sglang_deploy.node.venvs import MARKER, PENDING
 from sglang_deploy.operations.files import pth_directory
 from sglang_deploy.plan.commands import venvs_mark_command
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 # uv writes uv_cache.json (the time its cache unpacked the wheel) into each dist-info and lists
 # it in RECORD: two nodes built from one lock would differ in every RECORD, and the manifest
@@ -73,11 +79,23 @@ def uv_tool(tool_venv, python, uv_wheel):
 
 
 @operation()
-def engine(venv, link, python, packages, scripts_dir, wheels_dir=None, repair=None, lock=None, uv=None):
+def engine(
+    venv: str,
+    link: str,
+    python: str,
+    packages: Sequence[str],
+    scripts_dir: str,
+    wheels_dir: str | None = None,
+    repair: tuple[str, Sequence[str]] | None = None,
+    lock: str | None = None,
+    uv: str | None = None,
+):
     """
-    Build ``venv`` holding exactly the pinned ``packages`` unless a finished build is there,
-    and stage ``link`` (what the unit runs through) to be pointed at it by the next restart:
-    nothing the running server uses is touched.
+    Build the engine venv of a pin set beside the live one, and stage its link.
+
+    ``venv`` holds exactly the pinned ``packages`` (built unless a finished build is there);
+    ``link`` (what the unit runs through) is staged to point at it from the next restart: nothing
+    the running server uses is touched.
 
     + venv: the venv of this pin set (``venvs_dir/<name>``, sglang_deploy.plan.venv_names)
     + link: the stable path the unit runs through (the profile's ``engine.venv``)
@@ -90,6 +108,19 @@ def engine(venv, link, python, packages, scripts_dir, wheels_dir=None, repair=No
     + lock: the lock file on the node: the venv is built without pip and holds exactly it
       (``locked_install``; ``wheels_dir`` then is the lock's wheelhouse)
     + uv: the node's uv command (``uv_tool``), which installs the lock
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.engine(
+            name="Engine venv and pinned packages",
+            venv=plan.venv,
+            link=plan.profile.engine.venv,
+            python=plan.profile.engine.python,
+            packages=plan.profile.engine.packages,
+            scripts_dir=plan.scripts.directory,
+        )
     """
     venvs_dir, name = venv.rsplit("/", 1)
     found = host.get_fact(
@@ -135,16 +166,28 @@ def engine(venv, link, python, packages, scripts_dir, wheels_dir=None, repair=No
 
 
 @operation()
-def tool_venv(venv, python, packages, wheels_dir=None):
+def tool_venv(venv: str, python: str, packages: Sequence[str], wheels_dir: str | None = None):
     """
-    A venv of its own for a tool the recipe runs (the Hugging Face Hub client, SGLang's
-    router), holding exactly the pinned ``packages``: created when missing, the differing pins
-    reinstalled; nothing when it holds them.
+    A venv of its own for a tool the recipe runs, holding exactly its pins.
+
+    The tool: the Hugging Face Hub client, SGLang's router. The venv is created when missing, the
+    differing pins reinstalled; nothing when it holds them.
 
     + venv: where it lives
     + python: interpreter that creates it
     + packages: exact pins, ``name==version``
     + wheels_dir: remote directory of uploaded wheels; when given pip installs from it alone
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.tool_venv(
+            name="Hugging Face Hub client venv",
+            venv=plan.hf_venv,
+            python="python3",
+            packages=[plan.settings.huggingface_hub_pin],
+        )
     """
     quoted = shlex.quote(venv)
     pip = f"{quoted}/bin/pip install --no-input --disable-pip-version-check " + (
@@ -160,13 +203,14 @@ def tool_venv(venv, python, packages, wheels_dir=None):
 
 
 @operation()
-def locked_venv(venv, python, lock, uv, scripts_dir, wheels_dir=None):
+def locked_venv(venv: str, python: str, lock: str, uv: str, scripts_dir: str, wheels_dir: str | None = None):
     """
-    A venv of its own holding exactly ``lock`` (SGLang's gateway on a router host), named after
-    what the lock installs: built by uv without pip, every sha256 required, no dependency
-    resolution, from ``wheels_dir`` alone (no index) when given. A finished build that no
-    longer is its lock (exact.py: a distribution extra, missing or at another version) is
-    synced to it; nothing when it is.
+    A venv of its own holding exactly a lock, built by uv.
+
+    Such as SGLang's gateway on a router host. The venv is named after what the lock installs,
+    built by uv without pip, every sha256 required, no dependency resolution, from ``wheels_dir``
+    alone (no index) when given. A finished build that no longer is its lock (exact.py: a distribution extra,
+    missing or at another version) is synced to it; nothing when it is.
 
     + venv: where it lives (its name says which lock: plan/fleet.py router_venv)
     + python: interpreter that creates it
@@ -174,6 +218,19 @@ def locked_venv(venv, python, lock, uv, scripts_dir, wheels_dir=None):
     + uv: the host's uv command (``uv_tool``'s venv)
     + scripts_dir: where our on-node scripts are (exact.py checks it, venvs.py marks it built)
     + wheels_dir: the host's wheelhouse of the lock; None: the locked wheels from the index
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.locked_venv(
+            name="Router venv (exactly its lock)",
+            venv=router.venv,
+            python="python3",
+            lock=locked.remote_lock,
+            uv=locked.uv,
+            scripts_dir=scripts_dir,
+        )
     """
     marker = f"{venv}/{MARKER}"
     if marker not in host.get_fact(FileDigests, paths=[marker]):

@@ -109,14 +109,27 @@ def revoke_all(state, fanout):
 
 
 @operation()
-def fanout_cleanup(scripts_dir, run_dir, user):
+def fanout_cleanup(scripts_dir: str, run_dir: str, user: str):
     """
-    Remove what a fan-out left on this node: authorized_keys lines of ours, key directories
-    (a run that died before its end); nothing when none is left.
+    Remove what a fan-out left on this node.
+
+    What is left: authorized_keys lines of ours, key directories (a run that died before its end);
+    nothing when none is left.
 
     + scripts_dir: where our on-node scripts are
     + run_dir: the deploy's runtime directory
     + user: the login user whose authorized_keys a grant went into
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.fanout_cleanup(
+            name="Fan-out keys removed",
+            scripts_dir=plan.scripts.directory,
+            run_dir=plan.settings.run_dir,
+            user="root",
+        )
     """
     left = host.get_fact(FanoutLeftovers, scripts_dir=scripts_dir, user=user, run_dir=run_dir)
     if not left or (not left.get("lines") and not left.get("key_dirs")):

@@ -8,10 +8,13 @@ file's content goes on a command's stdin (remote.secret_write): pyinfra's upload
 user would first leave it in a /tmp file every local user can read.
 """
 
+from __future__ import annotations
+
 import difflib
 import hashlib
 import shlex
 from io import StringIO
+from typing import TYPE_CHECKING
 
 from pyinfra import host, logger
 from pyinfra.api import operation
@@ -22,6 +25,9 @@ from sglang_deploy.facts.serving import FileDigests, InterpreterStartup
 from sglang_deploy.operations.remote import NEW_SUFFIX, secret_write
 from sglang_deploy.plan.render import HOOK_MODULE
 from sglang_deploy.plan.settings import default
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 HOOK_FILE = f"{HOOK_MODULE}.py"  # the module's one name is render.HOOK_MODULE
 HOOK_PTH = f"{HOOK_MODULE}.pth"
@@ -46,17 +52,29 @@ def written_whole(dest, source, mode, owner="root:root"):
 
 
 @operation()
-def secret_file(dest, content, secret_values=(), mode="0600"):
+def secret_file(dest: str, content: str, secret_values: Sequence[str] = (), mode: str = "0600"):
     """
-    Write ``content`` to ``dest`` (root-owned, ``mode``), whole or not at all and never
-    showing secrets: the content travels on a command's stdin into a file beside ``dest``,
-    0600 from its creation, removed on any failure (no copy in /tmp, none left behind), and
-    ``--diff`` shows secret values as ``***``.
+    Write a file that may hold secrets, whole or not at all, never showing them.
+
+    ``dest`` is root-owned, ``mode``; the content travels on a command's stdin into a file beside
+    ``dest``, 0600 from its creation, removed on any failure (no copy in /tmp, none left behind),
+    and ``--diff`` shows secret values as ``***``.
 
     + dest: remote path; its directory must exist and be private
     + content: the file's text
     + secret_values: strings to hide in diffs
     + mode: file mode
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.secret_file(
+            name="Env file",
+            dest=plan.env_path,
+            content=plan.env_text,
+            secret_values=plan.secret_values,
+        )
     """
     own = f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}"
     remote = _remote(dest)
@@ -71,15 +89,26 @@ def secret_file(dest, content, secret_values=(), mode="0600"):
 
 
 @operation()
-def binary_file(src, dest, mode="0644"):
+def binary_file(src: str, dest: str, mode: str = "0644"):
     """
-    Upload the local file ``src`` (a wheel) to ``dest`` when their SHA-1s differ. ``--diff``
-    names the file and both checksums: a binary file has no text diff (pyinfra's files.put
-    would try one and fail on it).
+    Upload a local binary file (a wheel) when its checksum differs.
+
+    The checksums compared are SHA-1s. ``--diff`` names the file and both checksums: a binary file
+    has no text diff (pyinfra's files.put would try one and fail on it).
 
     + src: local path
     + dest: remote path; its directory is created
     + mode: file mode
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.binary_file(
+            name=f"Wheel {wheel.name}",
+            src=str(wheel),
+            dest=f"{plan.wheels_dir}/{wheel.name}",
+        )
     """
     with open(src, "rb") as local:
         wanted = hashlib.sha256(local.read()).hexdigest()
@@ -134,15 +163,28 @@ def _redactor(secret_values):
 
 
 @operation()
-def startup_hook(python, module_text, pth_text):
+def startup_hook(python: str, module_text: str, pth_text: str):
     """
-    Install the environment hook where ``python`` really runs start-up code: a module plus a
-    ``.pth`` that imports it, in a directory the interpreter processes ``.pth`` files from.
-    A ``.pth`` cannot be shadowed the way a venv's ``sitecustomize.py`` is on Debian.
+    Install the environment hook where an interpreter runs start-up code.
+
+    The hook is a module plus a ``.pth`` that imports it, in a directory the interpreter processes
+    ``.pth`` files from. A ``.pth`` cannot be shadowed the way a venv's ``sitecustomize.py`` is on
+    Debian.
 
     + python: the interpreter whose start-up gets the hook (the venv's, or the system's)
     + module_text: the hook module's source
     + pth_text: the ``.pth`` line that imports it
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.startup_hook(
+            name="Start-up hook",
+            python=plan.hook_python,
+            module_text=plan.hook_module,
+            pth_text=plan.hook_pth,
+        )
     """
     paths = hook_paths(python)
     if paths is None:
@@ -182,15 +224,27 @@ def pth_directory(startup):
 
 
 @operation()
-def unit_file(unit, content, staging_dir, unit_dir=default("unit_dir")):
+def unit_file(unit: str, content: str, staging_dir: str, unit_dir: str = default("unit_dir")):
     """
-    Install a unit file once ``systemd-analyze verify`` accepted it, then daemon-reload; a
-    rejected unit never replaces the one a running server came from.
+    Install a systemd unit file once systemd-analyze verify accepted it.
+
+    Then daemon-reload; a rejected unit never replaces the one a running server came from.
 
     + unit: unit name, e.g. ``sglang.service``
     + content: the unit file's text
     + staging_dir: where the candidate is verified (its file name must be the unit's)
     + unit_dir: where units are installed
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.unit_file(
+            name="systemd unit",
+            unit=plan.unit,
+            content=plan.unit_text,
+            staging_dir=plan.settings.run_dir,
+        )
     """
     dest = f"{unit_dir}/{unit}"
     if same_content(_remote(dest), content):

@@ -8,16 +8,27 @@ one place on every host is one node of that graph: every host's earlier operatio
 before it, every host's later ones after it.
 """
 
+from __future__ import annotations
+
 from pyinfra import host
 from pyinfra.api import operation
 
 
 @operation()
-def fleet_barrier(what):
+def fleet_barrier(what: str):
     """
     Nothing to run: every host's operations called before it end before any called after it.
 
     + what: what comes before it, for the run's output
+
+    **Examples:**
+
+    .. code:: python
+
+        fleet_order.fleet_barrier(
+            name="Every node's steps",
+            what="the nodes' steps",
+        )
     """
     host.noop(f"{what}: done on every host")
     return

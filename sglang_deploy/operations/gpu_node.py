@@ -1,5 +1,7 @@
 """GPU node settings: persistence mode, and (opt-in) ACS cleared on PCI bridges at every boot."""
 
+from __future__ import annotations
+
 import shlex
 from io import StringIO
 
@@ -23,18 +25,31 @@ from sglang_deploy.plan.settings import default
 
 
 @operation()
-def persistence_mode(enabled=True, scripts_dir=None, unit_dir=default("unit_dir")):
+def persistence_mode(
+    enabled: bool = True, scripts_dir: str | None = None, unit_dir: str = default("unit_dir")
+):
     """
-    Keep the NVIDIA driver initialised between processes, on every GPU, at every boot:
+    Keep the NVIDIA driver initialised between processes, on every GPU, at every boot.
+
     nvidia-persistenced's unit enabled and running where the driver ships it (with Ubuntu's
-    packaging, whose unit passes ``--no-persistence-mode``, a drop-in runs the same command
-    line without it), else ``nvidia-smi -pm 1`` (which a reboot undoes: said as a warning).
-    Judged as `make verify` judges it (facts/gpu.py persistence_problems); what it changed is
-    confirmed on the node before the step ends. No driver on the node: skipped, saying so.
+    packaging, whose unit passes ``--no-persistence-mode``, a drop-in runs the same command line
+    without it), else ``nvidia-smi -pm 1`` (which a reboot undoes: said as a warning). Judged as
+    `make verify` judges it (facts/gpu.py persistence_problems); what it changed is confirmed on the
+    node before the step ends. No driver on the node: skipped, saying so.
 
     + enabled: the profile's ``gpu.persistence_mode``
     + scripts_dir: where our on-node scripts are (node/lib/gpu_settings.py confirms)
     + unit_dir: where units and their drop-ins are installed
+
+    **Examples:**
+
+    .. code:: python
+
+        gpu_node.persistence_mode(
+            name="GPU persistence mode",
+            enabled=plan.profile.gpu.persistence_mode,
+            scripts_dir=plan.scripts.directory,
+        )
     """
     found = host.get_fact(GpuPersistence)
     if found is None:
@@ -78,12 +93,23 @@ def persistence_mode(enabled=True, scripts_dir=None, unit_dir=default("unit_dir"
 
 
 @operation()
-def unit_active(unit):
+def unit_active(unit: str):
     """
-    A oneshot unit enabled at boot and run once now (active); re-running it when its file
-    changed is the deploy's `_if=` on the unit file's operation.
+    A oneshot unit enabled at boot and run once now.
+
+    Active after it; re-running it when its file changed is the deploy's `_if=` on the unit file's
+    operation.
 
     + unit: the unit's name
+
+    **Examples:**
+
+    .. code:: python
+
+        gpu_node.unit_active(
+            name="ACS cleared at every boot",
+            unit=ACS_UNIT,
+        )
     """
     state = host.get_fact(UnitState, unit=unit)
     if state.get("UnitFileState") != "enabled":
@@ -95,12 +121,21 @@ def unit_active(unit):
 
 
 @operation()
-def unit_absent(unit, unit_dir=default("unit_dir")):
+def unit_absent(unit: str, unit_dir: str = default("unit_dir")):
     """
     No such unit installed by us: disabled, stopped, its file removed (a setting turned off).
 
     + unit: the unit's name
     + unit_dir: where units are installed
+
+    **Examples:**
+
+    .. code:: python
+
+        gpu_node.unit_absent(
+            name="No ACS unit",
+            unit=ACS_UNIT,
+        )
     """
     path = f"{unit_dir}/{unit}"
     if host.get_fact(File, path=path) is None:

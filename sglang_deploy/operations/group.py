@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shlex
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import gevent
 from pyinfra import host, logger
@@ -32,6 +33,13 @@ from sglang_deploy.plan import serving_group
 from sglang_deploy.plan.commands import dist_reach_command
 from sglang_deploy.plan.settings import default
 from sglang_deploy.rollout.waves import GROUPS, GROUPS_REPAIRED, node_facts, restarts, rollout, turn
+
+if TYPE_CHECKING:
+    from sglang_deploy.plan.fleet_hosts import Rotation
+    from sglang_deploy.plan.serving_group import Member
+
+# The settings' defaults (a caller passes the host's: steps/node.py)
+ROLLBACK, STOP_S = default("rollback"), float(default("group_follower_stop_s"))
 
 
 def member_of(pyinfra_host):
@@ -144,19 +152,27 @@ def _follow(state, host, member):
 
 @operation(is_idempotent=False)
 def group_restarted(
-    member, rollback=default("rollback"), stop_wait_s=float(default("group_follower_stop_s")), rotation=None
+    member: Member, rollback: bool = ROLLBACK, stop_wait_s: float = STOP_S, rotation: Rotation | None = None
 ):
     """
-    Restart a serving group as one: rank 0 drives it (preflight on every member, rank 0 stopped
-    first, every member started, rank 0 gated while the followers are watched, workers on every
-    member, last known good recorded on every member, all rolled back together on failure); a
-    follower waits for rank 0's verdict and fails with it.
+    Restart a serving group as one, driven by rank 0.
+
+    Rank 0 drives it (preflight on every member, rank 0 stopped first, every member started, rank 0
+    gated while the followers are watched, workers on every member, last known good recorded on
+    every member, all rolled back together on failure); a follower waits for rank 0's verdict and
+    fails with it.
 
     + member: serving_group.Member of this host
     + rollback: restore every member's last known good when the group fails its gate
     + stop_wait_s: seconds a follower has to end on rank 0's shutdown before it is killed
-    + rotation: rank 0's ``fleet_plan.Rotation``: out of its routers around the restart, one
+    + rotation: rank 0's ``plan.fleet_hosts.Rotation``: out of its routers around the restart, one
       ``rolling_batch`` of groups at a time, none once the rollout stopped
+
+    **Examples:**
+
+    .. code:: python
+
+        group.group_restarted(name="Restart serving group", member=plan.group, rotation=plan.rotation)
     """
     if member.is_leader:
         yield FunctionCommand(_lead, (member, rollback, stop_wait_s), {"rotation": rotation})
@@ -248,20 +264,28 @@ def _problems(member, stop_wait_s):
 
 @operation()
 def group_serving(
-    member, rollback=default("rollback"), stop_wait_s=float(default("group_follower_stop_s")), rotation=None
+    member: Member, rollback: bool = ROLLBACK, stop_wait_s: float = STOP_S, rotation: Rotation | None = None
 ):
     """
-    A serving group that serves is left alone: every member's unit enabled and active, rank 0
-    serving the model (a follower's dummy /health is never readiness), every member's workers
-    carrying the profile's environment, what runs recorded as every member's last known good.
-    A member down, or one not running what is installed, restarts the group through rank 0; a
-    group that runs what is installed but not what is recorded is judged from the gate on
-    (decode check included) before it is recorded, or rolled back.
+    A serving group that serves is left alone; one that does not is restarted.
+
+    Serving is: every member's unit enabled and active, rank 0 serving the model (a follower's dummy
+    /health is never readiness), every member's workers carrying the profile's environment, what
+    runs recorded as every member's last known good. A member down, or one not running what is
+    installed, restarts the group through rank 0; a group that runs what is installed but not what
+    is recorded is judged from the gate on (decode check included) before it is recorded, or rolled
+    back.
 
     + member: serving_group.Member of this host
     + rollback: restore every member's last known good when such a restart or check fails
     + stop_wait_s: seconds a follower has to end on rank 0's shutdown before it is killed
-    + rotation: rank 0's ``fleet_plan.Rotation``, for such a restart
+    + rotation: rank 0's ``plan.fleet_hosts.Rotation``, for such a restart
+
+    **Examples:**
+
+    .. code:: python
+
+        group.group_serving(name="Serving group", member=plan.group, rotation=plan.rotation)
     """
     plan = run_state.of().group_plans[member.group][host.name]
     show = host.get_fact(UnitState, unit=plan.unit)
@@ -335,18 +359,31 @@ def _reach(state, host, member, scripts_dir, dist_init_addr, leader_unit, timeou
 
 
 @operation()
-def group_preflight(member, scripts_dir, dist_init_addr, leader_unit, timeout_s=2.0):
+def group_preflight(
+    member: Member, scripts_dir: str, dist_init_addr: str, leader_unit: str, timeout_s: float = 2.0
+):
     """
-    From a follower, before anything changes: can it reach rank 0's --dist-init-addr (a TCP
-    connect, node/dist_reach.py run on the follower)? Only meaningful while rank 0 runs: on a
-    first converge, skipped with a note. When this change moves the dist-init port, rank 0
-    still listens on the old one: that port on rank 0's host is probed instead, and said so.
-    Rank 0 has nothing to check here.
+    From a follower, before anything changes: can it reach rank 0's --dist-init-addr?
+
+    A TCP connect, node/dist_reach.py run on the follower. Only meaningful while rank 0 runs: on a
+    first converge, skipped with a note. When this change moves the dist-init port, rank 0 still
+    listens on the old one: that port on rank 0's host is probed instead, and said so. Rank 0 has
+    nothing to check here.
 
     + member: serving_group.Member of this host
     + scripts_dir: where our on-node scripts are
     + dist_init_addr: the group's --dist-init-addr (rank 0's cluster address and port)
     + leader_unit: rank 0's unit
+    + timeout_s: how long the connect may take
+
+    **Examples:**
+
+    .. code:: python
+
+        group.group_preflight(
+            name="Group preflight", member=plan.group, scripts_dir=plan.scripts.directory,
+            dist_init_addr="10.0.0.1:5000", leader_unit=plan.unit,
+        )
     """
     if member.is_leader:
         host.noop(f"{member.label()}: the followers check that they reach {dist_init_addr}")

@@ -3,6 +3,8 @@ verified against their manifest into a staging sibling, swapped into place whole
 restart cycle after its preflight (the old weights kept until the new configuration is
 recorded: node/model_stage.py)."""
 
+from __future__ import annotations
+
 import ctypes
 import hashlib
 import json
@@ -14,6 +16,7 @@ import sys
 import time
 from functools import partial
 from io import StringIO
+from typing import TYPE_CHECKING
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
@@ -40,6 +43,9 @@ from sglang_deploy.plan.model_sources import (
 )
 from sglang_deploy.run_state import host_settings
 
+if TYPE_CHECKING:
+    from sglang_deploy.plan.model_sources import HubClient, StagingTarget
+
 _SSH_KEYS = ("ssh_hostname", "ssh_user", "ssh_port", "ssh_key", "ssh_known_hosts_file")
 
 
@@ -56,12 +62,20 @@ def _say(state, host, message):
 
 
 @operation()
-def model_staged(target, scripts_dir, repairing=False, hub=None, in_group=False):
+def model_staged(
+    target: StagingTarget,
+    scripts_dir: str,
+    repairing: bool = False,
+    hub: HubClient | None = None,
+    in_group: bool = False,
+):
     """
-    Stage ``target`` (a ``model_staging.StagingTarget``) on the node when its manifest differs
-    from the source's: free disk checked first, files copied into a staging sibling (rsync
-    when both ends have it, else one upload per file), every file hashed, then swapped into
-    place. A node whose manifest matches is left alone (nothing is copied, no change).
+    Stage a model on the node when its manifest differs from the source's.
+
+    ``target`` is a ``plan.model_sources.StagingTarget``. Free disk checked first, files copied into
+    a staging sibling (rsync when both ends have it, else one upload per file), every file hashed,
+    then swapped into place. A node whose manifest matches is left alone (nothing is copied, no
+    change).
 
     + target: what to stage, where
     + scripts_dir: where our on-node scripts are
@@ -72,6 +86,16 @@ def model_staged(target, scripts_dir, repairing=False, hub=None, in_group=False)
     Nodes of the run that need the same controller-sourced model copy it from each other
     (operations/fanout.py, setting ``fanout``): this node arrives there as one that holds it,
     needs it or neither (``finally``: a node that raised is not waited for).
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.model_staged(
+            name="Model /models/qwen (local)",
+            target=target,
+            scripts_dir=plan.scripts.directory,
+        )
     """
     arrival = fanout.Arrival(host)
     try:

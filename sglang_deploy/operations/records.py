@@ -1,6 +1,9 @@
 """Records kept on the controller."""
 
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING
 
 from pyinfra import host, logger
 from pyinfra.api import operation
@@ -11,16 +14,32 @@ from sglang_deploy.node.lib import gpu_links
 from sglang_deploy.report import manifest, passports
 from sglang_deploy.verify.passport_compare import summary
 
+if TYPE_CHECKING:
+    from sglang_deploy.plan.commands.unit import NodeScripts
+    from sglang_deploy.profile.schema import Profile
+
 
 @operation()
-def manifest_recorded(scripts, profile):
+def manifest_recorded(scripts: NodeScripts, profile: Profile):
     """
-    Record on the controller what the node's engine holds (distribution, version, RECORD
-    digest), so two nodes or two dates can be diffed. Writes only local files: never a change.
+    Record on the controller what the node's engine holds.
+
+    Each distribution, version and RECORD digest, so two nodes or two dates can be diffed. Writes
+    only local files: never a change.
 
     + scripts: ``NodeScripts`` for this node
     + profile: the host's profile (its pins and the drift-checked distributions are recorded:
       scripts.manifest_names, every locked distribution for a locked engine)
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.manifest_recorded(
+            name="Engine manifest",
+            scripts=plan.scripts,
+            profile=plan.profile,
+        )
     """
     from pyinfra.context import state
 
@@ -42,14 +61,24 @@ def _record_manifest(scripts, profile):
 
 
 @operation()
-def passport_recorded(scripts):
+def passport_recorded(scripts: NodeScripts):
     """
-    Collect the node's hardware passport (node/passport.py, which keeps it on the node only
-    when it changed) and keep its copy on the controller, reports/passport/<host>.json. Read
-    through a fact: never a change, so a re-run reports none. A degraded PCIe link is said
-    here; `make verify` fails on it.
+    Collect the node's hardware passport and keep its copy on the controller.
+
+    node/passport.py keeps it on the node only when it changed; the controller's copy is
+    reports/passport/<host>.json. Read through a fact: never a change, so a re-run reports none. A
+    degraded PCIe link is said here; `make verify` fails on it.
 
     + scripts: ``NodeScripts`` for this node
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.passport_recorded(
+            name="Hardware passport",
+            scripts=plan.scripts,
+        )
     """
     from pyinfra.context import state
 

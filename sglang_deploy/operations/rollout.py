@@ -2,7 +2,10 @@
 (the nodes that serve nothing together first, then the others in batches), and the router's
 service and gate."""
 
+from __future__ import annotations
+
 import shlex
+from typing import TYPE_CHECKING
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
@@ -16,6 +19,10 @@ from sglang_deploy.operations.service import fail_with, run_cycle, say_outcome, 
 from sglang_deploy.operations.streamed import run_streamed
 from sglang_deploy.rollout.bake import scraper
 from sglang_deploy.rollout.waves import NODES, node_facts, rollout, turn
+
+if TYPE_CHECKING:
+    from sglang_deploy.plan.commands.unit import NodeScripts
+    from sglang_deploy.plan.fleet_hosts import Rotation, RouterPlan
 
 # rotation.py's outcomes when it took the node out of no router (or put it back): the cycle
 # did not run, the node serves what it served.
@@ -37,21 +44,37 @@ def rotation_line(turn):
 
 
 @operation(is_idempotent=False)
-def rolled_restart(scripts, hook_python, rotation, profile_name, rollback):
+def rolled_restart(
+    scripts: NodeScripts, hook_python: str, rotation: Rotation, profile_name: str, rollback: bool
+):
     """
-    Restart the server out of rotation (node/rotation.py around node/cycle.py): out of every
-    router, drained, restarted through the gate (rolled back when it fails), back in every
-    router and healthy there. Every node's operation runs at once and waits for its wave
-    (rollout/waves.py): the nodes that serve nothing (read before any restart: unit state, router
-    health) start together first, then the others ``rolling_batch`` at a time. Once the
-    rollout stopped (more than ``rolling_max_failures`` nodes failed), a later node is not
-    restarted: its files go back to its last known good and it keeps serving what it served.
+    Restart the server out of rotation, in its wave.
+
+    node/rotation.py around node/cycle.py: out of every router, drained, restarted through the gate
+    (rolled back when it fails), back in every router and healthy there. Every node's operation runs
+    at once and waits for its wave (rollout/waves.py): the nodes that serve nothing (read before any
+    restart: unit state, router health) start together first, then the others ``rolling_batch`` at a
+    time. Once the rollout stopped (more than ``rolling_max_failures`` nodes failed), a later node
+    is not restarted: its files go back to its last known good and it keeps serving what it served.
 
     + scripts: ``NodeScripts`` for this node
     + hook_python: interpreter whose start-up hook belongs to the configuration
-    + rotation: ``fleet_plan.Rotation`` for this node
+    + rotation: ``plan.fleet_hosts.Rotation`` for this node
     + profile_name: the profile being rolled out (for the per-host report)
     + rollback: restore the last known good when the new configuration fails its gate
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.rolled_restart(
+            name="Restart (configuration changed)",
+            scripts=plan.scripts,
+            hook_python=plan.hook_python,
+            rotation=plan.rotation,
+            profile_name=plan.profile.name,
+            rollback=plan.settings.rollback,
+        )
     """
     yield FunctionCommand(_rotate, (scripts, hook_python, rotation, profile_name, rollback), {})
 
@@ -177,25 +200,46 @@ def _keep_previous(host, scripts, run, refusal):
 
 
 @operation(is_idempotent=False)
-def router_restarted(plan, scripts_dir):
+def router_restarted(plan: RouterPlan, scripts_dir: str):
     """
-    Restart the router (its configuration changed) and gate it: /readiness 200 and every
-    expected worker healthy in /workers.
+    Restart the router (its configuration changed) and gate it.
 
-    + plan: ``fleet_plan.RouterPlan``
+    The gate: /readiness 200 and every expected worker healthy in /workers.
+
+    + plan: ``plan.fleet_hosts.RouterPlan``
     + scripts_dir: where our on-node scripts are
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.router_restarted(
+            name="Router restart",
+            plan=router,
+            scripts_dir=scripts_dir,
+        )
     """
     yield f"systemctl restart {shlex.quote(plan.unit)}"
     yield FunctionCommand(_router_gate, (plan, scripts_dir), {})
 
 
 @operation()
-def router_serving(plan, scripts_dir):
+def router_serving(plan: RouterPlan, scripts_dir: str):
     """
     The router enabled and running, and its gate passed; nothing changes when it is.
 
-    + plan: ``fleet_plan.RouterPlan``
+    + plan: ``plan.fleet_hosts.RouterPlan``
     + scripts_dir: where our on-node scripts are
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.router_serving(
+            name="Router serving",
+            plan=router,
+            scripts_dir=scripts_dir,
+        )
     """
     unit_state = host.get_fact(UnitState, unit=plan.unit)
     if unit_state.get("UnitFileState") != "enabled":

@@ -1,14 +1,21 @@
 """Our on-node scripts, uploaded as one set: one command finds what differs, and only that is
 uploaded (per-file `files.put` costs two or three SSH round trips per script)."""
 
+from __future__ import annotations
+
 import hashlib
 import shlex
+from typing import TYPE_CHECKING
 
 from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.api.command import FileUploadCommand
 
 from sglang_deploy.facts.serving import FileDigests
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
 
 
 def _digest(path):
@@ -21,13 +28,23 @@ def _differs(found, digest):
 
 
 @operation()
-def node_scripts(files, mode="0755"):
+def node_scripts(files: Sequence[tuple[Path | str, str]], mode: str = "0755"):
     """
-    Upload the local files of ``files`` whose remote copy is missing or differs, and set
-    ``mode`` where it differs.
+    Upload our on-node scripts whose remote copy is missing or differs.
+
+    ``mode`` is set where it differs.
 
     + files: ``[(local path, remote path)]``
     + mode: file mode of every script
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.node_scripts(
+            name="On-node scripts",
+            files=plan.node_scripts,
+        )
     """
     remote = host.get_fact(FileDigests, paths=[dest for _, dest in files])
     wanted_mode = mode.lstrip("0")

@@ -2,7 +2,10 @@
 (run by operations/rollout.py's rolled_restart, out of rotation), and "serving" checks that leave
 a serving node alone."""
 
+from __future__ import annotations
+
 import shlex
+from typing import TYPE_CHECKING
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
@@ -16,6 +19,9 @@ from sglang_deploy.operations.streamed import run_detached, run_streamed
 from sglang_deploy.plan.settings import default
 from sglang_deploy.report import throughput_log as throughput
 
+if TYPE_CHECKING:
+    from sglang_deploy.plan.commands.unit import NodeScripts
+
 
 def fail_with(state, host, message):
     host.log_styled(message, fg="red", log_func=logger.error)
@@ -23,16 +29,27 @@ def fail_with(state, host, message):
 
 
 @operation()
-def preflight(scripts, engine_ready, repairing=False):
+def preflight(scripts: NodeScripts, engine_ready: bool, repairing: bool = False):
     """
-    Check, before anything on the node changes, that this configuration can start there: the
-    engine's own parser accepts the argv (when the pinned engine is already installed; the
-    restart repeats it after an install), model paths, GPUs, port, free disk. A check only:
-    never a change.
+    Check, before anything on the node changes, that this configuration can start there.
+
+    The engine's own parser accepts the argv (when the pinned engine is already installed; the
+    restart repeats it after an install), model paths, GPUs, port, free disk. A check only: never a
+    change.
 
     + scripts: ``NodeScripts`` for this node
     + engine_ready: whether the venv already holds the pinned engine
     + repairing: drift is about to be repaired, so it only warns here
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.preflight(
+            name="Preflight",
+            scripts=plan.scripts,
+            engine_ready=sglang.engine_matches(plan.venv, plan.profile.engine.packages),
+        )
     """
     if host.get_fact(File, path=f"{scripts.directory}/preflight.py") is None:
         host.noop("preflight runs once our scripts are on the node (a dry run of a first deploy)")
@@ -204,18 +221,30 @@ def _check_workers(state, host, scripts):
 
 
 @operation()
-def serving(scripts, hook_python, rollback=default("rollback")):
+def serving(scripts: NodeScripts, hook_python: str, rollback: bool = default("rollback")):
     """
-    Ensure the unit is enabled and serving without touching a server that already serves:
-    start and gate it when it is not active, gate it when it is active but not ready, and
-    check that every scheduler carries the profile's environment. A server it starts, and a
-    serving configuration that is not the recorded last known good, are judged like a restart
-    (gate, workers, decode check) before they are recorded; one installed after the server
-    started is restarted into (a deploy that died midway leaves either).
+    Ensure the unit is enabled and serving without touching a server that already serves.
+
+    Start and gate it when it is not active, gate it when it is active but not ready, and check that
+    every scheduler carries the profile's environment. A server it starts, and a serving
+    configuration that is not the recorded last known good, are judged like a restart (gate,
+    workers, decode check) before they are recorded; one installed after the server started is
+    restarted into (a deploy that died midway leaves either).
 
     + scripts: ``NodeScripts`` for this node
     + hook_python: interpreter whose start-up hook belongs to the configuration
     + rollback: restore the last known good when what it starts or finds fails its checks
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.serving(
+            name="Serving",
+            scripts=plan.scripts,
+            hook_python=plan.hook_python,
+            rollback=plan.settings.rollback,
+        )
     """
     unit, profile = scripts.unit, scripts.profile
     unit_state = host.get_fact(UnitState, unit=unit)

@@ -2,6 +2,8 @@
 back to, always (each service has a venvs directory of its own by default, but the venvs_dir
 setting may give several services one)."""
 
+from __future__ import annotations
+
 import shlex
 
 from pyinfra import host
@@ -12,12 +14,23 @@ from sglang_deploy.plan.venv_names import venvs_to_remove, wheelhouses_to_remove
 
 
 @operation()
-def old_venvs_pruned(venvs_dir, link, keep, wanted, scripts_dir, last_good_dir, deploy_dir=None, lock=None):
+def old_venvs_pruned(
+    venvs_dir: str,
+    link: str,
+    keep: int,
+    wanted: str,
+    scripts_dir: str,
+    last_good_dir: str,
+    deploy_dir: str | None = None,
+    lock: str | None = None,
+):
     """
-    Remove the engine venvs beyond the newest ``keep`` that are neither the one the unit's link
-    points at, nor the last known good's (a rollback switches back to it, with no download),
-    nor ``wanted``, nor in use by any other service of the node (its link, staged switch or
-    last known good, or a running process: venvs.py list's ``in_use``).
+    Remove the engine venvs beyond the newest ``keep`` that nothing uses.
+
+    A venv nothing uses is neither the one the unit's link points at, nor the last known good's (a
+    rollback switches back to it, with no download), nor ``wanted``, nor in use by any other service
+    of the node (its link, staged switch or last known good, or a running process: venvs.py list's
+    ``in_use``).
 
     + venvs_dir: where the venvs are
     + link: the path the unit runs through (the profile's ``engine.venv``)
@@ -28,6 +41,20 @@ def old_venvs_pruned(venvs_dir, link, keep, wanted, scripts_dir, last_good_dir, 
     + deploy_dir: where the locks and their wheelhouses are: those no venv left was built
       from, nor ``lock`` (the one this deploy installs), nor arrived within a day, go too
     + lock: the lock file this deploy installs from (its name), or None
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.old_venvs_pruned(
+            name="Old engine venvs",
+            venvs_dir=plan.venvs_dir,
+            link=plan.profile.engine.venv,
+            keep=plan.settings.venvs_keep,
+            wanted=plan.venv,
+            scripts_dir=plan.scripts.directory,
+            last_good_dir=plan.scripts.last_good_dir,
+        )
     """
     found = host.get_fact(
         EngineVenvs, scripts_dir=scripts_dir, venvs_dir=venvs_dir, link=link, last_good_dir=last_good_dir

@@ -4,11 +4,14 @@ Nodes of the run that lack the same wheels copy them from each other instead
 (operations/fanout.py): the wheelhouse then arrives whole, in a staging sibling checked
 against the wheels' sha256s (the lock's, checked on the controller) and swapped in."""
 
+from __future__ import annotations
+
 import json
 import shlex
 import shutil
 from functools import partial
 from io import StringIO
+from typing import TYPE_CHECKING
 
 from pyinfra import host
 from pyinfra.api import operation
@@ -21,6 +24,10 @@ from sglang_deploy.operations import fanout, remote
 from sglang_deploy.operations.model import controller_copy
 from sglang_deploy.plan.commands import fanout_pull_command, model_stage_command
 from sglang_deploy.plan.wheelhouse import sha256
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
 
 
 def wheels_to_upload(local, remote_dir, remote):
@@ -37,7 +44,9 @@ def wheel_manifest(local) -> dict:
 
 
 @operation()
-def wheelhouse(wheels, remote_dir, lock, remote_lock, scripts_dir=None):
+def wheelhouse(
+    wheels: Sequence[Path], remote_dir: str, lock: Path, remote_lock: str, scripts_dir: str | None = None
+):
     """
     Upload the wheels of ``wheels`` that ``remote_dir`` lacks, and the lock file.
 
@@ -46,6 +55,18 @@ def wheelhouse(wheels, remote_dir, lock, remote_lock, scripts_dir=None):
     + lock: the local lock file
     + remote_lock: where it goes on the node
     + scripts_dir: where our on-node scripts are (given: the wheels may fan out)
+
+    **Examples:**
+
+    .. code:: python
+
+        sglang.wheelhouse(
+            name="Engine wheelhouse",
+            wheels=locked.wheels(),
+            remote_dir=locked.remote_wheelhouse,
+            lock=locked.local_lock,
+            remote_lock=locked.remote_lock,
+        )
     """
     arrival = fanout.Arrival(host, mode=None if scripts_dir else "off")
     try:
