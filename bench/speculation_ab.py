@@ -38,7 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
-from fleet_load import router_view, run_load  # noqa: E402
+from fleet_load import Watcher, router_view, run_load  # noqa: E402
 
 from sglang_deploy.node.lib import ab_bench  # noqa: E402
 from sglang_deploy.report.ab_runner import timing_line  # noqa: E402
@@ -78,14 +78,25 @@ def newest_report(folder, host, before):
     return json.loads(fresh[-1].read_text()) if fresh else None
 
 
-def summary(found, load, speed_line):
-    """The closing lines: table, verdict, requests, wall-time ratio against its goal."""
+def summary(found, load, speed_line, watcher=None):
+    """The closing lines: table, verdict, requests (and, with ``watcher``, the router's view
+    meanwhile), wall-time ratio against its goal."""
     lines = ab_bench.table(found) if found else ["the A/B wrote no report"]
     lines.append(
         "requests through the router during the A/B: sent %d (%d long), failed %d (goal 0)"
         % (load.sent, load.long_sent, load.failed)
         + ("; first: %s" % load.failures[:3] if load.failed else "")
     )
+    if watcher is not None:
+        lines.append(
+            "router's view meanwhile (%d samples): at least %d of %d nodes healthy; out of the router: %s"
+            % (
+                watcher.samples,
+                watcher.min_in_router,
+                len(watcher.node_ports),
+                ", ".join("%s %.1f s" % (name, s) for name, s in sorted(watcher.out_s.items())),
+            )
+        )
     timing = (found or {}).get("timing")
     if timing and timing.get("ratio") is not None:
         lines.append(timing_line(timing))
@@ -145,7 +156,7 @@ def deploy(env, profiles, limit=None, must_pay=""):
 
 def fleet(sandbox_dir):
     state = json.loads((sandbox_dir / "state.json").read_text())
-    nodes = sorted(n["name"] for n in state["nodes"] if n.get("role", "node") == "node")
+    nodes = {n["name"]: n["server_port"] for n in state["nodes"] if n.get("role", "node") == "node"}
     routers = [n for n in state["nodes"] if n.get("role") == "router"]
     return nodes, routers[0]["name"], routers[0]["server_port"]
 
@@ -162,7 +173,9 @@ def wait_in_router(router_port, count, timeout=120):
 
 def measure(out, env, sandbox_dir, args):
     nodes, router, router_port = fleet(sandbox_dir)
-    out(f"fleet: {', '.join(nodes)} behind {router} (port {router_port}); stand-in at {args.rate:g} tok/s")
+    out(
+        f"fleet: {', '.join(sorted(nodes))} behind {router} (port {router_port}); stand-in at {args.rate:g} tok/s"
+    )
     code, output = run([sys.executable, "-m", "sglang_deploy.plan.wheelhouse", "--router"], env, 900)
     if code != 0:
         out(output[-2000:])
@@ -192,6 +205,8 @@ def measure(out, env, sandbox_dir, args):
             )
         )
     )
+    watcher = Watcher(router_port, nodes, interval=0.5)
+    watcher.start()
     client.start()
     out(
         f"== make ab PROFILES={','.join(PROFILES)} HOST={HOST}, {args.concurrency} clients through the router"
@@ -216,6 +231,8 @@ def measure(out, env, sandbox_dir, args):
         time.sleep(2)  # the node back in the router's rotation before the load stops
         stop.set()
         client.join()
+        watcher.stop.set()
+        watcher.join()
     out(f"make ab: exit {code}")
     found = newest_report(reports, HOST, before)
 
@@ -227,7 +244,7 @@ def measure(out, env, sandbox_dir, args):
     for line in output.splitlines():
         if "decode check" in line or "decodes" in line:
             out("  " + line.strip()[:300])
-    return found, load["r"], verdicts[0] if verdicts else None
+    return found, load["r"], verdicts[0] if verdicts else None, watcher
 
 
 def main(argv=None):
@@ -262,13 +279,13 @@ def main(argv=None):
         if code != 0:
             out(output[-3000:])
             raise SystemExit("sandbox up: exit %d" % code)
-        found, load, speed_line = measure(out, env, sandbox_dir, args)
+        found, load, speed_line, watcher = measure(out, env, sandbox_dir, args)
     finally:
         if not args.keep:
             code, _ = run([*sandbox, "down"], env, 600)
             out(f"sandbox {args.id} down: exit {code}")
     out()
-    for line in summary(found, load, speed_line):
+    for line in summary(found, load, speed_line, watcher):
         out(line)
     out(f"bench wall time: {time.monotonic() - started:.0f} s")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ the newest A/B report, and the closing lines (requests, the wall-time ratio agai
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
@@ -52,11 +53,18 @@ def test_the_summary_counts_requests_and_judges_the_ratio():
             "ratio": 1.14,
         },
     }
-    lines = summary(found, LoadResult(sent=120, failed=0, long_sent=24), LINE)
+    watcher = SimpleNamespace(
+        samples=90,
+        min_in_router=1,
+        node_ports={"node1": 30801, "node2": 30802},
+        out_s={"node2": 0.0, "node1": 41.5},
+    )
+    lines = summary(found, LoadResult(sent=120, failed=0, long_sent=24), LINE, watcher)
     text = "\n".join(lines)
     assert "sandbox-eagle3" in text and "60.4" in text and "1.91" in text
     assert "verdict: sandbox leads" in text
     assert "sent 120 (24 long), failed 0 (goal 0)" in text
+    assert "at least 1 of 2 nodes healthy; out of the router: node1 41.5 s, node2 0.0 s" in text
     assert "1.14x (goal <= 1.2x: met)" in text
     assert text.endswith(LINE)
     found["timing"]["ratio"] = 1.5
