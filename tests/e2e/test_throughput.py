@@ -1,7 +1,8 @@
 """The incident replayed on a sandbox node: the baseline at 82 tok/s deployed and recorded, then
-EAGLE-3 at 60 tok/s with `max_regression_pct: 10`: the deploy reports -27%; `on_regression:
-rollback` serves the baseline again, `warn` deploys with a warning. `make report` shows it.
-The stand-in's configured rate (SGLANG_STANDIN_TOKENS_PER_SECOND) stands in for the GPU."""
+EAGLE-3 on the same node (the stand-in's speculation model: 2 draft steps, accept length ~1.9,
+the verify pass's cost: ~60 tok/s) with `max_regression_pct: 10`: the deploy reports -27%;
+`on_regression: rollback` serves the baseline again, `warn` deploys with a warning. `make report`
+shows it. The stand-in's configured rate (SGLANG_STANDIN_TOKENS_PER_SECOND) stands in for the GPU."""
 
 import json
 import re
@@ -36,7 +37,7 @@ def eagle3(profile_dir, policy):
         f"""
         extends: {{profiles}}/sandbox-eagle3.yml
         env:
-          SGLANG_STANDIN_TOKENS_PER_SECOND: 60
+          SGLANG_STANDIN_TOKENS_PER_SECOND: 82
         throughput:
           max_regression_pct: 10
           on_regression: {policy}
