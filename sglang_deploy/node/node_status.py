@@ -51,7 +51,17 @@ else:  # run as a script: our scripts' directory is on sys.path
 PASSPORT = "passport.json"  # the hardware passport, in the state directory (beside the services')
 UNIT_PROPS = ("LoadState", "ActiveState", "SubState", "MainPID", "ActiveEnterTimestampMonotonic")
 HISTORY_TAIL = 64 * 1024  # bytes of throughput.jsonl read: its last entries, however long it grew
-DECODE_KEYS = ("time", "profile", "decode_tok_s", "change_pct", "baseline", "error", "accepted", "restored", "speculation")
+DECODE_KEYS = (
+    "time",
+    "profile",
+    "decode_tok_s",
+    "change_pct",
+    "baseline",
+    "error",
+    "accepted",
+    "restored",
+    "speculation",
+)
 
 
 def _unreadable(exc):

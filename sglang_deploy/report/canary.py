@@ -227,7 +227,9 @@ def judge(canaries: dict, old: dict, limits) -> Verdict:
         _compare_ttft(node, r, old_p95, limits, fail)
         if basis is None:
             fail((node, "decode tok/s", f"no {TOKENS} on every compared node"))
-        elif old_decode and r.decode[basis] < old_decode * (1 - limits.rolling_canary_max_decode_regression_pct / 100):
+        elif old_decode and r.decode[basis] < old_decode * (
+            1 - limits.rolling_canary_max_decode_regression_pct / 100
+        ):
             fail(
                 (
                     node,

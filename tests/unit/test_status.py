@@ -449,5 +449,7 @@ def test_a_speculating_nodes_accept_length_is_in_its_decode_cell():
     table = render.screen(nodes, routers, 400, Redactor())
     assert any("82.0 tok/s, accept length 1.90, 2h ago" in line for line in table)
     blocks = render.screen(nodes, routers, 80, Redactor())
-    said = " ".join(" ".join(line.split()) for line in blocks[blocks.index("  rotation   in: r1 healthy") + 1 :][:2])
+    said = " ".join(
+        " ".join(line.split()) for line in blocks[blocks.index("  rotation   in: r1 healthy") + 1 :][:2]
+    )
     assert said.startswith("decode 82.0 tok/s (+1% vs baseline 81.2), EAGLE3 accept length 1.90 (rate 0.45)")

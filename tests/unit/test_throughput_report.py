@@ -96,7 +96,10 @@ def test_the_page_holds_the_latest_figures_and_a_plot_per_node_and_profile(tmp_p
         plot = ET.parse(reports / src).getroot()
         assert plot.tag.endswith("svg")
     eagle_svg = (reports / "throughput/node1--eagle.svg").read_text()
-    assert 'fill="#c62828"' in eagle_svg and "60.1 tok/s (-27% vs baseline 82.4), EAGLE3 accept length 1.90 (rate 0.45)" in eagle_svg
+    assert (
+        'fill="#c62828"' in eagle_svg
+        and "60.1 tok/s (-27% vs baseline 82.4), EAGLE3 accept length 1.90 (rate 0.45)" in eagle_svg
+    )
     assert "baseline 82.4 (base)" in eagle_svg  # the last known good's figure, dashed
 
 
