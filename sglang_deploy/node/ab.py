@@ -28,8 +28,8 @@ rotation when it serves. Ends with one result line (also written to result_json)
 "ab" | "busy" | "refused", "own", "trials": [{"profile", "bench", "speculation", "restart_s",
 "bench_s", "wall_s", "cause"}], "verdict" (ab_bench.verdict), "home": {"serving", "restarted",
 "decode_tok_s", "reference", "as_before", "in_rotation", "cause"}, "wall_s", "rotation"}.
-Exit status: 0 every trial measured and the node home, serving and in rotation; else the first
-failure's.
+Exit status: 0 every trial measured and the node home, serving as before and in rotation; else
+the first failure's (THROUGHPUT_REGRESSION: home and in rotation, but slower than it served).
 """
 
 import argparse
@@ -237,6 +237,18 @@ def first_failure(rows, said):
         return said.get("status") or status.FAILED_START, "home: %s" % said.get("cause")
     if not said.get("in_rotation"):
         return status.TIMEOUT, "not back in rotation: %s" % said.get("rotation_cause")
+    if said.get("as_before") is False:  # home, in rotation, but slower than it served
+        return (
+            status.THROUGHPUT_REGRESSION,
+            "home: %s serves at %.1f tok/s, not as before (%.1f ±%.1f, %s)"
+            % (
+                said.get("profile") or "its own profile",
+                said["decode_tok_s"],
+                said["reference"],
+                said.get("tolerance") or 0.0,
+                said.get("reference_of"),
+            ),
+        )
     return status.READY, None
 
 

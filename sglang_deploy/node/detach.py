@@ -179,8 +179,9 @@ def start(args):
         "--collect",
         "--quiet",
         "--description=sglang-deploy restart cycle of %s" % args.service,
-        # Stopping the unit (the operator's last resort) gives the cycle time to end a step.
-        "--property=TimeoutStopSec=30",
+        # Stopping the unit (the operator's last resort) gives the cycle time to end a step (an
+        # A/B: to go home, a restart and its gate).
+        "--property=TimeoutStopSec=%d" % args.stop_timeout,
         "--setenv=PATH=" + os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
         "--setenv=PYTHONUNBUFFERED=1",
         "--",
@@ -292,6 +293,9 @@ def main(argv=None):
     parsers["start"].add_argument("--service", required=True)
     parsers["start"].add_argument("--profile", default="")
     parsers["start"].add_argument("--command", required=True, help="the cycle's shell command line")
+    parsers["start"].add_argument(
+        "--stop-timeout", type=int, default=30, help="seconds a stop of the unit leaves it to end"
+    )
     parsers["start"].add_argument("--systemd-run", default="systemd-run")
     parsers["start"].add_argument("--booted", default="/run/systemd/system", help="exists when systemd runs")
     parsers["follow"].add_argument("--from-offset", type=int, default=0)

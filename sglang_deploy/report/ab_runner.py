@@ -53,6 +53,7 @@ PROMPTS = (
 )
 FOLLOW_S = 10.0
 FOLLOW_RETRIES = 3
+HOME_MARGIN_S = 120  # a benchmark round and the return to rotation, beyond the restart and gate
 
 
 def engine_of(plan):
@@ -248,6 +249,12 @@ def write_report(host, found, reports=REPORTS, now=None):
     return path
 
 
+def home_s(profile):
+    """Seconds a stop of the A/B's unit leaves it to go home: stop the trial's server, start the
+    node's own, its gate, one benchmark round and the return to rotation."""
+    return int(profile.service.timeout_stop_sec + profile.readiness.timeout_s + HOME_MARGIN_S)
+
+
 def run(args):
     hosts = dict(inventory_hosts(args.inventory))
     if args.host not in hosts:
@@ -263,7 +270,7 @@ def run(args):
         f"== {name}: A/B of {', '.join(p.profile.name for p in trials)} (own: {own.profile.name})", flush=True
     )
     command = stage(name, data, own, trials, args, ab_id)
-    code, lines = remote(name, data, own.scripts.detach_start(command, ab_id))
+    code, lines = remote(name, data, own.scripts.detach_start(command, ab_id, home_s(own.profile)))
     begun = node_result.parse(lines)
     if begun is None or begun["status"] != status.READY:
         cause = begun["cause"] if begun else " ".join(lines[-3:])

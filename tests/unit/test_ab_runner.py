@@ -175,3 +175,26 @@ def test_the_report_shows_each_ab_with_its_table_and_a_plot(tmp_path):
     plot = (folder / "node1-2026-12-05T040000Z.svg").read_text()
     assert plot.startswith("<svg") and "sandbox-eagle3" in plot and "80.2" in plot
     assert ab_report.section(tmp_path / "none") == ""
+
+
+def test_a_node_home_and_in_rotation_but_slower_than_before_fails_the_ab():
+    from sglang_deploy.node import ab
+
+    said = {"serving": True, "in_rotation": True, "decode_tok_s": 70.0, "reference": 82.0}
+    said.update(tolerance=4.1, reference_of="its trial", as_before=False)
+    code, cause = ab.first_failure([{"profile": "sandbox"}], said)
+    assert code == status.THROUGHPUT_REGRESSION
+    assert cause == "home: its own profile serves at 70.0 tok/s, not as before (82.0 ±4.1, its trial)"
+    assert ab.first_failure([{"profile": "sandbox"}], dict(said, as_before=True)) == (status.READY, None)
+
+
+def test_a_stop_of_the_ab_leaves_it_time_to_go_home():
+    from sglang_deploy.plan.commands.service import detach_start_command
+    from sglang_deploy.profile.schema import load_profile
+
+    profile = load_profile("baseline")
+    home = ab_runner.home_s(profile)
+    assert home >= profile.service.timeout_stop_sec + profile.readiness.timeout_s
+    command = detach_start_command("/opt/d/node", "/run/c", "sglang", "ab-1", "baseline", "true", home)
+    assert command.endswith(f"--stop-timeout {home}")
+    assert "--stop-timeout" not in detach_start_command("/opt/d/node", "/run/c", "sglang", "1", "p", "true")

@@ -297,3 +297,16 @@ def test_the_lock_command_names_the_cycles_of_its_service():
     assert commands.cycles_dir_of_lock("/run/sglang-deploy/sglang.lock") == "/run/sglang-deploy/sglang"
     line = commands.lock_command("/run/x/s.lock", 5, "me", directory="/d", cycles_dir="/run/x/s")
     assert line.endswith("--cycles-dir /run/x/s")
+
+
+@pytest.mark.parametrize("asked, given", [(None, "30"), ("700", "700")])
+def test_a_stop_of_the_unit_leaves_it_the_time_asked_for(node, asked, given):
+    code, _ = node.detach(
+        "start",
+        *("--id", "1", "--service", "sglang", "--profile", "p"),
+        *(("--stop-timeout", asked) if asked else ()),
+        *("--command", node.cycle, "--systemd-run", node.systemd.systemd_run),
+        *("--booted", str(node.systemd.booted)),
+    )
+    assert code == 0
+    assert f"--property=TimeoutStopSec={given}" in node.systemd.calls()[0].split()

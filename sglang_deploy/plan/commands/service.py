@@ -48,8 +48,9 @@ def cycles_dir_of_lock(lock_path):
     return cycles_dir(run_dir, name[: -len(".lock")] if name.endswith(".lock") else name)
 
 
-def detach_start_command(directory, cycles, service, cycle_id, profile, command):
-    """detach.py start: ``command`` (a restart cycle) as a transient systemd unit of its own."""
+def detach_start_command(directory, cycles, service, cycle_id, profile, command, stop_timeout=None):
+    """detach.py start: ``command`` (a restart cycle) as a transient systemd unit of its own;
+    ``stop_timeout``: seconds a stop of that unit leaves it to end (detach.py's default: 30)."""
     args = [
         "--dir",
         cycles,
@@ -61,6 +62,7 @@ def detach_start_command(directory, cycles, service, cycle_id, profile, command)
         profile,
         "--command",
         command,
+        *optional(stop_timeout, "--stop-timeout", stop_timeout),
     ]
     return script("python3", directory, "detach.py", "start", *args)
 

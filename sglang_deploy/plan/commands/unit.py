@@ -79,11 +79,11 @@ class NodeScripts:
         """Where this service's detached restart cycles keep their files."""
         return cycles_dir(self.run_dir, self.profile.service.name)
 
-    def detach_start(self, command, cycle_id):
+    def detach_start(self, command, cycle_id, stop_timeout=None):
         """detach.py start: the restart cycle ``command`` detached from the deploy's session."""
         service = self.profile.service.name
         return detach_start_command(
-            self.directory, self.cycles_dir, service, cycle_id, self.profile.name, command
+            self.directory, self.cycles_dir, service, cycle_id, self.profile.name, command, stop_timeout
         )
 
     def detach_follow(self, cycle_id, offset, for_s=10.0):
