@@ -328,7 +328,6 @@ def run_trials(plan, manifest, details, started):
         write_json(plan["result_json"], dict(details, status=code, cause=cause))
     except OSError as exc:
         say("cannot keep the result in %s: %s" % (plan["result_json"], exc))
-    shutil.rmtree(plan.get("stage") or "", ignore_errors=True)
     return result.emit(code, cause, outcome="ab", **details)
 
 
@@ -341,7 +340,10 @@ def main(argv=None):
     with open(args.plan_json) as f:
         plan = json.load(f)
     signal.signal(signal.SIGTERM, _stopped)
-    return ab(plan)
+    try:
+        return ab(plan)
+    finally:  # the staged files hold the profiles' secrets: gone however the A/B ended
+        shutil.rmtree(plan.get("stage") or "", ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -390,6 +390,7 @@ def test_a_node_that_does_not_serve_its_last_known_good_is_refused_untouched(nod
     assert found["status"] == status.PREFLIGHT_FAILED and found["outcome"] == "refused"
     assert "the installed env differ" in found["cause"]
     assert node.pid() == pid and not (node.dir / "rotation").exists()
+    assert not node.stage.exists()  # the staged files (the profiles' secrets) gone, refused or not
 
 
 def records(rates_by_round, ttft=10.0):
